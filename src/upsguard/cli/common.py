@@ -1,0 +1,48 @@
+"""What every subcommand shares: the site-file option, output formats, the async entry."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from upsguard.config import SiteConfig, load_site
+
+T = TypeVar("T")
+Handler = Callable[[argparse.Namespace], int]
+Subparsers = Any  # argparse._SubParsersAction has no public type
+
+DEFAULT_SITE = Path(os.environ.get("UPSGUARD_SITE", "/etc/upsguard/site.yaml"))
+
+
+def add_site_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-c",
+        "--config",
+        type=Path,
+        default=DEFAULT_SITE,
+        metavar="SITE.yaml",
+        help="the site file (default: $UPSGUARD_SITE or /etc/upsguard/site.yaml)",
+    )
+
+
+def add_format_option(parser: argparse.ArgumentParser, *choices: str) -> None:
+    formats = choices or ("text", "json")
+    parser.add_argument("--format", choices=formats, default=formats[0], help="output format")
+
+
+def site_of(args: argparse.Namespace) -> SiteConfig:
+    return load_site(args.config)
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """The one way the CLI enters the async core."""
+    return asyncio.run(coro)
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, default=str))

@@ -1,0 +1,133 @@
+"""Write-back caches in the data path, and what upsguard must do with them on battery."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Discriminator, Field, Tag
+
+from upsguard.config.base import Model
+from upsguard.config.types import ByteRate, ByteSize, Duration
+from upsguard.models import CacheName, ResourceId
+
+BUILTIN_PROVIDERS = (
+    "bcache",
+    "lvmcache",
+    "writecache",
+    "opencas",
+    "storcli",
+    "fvp",
+    "command",
+    "simulated",
+)
+
+
+class SshTarget(Model):
+    """Run the provider's commands on another machine over SSH; host keys are checked."""
+
+    host: str
+    port: int = Field(22, ge=1, le=65535)
+    user: str = "root"
+    key_file: Path | None = None
+    known_hosts: Path | None = None
+
+
+class CacheBase(Model):
+    name: CacheName
+    on: ResourceId | None = Field(
+        None, description="the resource this cache lives on (a host or storage); none = local"
+    )
+    ssh: SshTarget | None = None
+    carries: list[ResourceId] = Field(
+        default_factory=list, description="resources whose data passes through this cache"
+    )
+    destage_timeout: Duration = timedelta(minutes=10)
+    on_timeout: Literal["wait_until_floor", "continue"] = Field(
+        "wait_until_floor",
+        description="after destage_timeout: keep waiting down to the critical floor, or go on",
+    )
+    poll_interval: Duration = timedelta(seconds=2)
+    targets: list[str] = Field(
+        default_factory=list, description="devices or objects to manage; empty = all found"
+    )
+
+
+class BcacheSettings(CacheBase):
+    provider: Literal["bcache"]
+    sysfs_root: Path = Path("/sys")
+
+
+class LvmcacheSettings(CacheBase):
+    provider: Literal["lvmcache"]
+    lvs_command: str = "lvs"
+    lvchange_command: str = "lvchange"
+
+
+class WritecacheSettings(CacheBase):
+    provider: Literal["writecache"]
+    dmsetup_command: str = "dmsetup"
+    lvs_command: str = "lvs"
+    lvchange_command: str = "lvchange"
+
+
+class OpencasSettings(CacheBase):
+    provider: Literal["opencas"]
+    casadm_command: str = "casadm"
+
+
+class StorcliSettings(CacheBase):
+    provider: Literal["storcli"]
+    storcli_command: str = "storcli64"
+    controller: int = 0
+    write_back_policy: Literal["WB", "AWB"] = "WB"
+
+
+class FvpSettings(CacheBase):
+    provider: Literal["fvp"]
+    pwsh_command: str = "pwsh"
+    fvp_server: str | None = None
+
+
+class CommandCacheSettings(CacheBase):
+    """Any other cache: the site file gives the commands."""
+
+    provider: Literal["command"]
+    read_mode: str
+    set_write_through: str
+    set_write_back: str
+    read_dirty_bytes: str
+    flush: str | None = None
+
+
+class SimulatedCacheSettings(CacheBase):
+    """A cache that exists only in the simulator and the demo."""
+
+    provider: Literal["simulated"]
+    dirty: ByteSize = 0
+    destage_rate: ByteRate = 100 * 1024 * 1024
+
+
+class ExternalCacheSettings(CacheBase):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    provider: str
+
+
+def _cache_tag(value: Any) -> str:
+    kind = value.get("provider") if isinstance(value, dict) else getattr(value, "provider", None)
+    return kind if kind in BUILTIN_PROVIDERS else "external"
+
+
+CacheConfig = Annotated[
+    Annotated[BcacheSettings, Tag("bcache")]
+    | Annotated[LvmcacheSettings, Tag("lvmcache")]
+    | Annotated[WritecacheSettings, Tag("writecache")]
+    | Annotated[OpencasSettings, Tag("opencas")]
+    | Annotated[StorcliSettings, Tag("storcli")]
+    | Annotated[FvpSettings, Tag("fvp")]
+    | Annotated[CommandCacheSettings, Tag("command")]
+    | Annotated[SimulatedCacheSettings, Tag("simulated")]
+    | Annotated[ExternalCacheSettings, Tag("external")],
+    Discriminator(_cache_tag),
+]

@@ -1,0 +1,190 @@
+"""Checks that span sections of the site file: references, duplicates, cycles.
+
+Each returns ``(location, message)`` pairs so that every problem is reported
+at once, with the file and line it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from upsguard.config.site import SiteConfig
+from upsguard.config.source import suggest
+from upsguard.models import ResourceId, ResourceKind
+
+Loc = tuple[str | int, ...]
+Problem = tuple[Loc, str]
+
+_NEEDS_PLATFORM = (ResourceKind.VM, ResourceKind.VM_GROUP, ResourceKind.HOST, ResourceKind.COMMAND)
+
+
+def site_problems(site: SiteConfig) -> list[Problem]:
+    problems: list[Problem] = []
+    for check in (_duplicates, _references, _platform_refs, _feeds, _caches, _cycles):
+        problems.extend(check(site))
+    return problems
+
+
+def _duplicates(site: SiteConfig) -> Iterator[Problem]:
+    for section, names in (
+        ("ups", [u.name for u in site.ups]),
+        ("resources", [r.id for r in site.resources]),
+        ("caches", [c.name for c in site.caches]),
+    ):
+        seen: set[str] = set()
+        for index, name in enumerate(names):
+            if name in seen:
+                yield (section, index), f"duplicate name '{name}'"
+            seen.add(name)
+    overlap = set(site.platforms) & {r.id for r in site.resources}
+    for name in sorted(overlap):
+        yield ("platforms", name), f"'{name}' is both a platform and a resource id: rename one"
+
+
+def _unknown(kind: str, name: str, known: list[str]) -> str:
+    return f"unknown {kind} '{name}'{suggest(name, known)}"
+
+
+def _references(site: SiteConfig) -> Iterator[Problem]:
+    ids = [r.id for r in site.resources]
+    known = set(ids)
+    index = site.resource_index()
+    for i, res in enumerate(site.resources):
+        for j, dep in enumerate(res.depends_on):
+            if dep not in known:
+                yield ("resources", i, "depends_on", j), _unknown("resource", dep, ids)
+            elif dep == res.id:
+                yield ("resources", i, "depends_on", j), f"'{res.id}' cannot depend on itself"
+        for j, host in enumerate(res.runs_on):
+            if host not in known:
+                yield ("resources", i, "runs_on", j), _unknown("resource", host, ids)
+            elif index[host].kind is not ResourceKind.HOST:
+                yield ("resources", i, "runs_on", j), f"'{host}' is a {index[host].kind}, not a host"
+
+
+def _platform_refs(site: SiteConfig) -> Iterator[Problem]:
+    names = [*site.platforms, "ssh", "command", "wol", "none", "simulated"]
+    for i, res in enumerate(site.resources):
+        if res.platform is None:
+            if res.kind in _NEEDS_PLATFORM:
+                yield ("resources", i), f"a {res.kind} needs 'platform'"
+        elif not site.knows_platform(res.platform):
+            yield ("resources", i, "platform"), _unknown("platform", res.platform, names)
+        if res.power_on_via is not None and res.power_on_via not in site.platforms:
+            yield (
+                ("resources", i, "power_on_via"),
+                _unknown("platform", res.power_on_via, list(site.platforms)),
+            )
+        if res.serves_platform is not None and res.serves_platform not in site.platforms:
+            yield (
+                ("resources", i, "serves_platform"),
+                _unknown("platform", res.serves_platform, list(site.platforms)),
+            )
+    controllers = [i for i, r in enumerate(site.resources) if r.runs_upsguard]
+    for i in controllers[1:]:
+        yield ("resources", i, "runs_upsguard"), "only one resource can run upsguard"
+
+
+def _feeds(site: SiteConfig) -> Iterator[Problem]:
+    ups_names = [u.name for u in site.ups]
+    ids = [r.id for r in site.resources]
+    for i, feed in enumerate(site.feeds):
+        for j, ups in enumerate(feed.ups):
+            if ups not in ups_names:
+                yield ("feeds", i, "ups", j), _unknown("UPS", ups, ups_names)
+        for j, rid in enumerate(feed.powers):
+            if rid not in ids:
+                yield ("feeds", i, "powers", j), _unknown("resource", rid, ids)
+        if feed.min_supplies > len(feed.ups):
+            yield (
+                ("feeds", i, "min_supplies"),
+                f"needs {feed.min_supplies} supplies but the feed has {len(feed.ups)} UPS",
+            )
+
+
+def _caches(site: SiteConfig) -> Iterator[Problem]:
+    ids = [r.id for r in site.resources]
+    for i, cache in enumerate(site.caches):
+        if cache.on is not None and cache.on not in ids:
+            yield ("caches", i, "on"), _unknown("resource", cache.on, ids)
+        for j, rid in enumerate(cache.carries):
+            if rid not in ids:
+                yield ("caches", i, "carries", j), _unknown("resource", rid, ids)
+
+
+def _cycles(site: SiteConfig) -> Iterator[Problem]:
+    """Report each dependency cycle once, spelled out: ``cycle: a -> b -> a``."""
+    graph = {r.id: [d for d in r.depends_on if d != r.id] for r in site.resources}
+    position = {r.id: i for i, r in enumerate(site.resources)}
+    for cycle in find_cycles(graph):
+        start = cycle[0]
+        loop = " -> ".join([*cycle, start])
+        yield ("resources", position[start], "depends_on"), f"cycle: {loop}"
+
+
+def find_cycles(graph: dict[ResourceId, list[ResourceId]]) -> list[list[ResourceId]]:
+    """One representative cycle per strongly connected component with a loop (iterative Tarjan)."""
+    index: dict[ResourceId, int] = {}
+    low: dict[ResourceId, int] = {}
+    on_stack: set[ResourceId] = set()
+    stack: list[ResourceId] = []
+    cycles: list[list[ResourceId]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work: list[tuple[ResourceId, int]] = [(root, 0)]
+        while work:
+            node, child_i = work.pop()
+            if child_i == 0:
+                index[node] = low[node] = counter
+                counter += 1
+                stack.append(node)
+                on_stack.add(node)
+            children = [c for c in graph.get(node, []) if c in graph]
+            if child_i < len(children):
+                work.append((node, child_i + 1))
+                child = children[child_i]
+                if child not in index:
+                    work.append((child, 0))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            if low[node] == index[node]:
+                component: list[ResourceId] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(_cycle_through(graph, set(component), node))
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return cycles
+
+
+def _cycle_through(
+    graph: dict[ResourceId, list[ResourceId]], members: set[ResourceId], start: ResourceId
+) -> list[ResourceId]:
+    """A simple cycle from ``start`` back to it, inside one component (BFS for the shortest)."""
+    previous: dict[ResourceId, ResourceId] = {}
+    frontier = [start]
+    while frontier:
+        nxt: list[ResourceId] = []
+        for node in frontier:
+            for child in graph[node]:
+                if child not in members:
+                    continue
+                if child == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return list(reversed(path))
+                if child not in previous:
+                    previous[child] = node
+                    nxt.append(child)
+        frontier = nxt
+    return [start]

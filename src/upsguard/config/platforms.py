@@ -1,0 +1,173 @@
+"""Platforms: what upsguard talks to in order to stop and start resources.
+
+A resource names a platform either by its key under ``platforms:`` or, for
+the kinds that need no settings (``ssh``, ``command``, ``wol``, ``none``,
+``simulated``), by the type itself.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Discriminator, Field, Tag
+
+from upsguard.config.base import Credentials, Model
+from upsguard.config.types import Duration
+
+BUILTIN_TYPES = (
+    "vsphere",
+    "ipmi",
+    "redfish",
+    "ssh",
+    "wol",
+    "libvirt",
+    "proxmox",
+    "command",
+    "simulated",
+    "none",
+)
+#: Types a resource may name directly as its platform, with default settings.
+IMPLICIT_TYPES = ("ssh", "command", "wol", "none", "simulated")
+
+
+class PlatformBase(Model):
+    max_parallel: int = Field(8, ge=1, le=1000, description="steps run at once on this platform")
+
+
+class DirectHostAccess(Credentials):
+    """How to reach ESXi hosts directly once vCenter is down."""
+
+    verify_tls: bool = True
+    ca_file: Path | None = None
+
+
+class VsphereSettings(PlatformBase, Credentials):
+    type: Literal["vsphere"]
+    host: str
+    port: int = Field(443, ge=1, le=65535)
+    verify_tls: bool = True
+    ca_file: Path | None = None
+    max_parallel: int = Field(32, ge=1, le=1000)
+    direct_hosts: DirectHostAccess | None = Field(
+        None, description="credentials for ESXi hosts, used once vCenter itself is down"
+    )
+    system_vms: Literal["retreat", "skip"] = Field(
+        "retreat", description="vCLS and other system VMs: put the cluster in retreat mode, or skip"
+    )
+    without_tools: Literal["power_off", "skip"] = "power_off"
+    unplanned_vms: Literal["shutdown", "ignore"] = Field(
+        "shutdown", description="VMs no resource covers: shut them down before their host, or leave"
+    )
+
+
+class IpmiSettings(PlatformBase, Credentials):
+    type: Literal["ipmi"]
+    host: str
+    port: int = Field(623, ge=1, le=65535)
+
+
+class RedfishSettings(PlatformBase, Credentials):
+    type: Literal["redfish"]
+    host: str = Field(description="address or https URL of the BMC")
+    verify_tls: bool = True
+    ca_file: Path | None = None
+    system_id: str | None = None
+
+
+class SshSettings(PlatformBase):
+    type: Literal["ssh"]
+    user: str = "root"
+    port: int = Field(22, ge=1, le=65535)
+    key_file: Path | None = None
+    known_hosts: Path | None = None
+    timeout: Duration = timedelta(seconds=20)
+
+
+class WolSettings(PlatformBase):
+    type: Literal["wol"]
+    broadcast: str = "255.255.255.255"
+    port: int = Field(9, ge=1, le=65535)
+
+
+class LibvirtSettings(PlatformBase):
+    type: Literal["libvirt"]
+    uri: str = "qemu:///system"
+
+
+class ProxmoxSettings(PlatformBase, Credentials):
+    type: Literal["proxmox"]
+    host: str
+    port: int = Field(8006, ge=1, le=65535)
+    verify_tls: bool = True
+    token_name: str | None = None
+    token_file: Path | None = None
+    token_env: str | None = None
+
+
+class CommandSettings(PlatformBase):
+    type: Literal["command"]
+    shell: str = "/bin/sh"
+    timeout: Duration = timedelta(minutes=5)
+
+
+class SimulatedPlatformSettings(PlatformBase):
+    """Timings of a platform that exists only in the simulator and the demo."""
+
+    type: Literal["simulated"]
+    max_parallel: int = Field(16, ge=1, le=1000)
+    guest_shutdown: Duration = timedelta(seconds=45)
+    hard_power_off: Duration = timedelta(seconds=3)
+    host_shutdown: Duration = timedelta(minutes=3)
+    device_shutdown: Duration = timedelta(minutes=1)
+    power_on: Duration = timedelta(seconds=90)
+    host_power_on: Duration = timedelta(minutes=4)
+    tools_running: bool = True
+
+
+class NoPlatform(PlatformBase):
+    """Resources that upsguard never powers: they go down with the UPS."""
+
+    type: Literal["none"]
+
+
+class ExternalPlatformSettings(PlatformBase):
+    """A platform provided by a third-party plugin; its own module checks the rest."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    type: str
+
+
+def _platform_tag(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in BUILTIN_TYPES else "external"
+
+
+PlatformConfig = Annotated[
+    Annotated[VsphereSettings, Tag("vsphere")]
+    | Annotated[IpmiSettings, Tag("ipmi")]
+    | Annotated[RedfishSettings, Tag("redfish")]
+    | Annotated[SshSettings, Tag("ssh")]
+    | Annotated[WolSettings, Tag("wol")]
+    | Annotated[LibvirtSettings, Tag("libvirt")]
+    | Annotated[ProxmoxSettings, Tag("proxmox")]
+    | Annotated[CommandSettings, Tag("command")]
+    | Annotated[SimulatedPlatformSettings, Tag("simulated")]
+    | Annotated[NoPlatform, Tag("none")]
+    | Annotated[ExternalPlatformSettings, Tag("external")],
+    Discriminator(_platform_tag),
+]
+
+_IMPLICIT_MODELS: dict[str, type[PlatformBase]] = {
+    "ssh": SshSettings,
+    "command": CommandSettings,
+    "wol": WolSettings,
+    "none": NoPlatform,
+    "simulated": SimulatedPlatformSettings,
+}
+
+
+def implicit_platform(type_name: str) -> PlatformBase:
+    """Default settings for a platform a resource names by its type alone."""
+    return _IMPLICIT_MODELS[type_name].model_validate({"type": type_name})

@@ -1,0 +1,74 @@
+"""Policies: when the site moves from phase to phase, and what it does on the way."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+
+from pydantic import Field
+
+from upsguard.config.base import Model
+from upsguard.config.conditions import ConditionText, parse_condition
+from upsguard.config.types import Duration
+
+
+class OnBatteryPolicy(Model):
+    after: Duration = Field(timedelta(seconds=10), description="debounce before acting")
+    then: list[Literal["caches_write_through"]] = Field(
+        default_factory=lambda: ["caches_write_through"]
+    )
+
+
+class SheddingPolicy(Model):
+    """Stop the resources marked ``shed: true`` early, to stretch the runtime."""
+
+    when_any: list[ConditionText] = Field(
+        default_factory=lambda: [parse_condition("on_battery_for > 5m")]
+    )
+
+
+class ShutdownPolicy(Model):
+    when_any: list[ConditionText] = Field(
+        default_factory=lambda: [
+            parse_condition(c) for c in ("low_battery", "fsd", "runtime < plan + 5m")
+        ]
+    )
+
+
+class PowerReturnsPolicy(Model):
+    before_point_of_no_return: Literal["cancel", "finish"] = "cancel"
+    after: Literal["finish"] = "finish"
+    online_for: Duration = Field(
+        timedelta(seconds=30), description="power must stay on this long to count as back"
+    )
+
+
+class StartupPolicy(Model):
+    automatic: bool = True
+    online_for: Duration = timedelta(minutes=10)
+    charge_above: float = Field(50.0, ge=0, le=100)
+    then: list[Literal["startup_runbook", "caches_write_back"]] = Field(
+        default_factory=lambda: ["startup_runbook", "caches_write_back"]
+    )
+
+
+class CriticalFloor(Model):
+    """Below this, upsguard stops waiting for anything (dirty caches included): it is logged as a risk."""
+
+    charge_below: float = Field(10.0, ge=0, le=100)
+    runtime_below: Duration = timedelta(seconds=90)
+
+
+class PoliciesConfig(Model):
+    poll_interval: Duration = timedelta(seconds=5)
+    on_battery: OnBatteryPolicy = OnBatteryPolicy()
+    shedding: SheddingPolicy | None = None
+    shutdown: ShutdownPolicy = ShutdownPolicy()
+    power_returns: PowerReturnsPolicy = PowerReturnsPolicy()
+    startup: StartupPolicy = StartupPolicy()
+    required_margin: Duration = timedelta(minutes=5)
+    critical_floor: CriticalFloor = CriticalFloor()
+    step_failure: Literal["continue", "stop"] = Field(
+        "continue",
+        description="shutdown: a failed step lets its dependents go on (power is going anyway)",
+    )

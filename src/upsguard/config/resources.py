@@ -1,0 +1,115 @@
+"""Resources: the things the runbooks stop and start, and what each needs running."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from upsguard.config.base import Model
+from upsguard.config.types import Duration
+from upsguard.models import ResourceId, ResourceKind
+
+
+class Selector(Model):
+    """Which VMs a ``vm_group`` covers; every given criterion must match."""
+
+    name: str | None = Field(None, description="glob on the VM name, e.g. 'web-*'")
+    folder: str | None = Field(None, description="folder path, e.g. 'Prod/Web'")
+    tag: str | None = Field(None, description="vSphere tag as 'category:name'")
+    attribute: dict[str, str] | None = Field(None, description="custom attribute name: value")
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Selector:
+        if not any((self.name, self.folder, self.tag, self.attribute)):
+            raise ValueError("a selector needs at least one of name, folder, tag, attribute")
+        return self
+
+
+class HealthCheck(Model):
+    """What must answer before a started resource counts as up."""
+
+    tcp: str | None = Field(None, description="host:port that must accept a connection")
+    http: str | None = Field(None, description="URL that must answer 2xx")
+    command: str | None = Field(None, description="command that must exit 0")
+    platform: bool = Field(True, description="the platform's own check (Tools running, connected)")
+    timeout: Duration = timedelta(minutes=10)
+    interval: Duration = timedelta(seconds=5)
+
+
+class Estimate(Model):
+    """How long stopping and starting take, for the plan and the simulator."""
+
+    stop: Duration | None = None
+    start: Duration | None = None
+
+
+class ResourceConfig(Model):
+    id: ResourceId
+    kind: ResourceKind
+    platform: str | None = Field(
+        None, description="a key of 'platforms', or a type needing no settings (ssh, command, none)"
+    )
+    vm: str | None = Field(None, description="VM name on the platform (kind vm); default: the id")
+    host: str | None = Field(None, description="address or name on the platform; default: the id")
+    select: Selector | None = None
+    count: int | None = Field(
+        None, ge=0, description="vm_group: members expected, for plans made without inventory"
+    )
+    runs_on: list[ResourceId] = Field(
+        default_factory=list,
+        description="hosts a VM runs on, when known without live inventory",
+    )
+    depends_on: list[ResourceId] = Field(default_factory=list)
+    watts: float = Field(0.0, ge=0)
+    shed: bool = Field(False, description="stop early, while shedding load, to buy runtime")
+    stop: bool | None = Field(
+        None, description="stopped by the shutdown runbook; default: yes, except switches"
+    )
+    start: bool | None = Field(
+        None, description="started by the startup runbook; default: yes, except switches"
+    )
+    guest_timeout: Duration = Field(
+        timedelta(minutes=5), description="graceful shutdown time before the fallback"
+    )
+    fallback: Literal["power_off", "skip", "fail"] = "power_off"
+    retries: int = Field(2, ge=0, le=20)
+    maintenance_mode: bool = False
+    power_on_via: str | None = Field(None, description="a platform (BMC, WoL) that powers it on")
+    shutdown: str | None = Field(None, description="command for ssh and command platforms")
+    startup: str | None = Field(None, description="command for ssh and command platforms")
+    health: HealthCheck | None = None
+    estimate: Estimate = Estimate()
+    serves_platform: str | None = Field(
+        None, description="this VM is the manager of that platform (vCenter): it goes last"
+    )
+    runs_upsguard: bool = Field(False, description="upsguard itself runs here: it goes last")
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> ResourceConfig:
+        if self.kind is ResourceKind.VM_GROUP and self.select is None:
+            raise ValueError("a vm_group needs 'select'")
+        if self.kind is not ResourceKind.VM_GROUP and self.select is not None:
+            raise ValueError("'select' is only for kind vm_group")
+        if self.kind is ResourceKind.COMMAND and not (self.shutdown or self.startup):
+            raise ValueError("a command resource needs 'shutdown' or 'startup'")
+        return self
+
+    @property
+    def stops(self) -> bool:
+        if self.stop is not None:
+            return self.stop
+        return self.kind is not ResourceKind.SWITCH and self.platform not in (None, "none")
+
+    @property
+    def starts(self) -> bool:
+        if self.start is not None:
+            return self.start
+        return self.kind is not ResourceKind.SWITCH and self.platform not in (None, "none")
+
+    @property
+    def target_name(self) -> str:
+        if self.kind is ResourceKind.VM:
+            return self.vm or self.id
+        return self.host or self.id

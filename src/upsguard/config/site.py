@@ -1,0 +1,58 @@
+"""The site file as a whole, and the checks that span its sections."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from upsguard.config.base import Model
+from upsguard.config.caches import CacheConfig
+from upsguard.config.platforms import IMPLICIT_TYPES, PlatformBase, PlatformConfig, implicit_platform
+from upsguard.config.policies import PoliciesConfig
+from upsguard.config.resources import ResourceConfig
+from upsguard.config.ups import UpsConfig
+from upsguard.models import ResourceId, ResourceKind, UpsName
+
+
+class FeedConfig(Model):
+    """Which UPSes power which resources; at risk when fewer than ``min_supplies`` are on line."""
+
+    name: str | None = None
+    ups: list[UpsName] = Field(min_length=1)
+    min_supplies: int = Field(1, ge=1)
+    powers: list[ResourceId] = Field(default_factory=list)
+
+
+class SiteConfig(Model):
+    site: str = Field(description="a short name for this site, used in logs and the journal")
+    ups: list[UpsConfig] = Field(min_length=1)
+    feeds: list[FeedConfig] = Field(default_factory=list)
+    platforms: dict[str, PlatformConfig] = Field(default_factory=dict)
+    caches: list[CacheConfig] = Field(default_factory=list)
+    resources: list[ResourceConfig] = Field(default_factory=list)
+    policies: PoliciesConfig = PoliciesConfig()
+    journal: str = Field("/var/lib/upsguard/journal.sqlite", description="SQLite journal path")
+
+    def resource(self, rid: str) -> ResourceConfig:
+        return self.resource_index()[ResourceId(rid)]
+
+    def resource_index(self) -> dict[ResourceId, ResourceConfig]:
+        return {r.id: r for r in self.resources}
+
+    def platform(self, name: str) -> PlatformBase:
+        """The named platform, or default settings for a type a resource names directly."""
+        if name in self.platforms:
+            return self.platforms[name]
+        return implicit_platform(name)
+
+    def knows_platform(self, name: str) -> bool:
+        return name in self.platforms or name in IMPLICIT_TYPES
+
+    def feeds_of(self, rid: ResourceId) -> list[FeedConfig]:
+        """The feeds powering a resource; with no feeds section every UPS powers everything."""
+        explicit = [f for f in self.feeds if rid in f.powers]
+        if explicit or self.feeds:
+            return explicit
+        return [FeedConfig(ups=[u.name for u in self.ups], powers=[rid])]
+
+    def hosts_of_platform(self, platform: str) -> list[ResourceConfig]:
+        return [r for r in self.resources if r.kind is ResourceKind.HOST and r.platform == platform]

@@ -1,0 +1,105 @@
+"""UPS entries of the site file: where to read each UPS and its battery model."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from upsguard.config.base import Credentials, Model
+from upsguard.config.types import Duration
+from upsguard.models import UpsName
+
+
+class NutSettings(Credentials):
+    """A UPS served by NUT's upsd."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(3493, ge=1, le=65535)
+    ups: str = Field(description="the UPS name on upsd, as in upsc NAME@HOST")
+    starttls: bool = False
+    ca_file: Path | None = None
+    timeout: Duration = timedelta(seconds=5)
+    monitor: Literal["none", "secondary", "primary"] = Field(
+        "none", description="log in like upsmon so that upsd counts us and FSD reaches us"
+    )
+
+
+class SnmpSettings(Model):
+    """A UPS with an SNMP card, read through UPS-MIB (RFC 1628) or APC PowerNet."""
+
+    host: str
+    port: int = Field(161, ge=1, le=65535)
+    mib: Literal["ups-mib", "powernet"] = "ups-mib"
+    version: Literal["1", "2c", "3"] = "2c"
+    community: str | None = None
+    community_file: Path | None = None
+    user: str | None = None
+    auth_protocol: Literal["md5", "sha", "sha224", "sha256", "sha384", "sha512"] = "sha"
+    auth_key_file: Path | None = None
+    auth_key_env: str | None = None
+    priv_protocol: Literal["des", "3des", "aes", "aes192", "aes256"] = "aes"
+    priv_key_file: Path | None = None
+    priv_key_env: str | None = None
+    context: str = ""
+    timeout: Duration = timedelta(seconds=2)
+    retries: int = Field(2, ge=0, le=10)
+
+    @model_validator(mode="after")
+    def _v3_needs_user(self) -> SnmpSettings:
+        if self.version == "3" and not self.user:
+            raise ValueError("SNMP version 3 needs 'user'")
+        return self
+
+
+class SimulatedUpsSettings(Model):
+    """A UPS that exists only in the simulator (and in ``upsguard demo``)."""
+
+    start_charge: float = Field(100.0, ge=0, le=100)
+
+
+class RuntimeAt(Model):
+    """One reference point of the battery: it lasts ``minutes`` at ``load_watts``."""
+
+    minutes: float = Field(gt=0)
+    load_watts: float = Field(gt=0)
+
+
+class UpsCommandPolicy(Model):
+    """What to tell the UPS once everything is down (NUT instant commands)."""
+
+    command: str | None = Field(
+        None, description="NUT instant command, e.g. shutdown.return or load.off.delay"
+    )
+    delay: Duration = timedelta(seconds=120)
+
+
+class UpsConfig(Model):
+    name: UpsName
+    nut: NutSettings | None = None
+    snmp: SnmpSettings | None = None
+    simulated: SimulatedUpsSettings | None = None
+    runtime_at: RuntimeAt | None = Field(
+        None, description="battery model reference point; without it the UPS's own estimate is used"
+    )
+    peukert_exponent: float = Field(1.15, ge=1.0, le=1.6)
+    other_load_watts: float = Field(0.0, ge=0, description="load not described by resources")
+    low_battery_charge: float = Field(20.0, ge=0, le=100)
+    low_battery_runtime: Duration = timedelta(minutes=2)
+    at_shutdown_end: UpsCommandPolicy = UpsCommandPolicy()
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> UpsConfig:
+        given = [n for n in ("nut", "snmp", "simulated") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of nut, snmp, simulated (got {', '.join(given)})")
+        return self
+
+    @property
+    def source_type(self) -> str:
+        for name in ("nut", "snmp"):
+            if getattr(self, name) is not None:
+                return name
+        return "simulated"

@@ -1,0 +1,82 @@
+"""The one exception tree of upsguard.
+
+Every error upsguard raises on purpose derives from ``UpsguardError``; the CLI
+turns any of them into one line on stderr and an exit code, never a traceback.
+Plugins translate the errors of the SDK underneath at their boundary
+(``raise PlatformError(...) from exc``) into the most specific class here::
+
+    UpsguardError                 exit 1 unless a subclass says otherwise
+    ├── ConfigError               the site or scenario file is wrong (exit 2)
+    ├── TemporaryError            worth retrying after ``retry_after`` seconds
+    │   ├── UpsUnreachable        the UPS (or upsd, or the SNMP agent) did not answer
+    │   └── PlatformUnreachable   vCenter, a BMC, an SSH host did not answer
+    ├── PermanentError            retrying will not help
+    │   ├── AuthenticationError   wrong user, password or key
+    │   ├── GracefulUnavailable   no graceful path (no VMware Tools, no agent)
+    │   ├── PluginNotFound        the site file names a plugin nobody provides
+    │   └── StepFailed            a runbook step gave up after retries and fallback
+    ├── StepTimeout               a step (or a wait) ran past its deadline
+    └── ServiceNotRunning         the override CLI found no running service
+"""
+
+from __future__ import annotations
+
+
+class UpsguardError(Exception):
+    """Root of every error upsguard raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(UpsguardError):
+    """The site or scenario file is wrong; the message lists every problem."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class TemporaryError(UpsguardError):
+    """Worth retrying: the thing may answer after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, retry_after: float = 5.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class UpsUnreachable(TemporaryError):
+    """The UPS, upsd or SNMP agent did not answer, or answered garbage."""
+
+
+class PlatformUnreachable(TemporaryError):
+    """A platform endpoint (vCenter, BMC, SSH host) did not answer."""
+
+
+class PermanentError(UpsguardError):
+    """Retrying will not help; a person has to change something."""
+
+
+class AuthenticationError(PermanentError):
+    """Credentials were refused. The message never contains the secret."""
+
+
+class GracefulUnavailable(PermanentError):
+    """The graceful path does not exist for this target (no Tools, no agent)."""
+
+
+class PluginNotFound(PermanentError):
+    """The site file names a plugin that no module or entry point provides."""
+
+
+class StepFailed(PermanentError):
+    """A runbook step gave up after its retries and fallback."""
+
+
+class StepTimeout(UpsguardError):
+    """A step or a wait ran past its deadline."""
+
+
+class ServiceNotRunning(UpsguardError):
+    """The override CLI found no service on the local API socket."""

@@ -1,0 +1,146 @@
+"""Typed events: the journal, the log, the CLI and the simulator all consume these.
+
+A producer calls an ``EventSink`` synchronously, so that when the call returns
+the event is recorded (a journal writes its row before the executor starts a
+step that depends on the one just finished).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from upsguard.models import CacheMode, Phase, StepId, StepState, UpsName, UpsReading
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    at: datetime
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class ReadingTaken(Event):
+    reading: UpsReading
+
+
+@dataclass(frozen=True, slots=True)
+class OnBattery(Event):
+    ups: UpsName
+
+
+@dataclass(frozen=True, slots=True)
+class PowerRestored(Event):
+    ups: UpsName
+
+
+@dataclass(frozen=True, slots=True)
+class LowBattery(Event):
+    ups: UpsName
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseChanged(Event):
+    old: Phase
+    new: Phase
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted(Event):
+    run: str
+    direction: str  # "shutdown" | "startup"
+    steps: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished(Event):
+    run: str
+    direction: str
+    state: str  # "done" | "failed" | "cancelled"
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PointOfNoReturn(Event):
+    run: str
+    step: StepId
+
+
+@dataclass(frozen=True, slots=True)
+class StepStarted(Event):
+    run: str
+    step: StepId
+    action: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepFinished(Event):
+    run: str
+    step: StepId
+    state: StepState
+    detail: str
+    attempts: int = 1
+    fallback_used: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StepWaiting(Event):
+    """A step is ready but held back, for example by a dirty cache."""
+
+    run: str
+    step: StepId
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CacheModeChanged(Event):
+    cache: str
+    target: str
+    mode: CacheMode
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheClean(Event):
+    cache: str
+    waited_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class RiskAccepted(Event):
+    """upsguard went on although data may be lost; always journaled and logged."""
+
+    what: str
+
+
+@dataclass(frozen=True, slots=True)
+class Notice(Event):
+    """Anything else worth a line in the timeline."""
+
+    message: str
+    level: str = "info"
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+EventSink = Callable[[Event], None]
+
+
+class EventBus:
+    """Fans one event out to every subscriber, in subscription order."""
+
+    def __init__(self) -> None:
+        self._sinks: list[EventSink] = []
+
+    def subscribe(self, sink: EventSink) -> None:
+        self._sinks.append(sink)
+
+    def __call__(self, event: Event) -> None:
+        for sink in self._sinks:
+            sink(event)

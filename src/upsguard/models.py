@@ -1,0 +1,204 @@
+"""In-memory values shared by every layer: ids, enums and frozen results.
+
+They are plain frozen dataclasses so that plugins, the policy engine, the
+executor and the simulator exchange the same values; what the journal stores
+is its own row type, not these.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import NewType
+
+ResourceId = NewType("ResourceId", str)
+UpsName = NewType("UpsName", str)
+PlatformName = NewType("PlatformName", str)
+CacheName = NewType("CacheName", str)
+StepId = NewType("StepId", str)
+
+
+class Phase(enum.StrEnum):
+    """Where the site is in an outage; see ``policies.phases`` for the moves."""
+
+    NORMAL = "normal"
+    ON_BATTERY = "on_battery"
+    SHEDDING = "shedding"
+    SHUTTING_DOWN = "shutting_down"
+    DOWN = "down"
+    RECOVERING = "recovering"
+
+
+class ResourceKind(enum.StrEnum):
+    VM = "vm"
+    VM_GROUP = "vm_group"
+    HOST = "host"
+    STORAGE = "storage"
+    SWITCH = "switch"
+    COMMAND = "command"
+
+    @property
+    def is_hardware(self) -> bool:
+        """Hardware steps are the point of no return and wait for clean caches."""
+        return self in (ResourceKind.HOST, ResourceKind.STORAGE, ResourceKind.SWITCH)
+
+
+class UpsFlag(enum.StrEnum):
+    """NUT's ups.status words; SNMP sources map their MIB values onto these."""
+
+    OL = "OL"
+    OB = "OB"
+    LB = "LB"
+    HB = "HB"
+    RB = "RB"
+    CHRG = "CHRG"
+    DISCHRG = "DISCHRG"
+    BYPASS = "BYPASS"
+    CAL = "CAL"
+    OFF = "OFF"
+    OVER = "OVER"
+    TRIM = "TRIM"
+    BOOST = "BOOST"
+    FSD = "FSD"
+    ALARM = "ALARM"
+
+
+class LinkState(enum.StrEnum):
+    OK = "ok"
+    STALE = "stale"
+    LOST = "lost"
+
+
+@dataclass(frozen=True, slots=True)
+class UpsReading:
+    """One normalized reading of one UPS.
+
+    ``link`` is not ``ok`` when the values are the last known ones; ``age_s``
+    then says how old they are. A reading that is not ``ok`` is never taken
+    as proof that the UPS is on line.
+    """
+
+    ups: UpsName
+    at: datetime
+    flags: frozenset[UpsFlag] = frozenset()
+    charge_pct: float | None = None
+    runtime_s: float | None = None
+    load_pct: float | None = None
+    input_voltage: float | None = None
+    link: LinkState = LinkState.OK
+    age_s: float = 0.0
+    raw: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def on_battery(self) -> bool:
+        return UpsFlag.OB in self.flags
+
+    @property
+    def on_line(self) -> bool:
+        """True only for a live reading that says OL and not OB."""
+        return self.link is LinkState.OK and UpsFlag.OL in self.flags and not self.on_battery
+
+    @property
+    def low_battery(self) -> bool:
+        return UpsFlag.LB in self.flags
+
+    @property
+    def forced_shutdown(self) -> bool:
+        return UpsFlag.FSD in self.flags
+
+
+class PowerState(enum.StrEnum):
+    ON = "on"
+    OFF = "off"
+    STANDBY = "standby"
+    UNKNOWN = "unknown"
+
+
+class StopMethod(enum.StrEnum):
+    """How a platform is asked to stop a target."""
+
+    GRACEFUL = "graceful"  # guest shutdown, OS shutdown, soft power-off
+    HARD = "hard"  # power off now
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One thing a platform can power: a VM, a host, a device.
+
+    ``name`` is what the platform calls it; ``ref`` is the platform's own id
+    where it has one (a vSphere managed object id); ``host`` is the host a VM
+    runs on, when known.
+    """
+
+    platform: PlatformName
+    kind: ResourceKind
+    name: str
+    ref: str | None = None
+    host: str | None = None
+    system: bool = False
+
+
+class CacheMode(enum.StrEnum):
+    WRITE_BACK = "write-back"
+    WRITE_THROUGH = "write-through"
+    WRITE_AROUND = "write-around"
+    CLEANER = "cleaner"  # dm-writecache draining, its only safe mode
+    NONE = "none"
+    UNKNOWN = "unknown"
+
+    @property
+    def accepts_dirty_data(self) -> bool:
+        return self is CacheMode.WRITE_BACK
+
+
+@dataclass(frozen=True, slots=True)
+class CacheTarget:
+    """One cache device or policy a provider manages (a bcache device, a VM's FVP policy)."""
+
+    cache: CacheName
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class CacheState:
+    """What a provider read: the mode and how much data is not yet on the backing store.
+
+    ``dirty_bytes`` is None when the device has no counter (a RAID controller);
+    then ``clean`` is the provider's own judgement (flush done, policy reads WT).
+    """
+
+    target: CacheTarget
+    at: datetime
+    mode: CacheMode
+    dirty_bytes: int | None
+    clean: bool
+    detail: str = ""
+
+
+class StepState(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+    ABANDONED = "abandoned"  # left running by a controller that died
+
+    @property
+    def finished(self) -> bool:
+        return self in (StepState.DONE, StepState.FAILED, StepState.SKIPPED, StepState.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """How one step ended, in words a person can read at 3 a.m."""
+
+    step: StepId
+    state: StepState
+    started: datetime
+    ended: datetime
+    detail: str
+    attempts: int = 1
+    fallback_used: bool = False

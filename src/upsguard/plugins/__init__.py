@@ -1,0 +1,1 @@
+"""Plugins: UPS sources, platforms and cache providers, each family behind one Protocol."""

@@ -1,0 +1,1 @@
+"""Cache providers: write-back caches flipped to write-through and waited on."""

@@ -1,0 +1,1 @@
+"""Platforms: what powers resources off and on (vSphere, BMCs, SSH, commands, simulated)."""

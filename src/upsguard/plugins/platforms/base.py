@@ -1,0 +1,70 @@
+"""The ``Platform`` protocol: what stops and starts resources."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from upsguard.clock import Clock
+from upsguard.config.resources import ResourceConfig
+from upsguard.models import PlatformName, PowerState, StopMethod, Target
+
+
+@runtime_checkable
+class Platform(Protocol):
+    """One endpoint (a vCenter, a BMC, an SSH user) that powers targets off and on.
+
+    Every method may raise ``PlatformUnreachable`` (worth retrying) or
+    ``AuthenticationError``; the executor owns retries, timeouts and fallbacks,
+    so methods do one thing each and return promptly.
+    """
+
+    name: PlatformName
+
+    async def open(self) -> None:
+        """Connect and log in. Raises ``AuthenticationError``, ``PlatformUnreachable``."""
+        ...
+
+    async def close(self) -> None:
+        """Log out and release connections. Never raises."""
+        ...
+
+    async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
+        """The targets a resource stands for: one for a VM or host, the members of a VM group.
+
+        ``direct`` asks for targets reachable without the platform's manager
+        (ESXi hosts once vCenter is down). Raises ``PermanentError`` naming the
+        resource when it does not exist on the platform or its selector is bad.
+        """
+        ...
+
+    async def power_state(self, target: Target) -> PowerState:
+        """The target's power state now."""
+        ...
+
+    async def stop(self, target: Target, method: StopMethod) -> None:
+        """Ask the target to stop; return once the request is accepted, not when it is off.
+
+        Raises ``GracefulUnavailable`` when ``method`` is graceful and no graceful
+        path exists (no VMware Tools, no agent): the executor then falls back.
+        """
+        ...
+
+    async def start(self, target: Target) -> None:
+        """Ask the target to power on; return once the request is accepted."""
+        ...
+
+    async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
+        """Wait until the target reaches ``state``; False when ``timeout`` seconds pass first.
+
+        Implementations share one watch over all waiting targets where the API
+        allows it (vSphere's PropertyCollector) instead of polling each.
+        """
+        ...
+
+    async def healthy(self, target: Target) -> bool:
+        """The platform's own view that a started target is usable (Tools running, host connected)."""
+        ...
+
+
+class PlatformFactory(Protocol):
+    def __call__(self, name: PlatformName, settings: Any, clock: Clock) -> Platform: ...

@@ -1,0 +1,1 @@
+"""UPS sources: NUT, SNMP, simulated."""

@@ -1,0 +1,7 @@
+"""Shared fixtures. Real peers (NUT, snmpsim, vcsim, sshd) live in tests/peers/, one module each."""
+
+from __future__ import annotations
+
+pytest_plugins = [
+    "tests.peers.ports",
+]
