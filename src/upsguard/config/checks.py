@@ -6,7 +6,7 @@ at once, with the file and line it came from.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import suggest
@@ -41,7 +41,7 @@ def _duplicates(site: SiteConfig) -> Iterator[Problem]:
         yield ("platforms", name), f"'{name}' is both a platform and a resource id: rename one"
 
 
-def _unknown(kind: str, name: str, known: list[str]) -> str:
+def _unknown(kind: str, name: str, known: Sequence[str]) -> str:
     return f"unknown {kind} '{name}'{suggest(name, known)}"
 
 
@@ -59,7 +59,10 @@ def _references(site: SiteConfig) -> Iterator[Problem]:
             if host not in known:
                 yield ("resources", i, "runs_on", j), _unknown("resource", host, ids)
             elif index[host].kind is not ResourceKind.HOST:
-                yield ("resources", i, "runs_on", j), f"'{host}' is a {index[host].kind}, not a host"
+                yield (
+                    ("resources", i, "runs_on", j),
+                    (f"'{host}' is a {index[host].kind}, not a host"),
+                )
 
 
 def _platform_refs(site: SiteConfig) -> Iterator[Problem]:

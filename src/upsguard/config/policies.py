@@ -11,11 +11,14 @@ from upsguard.config.base import Model
 from upsguard.config.conditions import ConditionText, parse_condition
 from upsguard.config.types import Duration
 
+OnBatteryAction = Literal["caches_write_through"]
+StartupAction = Literal["startup_runbook", "caches_write_back"]
+
 
 class OnBatteryPolicy(Model):
     after: Duration = Field(timedelta(seconds=10), description="debounce before acting")
-    then: list[Literal["caches_write_through"]] = Field(
-        default_factory=lambda: ["caches_write_through"]
+    then: list[OnBatteryAction] = Field(
+        default_factory=lambda: list[OnBatteryAction](["caches_write_through"])
     )
 
 
@@ -47,13 +50,13 @@ class StartupPolicy(Model):
     automatic: bool = True
     online_for: Duration = timedelta(minutes=10)
     charge_above: float = Field(50.0, ge=0, le=100)
-    then: list[Literal["startup_runbook", "caches_write_back"]] = Field(
-        default_factory=lambda: ["startup_runbook", "caches_write_back"]
+    then: list[StartupAction] = Field(
+        default_factory=lambda: list[StartupAction](["startup_runbook", "caches_write_back"])
     )
 
 
 class CriticalFloor(Model):
-    """Below this, upsguard stops waiting for anything (dirty caches included): it is logged as a risk."""
+    """Below this, nothing is waited for (dirty caches included); logged as a risk."""
 
     charge_below: float = Field(10.0, ge=0, le=100)
     runtime_below: Duration = timedelta(seconds=90)

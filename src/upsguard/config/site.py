@@ -6,7 +6,12 @@ from pydantic import Field
 
 from upsguard.config.base import Model
 from upsguard.config.caches import CacheConfig
-from upsguard.config.platforms import IMPLICIT_TYPES, PlatformBase, PlatformConfig, implicit_platform
+from upsguard.config.platforms import (
+    IMPLICIT_TYPES,
+    PlatformBase,
+    PlatformConfig,
+    implicit_platform,
+)
 from upsguard.config.policies import PoliciesConfig
 from upsguard.config.resources import ResourceConfig
 from upsguard.config.ups import UpsConfig

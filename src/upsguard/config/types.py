@@ -44,7 +44,8 @@ def format_duration(value: timedelta | float) -> str:
     sign = "-" if seconds < 0 else ""
     seconds = abs(seconds)
     if seconds < 60:
-        return f"{sign}{seconds:.0f}s" if seconds >= 10 or seconds == int(seconds) else f"{sign}{seconds:.1f}s"
+        whole = seconds >= 10 or seconds == int(seconds)
+        return f"{sign}{seconds:.0f}s" if whole else f"{sign}{seconds:.1f}s"
     minutes, secs = divmod(round(seconds), 60)
     if minutes < 60:
         return f"{sign}{minutes}m{secs:02d}s" if secs else f"{sign}{minutes}m"

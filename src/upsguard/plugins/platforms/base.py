@@ -62,7 +62,7 @@ class Platform(Protocol):
         ...
 
     async def healthy(self, target: Target) -> bool:
-        """The platform's own view that a started target is usable (Tools running, host connected)."""
+        """The platform's own view that a started target is usable (Tools up, host connected)."""
         ...
 
 

@@ -1,0 +1,1 @@
+"""Runbooks: the resource graph, shutdown and startup plans, the executor, the simulator."""
