@@ -52,12 +52,15 @@ class SiteConfig(Model):
     def knows_platform(self, name: str) -> bool:
         return name in self.platforms or name in IMPLICIT_TYPES
 
+    def effective_feeds(self) -> list[FeedConfig]:
+        """The feeds, or without a feeds section each UPS alone powering everything (safe)."""
+        if self.feeds:
+            return list(self.feeds)
+        everything = [r.id for r in self.resources]
+        return [FeedConfig(name=u.name, ups=[u.name], powers=everything) for u in self.ups]
+
     def feeds_of(self, rid: ResourceId) -> list[FeedConfig]:
-        """The feeds powering a resource; with no feeds section every UPS powers everything."""
-        explicit = [f for f in self.feeds if rid in f.powers]
-        if explicit or self.feeds:
-            return explicit
-        return [FeedConfig(ups=[u.name for u in self.ups], powers=[rid])]
+        return [f for f in self.effective_feeds() if rid in f.powers]
 
     def hosts_of_platform(self, platform: str) -> list[ResourceConfig]:
         return [r for r in self.resources if r.kind is ResourceKind.HOST and r.platform == platform]

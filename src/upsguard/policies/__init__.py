@@ -1,0 +1,1 @@
+"""Policies: what the readings mean (feeds, depletion) and when the site changes phase."""
