@@ -4,4 +4,5 @@ from __future__ import annotations
 
 pytest_plugins = [
     "tests.peers.ports",
+    "tests.peers.sshd",
 ]

@@ -1,0 +1,389 @@
+"""Run a command here or on another machine over SSH, with the host key checked.
+
+Plugins that drive command-line tools (cache providers, the ssh platform)
+share this one runner so that they all report the same clear errors:
+
+* the host key does not match ``known_hosts`` (or the host is not listed):
+  ``PermanentError``, never a silent connect;
+* the host does not answer: ``PlatformUnreachable`` (retry later);
+* the key is refused: ``AuthenticationError``;
+* the program is missing: ``PermanentError``; it ran too long: ``TemporaryError``.
+
+A ``Runner`` keeps one SSH connection per endpoint open between calls (a
+destage watch polls every few seconds); ``run()`` is the one-shot form.
+A non-zero exit status is a result, not an error: the caller decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import asyncssh
+
+from upsguard.errors import (
+    AuthenticationError,
+    PermanentError,
+    PlatformUnreachable,
+    TemporaryError,
+)
+
+__all__ = [
+    "Background",
+    "CommandResult",
+    "Runner",
+    "SshEndpoint",
+    "SshTarget",
+    "run",
+]
+
+
+class SshTarget(Protocol):
+    """Where to run: the cache settings' ``ssh:`` block, or an ``SshEndpoint``."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def key_file(self) -> Path | None: ...
+    @property
+    def known_hosts(self) -> Path | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SshEndpoint:
+    """An ``SshTarget`` built from parts (the ssh platform: host from the resource)."""
+
+    host: str
+    port: int = 22
+    user: str = "root"
+    key_file: Path | None = None
+    known_hosts: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    exit_status: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0
+
+    def first_error_line(self) -> str:
+        """The line a person wants to see when the command failed."""
+        for text in (self.stderr, self.stdout):
+            for line in text.splitlines():
+                if line.strip():
+                    return line.strip()
+        return f"exit status {self.exit_status}"
+
+
+def describe(argv: Sequence[str], ssh: SshTarget | None) -> str:
+    """``storcli64 /c0 show J`` or ``root@nas01:22: storcli64 ...`` for messages."""
+    command = shlex.join(argv)
+    return command if ssh is None else f"{_where(ssh)}: {command}"
+
+
+def _where(ssh: SshTarget) -> str:
+    return f"{ssh.user}@{ssh.host}:{ssh.port}"
+
+
+class Background:
+    """A command left running (``lvchange`` flushing, ``casadm`` switching mode).
+
+    Its output is collected as it comes so that a provider can report
+    progress (``Flushing 1234 blocks``) while the command still runs.
+    """
+
+    def __init__(self, argv: Sequence[str], ssh: SshTarget | None) -> None:
+        self.argv = list(argv)
+        self.ssh = ssh
+        self.stdout = ""
+        self.stderr = ""
+        self.exit_status: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._kill: Any = None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def output_lines(self) -> list[str]:
+        return (self.stdout + self.stderr).splitlines()
+
+    async def wait(self, timeout: float | None = None) -> CommandResult:
+        """The result once the command ended; ``TemporaryError`` if it is still running."""
+        assert self._task is not None
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout)
+        except TimeoutError as exc:
+            raise TemporaryError(
+                f"{describe(self.argv, self.ssh)}: still running after {timeout:g}s"
+            ) from exc
+        return CommandResult(self.exit_status or 0, self.stdout, self.stderr)
+
+    async def cancel(self) -> None:
+        """Stop the command (SIGTERM) and its reader. Never raises."""
+        with contextlib.suppress(Exception):
+            if self._kill is not None:
+                self._kill()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+
+
+class Runner:
+    """Runs commands locally (``ssh=None``) or on one SSH endpoint, reusing the connection."""
+
+    def __init__(self, ssh: SshTarget | None = None, *, connect_timeout: float = 10.0) -> None:
+        self.ssh = ssh
+        self.connect_timeout = connect_timeout
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._lock = asyncio.Lock()
+
+    async def run(
+        self, argv: Sequence[str], *, timeout: float, input: str | None = None
+    ) -> CommandResult:
+        """Run ``argv`` to its end; raises only when it could not run or ran too long."""
+        if not argv:
+            raise ValueError("empty command")
+        try:
+            async with asyncio.timeout(timeout):
+                if self.ssh is None:
+                    return await _run_local(argv, input)
+                return await self._run_ssh(argv, input)
+        except TimeoutError as exc:
+            raise TemporaryError(
+                f"{describe(argv, self.ssh)}: no answer within {timeout:g}s"
+            ) from exc
+
+    async def start(self, argv: Sequence[str]) -> Background:
+        """Start ``argv`` and return at once; its output collects on the ``Background``."""
+        job = Background(argv, self.ssh)
+        if self.ssh is None:
+            proc = await _spawn_local(argv)
+            job._kill = proc.terminate
+            job._task = asyncio.create_task(_collect_local(job, proc))
+        else:
+            conn = await self._connection()
+            sproc = await conn.create_process(shlex.join(argv), stdin=asyncssh.DEVNULL)
+            job._kill = sproc.terminate
+            job._task = asyncio.create_task(_collect_ssh(job, sproc))
+        return job
+
+    async def read_text(self, path: Path | str, *, timeout: float) -> str:
+        """A small file's text (sysfs attributes); ``PermanentError`` when it is not there."""
+        if self.ssh is None:
+            try:
+                return await asyncio.to_thread(Path(path).read_text)
+            except FileNotFoundError as exc:
+                raise PermanentError(f"{path}: no such file") from exc
+            except OSError as exc:
+                raise TemporaryError(f"{path}: {exc.strerror}") from exc
+        result = await self.run(["cat", "--", str(path)], timeout=timeout)
+        if not result.ok:
+            raise PermanentError(
+                f"{describe(['cat', str(path)], self.ssh)}: {result.first_error_line()}"
+            )
+        return result.stdout
+
+    async def write_text(self, path: Path | str, text: str, *, timeout: float) -> None:
+        """Write a sysfs attribute: one ``write()``, as ``echo VALUE > FILE`` would."""
+        if self.ssh is None:
+            try:
+                await asyncio.to_thread(_write_once, Path(path), text)
+            except OSError as exc:
+                raise PermanentError(f"cannot write '{text}' to {path}: {exc.strerror}") from exc
+            return
+        script = f"printf '%s\\n' {shlex.quote(text)} > {shlex.quote(str(path))}"
+        result = await self.run(["sh", "-c", script], timeout=timeout)
+        if not result.ok:
+            raise PermanentError(
+                f"{_where(self.ssh)}: cannot write '{text}' to {path}: {result.first_error_line()}"
+            )
+
+    async def close(self) -> None:
+        """Close the SSH connection. Never raises."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+                await conn.wait_closed()
+
+    async def _run_ssh(self, argv: Sequence[str], input: str | None) -> CommandResult:
+        conn = await self._connection()
+        try:
+            done = await conn.run(shlex.join(argv), input=input, check=False)
+        except (OSError, asyncssh.Error) as exc:
+            await self.close()
+            raise PlatformUnreachable(
+                f"{_where(self.ssh_or_fail)}: connection lost: {exc}"
+            ) from exc
+        status = done.exit_status if done.exit_status is not None else 255
+        return CommandResult(status, _text(done.stdout), _text(done.stderr))
+
+    @property
+    def ssh_or_fail(self) -> SshTarget:
+        assert self.ssh is not None
+        return self.ssh
+
+    async def _connection(self) -> asyncssh.SSHClientConnection:
+        async with self._lock:
+            if self._conn is None or self._conn.is_closed():
+                self._conn = await connect(self.ssh_or_fail, timeout=self.connect_timeout)
+            return self._conn
+
+
+async def run(
+    argv: Sequence[str],
+    *,
+    ssh: SshTarget | None,
+    timeout: float,
+    input: str | None = None,
+) -> CommandResult:
+    """Run one command once, here or over SSH; see ``Runner.run``."""
+    runner = Runner(ssh, connect_timeout=timeout)
+    try:
+        return await runner.run(argv, timeout=timeout, input=input)
+    finally:
+        await runner.close()
+
+
+async def connect(ssh: SshTarget, *, timeout: float) -> asyncssh.SSHClientConnection:
+    """Open an SSH connection whose host key ``known_hosts`` vouches for, or raise clearly."""
+    known = str(ssh.known_hosts) if ssh.known_hosts is not None else ()
+    keys = [str(ssh.key_file)] if ssh.key_file is not None else ()
+    where = _where(ssh)
+    try:
+        return await asyncssh.connect(
+            ssh.host,
+            port=ssh.port,
+            username=ssh.user,
+            known_hosts=known,
+            client_keys=keys,
+            agent_path=None,
+            password=None,
+            kbdint_auth=False,
+            connect_timeout=timeout,
+        )
+    except asyncssh.HostKeyNotVerifiable as exc:
+        raise PermanentError(_host_key_message(ssh)) from exc
+    except asyncssh.PermissionDenied as exc:
+        key = ssh.key_file or "the default keys in ~/.ssh"
+        raise AuthenticationError(
+            f"{where}: the server refused key {key}: add its public key to "
+            f"{ssh.user}'s authorized_keys or set ssh.key_file"
+        ) from exc
+    except TimeoutError as exc:
+        raise PlatformUnreachable(f"{where}: no SSH answer within {timeout:g}s") from exc
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise PlatformUnreachable(f"{where}: cannot connect: {reason}") from exc
+    except asyncssh.Error as exc:
+        raise PlatformUnreachable(f"{where}: SSH failed: {exc.reason}") from exc
+
+
+def _host_key_message(ssh: SshTarget) -> str:
+    """Say whether the key changed or the host is simply not listed: two different fixes."""
+    path = ssh.known_hosts or Path("~/.ssh/known_hosts").expanduser()
+    where = _where(ssh)
+    listed = False
+    with contextlib.suppress(Exception):
+        trusted = asyncssh.read_known_hosts(str(path)).match(ssh.host, "", ssh.port)
+        listed = bool(trusted[0] or trusted[2])
+    if listed:
+        return (
+            f"{where}: host key does not match {path}: refusing to connect "
+            "(the host was reinstalled, or someone is in the middle); verify the key "
+            "and update known_hosts"
+        )
+    return (
+        f"{where}: host is not in {path}: refusing to connect to an unknown host; "
+        f"add its key (ssh-keyscan -p {ssh.port} {ssh.host}, after verifying it)"
+    )
+
+
+def _text(value: str | bytes | None) -> str:
+    if value is None:
+        return ""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def _write_once(path: Path, text: str) -> None:
+    with path.open("w") as handle:
+        handle.write(text + "\n")
+
+
+async def _spawn_local(argv: Sequence[str]) -> asyncio.subprocess.Process:
+    try:
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except FileNotFoundError as exc:
+        raise PermanentError(
+            f"{argv[0]}: program not found: install it or set its path in the site file"
+        ) from exc
+    except PermissionError as exc:
+        raise PermanentError(f"{argv[0]}: not executable") from exc
+
+
+async def _run_local(argv: Sequence[str], input: str | None) -> CommandResult:
+    proc = await _spawn_local(argv)
+    try:
+        out, err = await proc.communicate(input.encode() if input is not None else None)
+    except asyncio.CancelledError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        with contextlib.suppress(Exception):
+            await proc.wait()
+        raise
+    status = proc.returncode if proc.returncode is not None else 255
+    return CommandResult(status, _text(out), _text(err))
+
+
+async def _collect_local(job: Background, proc: asyncio.subprocess.Process) -> None:
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdin.close()
+
+    async def pump(stream: asyncio.StreamReader, attr: str) -> None:
+        while line := await stream.readline():
+            setattr(job, attr, getattr(job, attr) + _text(line))
+
+    try:
+        await asyncio.gather(pump(proc.stdout, "stdout"), pump(proc.stderr, "stderr"))
+        job.exit_status = await proc.wait()
+    except asyncio.CancelledError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        raise
+
+
+async def _collect_ssh(job: Background, proc: asyncssh.SSHClientProcess[Any]) -> None:
+    async def pump(stream: Any, attr: str) -> None:
+        while line := await stream.readline():
+            setattr(job, attr, getattr(job, attr) + _text(line))
+
+    try:
+        await asyncio.gather(pump(proc.stdout, "stdout"), pump(proc.stderr, "stderr"))
+        await proc.wait_closed()
+        job.exit_status = proc.exit_status if proc.exit_status is not None else 255
+    except asyncio.CancelledError:
+        proc.close()
+        raise
+    except (OSError, asyncssh.Error) as exc:
+        job.stderr += f"\nconnection lost: {exc}"
+        job.exit_status = 255
