@@ -1,0 +1,193 @@
+"""Health checks: what must answer before a started resource counts as up.
+
+The startup runbook starts a resource's dependents only once the resource is
+healthy, not merely powered on: a NAS whose NFS port does not answer yet is
+not ready for the hosts that mount it. ``wait_healthy`` polls every check of
+the resource's ``health:`` block (a TCP port, an HTTP URL, a local command,
+and the platform's own view such as "vSphere sees the host connected") until
+all pass together, or raises ``StepTimeout`` naming what did not answer.
+
+Waiting goes through asyncio, so the simulator's virtual clock drives it too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from upsguard.clock import Clock, SystemClock
+from upsguard.config.resources import HealthCheck, ResourceConfig
+from upsguard.config.types import format_duration
+from upsguard.errors import StepTimeout, UpsguardError
+from upsguard.models import Target
+from upsguard.plugins import remote
+from upsguard.plugins.platforms.base import Platform
+
+__all__ = ["CheckResult", "check_command", "check_http", "check_tcp", "wait_healthy"]
+
+#: No single probe may take longer than this, so one hung check cannot eat the deadline.
+PROBE_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One probe: ``what`` names it (``tcp 10.0.0.5:2049``), ``why`` says how it failed."""
+
+    what: str
+    ok: bool
+    why: str = ""
+
+
+async def wait_healthy(
+    resource: ResourceConfig,
+    target: Target,
+    platform: Platform,
+    clock: Clock | None = None,
+) -> None:
+    """Return once every health check of ``resource`` passes in the same round.
+
+    Without a ``health:`` block only the platform's own check runs, with the
+    default timeout. Raises ``StepTimeout`` with one line naming the resource,
+    how long it waited and which check did not answer (and why, when known).
+    """
+    check = resource.health or HealthCheck()
+    clock = clock or SystemClock()
+    timeout = check.timeout.total_seconds()
+    interval = max(check.interval.total_seconds(), 0.05)
+    deadline = clock.monotonic() + timeout
+    failing: list[CheckResult] = []
+    while True:
+        failing = [r for r in await _round(check, target, platform, timeout) if not r.ok]
+        if not failing:
+            return
+        left = deadline - clock.monotonic()
+        if left <= 0:
+            break
+        await asyncio.sleep(min(interval, left))
+    raise StepTimeout(_timeout_message(resource, check, failing))
+
+
+def _timeout_message(
+    resource: ResourceConfig, check: HealthCheck, failing: list[CheckResult]
+) -> str:
+    parts = [f"{r.what} ({r.why})" if r.why else r.what for r in failing]
+    return (
+        f"resource '{resource.id}' not healthy after {format_duration(check.timeout)}: "
+        f"{'; '.join(parts)} did not answer"
+    )
+
+
+async def _round(
+    check: HealthCheck, target: Target, platform: Platform, timeout: float
+) -> list[CheckResult]:
+    """Run every configured probe once, at the same time."""
+    probe_timeout = min(PROBE_TIMEOUT, max(timeout, 0.1))
+    probes: list[Awaitable[CheckResult]] = []
+    if check.tcp:
+        probes.append(check_tcp(check.tcp, probe_timeout))
+    if check.http:
+        probes.append(check_http(check.http, probe_timeout))
+    if check.command:
+        probes.append(check_command(check.command, probe_timeout))
+    if check.platform:
+        probes.append(_check_platform(platform, target, probe_timeout))
+    return list(await asyncio.gather(*probes))
+
+
+async def _guard(
+    what: str, probe: Callable[[], Awaitable[str | None]], timeout: float
+) -> CheckResult:
+    """Run ``probe``; None means it passed, a string says why it failed."""
+    try:
+        async with asyncio.timeout(timeout):
+            why = await probe()
+    except TimeoutError:
+        return CheckResult(what, False, f"no answer within {timeout:g}s")
+    except UpsguardError as exc:
+        return CheckResult(what, False, str(exc))
+    return CheckResult(what, why is None, why or "")
+
+
+def _split_host_port(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"health tcp '{address}' is not host:port")
+    return host.strip("[]"), int(port)
+
+
+async def check_tcp(address: str, timeout: float = PROBE_TIMEOUT) -> CheckResult:
+    """Passes when ``host:port`` accepts a TCP connection."""
+    what = f"tcp {address}"
+
+    async def probe() -> str | None:
+        host, port = _split_host_port(address)
+        try:
+            _, writer = await asyncio.open_connection(host, port)
+        except OSError as exc:
+            return os.strerror(exc.errno) if exc.errno else str(exc)
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return None
+
+    return await _guard(what, probe, timeout)
+
+
+async def check_http(url: str, timeout: float = PROBE_TIMEOUT) -> CheckResult:
+    """Passes when ``url`` answers 2xx; TLS is verified against the system's CAs."""
+    what = f"http {url}"
+
+    async def probe() -> str | None:
+        return await asyncio.to_thread(_http_get, url, timeout)
+
+    return await _guard(what, probe, timeout + 1)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is not a 2xx: report it rather than follow it to a login page."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+def _http_get(url: str, timeout: float) -> str | None:
+    opener = urllib.request.build_opener(
+        _NoRedirect, urllib.request.HTTPSHandler(context=ssl.create_default_context())
+    )
+    try:
+        with opener.open(url, timeout=timeout) as response:
+            status = int(response.status)
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code}"
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        return getattr(reason, "strerror", None) or str(reason)
+    except (OSError, ValueError) as exc:
+        return str(exc)
+    return None if 200 <= status < 300 else f"HTTP {status}"
+
+
+async def check_command(command: str, timeout: float = PROBE_TIMEOUT) -> CheckResult:
+    """Passes when ``command`` (run by /bin/sh on this machine) exits 0."""
+    what = f"command '{command}'"
+
+    async def probe() -> str | None:
+        result = await remote.run(["/bin/sh", "-c", command], ssh=None, timeout=timeout)
+        return None if result.ok else f"exit {result.exit_status}: {result.first_error_line()}"
+
+    return await _guard(what, probe, timeout + 1)
+
+
+async def _check_platform(platform: Platform, target: Target, timeout: float) -> CheckResult:
+    what = f"{platform.name} check of {target.name}"
+
+    async def probe() -> str | None:
+        return None if await platform.healthy(target) else "not ready yet"
+
+    return await _guard(what, probe, timeout)
