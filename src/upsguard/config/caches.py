@@ -36,7 +36,7 @@ class SshTarget(Model):
 
 class CacheBase(Model):
     name: CacheName
-    on: ResourceId | None = Field(
+    lives_on: ResourceId | None = Field(
         None, description="the resource this cache lives on (a host or storage); none = local"
     )
     ssh: SshTarget | None = None
@@ -57,6 +57,10 @@ class CacheBase(Model):
 class BcacheSettings(CacheBase):
     provider: Literal["bcache"]
     sysfs_root: Path = Path("/sys")
+    state_dir: Path = Field(
+        Path("/var/lib/upsguard/caches"),
+        description="where the user's writeback settings are kept while destaging",
+    )
 
 
 class LvmcacheSettings(CacheBase):

@@ -21,7 +21,7 @@ import contextlib
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Protocol
 
 import asyncssh
@@ -182,7 +182,7 @@ class Runner:
             job._task = asyncio.create_task(_collect_ssh(job, sproc))
         return job
 
-    async def read_text(self, path: Path | str, *, timeout: float) -> str:
+    async def read_text(self, path: PurePath | str, *, timeout: float) -> str:
         """A small file's text (sysfs attributes); ``PermanentError`` when it is not there."""
         if self.ssh is None:
             try:
@@ -198,7 +198,7 @@ class Runner:
             )
         return result.stdout
 
-    async def write_text(self, path: Path | str, text: str, *, timeout: float) -> None:
+    async def write_text(self, path: PurePath | str, text: str, *, timeout: float) -> None:
         """Write a sysfs attribute: one ``write()``, as ``echo VALUE > FILE`` would."""
         if self.ssh is None:
             try:
