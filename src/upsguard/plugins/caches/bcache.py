@@ -56,7 +56,7 @@ def parse_hprint(text: str) -> int:
         raise ValueError(f"not a bcache size: {text.strip()!r}")
     number, unit = match.groups()
     power = _UNITS.index(unit) + 1 if unit else 0
-    return int(round(float(number) * 1024**power))
+    return round(float(number) * (1 << (10 * power)))
 
 
 def parse_cache_mode(text: str) -> CacheMode:
