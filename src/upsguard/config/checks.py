@@ -36,9 +36,6 @@ def _duplicates(site: SiteConfig) -> Iterator[Problem]:
             if name in seen:
                 yield (section, index), f"duplicate name '{name}'"
             seen.add(name)
-    overlap = set(site.platforms) & {r.id for r in site.resources}
-    for name in sorted(overlap):
-        yield ("platforms", name), f"'{name}' is both a platform and a resource id: rename one"
 
 
 def _unknown(kind: str, name: str, known: Sequence[str]) -> str:
@@ -108,8 +105,8 @@ def _feeds(site: SiteConfig) -> Iterator[Problem]:
 def _caches(site: SiteConfig) -> Iterator[Problem]:
     ids = [r.id for r in site.resources]
     for i, cache in enumerate(site.caches):
-        if cache.on is not None and cache.on not in ids:
-            yield ("caches", i, "on"), _unknown("resource", cache.on, ids)
+        if cache.lives_on is not None and cache.lives_on not in ids:
+            yield ("caches", i, "lives_on"), _unknown("resource", cache.lives_on, ids)
         for j, rid in enumerate(cache.carries):
             if rid not in ids:
                 yield ("caches", i, "carries", j), _unknown("resource", rid, ids)

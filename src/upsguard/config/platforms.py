@@ -66,6 +66,7 @@ class IpmiSettings(PlatformBase, Credentials):
     type: Literal["ipmi"]
     host: str
     port: int = Field(623, ge=1, le=65535)
+    poll_interval: Duration = Field(timedelta(seconds=2), description="how often a wait polls")
 
 
 class RedfishSettings(PlatformBase, Credentials):
@@ -74,6 +75,7 @@ class RedfishSettings(PlatformBase, Credentials):
     verify_tls: bool = True
     ca_file: Path | None = None
     system_id: str | None = None
+    poll_interval: Duration = Field(timedelta(seconds=2), description="how often a wait polls")
 
 
 class SshSettings(PlatformBase):
@@ -83,17 +85,21 @@ class SshSettings(PlatformBase):
     key_file: Path | None = None
     known_hosts: Path | None = None
     timeout: Duration = timedelta(seconds=20)
+    poll_interval: Duration = Field(timedelta(seconds=2), description="how often a wait polls")
 
 
 class WolSettings(PlatformBase):
     type: Literal["wol"]
     broadcast: str = "255.255.255.255"
     port: int = Field(9, ge=1, le=65535)
+    check_port: int = Field(22, ge=1, le=65535, description="TCP port that answers once up")
+    poll_interval: Duration = Field(timedelta(seconds=2), description="how often a wait polls")
 
 
 class LibvirtSettings(PlatformBase):
     type: Literal["libvirt"]
     uri: str = "qemu:///system"
+    poll_interval: Duration = Field(timedelta(seconds=2), description="how often a wait polls")
 
 
 class ProxmoxSettings(PlatformBase, Credentials):
@@ -104,12 +110,14 @@ class ProxmoxSettings(PlatformBase, Credentials):
     token_name: str | None = None
     token_file: Path | None = None
     token_env: str | None = None
+    poll_interval: Duration = Field(timedelta(seconds=2), description="how often a wait polls")
 
 
 class CommandSettings(PlatformBase):
     type: Literal["command"]
     shell: str = "/bin/sh"
     timeout: Duration = timedelta(minutes=5)
+    poll_interval: Duration = Field(timedelta(seconds=2), description="how often a wait polls")
 
 
 class SimulatedPlatformSettings(PlatformBase):

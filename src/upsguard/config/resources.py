@@ -79,6 +79,8 @@ class ResourceConfig(Model):
     power_on_via: str | None = Field(None, description="a platform (BMC, WoL) that powers it on")
     shutdown: str | None = Field(None, description="command for ssh and command platforms")
     startup: str | None = Field(None, description="command for ssh and command platforms")
+    status: str | None = Field(None, description="command that exits 0 while it runs (ssh, command)")
+    mac: str | None = Field(None, description="MAC address for Wake-on-LAN (wol platform)")
     health: HealthCheck | None = None
     estimate: Estimate = Estimate()
     serves_platform: str | None = Field(

@@ -1,0 +1,210 @@
+"""What one step does to each of its targets: check, act, wait, fall back, retry.
+
+Every step is idempotent: it reads the target's state first (a VM already
+off is done), so a step that a crash interrupted can run again safely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TypeVar
+
+from upsguard.clock import Clock
+from upsguard.config.resources import ResourceConfig
+from upsguard.config.site import SiteConfig
+from upsguard.config.types import format_duration
+from upsguard.errors import GracefulUnavailable, StepTimeout, TemporaryError, UpsguardError
+from upsguard.models import PlatformName, PowerState, StepOutcome, StepState, StopMethod, Target
+from upsguard.plugins.platforms.base import Platform
+from upsguard.runbooks.plan import Direction, Step
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+CALL_TIMEOUT_S = 120.0  # one request to a platform; waiting for a state has its own timeout
+HARD_OFF_WAIT_S = 60.0
+MAX_BACKOFF_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class TargetResult:
+    target: Target
+    state: StepState
+    detail: str
+    attempts: int = 1
+    fallback_used: bool = False
+
+
+class StepRunner:
+    def __init__(
+        self,
+        site: SiteConfig,
+        platforms: Mapping[PlatformName, Platform],
+        clock: Clock,
+        direction: Direction,
+    ) -> None:
+        self._site = site
+        self._resources = site.resource_index()
+        self._platforms = platforms
+        self._clock = clock
+        self._direction = direction
+        self.slots: dict[PlatformName, asyncio.Semaphore] = {}
+
+    async def run(self, step: Step, started: datetime) -> StepOutcome:
+        res = self._resources[step.resource]
+        try:
+            platform = self._platform(step.platform)
+            targets = list(step.targets) or await self._retry(
+                res, lambda: platform.resolve(res, direct=step.direct)
+            )
+            results = await asyncio.gather(*(self._one(step, res, platform, t) for t in targets))
+        except UpsguardError as exc:
+            return StepOutcome(step.id, StepState.FAILED, started, self._clock.now(), str(exc))
+        return _combine(step, list(results), started, self._clock.now())
+
+    def _platform(self, name: str | None) -> Platform:
+        if name is None or PlatformName(name) not in self._platforms:
+            raise StepTimeout(f"no platform '{name}' is open for this run")
+        return self._platforms[PlatformName(name)]
+
+    async def _one(
+        self, step: Step, res: ResourceConfig, platform: Platform, target: Target
+    ) -> TargetResult:
+        slot = self.slots.get(PlatformName(step.platform or ""))
+        try:
+            if slot is None:
+                return await self._act(res, platform, target)
+            async with slot:
+                return await self._act(res, platform, target)
+        except UpsguardError as exc:
+            return TargetResult(target, StepState.FAILED, f"{target.name}: {exc}")
+        except Exception as exc:  # a plugin bug must not stop the other steps at 3 a.m.
+            log.exception("step %s on %s failed unexpectedly", step.id, target.name)
+            return TargetResult(target, StepState.FAILED, f"{target.name}: internal error: {exc!r}")
+
+    async def _act(self, res: ResourceConfig, platform: Platform, target: Target) -> TargetResult:
+        if self._direction is Direction.SHUTDOWN:
+            return await self._stop(res, platform, target)
+        return await self._start(res, platform, target)
+
+    async def _stop(self, res: ResourceConfig, platform: Platform, target: Target) -> TargetResult:
+        if await self._retry(res, lambda: platform.power_state(target)) is PowerState.OFF:
+            return TargetResult(target, StepState.DONE, f"{target.name} already off")
+        grace = res.guest_timeout.total_seconds()
+        try:
+            await self._retry(res, lambda: platform.stop(target, StopMethod.GRACEFUL))
+            if await platform.wait_for(target, PowerState.OFF, grace):
+                return TargetResult(target, StepState.DONE, f"{target.name} shut down")
+            why = f"still on after {format_duration(grace)}"
+        except GracefulUnavailable as exc:
+            why = str(exc)
+        return await self._fallback(res, platform, target, why)
+
+    async def _fallback(
+        self, res: ResourceConfig, platform: Platform, target: Target, why: str
+    ) -> TargetResult:
+        if res.fallback == "skip":
+            log.warning("%s: %s; left running (fallback: skip)", target.name, why)
+            return TargetResult(target, StepState.SKIPPED, f"{target.name}: {why}; left running")
+        if res.fallback == "fail":
+            return TargetResult(target, StepState.FAILED, f"{target.name}: {why}")
+        await self._retry(res, lambda: platform.stop(target, StopMethod.HARD))
+        if await platform.wait_for(target, PowerState.OFF, HARD_OFF_WAIT_S):
+            detail = f"{target.name}: {why}; powered off"
+            return TargetResult(target, StepState.DONE, detail, fallback_used=True)
+        return TargetResult(target, StepState.FAILED, f"{target.name}: {why}; power-off failed")
+
+    async def _start(self, res: ResourceConfig, platform: Platform, target: Target) -> TargetResult:
+        timeout = res.health.timeout.total_seconds() if res.health else 600.0
+        state = await self._retry(res, lambda: platform.power_state(target))
+        if state is not PowerState.ON:
+            await self._power_on(res, platform, target)
+            if not await platform.wait_for(target, PowerState.ON, timeout):
+                return TargetResult(
+                    target,
+                    StepState.FAILED,
+                    f"{target.name} not on after {format_duration(timeout)}",
+                )
+        if not await self._healthy(res, platform, target, timeout):
+            return TargetResult(
+                target,
+                StepState.FAILED,
+                f"{target.name} on but not healthy after {format_duration(timeout)}",
+            )
+        return TargetResult(
+            target,
+            StepState.DONE,
+            f"{target.name} {'up' if state is not PowerState.ON else 'already up'}",
+        )
+
+    async def _power_on(self, res: ResourceConfig, platform: Platform, target: Target) -> None:
+        if res.power_on_via is None:
+            await self._retry(res, lambda: platform.start(target))
+            return
+        bmc = self._platform(res.power_on_via)
+        bmc_targets = await self._retry(res, lambda: bmc.resolve(res))
+        for bmc_target in bmc_targets:
+            await self._retry(res, lambda t=bmc_target: bmc.start(t))  # type: ignore[misc]
+
+    async def _healthy(
+        self, res: ResourceConfig, platform: Platform, target: Target, timeout: float
+    ) -> bool:
+        interval = res.health.interval.total_seconds() if res.health else 5.0
+        deadline = self._clock.monotonic() + timeout
+        while True:
+            try:
+                if await _call(platform.healthy(target)):
+                    return True
+            except TemporaryError:
+                pass
+            if self._clock.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(interval)
+
+    async def _retry(self, res: ResourceConfig, call: Callable[[], Awaitable[T]]) -> T:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await _call(call())
+            except TemporaryError as exc:
+                if attempt > res.retries:
+                    raise
+                await asyncio.sleep(min(exc.retry_after * attempt, MAX_BACKOFF_S))
+
+
+async def _call(awaitable: Awaitable[T]) -> T:
+    try:
+        async with asyncio.timeout(CALL_TIMEOUT_S):
+            return await awaitable
+    except TimeoutError:
+        raise TemporaryError(f"no answer within {format_duration(CALL_TIMEOUT_S)}") from None
+
+
+def _combine(
+    step: Step, results: list[TargetResult], started: datetime, ended: datetime
+) -> StepOutcome:
+    if not results:
+        return StepOutcome(step.id, StepState.DONE, started, ended, "nothing to do: no targets")
+    failed = [r for r in results if r.state is StepState.FAILED]
+    skipped = [r for r in results if r.state is StepState.SKIPPED]
+    fallback = any(r.fallback_used for r in results)
+    if len(results) == 1:
+        only = results[0]
+        return StepOutcome(
+            step.id, only.state, started, ended, only.detail, only.attempts, only.fallback_used
+        )
+    state = StepState.FAILED if failed else StepState.DONE
+    if not failed and len(skipped) == len(results):
+        state = StepState.SKIPPED
+    done = len(results) - len(failed) - len(skipped)
+    detail = f"{done} of {len(results)} done"
+    if skipped:
+        detail += f", {len(skipped)} left running"
+    if failed:
+        detail += "; " + "; ".join(r.detail for r in failed[:3])
+    return StepOutcome(step.id, state, started, ended, detail, 1, fallback)

@@ -1,0 +1,223 @@
+"""The executor: runs a plan against real (or simulated) platforms.
+
+One executor serves the service and the simulator: it waits through asyncio
+only, so under the simulator's virtual-time loop the same code runs in no
+wall time. Each step starts as soon as every step it waits for is finished
+and its platform has a free slot; its outcome is reported (journaled) before
+any step that depends on it starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+
+from upsguard.clock import Clock
+from upsguard.config.site import SiteConfig
+from upsguard.events import (
+    EventSink,
+    PointOfNoReturn,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+    StepStarted,
+    StepWaiting,
+)
+from upsguard.models import PlatformName, StepId, StepOutcome, StepState
+from upsguard.plugins.platforms.base import Platform
+from upsguard.runbooks.actions import StepRunner
+from upsguard.runbooks.plan import Action, Direction, Plan, Step
+
+log = logging.getLogger(__name__)
+
+
+class CacheGate:
+    """What a step in a cache's data path waits on; see ``runbooks.destage``."""
+
+    async def wait_clean(self, step: Step, run: str) -> None:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+
+@dataclass
+class RunResult:
+    run: str
+    direction: Direction
+    state: str  # done | failed | cancelled
+    outcomes: dict[StepId, StepOutcome] = field(default_factory=dict)
+    point_of_no_return: StepId | None = None
+
+    @property
+    def failed(self) -> list[StepOutcome]:
+        return [o for o in self.outcomes.values() if o.state is StepState.FAILED]
+
+
+class Executor:
+    def __init__(
+        self,
+        site: SiteConfig,
+        plan: Plan,
+        platforms: Mapping[PlatformName, Platform],
+        *,
+        clock: Clock,
+        events: EventSink,
+        run_id: str,
+        reason: str = "",
+        cache_gate: CacheGate | None = None,
+        already_done: Collection[StepId] = (),
+        on_point_of_no_return: Callable[[], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.run_id = run_id
+        self._site = site
+        self._clock = clock
+        self._events = events
+        self._reason = reason
+        self._gate = cache_gate
+        self._on_ponr = on_point_of_no_return
+        self._runner = StepRunner(site, platforms, clock, plan.direction)
+        self._slots = {PlatformName(p): asyncio.Semaphore(n) for p, n in plan.limits.items()}
+        self._runner.slots = self._slots
+        self._finished: dict[StepId, asyncio.Event] = {s.id: asyncio.Event() for s in plan.steps}
+        self.result = RunResult(run_id, plan.direction, "running")
+        self._already = set(already_done)
+        self._tasks: list[asyncio.Task[None]] = []
+        self.running: set[StepId] = set()
+        self._unusable: set[StepId] = set()  # failed, or not started because of a failure
+
+    @property
+    def point_of_no_return_passed(self) -> bool:
+        return self.result.point_of_no_return is not None
+
+    async def run(self) -> RunResult:
+        self._events(
+            RunStarted(
+                self._clock.now(),
+                self.run_id,
+                self.plan.direction.value,
+                len(self.plan.steps),
+                self._reason,
+            )
+        )
+        for sid in self._already:
+            if sid in self._finished:
+                self._finished[sid].set()
+        self._tasks = [
+            asyncio.create_task(self._step(step), name=step.id)
+            for step in self.plan.steps
+            if step.id not in self._already
+        ]
+        cancelled = False
+        try:
+            await asyncio.gather(*self._tasks)
+        except asyncio.CancelledError:
+            cancelled = True
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.result.state = self._final_state(cancelled)
+        self._events(
+            RunFinished(
+                self._clock.now(),
+                self.run_id,
+                self.plan.direction.value,
+                self.result.state,
+                self._summary(),
+            )
+        )
+        return self.result
+
+    def _final_state(self, cancelled: bool) -> str:
+        if cancelled:
+            return "cancelled"
+        return "failed" if self.result.failed else "done"
+
+    def _summary(self) -> str:
+        counts: dict[str, int] = {}
+        for outcome in self.result.outcomes.values():
+            counts[outcome.state.value] = counts.get(outcome.state.value, 0) + 1
+        return ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+
+    async def _step(self, step: Step) -> None:
+        try:
+            for dep in step.waits_for:
+                await self._finished[dep].wait()
+            blocked = self._blocked_by(step)
+            if blocked:
+                self._finish(self._skipped(step, f"not started: {blocked} failed"))
+                return
+            await self._gate_caches(step)
+            self._mark_point_of_no_return(step)
+            self._finish(await self._perform(step))
+        except asyncio.CancelledError:
+            now = self._clock.now()
+            self._finish(StepOutcome(step.id, StepState.CANCELLED, now, now, "run cancelled"))
+            raise
+
+    def _blocked_by(self, step: Step) -> StepId | None:
+        """Startup steps (and shutdown with step_failure: stop) do not run after a failure."""
+        stop_on_failure = (
+            self.plan.direction is Direction.STARTUP or self._site.policies.step_failure == "stop"
+        )
+        if stop_on_failure:
+            for dep in step.waits_for:
+                if dep in self._unusable:
+                    self._unusable.add(step.id)
+                    return dep
+        return None
+
+    async def _gate_caches(self, step: Step) -> None:
+        if step.caches and self._gate is not None:
+            self._events(
+                StepWaiting(
+                    self._clock.now(),
+                    self.run_id,
+                    step.id,
+                    "waiting for " + ", ".join(step.caches) + " to be clean",
+                )
+            )
+            await self._gate.wait_clean(step, self.run_id)
+
+    def _mark_point_of_no_return(self, step: Step) -> None:
+        if self.plan.direction is not Direction.SHUTDOWN or self.point_of_no_return_passed:
+            return
+        if step.is_point_of_no_return:
+            self.result.point_of_no_return = step.id
+            self._events(PointOfNoReturn(self._clock.now(), self.run_id, step.id))
+            if self._on_ponr is not None:
+                self._on_ponr()
+
+    async def _perform(self, step: Step) -> StepOutcome:
+        started = self._clock.now()
+        if step.action is Action.BARRIER:
+            return StepOutcome(step.id, StepState.DONE, started, started, "barrier passed")
+        self.running.add(step.id)
+        self._events(StepStarted(started, self.run_id, step.id, step.action.value))
+        try:
+            return await self._runner.run(step, started)
+        finally:
+            self.running.discard(step.id)
+
+    def _skipped(self, step: Step, why: str) -> StepOutcome:
+        now = self._clock.now()
+        return StepOutcome(step.id, StepState.SKIPPED, now, now, why)
+
+    def _finish(self, outcome: StepOutcome) -> None:
+        if outcome.step in self.result.outcomes:
+            return
+        self.result.outcomes[outcome.step] = outcome
+        if outcome.state is StepState.FAILED:
+            self._unusable.add(outcome.step)
+        self._events(
+            StepFinished(
+                outcome.ended,
+                self.run_id,
+                outcome.step,
+                outcome.state,
+                outcome.detail,
+                outcome.attempts,
+                outcome.fallback_used,
+            )
+        )
+        self._finished[outcome.step].set()

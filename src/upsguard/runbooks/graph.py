@@ -1,0 +1,176 @@
+"""The resource graph: which stop must come before which.
+
+An edge ``a -> b`` means "stop a before b" (so: start b before a). Edges come
+from ``depends_on``, from VM placement (a VM before its host), and from the
+rules that put some resources last: a platform's manager (vCenter) after the
+VMs it manages, the machine upsguard runs on after everything, switches
+after everything else.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from upsguard.config.site import SiteConfig
+from upsguard.models import ResourceId, ResourceKind, Target
+
+NodeId = str
+
+
+@dataclass(slots=True)
+class Node:
+    """One unit of the runbooks: a resource, or one VM of a group expanded from inventory."""
+
+    id: NodeId
+    resource: ResourceId
+    kind: ResourceKind
+    platform: str | None
+    targets: tuple[Target, ...] = ()
+    count: int = 1
+    barrier: bool = False
+
+
+@dataclass
+class ResourceGraph:
+    nodes: dict[NodeId, Node] = field(default_factory=dict)
+    after: dict[NodeId, set[NodeId]] = field(default_factory=dict)  # a -> {b: stop b after a}
+
+    def add(self, node: Node) -> None:
+        self.nodes[node.id] = node
+        self.after.setdefault(node.id, set())
+
+    def edge(self, first: NodeId, then: NodeId) -> None:
+        if first != then:
+            self.after[first].add(then)
+
+    def before(self) -> dict[NodeId, set[NodeId]]:
+        """The reverse map: for each node, the nodes that must stop before it."""
+        rev: dict[NodeId, set[NodeId]] = {n: set() for n in self.nodes}
+        for first, thens in self.after.items():
+            for then in thens:
+                rev[then].add(first)
+        return rev
+
+    def descendants(self, start: NodeId) -> set[NodeId]:
+        seen = {start}
+        queue = deque([start])
+        while queue:
+            for nxt in self.after[queue.popleft()]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    queue.append(nxt)
+        return seen
+
+    def put_last(self, node: NodeId, among: Iterable[NodeId]) -> None:
+        """Make ``node`` stop after every node of ``among`` that does not already come after it.
+
+        Only nodes with no successor inside the candidate set get an edge; the rest
+        are ordered through them, which keeps the plan readable.
+        """
+        later = self.descendants(node)
+        candidates = {n for n in among if n not in later and n != node}
+        for cand in candidates:
+            if not (self.after[cand] & candidates):
+                self.edge(cand, node)
+
+
+def build_graph(
+    site: SiteConfig, inventory: Mapping[ResourceId, list[Target]] | None = None
+) -> ResourceGraph:
+    graph = ResourceGraph()
+    members: dict[ResourceId, list[NodeId]] = {}
+    for res in site.resources:
+        members[res.id] = _add_resource_nodes(
+            graph, res.id, res.kind, res.platform, res.count, (inventory or {}).get(res.id)
+        )
+    _dependency_edges(site, graph, members)
+    _placement_edges(site, graph, members)
+    _last_rules(site, graph, members)
+    return graph
+
+
+def _add_resource_nodes(
+    graph: ResourceGraph,
+    rid: ResourceId,
+    kind: ResourceKind,
+    platform: str | None,
+    count: int | None,
+    targets: list[Target] | None,
+) -> list[NodeId]:
+    if kind is ResourceKind.VM_GROUP and targets is not None:
+        ids = []
+        for target in targets:
+            nid = f"{rid}/{target.name}"
+            graph.add(Node(nid, rid, ResourceKind.VM, platform, (target,)))
+            ids.append(nid)
+        return ids
+    size = count if count is not None else 1
+    graph.add(Node(rid, rid, kind, platform, tuple(targets or ()), size))
+    return [rid]
+
+
+def _dependency_edges(
+    site: SiteConfig, graph: ResourceGraph, members: dict[ResourceId, list[NodeId]]
+) -> None:
+    for res in site.resources:
+        for dep in res.depends_on:
+            for a in members[res.id]:
+                for b in members[dep]:
+                    graph.edge(a, b)
+
+
+def _placement_edges(
+    site: SiteConfig, graph: ResourceGraph, members: dict[ResourceId, list[NodeId]]
+) -> None:
+    """A VM stops before its host; VMs of unknown placement before every host of their platform."""
+    host_by_name = {r.target_name: r.id for r in site.resources if r.kind is ResourceKind.HOST}
+    unplaced: dict[str, list[NodeId]] = {}
+    for res in site.resources:
+        if res.kind not in (ResourceKind.VM, ResourceKind.VM_GROUP):
+            continue
+        for nid in members[res.id]:
+            hosts = list(res.runs_on) or _hosts_from_targets(graph.nodes[nid], host_by_name)
+            for host in hosts:
+                graph.edge(nid, host)
+            if not hosts and res.platform is not None:
+                unplaced.setdefault(res.platform, []).append(nid)
+    for platform, vms in unplaced.items():
+        hosts = [h.id for h in site.hosts_of_platform(platform)]
+        if not hosts:
+            continue
+        barrier = f"{platform}:vms-of-unknown-placement"
+        graph.add(Node(barrier, ResourceId(barrier), ResourceKind.COMMAND, None, barrier=True))
+        for vm in vms:
+            graph.edge(vm, barrier)
+        for host in hosts:
+            graph.edge(barrier, host)
+
+
+def _hosts_from_targets(node: Node, host_by_name: dict[str, ResourceId]) -> list[ResourceId]:
+    return sorted({host_by_name[t.host] for t in node.targets if t.host in host_by_name})
+
+
+def _last_rules(
+    site: SiteConfig, graph: ResourceGraph, members: dict[ResourceId, list[NodeId]]
+) -> None:
+    """Managers after what they manage; switches after the rest; upsguard's own machine last."""
+    for res in site.resources:
+        if res.serves_platform is None:
+            continue
+        managed = [
+            n.id
+            for n in graph.nodes.values()
+            if n.platform == res.serves_platform and n.resource != res.id
+        ]
+        for nid in members[res.id]:
+            graph.put_last(nid, managed)
+    switches = {n.id for n in graph.nodes.values() if n.kind is ResourceKind.SWITCH}
+    others = [n for n in graph.nodes if n not in switches]
+    for sw in switches:
+        graph.put_last(sw, others)
+    for res in site.resources:
+        if res.runs_upsguard:
+            for nid in members[res.id]:
+                graph.put_last(nid, list(graph.nodes))

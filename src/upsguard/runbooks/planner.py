@@ -1,0 +1,317 @@
+"""Shutdown and startup plans from the site file (and, optionally, live inventory).
+
+The shutdown plan stops a resource before anything it depends on; the
+startup plan is its mirror. Steps start as soon as what they wait for is
+done: there are no layer-by-layer barriers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import timedelta
+
+from upsguard.config.resources import ResourceConfig
+from upsguard.config.site import SiteConfig
+from upsguard.config.types import format_duration
+from upsguard.models import CacheName, ResourceId, ResourceKind, StepId, Target
+from upsguard.runbooks.graph import Node, NodeId, ResourceGraph, build_graph
+from upsguard.runbooks.plan import Action, Direction, Plan, Step
+from upsguard.runbooks.schedule import critical_path, list_schedule
+from upsguard.runbooks.topology import contract, topological_order
+
+HARD_OFF_ALLOWANCE_S = 60.0
+_STOP_DEFAULT_S = {
+    ResourceKind.VM: 60.0,
+    ResourceKind.VM_GROUP: 60.0,
+    ResourceKind.HOST: 180.0,
+    ResourceKind.STORAGE: 120.0,
+    ResourceKind.SWITCH: 60.0,
+    ResourceKind.COMMAND: 30.0,
+}
+_START_DEFAULT_S = {
+    ResourceKind.VM: 90.0,
+    ResourceKind.VM_GROUP: 90.0,
+    ResourceKind.HOST: 300.0,
+    ResourceKind.STORAGE: 240.0,
+    ResourceKind.SWITCH: 120.0,
+    ResourceKind.COMMAND: 30.0,
+}
+
+
+def build_plan(
+    site: SiteConfig,
+    direction: Direction | str,
+    inventory: Mapping[ResourceId, list[Target]] | None = None,
+    only: set[ResourceId] | None = None,
+) -> Plan:
+    """The ordered plan; ``only`` limits it to some resources and what must stop before them."""
+    direction = Direction(direction)
+    graph = build_graph(site, inventory)
+    resources = site.resource_index()
+    keep, left_to_ups = _select_nodes(site, graph, direction, resources, only)
+    order_edges = contract(graph, keep)
+    if direction is Direction.STARTUP:
+        order_edges = _reversed(order_edges)
+    order = topological_order(order_edges, [n for n in graph.nodes if n in keep])
+    managers = _manager_descendants(site, graph)
+    gated = _cache_gates(site, graph)
+    steps = [
+        _step(site, resources, graph.nodes[n], direction, order_edges[n], managers, gated)
+        for n in order
+    ]
+    limits = {name: site.platform(name).max_parallel for name in _platforms(steps)}
+    path, path_s = critical_path(steps, limits)
+    return Plan(
+        direction=direction,
+        steps=tuple(steps),
+        critical_path=path,
+        critical_path_s=path_s,
+        estimate_s=list_schedule(steps, limits),
+        limits=limits,
+        left_to_ups=tuple(left_to_ups),
+        notes=tuple(_notes(site, left_to_ups, direction)),
+    )
+
+
+def _select_nodes(
+    site: SiteConfig,
+    graph: ResourceGraph,
+    direction: Direction,
+    resources: dict[ResourceId, ResourceConfig],
+    only: set[ResourceId] | None,
+) -> tuple[set[NodeId], list[ResourceId]]:
+    def acts(node: Node) -> bool:
+        if node.barrier:
+            return True
+        res = resources[node.resource]
+        return res.stops if direction is Direction.SHUTDOWN else res.starts
+
+    keep = {n.id for n in graph.nodes.values() if acts(n)}
+    left: list[ResourceId] = []
+    if direction is Direction.SHUTDOWN:
+        for res in site.resources:
+            if res.runs_upsguard:
+                below = graph.descendants(res.id) - {res.id}
+                left = sorted({graph.nodes[n].resource for n in below if n in keep})
+                keep -= below
+    if only is not None:
+        keep &= _with_predecessors(graph, only)
+    return keep, left
+
+
+def _with_predecessors(graph: ResourceGraph, only: set[ResourceId]) -> set[NodeId]:
+    """The nodes of ``only`` and every node that must stop before them."""
+    before = graph.before()
+    chosen = {n.id for n in graph.nodes.values() if n.resource in only}
+    stack = list(chosen)
+    while stack:
+        for prev in before[stack.pop()]:
+            if prev not in chosen:
+                chosen.add(prev)
+                stack.append(prev)
+    return chosen
+
+
+def _reversed(edges: dict[NodeId, set[NodeId]]) -> dict[NodeId, set[NodeId]]:
+    """``edges`` maps a node to what it waits for; reverse the waiting."""
+    out: dict[NodeId, set[NodeId]] = {n: set() for n in edges}
+    for node, waits in edges.items():
+        for w in waits:
+            out[w].add(node)
+    return out
+
+
+def _manager_descendants(site: SiteConfig, graph: ResourceGraph) -> dict[str, set[NodeId]]:
+    """For each managed platform, the nodes that stop after its manager (they go direct)."""
+    out: dict[str, set[NodeId]] = {}
+    for res in site.resources:
+        if res.serves_platform is not None and res.id in graph.nodes:
+            out[res.serves_platform] = graph.descendants(res.id) - {res.id}
+    return out
+
+
+def _cache_gates(site: SiteConfig, graph: ResourceGraph) -> dict[NodeId, list[CacheName]]:
+    """Hardware nodes in the data path of each cache: they wait until it is clean."""
+    gated: dict[NodeId, list[CacheName]] = {}
+    for cache in site.caches:
+        path: set[ResourceId] = {cache.lives_on} if cache.lives_on is not None else set()
+        for rid in cache.carries:
+            path |= _data_path(site, graph, rid)
+        for node in graph.nodes.values():
+            if node.resource in path and node.kind.is_hardware:
+                gated.setdefault(node.id, []).append(cache.name)
+    return gated
+
+
+def _data_path(site: SiteConfig, graph: ResourceGraph, start: ResourceId) -> set[ResourceId]:
+    """The hardware a resource's writes go through: its hosts, and the storage they depend on.
+
+    Only hardware is followed past the first hop: a VM that needs another VM
+    (for DNS, say) does not put that VM's host in its data path.
+    """
+    index = site.resource_index()
+    host_by_name = {r.target_name: r.id for r in site.resources if r.kind is ResourceKind.HOST}
+    found: set[ResourceId] = set()
+    stack = [start]
+    while stack:
+        res = index[stack.pop()]
+        nxt = [*res.depends_on, *res.runs_on]
+        nxt += [
+            host_by_name[t.host]
+            for n in graph.nodes.values()
+            if n.resource == res.id
+            for t in n.targets
+            if t.host in host_by_name
+        ]
+        for rid in nxt:
+            if rid not in found and index[rid].kind.is_hardware:
+                found.add(rid)
+                stack.append(rid)
+    return found
+
+
+def _platforms(steps: list[Step]) -> list[str]:
+    return sorted({s.platform for s in steps if s.platform is not None})
+
+
+def _step(
+    site: SiteConfig,
+    resources: dict[ResourceId, ResourceConfig],
+    node: Node,
+    direction: Direction,
+    waits: set[NodeId],
+    managers: dict[str, set[NodeId]],
+    gated: dict[NodeId, list[CacheName]],
+) -> Step:
+    prefix = "stop" if direction is Direction.SHUTDOWN else "start"
+    sid = StepId(f"{prefix}:{node.id}")
+    waits_for = tuple(sorted(StepId(f"{prefix}:{w}") for w in waits))
+    if node.barrier:
+        return Step(
+            sid,
+            node.resource,
+            node.kind,
+            None,
+            Action.BARRIER,
+            waits_for,
+            0.0,
+            "wait until every VM of unknown placement is down",
+        )
+    res = resources[node.resource]
+    direct = node.platform is not None and node.id in managers.get(node.platform, set())
+    action = _action(res, direction)
+    per_unit = _estimate(site, res, direction)
+    limit = site.platform(res.platform).max_parallel if res.platform else 1
+    count = len(node.targets) if node.targets and node.kind is ResourceKind.VM_GROUP else node.count
+    total = per_unit * math.ceil(max(count, 1) / limit) if count > 1 else per_unit
+    return Step(
+        id=sid,
+        resource=node.resource,
+        kind=node.kind,
+        platform=res.platform,
+        action=action,
+        waits_for=waits_for,
+        estimate_s=total,
+        description=_describe(res, node, action, count, direct),
+        targets=node.targets,
+        count=count,
+        caches=tuple(gated.get(node.id, ())) if direction is Direction.SHUTDOWN else (),
+        direct=direct,
+        power_via=res.power_on_via if direction is Direction.STARTUP else None,
+        timeout_s=_timeout(res, direction),
+    )
+
+
+def _action(res: ResourceConfig, direction: Direction) -> Action:
+    if direction is Direction.STARTUP:
+        return Action.HOST_POWER_ON if res.kind is ResourceKind.HOST else Action.POWER_ON
+    return {
+        ResourceKind.VM: Action.GUEST_SHUTDOWN,
+        ResourceKind.VM_GROUP: Action.GUEST_SHUTDOWN,
+        ResourceKind.HOST: Action.HOST_SHUTDOWN,
+        ResourceKind.COMMAND: Action.COMMAND,
+    }.get(res.kind, Action.DEVICE_SHUTDOWN)
+
+
+def _estimate(site: SiteConfig, res: ResourceConfig, direction: Direction) -> float:
+    given = res.estimate.stop if direction is Direction.SHUTDOWN else res.estimate.start
+    if given is not None:
+        return given.total_seconds()
+    simulated = _simulated_timing(site, res, direction)
+    if simulated is not None:
+        return simulated
+    table = _STOP_DEFAULT_S if direction is Direction.SHUTDOWN else _START_DEFAULT_S
+    extra = 60.0 if res.maintenance_mode and direction is Direction.SHUTDOWN else 0.0
+    return table[res.kind] + extra
+
+
+def _simulated_timing(site: SiteConfig, res: ResourceConfig, direction: Direction) -> float | None:
+    settings = site.platform(res.platform) if res.platform else None
+    if settings is None or getattr(settings, "type", None) != "simulated":
+        return None
+    name = _simulated_field(res.kind, direction)
+    value = getattr(settings, name)
+    assert isinstance(value, timedelta)
+    return value.total_seconds()
+
+
+def _simulated_field(kind: ResourceKind, direction: Direction) -> str:
+    if direction is Direction.STARTUP:
+        return "host_power_on" if kind is ResourceKind.HOST else "power_on"
+    if kind in (ResourceKind.VM, ResourceKind.VM_GROUP):
+        return "guest_shutdown"
+    return "host_shutdown" if kind is ResourceKind.HOST else "device_shutdown"
+
+
+def _timeout(res: ResourceConfig, direction: Direction) -> float:
+    if direction is Direction.STARTUP:
+        return res.health.timeout.total_seconds() if res.health else 600.0
+    return res.guest_timeout.total_seconds()
+
+
+def _describe(res: ResourceConfig, node: Node, action: Action, count: int, direct: bool) -> str:
+    via = " (directly on the host: its manager is down)" if direct else ""
+    grace = format_duration(res.guest_timeout)
+    fallback = {
+        "power_off": f"power off after {grace} if still on",
+        "skip": f"leave it after {grace} (fallback: skip)",
+        "fail": f"fail after {grace}",
+    }[res.fallback]
+    what = _what(res, node, count)
+    if action is Action.GUEST_SHUTDOWN:
+        return f"guest shutdown of {what}, {fallback}{via}"
+    if action is Action.HOST_SHUTDOWN:
+        mm = "enter maintenance mode, then " if res.maintenance_mode else ""
+        return f"{mm}shut down host {res.target_name}{via}"
+    if action in (Action.DEVICE_SHUTDOWN, Action.COMMAND):
+        command = f" with '{res.shutdown}'" if res.shutdown else ""
+        return f"shut down {res.kind} {res.target_name}{command} via {res.platform}"
+    if action is Action.HOST_POWER_ON:
+        through = f" through {res.power_on_via}" if res.power_on_via else ""
+        return f"power on host {res.target_name}{through}, wait until it is connected{via}"
+    check = "health check" if res.health else "platform check"
+    return f"start {what}, wait for its {check}{via}"
+
+
+def _what(res: ResourceConfig, node: Node, count: int) -> str:
+    if res.kind is ResourceKind.VM_GROUP and node.kind is ResourceKind.VM_GROUP:
+        sel = res.select
+        crit = ", ".join(
+            f"{k} {v}" for k, v in (sel.model_dump(exclude_none=True) if sel else {}).items()
+        )
+        return f"{count} VMs of group {res.id} ({crit})"
+    if node.kind is ResourceKind.VM and node.targets:
+        return f"VM {node.targets[0].name}"
+    return f"{res.kind} {res.target_name}"
+
+
+def _notes(site: SiteConfig, left: list[ResourceId], direction: Direction) -> list[str]:
+    notes = []
+    if left and direction is Direction.SHUTDOWN:
+        runner = next(r.id for r in site.resources if r.runs_upsguard)
+        notes.append(
+            f"upsguard runs on {runner}, so {', '.join(left)} cannot be stopped after it: "
+            "they lose power with the UPS (see ups[].at_shutdown_end)"
+        )
+    return notes

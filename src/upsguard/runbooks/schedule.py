@@ -1,0 +1,87 @@
+"""Duration figures of a plan: its critical path and a schedule under parallelism limits.
+
+The critical path (longest chain of estimated durations) is the lower bound
+of any run; the list schedule honours each platform's ``max_parallel`` and is
+what the runtime trigger ``runtime < plan + margin`` compares against.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+
+from upsguard.models import StepId
+from upsguard.runbooks.plan import Step
+
+
+def _unit_seconds(step: Step, limits: Mapping[str, int]) -> float:
+    """One member's duration (a group's estimate covers ceil(count/limit) rounds)."""
+    if step.count <= 1 or step.platform is None:
+        return step.estimate_s
+    rounds = math.ceil(step.count / max(1, limits.get(step.platform, 1)))
+    return step.estimate_s / rounds
+
+
+def critical_path(
+    steps: Sequence[Step], limits: Mapping[str, int]
+) -> tuple[tuple[StepId, ...], float]:
+    """Longest chain by estimated duration; ``steps`` must be in topological order."""
+    finish: dict[StepId, float] = {}
+    via: dict[StepId, StepId | None] = {}
+    for step in steps:
+        prev = max(step.waits_for, key=lambda w: finish[w], default=None)
+        start = finish[prev] if prev is not None else 0.0
+        finish[step.id] = start + step.estimate_s
+        via[step.id] = prev
+    if not finish:
+        return (), 0.0
+    last: StepId | None = max(finish, key=lambda s: finish[s])
+    total = finish[last] if last is not None else 0.0
+    path: list[StepId] = []
+    while last is not None:
+        path.append(last)
+        last = via[last]
+    return tuple(reversed(path)), total
+
+
+def list_schedule(steps: Sequence[Step], limits: Mapping[str, int]) -> float:
+    """Makespan when each step starts as soon as it may and a platform slot is free."""
+    by_id = {s.id: s for s in steps}
+    remaining = {s.id: len(s.waits_for) for s in steps}
+    dependents: dict[StepId, list[StepId]] = {s.id: [] for s in steps}
+    for s in steps:
+        for w in s.waits_for:
+            dependents[w].append(s.id)
+    slots: dict[str, list[float]] = {p: [0.0] * max(1, n) for p, n in limits.items()}
+    ready_at = {s.id: 0.0 for s in steps}
+    ready = [(0.0, i, s.id) for i, s in enumerate(steps) if not s.waits_for]
+    heapq.heapify(ready)
+    order = {s.id: i for i, s in enumerate(steps)}
+    makespan = 0.0
+    while ready:
+        at, _, sid = heapq.heappop(ready)
+        end = _place(by_id[sid], at, slots, limits)
+        makespan = max(makespan, end)
+        for dep in dependents[sid]:
+            ready_at[dep] = max(ready_at[dep], end)
+            remaining[dep] -= 1
+            if remaining[dep] == 0:
+                heapq.heappush(ready, (ready_at[dep], order[dep], dep))
+    return makespan
+
+
+def _place(
+    step: Step, at: float, slots: dict[str, list[float]], limits: Mapping[str, int]
+) -> float:
+    if step.platform is None or step.platform not in slots:
+        return at + step.estimate_s
+    heap = slots[step.platform]
+    unit = _unit_seconds(step, limits)
+    end = at
+    for _ in range(max(1, step.count)):
+        free = heapq.heappop(heap)
+        finish = max(free, at) + unit
+        heapq.heappush(heap, finish)
+        end = max(end, finish)
+    return end
