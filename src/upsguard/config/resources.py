@@ -79,7 +79,7 @@ class ResourceConfig(Model):
     power_on_via: str | None = Field(None, description="a platform (BMC, WoL) that powers it on")
     shutdown: str | None = Field(None, description="command for ssh and command platforms")
     startup: str | None = Field(None, description="command for ssh and command platforms")
-    status: str | None = Field(None, description="command that exits 0 while it runs (ssh, command)")
+    status: str | None = Field(None, description="exits 0 while it is up (ssh, command)")
     mac: str | None = Field(None, description="MAC address for Wake-on-LAN (wol platform)")
     health: HealthCheck | None = None
     estimate: Estimate = Estimate()
