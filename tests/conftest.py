@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 pytest_plugins = [
+    "tests.peers.vcsim",
     "tests.peers.ports",
+    "tests.peers.nut",
     "tests.peers.sshd",
 ]

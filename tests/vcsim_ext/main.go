@@ -345,10 +345,12 @@ func hostOf(ctx *simulator.Context, vm *simulator.VirtualMachine) *simulator.Hos
 	return h
 }
 
+// vmsOn lists the VMs whose runtime.host is h (vcsim's HostSystem.vm list is not kept up to
+// date by RelocateVM_Task, so it is not used).
 func vmsOn(ctx *simulator.Context, h *simulator.HostSystem) []*simulator.VirtualMachine {
 	var vms []*simulator.VirtualMachine
-	for _, ref := range h.Vm {
-		if vm, ok := ctx.Map.Get(ref).(*simulator.VirtualMachine); ok {
+	for _, obj := range ctx.Map.All("VirtualMachine") {
+		if vm, ok := obj.(*simulator.VirtualMachine); ok && vm.Runtime.Host != nil && *vm.Runtime.Host == h.Self {
 			vms = append(vms, vm)
 		}
 	}

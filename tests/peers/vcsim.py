@@ -1,0 +1,362 @@
+"""govmomi's vCenter simulator on loopback, with the project's extension (tests/vcsim_ext).
+
+``upsguard-vcsim`` embeds vcsim v0.46.3 and adds what stock vcsim lacks for shutdown tests
+(ShutdownHost_Task, Tools-aware ShutdownGuest that takes time or hangs, maintenance mode
+that waits for VMs, a BMC stand-in to power hosts back on). The fixture builds it with the
+machine's Go when it is missing or older than its source, serves it with a certificate made
+here (so TLS is verified as in production), and lays out a small, fixed inventory through
+the vSphere API itself.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+import shutil
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyVim.connect import Disconnect, SmartConnect
+from pyVmomi import vim
+
+from tests.peers.ports import free_port
+
+EXT_DIR = Path(__file__).resolve().parent.parent / "vcsim_ext"
+BINARY = "upsguard-vcsim"
+USER = "administrator@vsphere.local"
+PASSWORD = "vcsim-Secret-1"
+
+
+def _gobin() -> Path:
+    go = shutil.which("go")
+    if go is None:
+        pytest.fail("Go is not installed: run scripts/setup (it builds upsguard-vcsim)")
+    gopath = subprocess.run([go, "env", "GOPATH"], capture_output=True, text=True, check=True)
+    return Path(gopath.stdout.strip()) / "bin"
+
+
+def vcsim_binary() -> Path:
+    """The extension's binary, built from tests/vcsim_ext when missing or out of date."""
+    target = _gobin() / BINARY
+    newest = max(p.stat().st_mtime for p in EXT_DIR.iterdir() if p.is_file())
+    if target.exists() and target.stat().st_mtime >= newest:
+        return target
+    build = subprocess.run(
+        ["go", "build", "-o", str(target), "."], cwd=EXT_DIR, capture_output=True, text=True
+    )
+    if build.returncode != 0:
+        pytest.fail(f"building {BINARY} failed (run scripts/setup):\n{build.stderr[-2000:]}")
+    return target
+
+
+@dataclass(frozen=True)
+class Tls:
+    cert: Path
+    key: Path
+
+    @property
+    def ca_file(self) -> Path:
+        return self.cert
+
+
+def make_tls(directory: Path) -> Tls:
+    """A self-signed certificate for 127.0.0.1 that doubles as its own CA bundle."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "vcsim.test")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=2))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / "vcsim.crt", directory / "vcsim.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return Tls(cert_path, key_path)
+
+
+@dataclass
+class Vcsim:
+    """One running simulator: where it listens, how to log in, and a few test helpers."""
+
+    port: int
+    tls: Tls
+    process: subprocess.Popen[str]
+    user: str = USER
+    password: str = PASSWORD
+    esx: bool = False
+    _si: Any = field(default=None, repr=False)
+
+    host = "127.0.0.1"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.tls.ca_file))
+
+    def connect(self) -> Any:
+        """A pyvmomi ServiceInstance for the test's own checks (shared, logged in once)."""
+        if self._si is None:
+            self._si = SmartConnect(
+                host=self.host,
+                port=self.port,
+                user=self.user,
+                pwd=self.password,
+                sslContext=self.ssl_context(),
+            )
+        return self._si
+
+    def content(self) -> Any:
+        return self.connect().RetrieveContent()
+
+    def all(self, kind: type) -> list[Any]:
+        content = self.content()
+        view = content.viewManager.CreateContainerView(content.rootFolder, [kind], True)
+        try:
+            return list(view.view)
+        finally:
+            view.Destroy()
+
+    def vm(self, name: str) -> Any:
+        return next(v for v in self.all(vim.VirtualMachine) if v.name == name)
+
+    def host_system(self, name: str) -> Any:
+        return next(h for h in self.all(vim.HostSystem) if h.name == name)
+
+    def power_on_host(self, name: str) -> None:
+        """The BMC stand-in: what IPMI or Redfish would do after the outage."""
+        url = f"https://{self.host}:{self.port}/upsguard/host-power-on?name={name}"
+        request = urllib.request.Request(url, method="POST")
+        with urllib.request.urlopen(request, context=self.ssl_context(), timeout=10):
+            pass
+
+    def stop(self) -> None:
+        if self._si is not None:
+            try:
+                Disconnect(self._si)
+            except Exception:  # the simulator may already be gone
+                pass
+            self._si = None
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_vcsim(tls: Tls, *args: str, esx: bool = False, port: int | None = None) -> Vcsim:
+    """Start upsguard-vcsim on a free loopback port; ready once it prints GOVC_URL."""
+    port = port or free_port()
+    cmd = [
+        str(vcsim_binary()),
+        "-l",
+        f"127.0.0.1:{port}",
+        "-username",
+        USER,
+        "-password",
+        PASSWORD,
+        "-tlscert",
+        str(tls.cert),
+        "-tlskey",
+        str(tls.key),
+        *(["-esx"] if esx else []),
+        *args,
+    ]
+    env = {**os.environ, "GOTRACEBACK": "single"}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "GOVC_URL" not in line:
+        proc.kill()
+        pytest.fail(f"{BINARY} did not start ({' '.join(cmd[1:])}): {line!r}")
+    return Vcsim(port=port, tls=tls, process=proc, esx=esx)
+
+
+# --- inventory layout through the API ------------------------------------------------------
+
+
+def wait_task(task: Any, timeout: float = 30.0) -> Any:
+    """Poll a vcsim task (pyVim's WaitForTask chokes on vcsim's task names)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = task.info.state
+        if state == "success":
+            return task.info.result
+        if state == "error":
+            raise RuntimeError(task.info.error.msg or type(task.info.error).__name__)
+        time.sleep(0.02)
+    raise TimeoutError("vcsim task did not finish")
+
+
+def folder_path(sim: Vcsim, path: str) -> Any:
+    """The VM folder at ``path`` under the first datacenter, made if missing."""
+    content = sim.content()
+    dc = content.rootFolder.childEntity[0]
+    folder = dc.vmFolder
+    for part in [p for p in path.split("/") if p]:
+        child = next(
+            (c for c in folder.childEntity if isinstance(c, vim.Folder) and c.name == part),
+            None,
+        )
+        folder = child or folder.CreateFolder(part)
+    return folder
+
+
+@dataclass(frozen=True)
+class VmSpec:
+    name: str
+    host: str
+    folder: str = ""
+    tools: bool = True
+    guest_shutdown: str | None = None  # milliseconds, or "hang"
+    attributes: dict[str, str] = field(default_factory=dict)
+    power_on: bool = True
+
+
+def create_vm(sim: Vcsim, spec: VmSpec) -> Any:
+    """A VM made through CreateVM_Task on a chosen host, folder and attributes."""
+    host = sim.host_system(spec.host)
+    pool = host.parent.resourcePool
+    extra = []
+    if not spec.tools:
+        extra.append(vim.option.OptionValue(key="upsguard.tools", value="none"))
+    if spec.guest_shutdown is not None:
+        extra.append(
+            vim.option.OptionValue(key="upsguard.guestShutdownMs", value=spec.guest_shutdown)
+        )
+    config = vim.vm.ConfigSpec(
+        name=spec.name,
+        guestId="otherGuest",
+        files=vim.vm.FileInfo(vmPathName="[LocalDS_0]"),
+        extraConfig=extra,
+    )
+    folder = folder_path(sim, spec.folder)
+    vm = wait_task(folder.CreateVM_Task(config=config, pool=pool, host=host))
+    fields = sim.content().customFieldsManager
+    for key, value in spec.attributes.items():
+        existing = {f.name for f in fields.field or []}
+        if key not in existing:
+            fields.AddCustomFieldDef(name=key, moType=vim.VirtualMachine)
+        vm.setCustomValue(key=key, value=value)
+    if spec.power_on:
+        wait_task(vm.PowerOnVM_Task())
+    return vm
+
+
+def host_names(sim: Vcsim) -> list[str]:
+    return sorted(h.name for h in sim.all(vim.HostSystem))
+
+
+# --- reading what happened, in order -------------------------------------------------------
+
+
+class EventRecorder:
+    """Event collectors made before acting: the simulator's own record of what went down when."""
+
+    def __init__(self, sim: Vcsim, *event_types: str) -> None:
+        content = sim.content()
+        spec = vim.event.EventFilterSpec(
+            eventTypeId=list(event_types),
+            time=vim.event.EventFilterSpec.ByTime(beginTime=sim.connect().CurrentTime()),
+        )
+        self._collector = content.eventManager.CreateCollectorForEvents(spec)
+        self._events: list[Any] = []
+
+    def read(self) -> list[tuple[str, str]]:
+        """(event type, VM or host name) in the order the simulator posted them."""
+        while True:
+            page = self._collector.ReadNextEvents(maxCount=200)
+            if not page:
+                break
+            self._events.extend(page)
+        ordered = sorted(self._events, key=lambda e: e.key)
+        return [(type(e).__name__.split(".")[-1], _subject(e)) for e in ordered]
+
+    def names(self, event_type: str) -> list[str]:
+        return [name for kind, name in self.read() if kind == event_type]
+
+
+def _subject(event: Any) -> str:
+    if getattr(event, "vm", None) is not None:
+        return str(event.vm.name)
+    if getattr(event, "host", None) is not None:
+        return str(event.host.name)
+    return ""
+
+
+# --- fixtures ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def vcsim_tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
+    return make_tls(tmp_path_factory.mktemp("vcsim-tls"))
+
+
+@pytest.fixture
+def vcsim_factory(vcsim_tls: Tls) -> Iterator[Any]:
+    """Start as many simulators as a test needs; all are stopped after it."""
+    started: list[Vcsim] = []
+
+    def start(*args: str, esx: bool = False) -> Vcsim:
+        sim = start_vcsim(vcsim_tls, *args, esx=esx)
+        started.append(sim)
+        return sim
+
+    yield start
+    for sim in started:
+        sim.stop()
+
+
+#: The lab used by most tests: one cluster of three hosts, one vCLS VM, no stock VMs.
+LAB_ARGS = ("-cluster", "1", "-host", "3", "-standalone-host", "0", "-vm", "0", "-vcls", "1")
+LAB_VMS = (
+    VmSpec("dc01", "DC0_C0_H0", folder="Infra", attributes={"tier": "infra"}),
+    VmSpec("sql01", "DC0_C0_H1", folder="Prod/Db", attributes={"tier": "db"}),
+    VmSpec("web-01", "DC0_C0_H0", folder="Prod/Web", attributes={"tier": "web"}),
+    VmSpec("web-02", "DC0_C0_H1", folder="Prod/Web", attributes={"tier": "web"}),
+    VmSpec("app-01", "DC0_C0_H2", folder="Prod/App", tools=False, attributes={"tier": "app"}),
+    VmSpec("stray-01", "DC0_C0_H2"),
+)
+
+
+@pytest.fixture
+def lab(vcsim_factory: Any) -> Vcsim:
+    """A fresh simulator with the lab inventory above (about a second to start)."""
+    sim: Vcsim = vcsim_factory(*LAB_ARGS)
+    for spec in LAB_VMS:
+        create_vm(sim, spec)
+    return sim
