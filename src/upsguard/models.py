@@ -129,7 +129,8 @@ class Target:
 
     ``name`` is what the platform calls it; ``ref`` is the platform's own id
     where it has one (a vSphere managed object id); ``host`` is the host a VM
-    runs on, when known.
+    runs on, when known; ``system`` marks platform-owned VMs (vCLS); ``direct``
+    asks the platform to reach the target without its manager (vCenter down).
     """
 
     platform: PlatformName
@@ -138,6 +139,7 @@ class Target:
     ref: str | None = None
     host: str | None = None
     system: bool = False
+    direct: bool = False
 
 
 class CacheMode(enum.StrEnum):

@@ -1,0 +1,148 @@
+"""A platform that exists only in the simulator and the demo.
+
+Targets change power state after the delays of its settings (or of a
+scenario's per-resource behaviour); ``listener`` hears every change, so the
+simulator's battery model sees the load fall as things go down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from upsguard.clock import Clock
+from upsguard.config.platforms import SimulatedPlatformSettings
+from upsguard.config.resources import ResourceConfig
+from upsguard.errors import GracefulUnavailable, PermanentError
+from upsguard.models import PlatformName, PowerState, ResourceId, ResourceKind, StopMethod, Target
+
+PowerListener = Callable[[ResourceId, float, PowerState], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Behaviour:
+    """How one resource misbehaves in a scenario."""
+
+    stop_s: float | None = None
+    start_s: float | None = None
+    hang: bool = False  # the guest never finishes a graceful shutdown
+    fail: str | None = None  # "stop" | "start": the platform refuses
+    no_tools: bool = False
+
+
+class SimulatedPlatform:
+    def __init__(
+        self,
+        name: PlatformName,
+        settings: SimulatedPlatformSettings,
+        clock: Clock,
+        listener: PowerListener | None = None,
+        behaviour: dict[ResourceId, Behaviour] | None = None,
+    ) -> None:
+        self.name = name
+        self._s = settings
+        self._clock = clock
+        self._listener = listener
+        self._behaviour = behaviour or {}
+        self._state: dict[str, PowerState] = {}
+        self._owner: dict[str, tuple[ResourceId, float]] = {}
+        self._changed: dict[str, asyncio.Event] = {}
+        self._pending: dict[str, asyncio.TimerHandle] = {}
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        for handle in self._pending.values():
+            handle.cancel()
+
+    async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
+        names = self._member_names(resource)
+        kind = ResourceKind.VM if resource.kind is ResourceKind.VM_GROUP else resource.kind
+        host = resource.runs_on[0] if resource.runs_on else None
+        targets = [Target(self.name, kind, n, host=host, direct=direct) for n in names]
+        for target in targets:
+            self._owner.setdefault(target.name, (resource.id, 1.0 / len(targets)))
+            self._state.setdefault(target.name, PowerState.ON)
+        return targets
+
+    def _member_names(self, resource: ResourceConfig) -> list[str]:
+        if resource.kind is not ResourceKind.VM_GROUP:
+            return [resource.target_name]
+        count = resource.count if resource.count is not None else 1
+        return [f"{resource.id}-{i:02d}" for i in range(1, count + 1)]
+
+    async def power_state(self, target: Target) -> PowerState:
+        return self._state.get(target.name, PowerState.ON)
+
+    async def stop(self, target: Target, method: StopMethod) -> None:
+        rid, _ = self._owner[target.name]
+        act = self._behaviour.get(rid, Behaviour())
+        if act.fail == "stop":
+            raise PermanentError(f"{target.name}: the platform refused the shutdown (scenario)")
+        if method is StopMethod.HARD:
+            self._schedule(target.name, PowerState.OFF, self._s.hard_power_off.total_seconds())
+            return
+        if target.kind is ResourceKind.VM and (act.no_tools or not self._s.tools_running):
+            raise GracefulUnavailable(f"{target.name}: VMware Tools not running")
+        if act.hang:
+            return
+        delay = act.stop_s if act.stop_s is not None else self._stop_delay(target.kind)
+        self._schedule(target.name, PowerState.OFF, delay)
+
+    def _stop_delay(self, kind: ResourceKind) -> float:
+        if kind is ResourceKind.VM:
+            return self._s.guest_shutdown.total_seconds()
+        if kind is ResourceKind.HOST:
+            return self._s.host_shutdown.total_seconds()
+        return self._s.device_shutdown.total_seconds()
+
+    async def start(self, target: Target) -> None:
+        rid, _ = self._owner[target.name]
+        act = self._behaviour.get(rid, Behaviour())
+        if act.fail == "start":
+            raise PermanentError(f"{target.name}: the platform refused the power-on (scenario)")
+        on: timedelta = (
+            self._s.host_power_on if target.kind is ResourceKind.HOST else self._s.power_on
+        )
+        delay = act.start_s if act.start_s is not None else on.total_seconds()
+        self._schedule(target.name, PowerState.ON, delay)
+
+    async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
+        try:
+            async with asyncio.timeout(timeout):
+                while self._state.get(target.name, PowerState.ON) is not state:
+                    event = self._changed.setdefault(target.name, asyncio.Event())
+                    await event.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def healthy(self, target: Target) -> bool:
+        return self._state.get(target.name, PowerState.ON) is PowerState.ON
+
+    def power_lost(self, resource: ResourceId) -> None:
+        """The UPS feeding this resource ran empty: everything of it is off, now."""
+        for name, (rid, _) in self._owner.items():
+            if rid == resource:
+                self._set(name, PowerState.OFF)
+
+    def _schedule(self, name: str, state: PowerState, delay: float) -> None:
+        old = self._pending.pop(name, None)
+        if old is not None:
+            old.cancel()
+        loop = asyncio.get_running_loop()
+        self._pending[name] = loop.call_later(max(delay, 0.0), self._set, name, state)
+
+    def _set(self, name: str, state: PowerState) -> None:
+        self._pending.pop(name, None)
+        previous = self._state.get(name, PowerState.ON)
+        self._state[name] = state
+        if previous is not state and self._listener is not None and name in self._owner:
+            rid, share = self._owner[name]
+            self._listener(rid, share, state)
+        event = self._changed.pop(name, None)
+        if event is not None:
+            event.set()
