@@ -29,7 +29,7 @@ class Battery:
 
     def full_runtime_s(self, load_w: float) -> float:
         load = max(load_w, IDLE_WATTS)
-        return self.runtime_ref_s * (self.load_ref_w / load) ** self.peukert
+        return float(self.runtime_ref_s * (self.load_ref_w / load) ** self.peukert)
 
     def runtime_s(self, load_w: float) -> float:
         return self.soc * self.full_runtime_s(load_w)

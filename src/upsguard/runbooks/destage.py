@@ -1,0 +1,260 @@
+"""Flipping caches and watching their dirty data drain: rate, ETA, and the gate steps wait on.
+
+No host or storage step starts while a cache in its data path is still dirty,
+unless the battery is at the critical floor, or the cache's ``on_timeout`` is
+``continue`` and its ``destage_timeout`` has passed; both are journaled as the
+risk they are (``RiskAccepted``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from upsguard.clock import Clock
+from upsguard.config.site import SiteConfig
+from upsguard.config.types import format_bytes, format_duration
+from upsguard.errors import UpsguardError
+from upsguard.events import CacheClean, CacheModeChanged, EventSink, Notice, RiskAccepted
+from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
+from upsguard.plugins.caches.base import CacheProvider
+from upsguard.runbooks.executor import CacheGate
+from upsguard.runbooks.plan import Step
+
+log = logging.getLogger(__name__)
+RATE_WINDOW_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStatus:
+    """One target's latest state with the figures derived from its history."""
+
+    cache: CacheName
+    target: CacheTarget
+    state: CacheState | None
+    error: str | None
+    rate_bps: float | None
+    eta_s: float | None
+
+    @property
+    def clean(self) -> bool:
+        return self.state is not None and self.state.clean
+
+
+@dataclass(frozen=True, slots=True)
+class ModeResult:
+    cache: CacheName
+    target: str
+    ok: bool
+    detail: str
+
+
+class _History:
+    def __init__(self) -> None:
+        self.samples: deque[tuple[float, int]] = deque()
+
+    def add(self, at: float, dirty: int | None) -> None:
+        if dirty is None:
+            return
+        self.samples.append((at, dirty))
+        while len(self.samples) > 2 and at - self.samples[0][0] > RATE_WINDOW_S:
+            self.samples.popleft()
+
+    def rate(self) -> float | None:
+        if len(self.samples) < 2:
+            return None
+        (t0, d0), (t1, d1) = self.samples[0], self.samples[-1]
+        return (d0 - d1) / (t1 - t0) if t1 > t0 else None
+
+
+class DestageWatch:
+    """All caches of a site: flip them, poll them, tell when they are clean."""
+
+    def __init__(
+        self,
+        site: SiteConfig,
+        providers: Mapping[CacheName, CacheProvider],
+        clock: Clock,
+        events: EventSink,
+    ) -> None:
+        self._settings = {c.name: c for c in site.caches}
+        self._providers = providers
+        self._clock = clock
+        self._events = events
+        self._targets: dict[CacheName, list[CacheTarget]] = {}
+        self._history: dict[tuple[CacheName, str], _History] = {}
+        self.status: dict[tuple[CacheName, str], CacheStatus] = {}
+        self.flipped_at: dict[CacheName, float] = {}
+        self._lock = asyncio.Lock()
+        self._polled_at = float("-inf")
+        self.reads = 0
+
+    @property
+    def names(self) -> list[CacheName]:
+        return list(self._providers)
+
+    async def targets(self, cache: CacheName) -> list[CacheTarget]:
+        if cache not in self._targets:
+            self._targets[cache] = await self._providers[cache].targets()
+        return self._targets[cache]
+
+    async def set_mode(
+        self, mode: CacheMode, names: Iterable[CacheName] | None = None
+    ) -> list[ModeResult]:
+        """Switch every target of the named caches; one failure never stops the others."""
+        chosen = list(names) if names is not None else self.names
+        results = await asyncio.gather(*(self._set_cache(c, mode) for c in chosen))
+        return [r for group in results for r in group]
+
+    async def _set_cache(self, cache: CacheName, mode: CacheMode) -> list[ModeResult]:
+        try:
+            targets = await self.targets(cache)
+        except UpsguardError as exc:
+            self._events(CacheModeChanged(self._clock.now(), cache, "*", mode, False, str(exc)))
+            return [ModeResult(cache, "*", False, str(exc))]
+        if mode is CacheMode.WRITE_THROUGH:
+            self.flipped_at.setdefault(cache, self._clock.monotonic())
+        else:
+            self.flipped_at.pop(cache, None)
+        return list(await asyncio.gather(*(self._set_target(cache, t, mode) for t in targets)))
+
+    async def _set_target(
+        self, cache: CacheName, target: CacheTarget, mode: CacheMode
+    ) -> ModeResult:
+        try:
+            await self._providers[cache].set_mode(target, mode)
+        except UpsguardError as exc:
+            result = ModeResult(cache, target.name, False, str(exc))
+        else:
+            result = ModeResult(cache, target.name, True, f"{target.name}: {mode.value}")
+        self._events(
+            CacheModeChanged(self._clock.now(), cache, target.name, mode, result.ok, result.detail)
+        )
+        return result
+
+    async def poll(self, names: Iterable[CacheName] | None = None) -> list[CacheStatus]:
+        """Read every target once (concurrently) and update rates and ETAs."""
+        chosen = list(names) if names is not None else self.names
+        groups = await asyncio.gather(*(self._poll_cache(c) for c in chosen))
+        self._polled_at = self._clock.monotonic()
+        return [s for group in groups for s in group]
+
+    async def _poll_cache(self, cache: CacheName) -> list[CacheStatus]:
+        try:
+            targets = await self.targets(cache)
+        except UpsguardError as exc:
+            return [CacheStatus(cache, CacheTarget(cache, "*"), None, str(exc), None, None)]
+        return list(await asyncio.gather(*(self._poll_target(cache, t) for t in targets)))
+
+    async def _poll_target(self, cache: CacheName, target: CacheTarget) -> CacheStatus:
+        key = (cache, target.name)
+        self.reads += 1
+        try:
+            state: CacheState | None = await self._providers[cache].read(target)
+            error = None
+        except UpsguardError as exc:
+            state, error = None, str(exc)
+        history = self._history.setdefault(key, _History())
+        if state is not None:
+            history.add(self._clock.monotonic(), state.dirty_bytes)
+        rate = history.rate()
+        dirty = state.dirty_bytes if state is not None else None
+        eta = dirty / rate if dirty and rate and rate > 0 else (0.0 if dirty == 0 else None)
+        status = CacheStatus(cache, target, state, error, rate, eta)
+        self.status[key] = status
+        return status
+
+    def eta_s(self, names: Iterable[CacheName] | None = None) -> float | None:
+        """The longest ETA among the named caches' targets (None when one is unknown)."""
+        chosen = set(names) if names is not None else set(self.names)
+        etas = [s.eta_s for s in self.status.values() if s.cache in chosen and not s.clean]
+        if not etas:
+            return 0.0
+        return None if any(e is None for e in etas) else max(e for e in etas if e is not None)
+
+    async def wait_clean(
+        self,
+        names: Iterable[CacheName],
+        floor: Callable[[], bool] = lambda: False,
+        progress: Callable[[list[CacheStatus]], None] | None = None,
+    ) -> bool:
+        """Wait until every named cache is clean; False when the floor or a timeout let go first."""
+        waiting = set(names)
+        started = self._clock.monotonic()
+        warned: set[CacheName] = set()
+        while True:
+            statuses = await self._fresh(waiting)
+            if progress is not None:
+                progress(statuses)
+            for cache in sorted(waiting):
+                if all(s.clean for s in statuses if s.cache == cache):
+                    waiting.discard(cache)
+                    self._events(
+                        CacheClean(self._clock.now(), cache, self._clock.monotonic() - started)
+                    )
+            if not waiting:
+                return True
+            if floor():
+                self._accept_risk(waiting, "the battery is at the critical floor")
+                return False
+            expired = self._expired(waiting, started, warned)
+            if expired:
+                self._accept_risk(expired, "its destage timeout passed (on_timeout: continue)")
+                waiting -= set(expired)
+                if not waiting:
+                    return False
+            await asyncio.sleep(self._interval(waiting))
+
+    async def _fresh(self, names: set[CacheName]) -> list[CacheStatus]:
+        """Share one poll among concurrent waiters."""
+        async with self._lock:
+            if self._clock.monotonic() - self._polled_at >= self._interval(names) / 2:
+                await self.poll(self.names)
+        return [s for s in self.status.values() if s.cache in names]
+
+    def _interval(self, names: Iterable[CacheName]) -> float:
+        return min((self._settings[n].poll_interval.total_seconds() for n in names), default=2.0)
+
+    def _expired(
+        self, names: set[CacheName], started: float, warned: set[CacheName]
+    ) -> list[CacheName]:
+        out = []
+        now = self._clock.monotonic()
+        for name in sorted(names):
+            settings = self._settings[name]
+            since = self.flipped_at.get(name, started)
+            if now - since < settings.destage_timeout.total_seconds():
+                continue
+            if settings.on_timeout == "continue":
+                out.append(name)
+            elif name not in warned:
+                warned.add(name)
+                timeout = format_duration(settings.destage_timeout)
+                message = f"cache {name}: still dirty after {timeout}; waiting until the floor"
+                self._events(Notice(self._clock.now(), message, level="warning"))
+        return out
+
+    def _accept_risk(self, names: Iterable[CacheName], why: str) -> None:
+        for name in sorted(names):
+            dirty = sum(
+                s.state.dirty_bytes or 0
+                for s in self.status.values()
+                if s.cache == name and s.state is not None
+            )
+            what = f"going on with cache {name} still dirty ({format_bytes(dirty)}): {why}"
+            log.error(what)
+            self._events(RiskAccepted(self._clock.now(), what))
+
+
+class DestageGate(CacheGate):
+    """The executor's view: a step waits until the caches in its data path are clean."""
+
+    def __init__(self, watch: DestageWatch, floor: Callable[[], bool]) -> None:
+        self._watch = watch
+        self._floor = floor
+
+    async def wait_clean(self, step: Step, run: str) -> None:
+        await self._watch.wait_clean(step.caches, self._floor)
