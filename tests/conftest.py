@@ -7,4 +7,5 @@ pytest_plugins = [
     "tests.peers.ports",
     "tests.peers.nut",
     "tests.peers.sshd",
+    "tests.peers.bmc",
 ]

@@ -1,0 +1,218 @@
+"""A fake BMC on loopback: pyghmi's own IPMI server (``pyghmi.ipmi.bmc.Bmc``) with a power state.
+
+The server speaks real IPMI 2.0 over UDP (RMCP+ sessions, authentication), so the
+``ipmi`` platform talks to it exactly as to a server's BMC. It runs in its own
+process (pyghmi keeps its sessions in module globals) and records every chassis
+command it receives, in order, in ``actions`` (a log file), for tests to read.
+
+Behaviour a test can choose: the initial power state, how long the "OS" takes to
+honour a soft off (ACPI shutdown), whether it ignores it (a hung OS: only a hard
+off works), and how long a power-on takes before the chassis reports on.
+
+Fixtures (register ``tests.peers.bmc`` in tests/conftest.py's ``pytest_plugins``):
+
+* ``fake_bmc_factory`` (function): ``start(**behaviour) -> FakeBmc``; stopped after the test.
+* ``FakeBmc``: ``host``, ``port``, ``user``, ``password_file``, ``actions()``,
+  ``settings_dict()`` (the site file's ``platforms:`` entry).
+
+Run by hand: ``python -m tests.peers.bmc --port 6230 --password-file pw``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.peers.ports import free_port
+
+USER = "admin"
+
+
+@dataclass
+class FakeBmc:
+    host: str
+    port: int
+    user: str
+    password_file: Path
+    log: Path
+    proc: subprocess.Popen[bytes] = field(repr=False)
+
+    def actions(self) -> list[str]:
+        """Chassis commands received so far: ``on``, ``off``, ``softoff``, ``reset``."""
+        if not self.log.exists():
+            return []
+        return [line for line in self.log.read_text().splitlines() if line]
+
+    def settings_dict(self, **extra: object) -> dict[str, object]:
+        return {
+            "type": "ipmi",
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password_file": str(self.password_file),
+            **extra,
+        }
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _wait_ready(ready: Path, proc: subprocess.Popen[bytes], err: Path) -> None:
+    """Ready once the BMC process has bound its UDP socket and says so in ``ready``."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"fake BMC exited at start: {err.read_text()[-2000:]}")
+        if ready.exists():
+            return
+        time.sleep(0.02)
+    pytest.fail(f"fake BMC did not start within 15s: {err.read_text()[-2000:]}")
+
+
+@pytest.fixture
+def fake_bmc_factory(tmp_path: Path) -> Iterator[object]:
+    started: list[FakeBmc] = []
+
+    def start(
+        *,
+        power: str = "off",
+        soft_off_delay: float = 0.5,
+        ignore_soft_off: bool = False,
+        power_on_delay: float = 0.0,
+        password: str = "s3cret-bmc",
+        name: str = "bmc",
+    ) -> FakeBmc:
+        base = tmp_path / f"{name}-{len(started)}"
+        base.mkdir()
+        pw = base / "password"
+        pw.write_text(password + "\n")
+        log, err = base / "actions.log", base / "stderr.log"
+        port = free_port(socket.SOCK_DGRAM)
+        argv = [sys.executable, "-m", "tests.peers.bmc", "--port", str(port)]
+        argv += ["--password-file", str(pw), "--log", str(log), "--power", power]
+        argv += ["--ready-file", str(base / "ready")]
+        argv += ["--soft-off-delay", str(soft_off_delay), "--power-on-delay", str(power_on_delay)]
+        if ignore_soft_off:
+            argv.append("--ignore-soft-off")
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err.open("wb"))
+        bmc = FakeBmc("127.0.0.1", port, USER, pw, log, proc)
+        started.append(bmc)
+        _wait_ready(base / "ready", proc, err)
+        return bmc
+
+    yield start
+    for bmc in started:
+        bmc.stop()
+
+
+def main() -> None:
+    """The BMC process: answers IPMI on 127.0.0.1 until terminated."""
+    import pyghmi.ipmi.bmc as bmc
+
+    _offer_sha1_only()
+    args = _parse_args()
+    password = Path(args.password_file).read_text().strip()
+    log = Path(args.log) if args.log else None
+
+    class PoweredBmc(bmc.Bmc):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__({USER: password}, port=args.port, address="127.0.0.1")
+            self.powerstate = args.power
+            self._lock = threading.Lock()
+
+        def _record(self, action: str) -> None:
+            if log is not None:
+                with log.open("a") as handle:
+                    handle.write(action + "\n")
+
+        def _set_later(self, state: str, delay: float) -> None:
+            if delay <= 0:
+                self.powerstate = state
+                return
+            timer = threading.Timer(delay, lambda: setattr(self, "powerstate", state))
+            timer.daemon = True
+            timer.start()
+
+        def get_power_state(self) -> str:
+            return str(self.powerstate)
+
+        def power_off(self) -> None:
+            self._record("off")
+            self.powerstate = "off"
+
+        def power_on(self) -> None:
+            self._record("on")
+            self._set_later("on", args.power_on_delay)
+
+        def power_shutdown(self) -> None:
+            self._record("softoff")
+            if not args.ignore_soft_off:
+                self._set_later("off", args.soft_off_delay)
+
+        def power_reset(self) -> None:
+            self._record("reset")
+
+        def power_cycle(self) -> None:
+            self._record("cycle")
+
+        def is_active(self) -> bool:
+            return self.powerstate == "on"
+
+        def cold_reset(self) -> None:
+            self._record("cold_reset")
+
+    server = PoweredBmc()
+    if args.ready_file:
+        Path(args.ready_file).write_text("ready\n")
+    server.listen()
+
+
+def _offer_sha1_only() -> None:
+    """Make pyghmi's server refuse a SHA-256 proposal, as a SHA-1-only BMC does.
+
+    pyghmi's server only speaks cipher suite 3 (HMAC-SHA1) but accepts any
+    proposal; pyghmi's client proposes SHA-256 first and falls back to SHA-1
+    only when the BMC answers with an error status (RMCP+ status 0x11, "invalid
+    authentication algorithm"), which is what a real SHA-1-only BMC answers.
+    """
+    from pyghmi.ipmi.private import serversession
+
+    accept = serversession.ServerSession.create_open_session_response
+
+    def respond(self: object, request: bytearray) -> bytearray:
+        if len(request) > 12 and request[12] != 1:
+            return bytearray([request[0], 0x11, 0, 0]) + request[4:8] + bytearray(4)
+        return bytearray(accept(self, request))
+
+    serversession.ServerSession.create_open_session_response = respond
+
+
+def _parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="fake IPMI BMC on loopback (pyghmi)")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--password-file", required=True)
+    parser.add_argument("--log")
+    parser.add_argument("--ready-file")
+    parser.add_argument("--power", choices=("on", "off"), default="off")
+    parser.add_argument("--soft-off-delay", type=float, default=0.5)
+    parser.add_argument("--ignore-soft-off", action="store_true")
+    parser.add_argument("--power-on-delay", type=float, default=0.0)
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    main()
