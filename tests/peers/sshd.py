@@ -29,7 +29,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.peers.ports import free_port
 from upsguard.plugins.remote import SshEndpoint
 
 SSHD = Path("/usr/sbin/sshd")
@@ -65,6 +64,12 @@ class Sshd:
         }
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _keygen(path: Path) -> None:
     subprocess.run(
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "upsguard-test", "-f", str(path)],
@@ -95,7 +100,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     for key in (host_key, other_key, user_key):
         _keygen(key)
     user = pwd.getpwuid(os.getuid()).pw_name
-    port = free_port()
+    port = _free_port()
     authorized = base / "authorized_keys"
     authorized.write_text(user_key.with_suffix(".pub").read_text())
     authorized.chmod(0o600)

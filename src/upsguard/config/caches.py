@@ -67,6 +67,9 @@ class LvmcacheSettings(CacheBase):
     provider: Literal["lvmcache"]
     lvs_command: str = "lvs"
     lvchange_command: str = "lvchange"
+    job_log_dir: Path = Field(
+        Path("/run"), description="where the flushing lvchange's output is kept, on its host"
+    )
 
 
 class WritecacheSettings(CacheBase):
@@ -79,6 +82,9 @@ class WritecacheSettings(CacheBase):
 class OpencasSettings(CacheBase):
     provider: Literal["opencas"]
     casadm_command: str = "casadm"
+    job_log_dir: Path = Field(
+        Path("/run"), description="where the flushing casadm's output is kept, on its host"
+    )
 
 
 class StorcliSettings(CacheBase):

@@ -36,6 +36,7 @@ from upsguard.errors import (
 __all__ = [
     "Background",
     "CommandResult",
+    "Detached",
     "Runner",
     "SshEndpoint",
     "SshTarget",
@@ -86,6 +87,21 @@ class CommandResult:
                 if line.strip():
                     return line.strip()
         return f"exit status {self.exit_status}"
+
+
+EXIT_MARK = "upsguard: exit status"
+
+
+@dataclass(frozen=True, slots=True)
+class Detached:
+    """Output of a detached command; ``exit_status`` is None while it still runs."""
+
+    lines: list[str]
+    exit_status: int | None
+
+    @property
+    def running(self) -> bool:
+        return self.exit_status is None
 
 
 def describe(argv: Sequence[str], ssh: SshTarget | None) -> str:
@@ -181,6 +197,33 @@ class Runner:
             job._kill = sproc.terminate
             job._task = asyncio.create_task(_collect_ssh(job, sproc))
         return job
+
+    async def start_detached(self, argv: Sequence[str], log: str, *, timeout: float) -> None:
+        """Start ``argv`` so that it outlives this process and its SSH session.
+
+        For tools that block until a flush ends (``lvchange``, ``casadm -Q``): the
+        controller may restart, or ``upsguard cache set`` exit, while they work. Output
+        goes to ``log`` on the machine that runs it, ended by ``upsguard: exit status N``;
+        ``read_detached`` reads it back.
+        """
+        inner = f'{shlex.join(argv)}; echo "{EXIT_MARK} $?"'
+        quoted = shlex.quote(log)
+        outer = f": > {quoted}; nohup sh -c {shlex.quote(inner)} >> {quoted} 2>&1 < /dev/null &"
+        result = await self.run(["sh", "-c", outer], timeout=timeout)
+        if not result.ok:
+            raise PermanentError(f"{describe(argv, self.ssh)}: {result.first_error_line()}")
+
+    async def read_detached(self, log: str, *, timeout: float) -> Detached | None:
+        """What a detached command printed so far, and its exit status once it ended."""
+        try:
+            text = await self.read_text(log, timeout=timeout)
+        except PermanentError:
+            return None
+        lines = text.splitlines()
+        status: int | None = None
+        if lines and lines[-1].startswith(EXIT_MARK):
+            status = int(lines.pop()[len(EXIT_MARK) :].strip() or 255)
+        return Detached(lines, status)
 
     async def read_text(self, path: PurePath | str, *, timeout: float) -> str:
         """A small file's text (sysfs attributes); ``PermanentError`` when it is not there."""
