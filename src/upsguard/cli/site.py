@@ -1,9 +1,107 @@
-"""Subcommands of `upsguard` (filled in by its own issue)."""
+"""``validate``, ``schema``, ``plan`` and ``simulate``: working with the site file offline."""
 
 from __future__ import annotations
 
-from upsguard.cli.common import Subparsers
+import argparse
+import json
+from pathlib import Path
+
+from upsguard.cli.common import (
+    Subparsers,
+    add_format_option,
+    add_site_option,
+    run_async,
+    site_of,
+)
+from upsguard.clock import SystemClock
+from upsguard.config.scenario import load_scenario
+from upsguard.config.site import SiteConfig
+from upsguard.models import ResourceId, Target
+from upsguard.runbooks import render
+from upsguard.runbooks.inventory import live_inventory
+from upsguard.runbooks.planner import build_plan
+from upsguard.runbooks.plugins import build_platforms
+from upsguard.runbooks.simulator import simulate
 
 
 def register(commands: Subparsers) -> None:
-    """Add this module's subcommands to the `upsguard` parser."""
+    p = commands.add_parser("validate", help="check a site file; every problem with file:line")
+    add_site_option(p)
+    p.set_defaults(handler=cmd_validate)
+
+    p = commands.add_parser("schema", help="print the JSON Schema of the site file")
+    p.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
+    p.set_defaults(handler=cmd_schema)
+
+    p = commands.add_parser("plan", help="show the ordered shutdown or startup plan")
+    p.add_argument("direction", choices=("shutdown", "startup"))
+    add_site_option(p)
+    add_format_option(p, "text", "json", "dot", "mermaid")
+    p.add_argument("--live", action="store_true", help="expand VM groups from live inventory")
+    p.set_defaults(handler=cmd_plan)
+
+    p = commands.add_parser("simulate", help="dry-run an outage on a virtual clock")
+    add_site_option(p)
+    p.add_argument("--scenario", type=Path, help="scenario file (default: mains fail for good)")
+    add_format_option(p)
+    p.set_defaults(handler=cmd_simulate)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    site = site_of(args)
+    shutdown = build_plan(site, "shutdown")
+    print(
+        f"{args.config}: ok: site '{site.site}', {len(site.ups)} UPS, "
+        f"{len(site.resources)} resources, {len(site.caches)} caches, "
+        f"shutdown plan of {len(shutdown.steps)} steps"
+    )
+    return 0
+
+
+def schema_text() -> str:
+    schema = SiteConfig.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "upsguard site file"
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    text = schema_text()
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+    else:
+        print(text, end="")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    site = site_of(args)
+    inventory = run_async(_inventory(site)) if args.live else None
+    plan = build_plan(site, args.direction, inventory)
+    output = {
+        "text": render.plan_text,
+        "json": render.plan_json,
+        "dot": render.plan_dot,
+        "mermaid": render.plan_mermaid,
+    }[args.format](plan)
+    print(output)
+    return 0
+
+
+async def _inventory(site: SiteConfig) -> dict[ResourceId, list[Target]]:
+    platforms = build_platforms(site, SystemClock())
+    try:
+        for platform in platforms.values():
+            await platform.open()
+        return await live_inventory(site, platforms)
+    finally:
+        for platform in platforms.values():
+            await platform.close()
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    site = site_of(args)
+    scenario = load_scenario(args.scenario, site)
+    report = simulate(site, scenario)
+    print(render.report_json(report) if args.format == "json" else render.report_text(report))
+    return report.exit_code

@@ -1,0 +1,159 @@
+"""Plans and simulation reports as text, JSON, Graphviz dot and Mermaid."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from upsguard.config.types import format_duration
+from upsguard.runbooks.plan import Plan, Step
+from upsguard.runbooks.simulator import SimulationReport
+
+MAX_WAITS_SHOWN = 4
+
+
+def plan_text(plan: Plan) -> str:
+    critical = set(plan.critical_path)
+    lines = [
+        f"{plan.direction.value} plan: {len(plan.steps)} steps, "
+        f"about {format_duration(plan.estimate_s)} with the parallelism limits "
+        f"(critical path {format_duration(plan.critical_path_s)})",
+        "limits: " + (", ".join(f"{p} {n} at once" for p, n in plan.limits.items()) or "none"),
+        "",
+    ]
+    width = max((len(s.id) for s in plan.steps), default=10)
+    for index, step in enumerate(plan.steps, 1):
+        mark = "*" if step.id in critical else " "
+        lines.append(
+            f"{index:>4} {mark} {step.id:<{width}}  ~{format_duration(step.estimate_s):>6}"
+            f"  {step.description}"
+        )
+        extra = _step_extras(step)
+        if extra:
+            lines.append(f"{'':>7}{'':<{width}}          {extra}")
+    lines.append("")
+    lines.append("* = on the critical path: " + " -> ".join(plan.critical_path))
+    lines.extend(f"note: {n}" for n in plan.notes)
+    return "\n".join(lines)
+
+
+def _step_extras(step: Step) -> str:
+    parts = []
+    if step.waits_for:
+        shown = ", ".join(step.waits_for[:MAX_WAITS_SHOWN])
+        more = len(step.waits_for) - MAX_WAITS_SHOWN
+        parts.append(f"waits for {shown}" + (f" (+{more} more)" if more > 0 else ""))
+    if step.caches:
+        parts.append("after caches clean: " + ", ".join(step.caches))
+    if step.is_point_of_no_return and step.id.startswith("stop:"):
+        parts.append("point of no return")
+    return "; ".join(parts)
+
+
+def plan_json(plan: Plan) -> str:
+    return json.dumps(plan_dict(plan), indent=2)
+
+
+def plan_dict(plan: Plan) -> dict[str, Any]:
+    return {
+        "direction": plan.direction.value,
+        "estimate_s": plan.estimate_s,
+        "critical_path_s": plan.critical_path_s,
+        "critical_path": list(plan.critical_path),
+        "limits": plan.limits,
+        "left_to_ups": list(plan.left_to_ups),
+        "notes": list(plan.notes),
+        "steps": [
+            {
+                "id": s.id,
+                "resource": s.resource,
+                "kind": s.kind.value,
+                "platform": s.platform,
+                "action": s.action.value,
+                "waits_for": list(s.waits_for),
+                "estimate_s": s.estimate_s,
+                "count": s.count,
+                "caches": list(s.caches),
+                "direct": s.direct,
+                "power_via": s.power_via,
+                "description": s.description,
+            }
+            for s in plan.steps
+        ],
+    }
+
+
+def plan_dot(plan: Plan) -> str:
+    critical = set(plan.critical_path)
+    lines = [f'digraph "{plan.direction.value}" {{', "  rankdir=LR;", "  node [shape=box];"]
+    for s in plan.steps:
+        style = ", style=bold, color=red" if s.id in critical else ""
+        label = f"{s.id}\\n~{format_duration(s.estimate_s)}"
+        lines.append(f'  "{s.id}" [label="{label}"{style}];')
+        lines.extend(f'  "{w}" -> "{s.id}";' for w in s.waits_for)
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def plan_mermaid(plan: Plan) -> str:
+    ids = {s.id: f"s{i}" for i, s in enumerate(plan.steps)}
+    lines = ["flowchart LR"]
+    for s in plan.steps:
+        lines.append(f'  {ids[s.id]}["{s.id} ~{format_duration(s.estimate_s)}"]')
+        lines.extend(f"  {ids[w]} --> {ids[s.id]}" for w in s.waits_for)
+    critical = [ids[c] for c in plan.critical_path]
+    if critical:
+        lines.append("  classDef critical stroke:#d00,stroke-width:3px")
+        lines.append(f"  class {','.join(critical)} critical")
+    return "\n".join(lines)
+
+
+def report_text(report: SimulationReport) -> str:
+    lines = [
+        f"scenario: {report.scenario}",
+        f"shutdown plan: about {format_duration(report.plan_estimate_s)} "
+        f"(critical path {format_duration(report.plan_critical_path_s)})",
+        "",
+    ]
+    for moment in report.timeline:
+        battery = "  ".join(
+            f"{n} {c:5.1f}% {format_duration(r):>6}" for n, (c, r) in moment.battery.items()
+        )
+        lines.append(f"T+{format_duration(moment.at_s):>7}  [{battery}]  {moment.text}")
+    lines.append("")
+    lines.append(("OK: " if report.ok else "NOT OK: ") + report.verdict)
+    lines.extend(f"  failed: {f}" for f in report.failed_steps)
+    lines.extend(f"  risk: {r}" for r in report.risks)
+    return "\n".join(lines)
+
+
+def report_json(report: SimulationReport) -> str:
+    return json.dumps(
+        {
+            "scenario": report.scenario,
+            "ok": report.ok,
+            "verdict": report.verdict,
+            "margin_s": report.margin_s,
+            "required_margin_s": report.required_margin_s,
+            "ran_out_at_s": report.ran_out_at_s,
+            "ran_out_during": report.ran_out_during,
+            "shutdown_finished_at_s": report.shutdown_finished_at_s,
+            "failed_steps": report.failed_steps,
+            "risks": report.risks,
+            "final_phase": report.final_phase,
+            "plan_estimate_s": report.plan_estimate_s,
+            "plan_critical_path_s": report.plan_critical_path_s,
+            "timeline": [
+                {
+                    "at_s": m.at_s,
+                    "kind": m.kind,
+                    "text": m.text,
+                    "battery": {
+                        n: {"charge_pct": c, "runtime_s": r} for n, (c, r) in m.battery.items()
+                    },
+                }
+                for m in report.timeline
+            ],
+        },
+        indent=2,
+    )

@@ -1,0 +1,299 @@
+"""``upsguard simulate``: the whole outage on a virtual clock, with simulated plugins.
+
+The same outage loop, phase engine, planner, executor and destage watch as
+the service run here; only the plugins are simulated and the clock is
+virtual, so a day-long scenario takes well under a second and never sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from upsguard.clock import LoopClock, run_virtual
+from upsguard.config.caches import SimulatedCacheSettings
+from upsguard.config.platforms import SimulatedPlatformSettings
+from upsguard.config.scenario import Scenario
+from upsguard.config.site import SiteConfig
+from upsguard.config.types import format_duration
+from upsguard.events import Event, RiskAccepted, RunFinished, StepFinished
+from upsguard.models import CacheName, Phase, PlatformName, StepState, UpsName
+from upsguard.plugins.caches.base import CacheProvider
+from upsguard.plugins.caches.simulated import SimulatedCache
+from upsguard.plugins.platforms.simulated import Behaviour, SimulatedPlatform
+from upsguard.plugins.ups.base import UpsSource
+from upsguard.plugins.ups.simulated import SimulatedUps
+from upsguard.runbooks.destage import DestageWatch
+from upsguard.runbooks.outage import OutageLoop
+from upsguard.runbooks.planner import build_plan
+from upsguard.runbooks.timeline import describe
+from upsguard.runbooks.world import PowerWorld
+
+ORIGIN = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Moment:
+    at_s: float
+    text: str
+    kind: str
+    battery: dict[UpsName, tuple[float, float]]  # charge %, runtime s
+
+
+@dataclass
+class SimulationReport:
+    scenario: str
+    timeline: list[Moment] = field(default_factory=list)
+    verdict: str = ""
+    ok: bool = False
+    margin_s: float | None = None
+    required_margin_s: float = 0.0
+    ran_out_at_s: float | None = None
+    ran_out_during: list[str] = field(default_factory=list)
+    failed_steps: list[str] = field(default_factory=list)
+    risks: list[str] = field(default_factory=list)
+    shutdown_finished_at_s: float | None = None
+    plan_estimate_s: float = 0.0
+    plan_critical_path_s: float = 0.0
+    end_s: float = 0.0
+    final_phase: str = Phase.NORMAL.value
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+
+def simulate(site: SiteConfig, scenario: Scenario) -> SimulationReport:
+    return run_virtual(Simulation(site, scenario).run())
+
+
+class Simulation:
+    def __init__(self, site: SiteConfig, scenario: Scenario) -> None:
+        self.site = site
+        self.scenario = scenario
+        plan = build_plan(site, "shutdown")
+        self.report = SimulationReport(
+            scenario=scenario.name,
+            required_margin_s=site.policies.required_margin.total_seconds(),
+            plan_estimate_s=plan.estimate_s,
+            plan_critical_path_s=plan.critical_path_s,
+        )
+        self._min_runtime_s: float | None = None
+
+    async def run(self) -> SimulationReport:
+        loop = asyncio.get_running_loop()
+        self.clock = LoopClock(loop, ORIGIN)
+        self.world = PowerWorld(self.site, self.scenario, self.clock)
+        self.platforms = self._platforms()
+        outage = OutageLoop(
+            self.site,
+            sources=self._sources(),
+            platforms=dict(self.platforms),
+            caches=DestageWatch(self.site, self._caches(), self.clock, self._record),
+            clock=self.clock,
+            events=self._record,
+        )
+        last_change = self._schedule_mains(loop)
+        try:
+            await self._drive(outage, last_change)
+        finally:
+            await outage.close()
+        self._verdict(outage)
+        return self.report
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def _platforms(self) -> dict[PlatformName, SimulatedPlatform]:
+        behaviour = {
+            rid: Behaviour(
+                stop_s=b.stop.total_seconds() if b.stop else None,
+                start_s=b.start.total_seconds() if b.start else None,
+                hang=b.hang,
+                fail=b.fail,
+                no_tools=b.no_tools,
+            )
+            for rid, b in self.scenario.steps.items()
+        }
+        out: dict[PlatformName, SimulatedPlatform] = {}
+        names = {r.platform for r in self.site.resources if r.platform} | {
+            r.power_on_via for r in self.site.resources if r.power_on_via
+        }
+        for name in sorted(names):
+            settings = self._simulated_settings(name)
+            out[PlatformName(name)] = SimulatedPlatform(
+                PlatformName(name), settings, self.clock, self.world.power_changed, behaviour
+            )
+        return out
+
+    def _simulated_settings(self, name: str) -> SimulatedPlatformSettings:
+        real = self.site.platform(name)
+        if isinstance(real, SimulatedPlatformSettings):
+            return real
+        return SimulatedPlatformSettings(type="simulated", max_parallel=real.max_parallel)
+
+    def _sources(self) -> dict[UpsName, UpsSource]:
+        return {u.name: SimulatedUps(u, self.clock, self.world) for u in self.site.ups}
+
+    def _caches(self) -> dict[CacheName, CacheProvider]:
+        out: dict[CacheName, CacheProvider] = {}
+        for cache in self.site.caches:
+            settings = (
+                cache
+                if isinstance(cache, SimulatedCacheSettings)
+                else (
+                    SimulatedCacheSettings(
+                        name=cache.name,
+                        provider="simulated",
+                        destage_timeout=cache.destage_timeout,
+                        on_timeout=cache.on_timeout,
+                        poll_interval=cache.poll_interval,
+                    )
+                )
+            )
+            given = self.scenario.caches.get(cache.name)
+            out[cache.name] = SimulatedCache(
+                settings,
+                self.clock,
+                dirty=given.dirty if given else None,
+                rate=given.rate if given else None,
+            )
+        return out
+
+    def _schedule_mains(self, loop: asyncio.AbstractEventLoop) -> float:
+        """Put every mains change of the scenario on the loop; returns the time of the last."""
+        changes: list[tuple[float, list[UpsName] | None, bool]] = []
+        sc = self.scenario
+        if sc.outage is not None:
+            start = sc.outage.at.total_seconds()
+            changes.append((start, sc.outage.ups, False))
+            if sc.outage.duration is not None:
+                changes.append((start + sc.outage.duration.total_seconds(), sc.outage.ups, True))
+        changes += [(e.at.total_seconds(), e.ups, e.state == "online") for e in sc.power]
+        for flap in sc.flapping:
+            at, on = flap.start.total_seconds(), False
+            while at < flap.stop.total_seconds():
+                changes.append((at, flap.ups, on))
+                at, on = at + flap.every.total_seconds(), not on
+            changes.append((flap.stop.total_seconds(), flap.ups, True))
+        for at, ups, on in changes:
+            loop.call_later(at, self._mains, ups, on)
+        return max((c[0] for c in changes), default=0.0)
+
+    def _mains(self, ups: list[UpsName] | None, on: bool) -> None:
+        self.world.set_mains(ups, on)
+        if on:
+            for name in ups or list(self.world.mains):
+                self.world.depleted_at.pop(name, None)
+
+    # -- the run -------------------------------------------------------------------------------
+
+    async def _drive(self, outage: OutageLoop, last_change: float) -> None:
+        poll = self.site.policies.poll_interval.total_seconds()
+        horizon = self.scenario.horizon.total_seconds()
+        while self.clock.monotonic() < horizon:
+            view = await outage.tick()
+            self._watch_runtime(view.on_battery, view.runtime_s())
+            if self._ran_out(outage):
+                return
+            if self.clock.monotonic() > last_change and self._settled(outage):
+                return
+            await asyncio.sleep(poll)
+
+    def _watch_runtime(self, on_battery: bool, runtime: float | None) -> None:
+        if on_battery and runtime is not None:
+            low = self._min_runtime_s
+            self._min_runtime_s = runtime if low is None else min(low, runtime)
+
+    def _settled(self, outage: OutageLoop) -> bool:
+        """Nothing more will happen: back to normal, or down with no power to come back."""
+        running = outage.runs.shutdown_running or outage.runs.startup_running
+        if running:
+            return False
+        phase = outage.engine.phase
+        if phase is Phase.NORMAL:
+            return all(self.world.mains.values())
+        return phase is Phase.DOWN and not any(self.world.mains.values())
+
+    def _ran_out(self, outage: OutageLoop) -> bool:
+        if not self.world.depleted_at or outage.runs.shutdown_finished:
+            return False
+        name, at = min(self.world.depleted_at.items(), key=lambda kv: kv[1])
+        executor = outage.executor
+        running = sorted(executor.running) if executor is not None else []
+        pending = [
+            s.id
+            for s in outage.shutdown_plan.steps
+            if executor is None or s.id not in executor.result.outcomes
+        ]
+        self.report.ran_out_at_s = at
+        self.report.ran_out_during = [str(s) for s in (running or pending[:5])]
+        self._note(at, f"UPS {name} ran out of battery", "ran_out")
+        return True
+
+    # -- recording -----------------------------------------------------------------------------
+
+    def _record(self, event: Event) -> None:
+        if isinstance(event, StepFinished) and event.state is StepState.FAILED:
+            self.report.failed_steps.append(f"{event.step}: {event.detail}")
+        if isinstance(event, RiskAccepted):
+            self.report.risks.append(event.what)
+        if isinstance(event, RunFinished) and event.direction == "shutdown":
+            self._shutdown_finished(event)
+        text = describe(event)
+        if text is not None:
+            self._note(self.clock.monotonic(), text, event.kind)
+
+    def _shutdown_finished(self, event: RunFinished) -> None:
+        if event.state != "done" and event.state != "failed":
+            return
+        if self.report.shutdown_finished_at_s is not None or "shedding" in event.run:
+            return
+        on_battery = [n for n, on in self.world.mains.items() if not on]
+        if not on_battery:
+            return
+        self.report.shutdown_finished_at_s = self.clock.monotonic()
+        self.report.margin_s = min(self.world.runtime_s(n) for n in on_battery)
+
+    def _note(self, at: float, text: str, kind: str) -> None:
+        battery = {n: (c, r) for n, (c, r, _) in self.world.snapshot().items()}
+        self.report.timeline.append(Moment(at, text, kind, battery))
+
+    # -- the verdict -----------------------------------------------------------------------------
+
+    def _verdict(self, outage: OutageLoop) -> None:
+        rep = self.report
+        rep.end_s = self.clock.monotonic()
+        rep.final_phase = outage.engine.phase.value
+        if rep.ran_out_at_s is not None:
+            during = ", ".join(rep.ran_out_during) or "the shutdown"
+            rep.verdict = (
+                f"runs out of battery at T+{format_duration(rep.ran_out_at_s)}, during {during}"
+            )
+            rep.ok = False
+            return
+        if rep.margin_s is None:
+            rep.margin_s = self._min_runtime_s
+        margin = rep.margin_s
+        required = rep.required_margin_s
+        if rep.shutdown_finished_at_s is not None:
+            rep.verdict = (
+                f"shutdown finishes at T+{format_duration(rep.shutdown_finished_at_s)} "
+                f"with {format_duration(margin or 0)} of battery to spare"
+            )
+        elif margin is not None:
+            rep.verdict = (
+                f"no full shutdown needed; at worst {format_duration(margin)} of battery was left"
+            )
+        else:
+            rep.verdict = "the site never ran on battery"
+        problems = []
+        if margin is not None and margin < required:
+            problems.append(f"less than the required margin of {format_duration(required)}")
+        if rep.failed_steps:
+            problems.append(f"{len(rep.failed_steps)} step(s) failed")
+        if rep.risks:
+            problems.append(f"{len(rep.risks)} risk(s) taken with dirty caches")
+        rep.ok = not problems
+        if problems:
+            rep.verdict += ": " + "; ".join(problems)

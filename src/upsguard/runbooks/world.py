@@ -1,0 +1,125 @@
+"""The simulator's physical world: mains per UPS, batteries, and the load they carry.
+
+It plays the part of the UPSes (``SimulatedUps`` reads from it) and hears
+every power change of the simulated platforms, so the load, and with it the
+runtime left, follow the runbook as it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from upsguard.clock import LoopClock
+from upsguard.config.scenario import Scenario
+from upsguard.config.site import SiteConfig
+from upsguard.errors import ConfigError
+from upsguard.models import PowerState, ResourceId, UpsFlag, UpsName, UpsReading
+from upsguard.runbooks.battery import Battery
+
+
+class PowerWorld:
+    def __init__(self, site: SiteConfig, scenario: Scenario, clock: LoopClock) -> None:
+        self._site = site
+        self._clock = clock
+        self.batteries = {u.name: self._battery(site, scenario, u.name) for u in site.ups}
+        self.mains = {u.name: True for u in site.ups}
+        self.load = {u.name: u.other_load_watts for u in site.ups}
+        self._shares = {r.id: self._shares_of(r.id) for r in site.resources}
+        for res in site.resources:
+            self._add_load(res.id, res.watts)
+        self._last = clock.monotonic()
+        self.depleted_at: dict[UpsName, float] = {}
+
+    @staticmethod
+    def _battery(site: SiteConfig, scenario: Scenario, name: UpsName) -> Battery:
+        index = [u.name for u in site.ups].index(name)
+        ups = site.ups[index]
+        if ups.runtime_at is None:
+            raise ConfigError(
+                f"ups[{index}].runtime_at: the simulator needs the battery's runtime at a load "
+                f"(for example runtime_at: {{minutes: 30, load_watts: 400}}) for UPS {name}"
+            )
+        behaviour = scenario.ups.get(name)
+        health = behaviour.battery_health if behaviour else 1.0
+        charge = behaviour.start_charge if behaviour else 100.0
+        return Battery(
+            runtime_ref_s=ups.runtime_at.minutes * 60.0 * health,
+            load_ref_w=ups.runtime_at.load_watts,
+            peukert=ups.peukert_exponent,
+            soc=charge / 100.0,
+            recharge_s=scenario.recharge.total_seconds(),
+        )
+
+    def _shares_of(self, rid: ResourceId) -> list[tuple[UpsName, float]]:
+        """Which UPSes carry a resource's watts, and what part each carries."""
+        feeds = self._site.feeds_of(rid)
+        res = self._site.resource(rid)
+        if not feeds and res.runs_on:
+            feeds = [f for host in res.runs_on for f in self._site.feeds_of(host)]
+        names: list[UpsName] = [u for f in feeds for u in f.ups] or [u.name for u in self._site.ups]
+        return [(u, 1.0 / len(names)) for u in names]
+
+    def _add_load(self, rid: ResourceId, watts: float) -> None:
+        for ups, share in self._shares.get(rid, []):
+            self.load[ups] = max(0.0, self.load[ups] + watts * share)
+
+    # -- what the simulated plugins call ----------------------------------------------------
+
+    def power_changed(self, rid: ResourceId, fraction: float, state: PowerState) -> None:
+        self.advance()
+        watts = self._site.resource(rid).watts * fraction
+        self._add_load(rid, watts if state is PowerState.ON else -watts)
+
+    def set_mains(self, names: Iterable[UpsName] | None, on: bool) -> None:
+        self.advance()
+        for name in names or list(self.mains):
+            self.mains[name] = on
+
+    def advance(self) -> None:
+        now = self._clock.monotonic()
+        elapsed = now - self._last
+        self._last = now
+        if elapsed <= 0:
+            return
+        for name, battery in self.batteries.items():
+            if self.mains[name]:
+                battery.charge(elapsed)
+                continue
+            empty_after = battery.drain(self.load[name], elapsed)
+            if empty_after is not None and name not in self.depleted_at:
+                self.depleted_at[name] = now - elapsed + empty_after
+
+    def runtime_s(self, name: UpsName) -> float:
+        return self.batteries[name].runtime_s(self.load[name])
+
+    def reading(self, ups: UpsName) -> UpsReading:
+        self.advance()
+        battery = self.batteries[ups]
+        config = next(u for u in self._site.ups if u.name == ups)
+        runtime = self.runtime_s(ups)
+        flags = {UpsFlag.OL, UpsFlag.CHRG} if self.mains[ups] else {UpsFlag.OB, UpsFlag.DISCHRG}
+        if self.mains[ups] and battery.soc >= 1.0:
+            flags.discard(UpsFlag.CHRG)
+        low = battery.charge_pct <= config.low_battery_charge or (
+            runtime <= config.low_battery_runtime.total_seconds()
+        )
+        if low and not self.mains[ups]:
+            flags.add(UpsFlag.LB)
+        if ups in self.depleted_at:
+            flags = {UpsFlag.OFF}
+        return UpsReading(
+            ups=ups,
+            at=self._clock.now(),
+            flags=frozenset(flags),
+            charge_pct=round(battery.charge_pct, 1),
+            runtime_s=round(runtime),
+            load_pct=None,
+        )
+
+    def snapshot(self) -> dict[UpsName, tuple[float, float, float]]:
+        """Per UPS: charge %, runtime left (s), load (W), as of now."""
+        self.advance()
+        return {
+            name: (b.charge_pct, self.runtime_s(name), self.load[name])
+            for name, b in self.batteries.items()
+        }
