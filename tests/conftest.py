@@ -8,4 +8,5 @@ pytest_plugins = [
     "tests.peers.nut",
     "tests.peers.sshd",
     "tests.peers.bmc",
+    "tests.peers.redfish",
 ]

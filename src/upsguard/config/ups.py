@@ -88,6 +88,10 @@ class UpsConfig(Model):
     other_load_watts: float = Field(0.0, ge=0, description="load not described by resources")
     low_battery_charge: float = Field(20.0, ge=0, le=100)
     low_battery_runtime: Duration = timedelta(minutes=2)
+    link_grace: Duration = Field(
+        timedelta(seconds=15),
+        description="a link loss shorter than this, while on mains, is not an outage",
+    )
     at_shutdown_end: UpsCommandPolicy = UpsCommandPolicy()
 
     @model_validator(mode="after")

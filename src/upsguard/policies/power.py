@@ -1,8 +1,15 @@
 """From per-UPS readings to what a policy sees: feeds, and the site's worst feed.
 
 A feed powers some resources from several UPSes; like NUT's MINSUPPLIES, it is
-at risk only when fewer than ``min_supplies`` of them are on line. A UPS whose
-link is not ok never counts as on line.
+at risk only when fewer than ``min_supplies`` of them supply from mains. A UPS
+supplies from mains when its live reading says on line, when it is on battery
+only for a self-test (``CAL``), or while the watch holds it through a short
+link loss (see ``policies.watch``). A UPS lost for longer, or stale, never
+counts as on line.
+
+While a feed is at risk it lasts as long as enough UPSes still deliver: the
+on-battery members' runtimes, sorted, give the moment fewer than
+``min_supplies`` are left.
 """
 
 from __future__ import annotations
@@ -11,7 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from upsguard.config.site import FeedConfig
-from upsguard.models import UpsName, UpsReading
+from upsguard.models import LinkState, UpsFlag, UpsName, UpsReading
+
+MAINS_PRESENT_V = 80.0
+"""Below this input voltage a UPS in self-test is taken as really on battery."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,10 +35,28 @@ class FeedReading:
     low_battery: bool
     forced_shutdown: bool
     lost: bool
+    held: int = 0
+    """Members counted as supplying only because a short link loss is being held."""
+    at_risk_for_s: float = 0.0
+    """How long the feed has been at risk without interruption; what ``on_battery.after``
+    debounces (a short OB blip never reaches it)."""
+    members: tuple[str, ...] = ()
+    """One word per member UPS: ``online``, ``self-test``, ``held``, ``on-battery``, ``lost``,
+    ``stale`` or ``unknown`` (never polled), in the feed's order."""
 
     @property
     def at_risk(self) -> bool:
         return self.online < self.needed
+
+    @property
+    def state(self) -> str:
+        """One word for people: ``online``, ``degraded`` (a member is off line but enough
+        supply), ``at-risk`` or ``low-battery``."""
+        if self.at_risk:
+            return "low-battery" if self.low_battery or self.forced_shutdown else "at-risk"
+        if self.forced_shutdown:
+            return "low-battery"
+        return "degraded" if self.online < len(self.members) else "online"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +66,34 @@ class UpsFigures:
     reading: UpsReading
     runtime_s: float | None
     depletion_pct_per_min: float | None
+    held_online: bool = False
+    off_line_for_s: float = 0.0
+
+    @property
+    def supplying(self) -> bool:
+        """Counts toward ``min_supplies``: on mains, or held through a short link loss."""
+        return self.held_online or on_mains(self.reading)
+
+    @property
+    def word(self) -> str:
+        reading = self.reading
+        if reading.link is LinkState.OK:
+            if reading.on_line:
+                return "online"
+            return "self-test" if self_test(reading) else "on-battery"
+        return "held" if self.held_online else reading.link.value
+
+
+def self_test(reading: UpsReading) -> bool:
+    """A battery test or calibration while mains is there: on battery on purpose."""
+    if UpsFlag.CAL not in reading.flags or reading.low_battery or reading.forced_shutdown:
+        return False
+    return reading.input_voltage is None or reading.input_voltage >= MAINS_PRESENT_V
+
+
+def on_mains(reading: UpsReading) -> bool:
+    """Live and supplied from mains: on line, or on battery only for a self-test."""
+    return reading.link is LinkState.OK and (reading.on_line or self_test(reading))
 
 
 def feed_name(feed: FeedConfig, index: int) -> str:
@@ -46,26 +102,44 @@ def feed_name(feed: FeedConfig, index: int) -> str:
 
 def read_feed(name: str, feed: FeedConfig, figures: Mapping[UpsName, UpsFigures]) -> FeedReading:
     members = [figures[u] for u in feed.ups if u in figures]
-    online = sum(1 for f in members if f.reading.on_line)
-    supplying = [f for f in members if not f.reading.on_line]
-    # The feed lasts until fewer than min_supplies UPSes still deliver: the needed-th longest.
-    runtimes = sorted((f.runtime_s for f in members if f.runtime_s is not None), reverse=True)
-    index = max(0, feed.min_supplies - online - 1)
-    runtime = runtimes[index] if online < feed.min_supplies and index < len(runtimes) else None
-    charges = [f.reading.charge_pct for f in supplying if f.reading.charge_pct is not None]
-    rates = [f.depletion_pct_per_min for f in supplying if f.depletion_pct_per_min is not None]
-    healthy = sum(1 for f in members if f.reading.on_line or not f.reading.low_battery)
+    supplying = [f for f in members if f.supplying]
+    draining = [f for f in members if not f.supplying]
+    online = len(supplying)
+    at_risk = online < feed.min_supplies
+    charges = [f.reading.charge_pct for f in draining if f.reading.charge_pct is not None]
+    rates = [f.depletion_pct_per_min for f in draining if f.depletion_pct_per_min is not None]
+    healthy = online + sum(1 for f in draining if not f.reading.low_battery)
     return FeedReading(
         name=name,
         online=online,
         needed=feed.min_supplies,
-        runtime_s=runtime,
+        runtime_s=_feed_runtime(feed, online, draining) if at_risk else None,
         charge_pct=min(charges) if charges else None,
         depletion_pct_per_min=max(rates) if rates else None,
-        low_battery=online < feed.min_supplies and healthy < feed.min_supplies,
+        low_battery=at_risk and healthy < feed.min_supplies,
         forced_shutdown=any(f.reading.forced_shutdown for f in members),
-        lost=any(f.reading.link.value != "ok" for f in members),
+        lost=any(f.reading.link is not LinkState.OK for f in members),
+        held=sum(1 for f in members if f.held_online),
+        at_risk_for_s=_at_risk_for(feed, draining) if at_risk else 0.0,
+        members=tuple(figures[u].word if u in figures else "unknown" for u in feed.ups),
     )
+
+
+def _feed_runtime(feed: FeedConfig, online: int, draining: list[UpsFigures]) -> float | None:
+    """When fewer than ``min_supplies`` members will still deliver: the needed-th longest."""
+    runtimes = sorted((f.runtime_s for f in draining if f.runtime_s is not None), reverse=True)
+    index = feed.min_supplies - online - 1
+    if index >= len(runtimes):
+        return 0.0 if len(runtimes) == len(draining) else None
+    return runtimes[index]
+
+
+def _at_risk_for(feed: FeedConfig, draining: list[UpsFigures]) -> float:
+    """The feed went at risk when its k-th member went off line, k = members - needed + 1."""
+    k = len(feed.ups) - feed.min_supplies + 1
+    off = sorted((f.off_line_for_s for f in draining), reverse=True)
+    off += [0.0] * (len(feed.ups) - len(off))
+    return off[k - 1] if 0 < k <= len(off) else 0.0
 
 
 def read_feeds(

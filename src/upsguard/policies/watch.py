@@ -1,10 +1,31 @@
 """Watching one UPS: never an exception for the policy layer, never a lost UPS taken as on line.
 
-``UpsWatch`` wraps a ``UpsSource``. When the source fails, the policy layer
-gets the last known reading marked ``lost`` with its age; while on battery it
-also computes the observed depletion rate (%/min over a sliding window) and
-the runtime that rate implies, because aged batteries and hot rooms drain
-faster than the UPS's own estimate says.
+``UpsWatch`` wraps a ``UpsSource`` and is what the policy layer polls:
+
+- When the source fails, ``poll()`` returns the last known reading marked
+  ``lost`` with its age; when the source says its data is stale (NUT
+  ``DATA-STALE``), the last known values marked ``stale``. Neither is ever
+  ``on_line``. Only a ``PermanentError`` (wrong password, unknown UPS) before the
+  first good reading is raised, so that a service refuses to start on it.
+- **Blip filter.** A link that drops while the UPS last said it was on mains is
+  *held* on line for ``link_grace_s`` (15 s by default, the site file's
+  ``link_grace``): the reading says ``lost``, but ``figures().held_online`` lets
+  the feed count that UPS as supplying, so a 4-second network blip is not an
+  outage. Past the grace the UPS counts as off line from the moment it was lost
+  (``off_line_for_s`` includes the grace), so grace and the policy's own
+  ``on_battery.after`` overlap instead of adding up. The grace lives here and
+  not in the policy because only the watch knows "no news" from "the UPS said OB".
+  A short ``OB`` reported by a UPS that answers *is* news: debouncing it is the
+  policy's ``on_battery.after``, fed by ``FeedReading.at_risk_for_s``.
+- **Self-test is not an outage.** A reading with ``CAL`` (battery test or
+  calibration) counts as supplying from mains unless it also says ``LB``/``FSD``
+  or the input voltage is known and below ``power.MAINS_PRESENT_V``; no depletion is
+  computed from it.
+- **Observed discharge.** While on battery the watch fits the charge over a
+  sliding window (least squares, %/min) and the runtime that rate implies,
+  because aged batteries and hot rooms drain faster than the UPS's own
+  estimate; ``runtime_s()`` is the smaller of the two, counted down by the age
+  of the data when the link is not ok.
 """
 
 from __future__ import annotations
@@ -14,57 +35,114 @@ import logging
 from collections import deque
 
 from upsguard.clock import Clock
-from upsguard.errors import UpsguardError
+from upsguard.config.ups import UpsConfig
+from upsguard.errors import ConfigError, PermanentError, UpsguardError
 from upsguard.models import LinkState, UpsFlag, UpsReading
 from upsguard.plugins.ups.base import UpsSource
+from upsguard.policies.power import UpsFigures, on_mains
 
 log = logging.getLogger(__name__)
 
+DEFAULT_LINK_GRACE_S = 15.0
+
 
 class UpsWatch:
-    def __init__(self, source: UpsSource, clock: Clock, window_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        source: UpsSource,
+        clock: Clock,
+        window_s: float = 300.0,
+        link_grace_s: float = DEFAULT_LINK_GRACE_S,
+    ) -> None:
         self.source = source
         self.name = source.name
         self._clock = clock
         self._window_s = window_s
+        self.link_grace_s = link_grace_s
         self._samples: deque[tuple[float, float]] = deque()
         self.last: UpsReading | None = None
         self.last_ok: UpsReading | None = None
         self.last_error: str | None = None
+        self._link_bad_since: float | None = None
+        self._off_since: float | None = None
+        self.held_online = False
+        self.off_line_for_s = 0.0
+
+    @classmethod
+    def for_config(cls, source: UpsSource, config: UpsConfig, clock: Clock) -> UpsWatch:
+        """A watch with the UPS entry's own settings (``link_grace``)."""
+        return cls(source, clock, link_grace_s=config.link_grace.total_seconds())
 
     async def poll(self) -> UpsReading:
-        """A reading now: fresh, or the last known one marked lost with its age."""
+        """A reading now: fresh, or the last known one marked lost or stale with its age."""
         try:
             reading = await self.source.read()
+        except (PermanentError, ConfigError):
+            if self.last_ok is None:
+                raise
+            reading = self._lost(self._error_text())
         except UpsguardError as exc:
             reading = self._lost(str(exc))
         else:
+            if self.last_error is not None:
+                log.warning("%s: answering again", self.name)
             self.last_error = None
             if reading.link is LinkState.OK:
                 self.last_ok = reading
-        self._track(reading)
+            else:
+                reading = self._stale(reading)
+        now = self._clock.monotonic()
+        self._follow_link(reading, now)
+        self._track(reading, now)
         self.last = reading
         return reading
+
+    def _error_text(self) -> str:
+        return "refused after it had answered (credentials changed?)"
 
     def _lost(self, error: str) -> UpsReading:
         if error != self.last_error:
             log.warning("%s: %s", self.name, error)
         self.last_error = error
-        now = self._clock.now()
-        if self.last_ok is None:
-            return UpsReading(ups=self.name, at=now, link=LinkState.LOST, age_s=float("inf"))
-        age = (now - self.last_ok.at).total_seconds()
-        flags = self.last_ok.flags - {UpsFlag.OL} if self.last_ok.on_battery else self.last_ok.flags
-        return dataclasses.replace(self.last_ok, flags=flags, link=LinkState.LOST, age_s=age)
+        return self._aged(UpsReading(ups=self.name, at=self._clock.now()), LinkState.LOST)
 
-    def _track(self, reading: UpsReading) -> None:
-        if not reading.on_battery or reading.link is not LinkState.OK:
-            if not reading.on_battery:
-                self._samples.clear()
+    def _stale(self, reading: UpsReading) -> UpsReading:
+        """A stale answer: the last known values, with the source's detail in ``raw``."""
+        aged = self._aged(reading, LinkState.STALE)
+        return dataclasses.replace(aged, raw={**aged.raw, **reading.raw})
+
+    def _aged(self, fresh: UpsReading, link: LinkState) -> UpsReading:
+        if self.last_ok is None:
+            return dataclasses.replace(fresh, link=link, age_s=float("inf"))
+        age = max(0.0, (self._clock.now() - self.last_ok.at).total_seconds())
+        return dataclasses.replace(self.last_ok, link=link, age_s=age)
+
+    def _follow_link(self, reading: UpsReading, now: float) -> None:
+        """Hold a UPS last seen on mains during a short link loss; time how long it is off line."""
+        if reading.link is LinkState.OK:
+            self._link_bad_since = None
+        elif self._link_bad_since is None:
+            self._link_bad_since = now
+        last_on_mains = self.last_ok is not None and on_mains(self.last_ok)
+        bad_for = 0.0 if self._link_bad_since is None else now - self._link_bad_since
+        self.held_online = (
+            reading.link is not LinkState.OK and last_on_mains and bad_for < self.link_grace_s
+        )
+        if reading.link is LinkState.OK and on_mains(reading):
+            self._off_since = None
+        elif self._off_since is None:
+            self._off_since = now if self._link_bad_since is None else self._link_bad_since
+        supplying = self.held_online or self._off_since is None
+        self.off_line_for_s = 0.0 if supplying else now - (self._off_since or now)
+
+    def _track(self, reading: UpsReading, now: float) -> None:
+        if reading.link is not LinkState.OK:
+            return  # keep the window: the outage goes on while we cannot see it
+        if not reading.on_battery or UpsFlag.CAL in reading.flags:
+            self._samples.clear()
             return
         if reading.charge_pct is None:
             return
-        now = self._clock.monotonic()
         self._samples.append((now, reading.charge_pct))
         while self._samples and now - self._samples[0][0] > self._window_s:
             self._samples.popleft()
@@ -86,20 +164,38 @@ class UpsWatch:
 
     @property
     def observed_runtime_s(self) -> float | None:
-        """The runtime left if the charge keeps falling at the observed rate."""
+        """The runtime left if the charge keeps falling at the observed rate (counted down by
+        the age of the data when the link is not ok)."""
         rate = self.depletion_pct_per_min
         if not rate or self.last is None or self.last.charge_pct is None:
             return None
-        return self.last.charge_pct / rate * 60.0
+        return max(0.0, self.last.charge_pct / rate * 60.0 - self._age())
+
+    def _age(self) -> float:
+        if self.last is None or self.last.link is LinkState.OK:
+            return 0.0
+        return self.last.age_s if self.last.age_s != float("inf") else 0.0
 
     def runtime_s(self) -> float | None:
         """The faster (smaller) of the UPS's own estimate and the observed one, counted down
-        from the last known value while the link is lost."""
+        from the last known value while the link is not ok."""
         if self.last is None:
             return None
         reported = self.last.runtime_s
-        if reported is not None and self.last.link is not LinkState.OK:
-            reported = max(0.0, reported - self.last.age_s)
+        if reported is not None:
+            reported = max(0.0, reported - self._age())
         observed = self.observed_runtime_s
         candidates = [v for v in (reported, observed) if v is not None]
         return min(candidates) if candidates else None
+
+    def figures(self) -> UpsFigures:
+        """What a feed needs from this UPS: the reading and what the watch derived from it."""
+        if self.last is None:
+            raise RuntimeError(f"{self.name}: figures() before the first poll()")
+        return UpsFigures(
+            reading=self.last,
+            runtime_s=self.runtime_s(),
+            depletion_pct_per_min=self.depletion_pct_per_min,
+            held_online=self.held_online,
+            off_line_for_s=self.off_line_for_s,
+        )

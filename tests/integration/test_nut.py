@@ -1,0 +1,274 @@
+"""NutSource and UpsWatch against Debian's real upsd and dummy-ups on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from PyNUTClient.PyNUT import PyNUTClient
+
+from tests.peers.nut import ON_LINE, NutServer
+from upsguard.clock import SystemClock
+from upsguard.errors import AuthenticationError, PermanentError
+from upsguard.models import LinkState, UpsFlag, UpsReading
+from upsguard.plugins.ups.nut import NutSource
+from upsguard.policies.watch import UpsWatch
+
+pytestmark = pytest.mark.nut
+T = TypeVar("T")
+
+OUTAGE_SEQ = """\
+ups.status: OL
+battery.charge: 100
+battery.runtime: 1800
+ups.load: 40
+input.voltage: 230
+TIMER 2
+ups.status: OB DISCHRG
+battery.charge: 80
+battery.runtime: 900
+input.voltage: 0
+TIMER 2
+ups.status: OB DISCHRG
+battery.charge: 60
+battery.runtime: 600
+TIMER 2
+ups.status: OB LB
+battery.charge: 30
+battery.runtime: 200
+TIMER 2
+"""
+CYCLE = [("OL", 100.0), ("DISCHRG OB", 80.0), ("DISCHRG OB", 60.0), ("LB OB", 30.0)]
+
+
+def _state(reading: UpsReading) -> tuple[str, float | None]:
+    return " ".join(sorted(f.value for f in reading.flags)), reading.charge_pct
+
+
+async def _poll_until(
+    poll: Callable[[], Awaitable[T]], done: Callable[[T], bool], timeout: float = 20.0
+) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await poll()
+        if done(value) or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(0.2)
+
+
+def test_outage_sequence_is_read_in_order(nut_factory: Any) -> None:
+    server: NutServer = nut_factory({"ups1": OUTAGE_SEQ})
+
+    async def scenario() -> tuple[list[tuple[str, float | None]], UpsWatch]:
+        watch = UpsWatch(NutSource(server.ups_config("ups1"), SystemClock()), SystemClock())
+        seen: list[tuple[str, float | None]] = []
+        deadline = time.monotonic() + 30
+        # Two full cycles of states, read every 0.25 s while the driver moves every 2 s.
+        while len(seen) < 2 * len(CYCLE) + 1 and time.monotonic() < deadline:
+            reading = await watch.poll()
+            assert reading.link is LinkState.OK
+            if not seen or seen[-1] != _state(reading):
+                seen.append(_state(reading))
+            await asyncio.sleep(0.25)
+        await watch.source.close()
+        return seen, watch
+
+    seen, watch = asyncio.run(scenario())
+    assert len(seen) >= 2 * len(CYCLE) + 1, seen
+    start = CYCLE.index(seen[0])
+    expected = [CYCLE[(start + i) % len(CYCLE)] for i in range(len(seen))]
+    assert seen == expected
+    assert watch.last is not None and watch.last.input_voltage is not None
+
+
+def test_watch_sees_observed_depletion_faster_than_the_ups_says(nut_factory: Any) -> None:
+    server: NutServer = nut_factory({"ups1": OUTAGE_SEQ})
+
+    async def scenario() -> UpsWatch:
+        watch = UpsWatch(NutSource(server.ups_config("ups1"), SystemClock()), SystemClock())
+        await _poll_until(watch.poll, lambda r: r.charge_pct == 30.0)
+        await watch.source.close()
+        return watch
+
+    watch = asyncio.run(scenario())
+    # The script drops 70 % of charge in about 6 s: far faster than the 200 s the UPS claims.
+    assert watch.depletion_pct_per_min is not None and watch.depletion_pct_per_min > 100
+    assert watch.observed_runtime_s is not None and watch.observed_runtime_s < 200
+    assert watch.runtime_s() == watch.observed_runtime_s
+
+
+def test_killed_driver_reads_stale_then_recovers(nut_factory: Any) -> None:
+    server: NutServer = nut_factory({"ups1": ON_LINE}, ext="dev")
+
+    async def scenario() -> tuple[UpsReading, UpsReading, UpsReading]:
+        clock = SystemClock()
+        watch = UpsWatch(NutSource(server.ups_config("ups1"), clock), clock)
+        first = await watch.poll()
+        server.kill_driver("ups1")
+        stale = await _poll_until(watch.poll, lambda r: r.link is LinkState.STALE)
+        server.start_driver("ups1")
+        back = await _poll_until(watch.poll, lambda r: r.link is LinkState.OK, timeout=30)
+        await watch.source.close()
+        return first, stale, back
+
+    first, stale, back = asyncio.run(scenario())
+    assert first.on_line
+    assert stale.link is LinkState.STALE and not stale.on_line
+    assert stale.charge_pct == 100.0  # the last known values, kept for the policy layer
+    assert back.on_line
+
+
+def test_upsd_killed_reads_lost_with_age_then_recovers(nut_factory: Any) -> None:
+    server: NutServer = nut_factory({"ups1": ON_LINE}, ext="dev")
+
+    async def scenario() -> tuple[UpsReading, UpsReading, UpsReading, str | None]:
+        clock = SystemClock()
+        watch = UpsWatch(NutSource(server.ups_config("ups1"), clock), clock)
+        await watch.poll()
+        server.kill_upsd()
+        lost = await _poll_until(watch.poll, lambda r: r.link is LinkState.LOST)
+        await asyncio.sleep(1.0)
+        later = await watch.poll()
+        error = watch.last_error
+        server.start_upsd()
+        back = await _poll_until(watch.poll, lambda r: r.link is LinkState.OK, timeout=30)
+        await watch.source.close()
+        return lost, later, back, error
+
+    lost, later, back, error = asyncio.run(scenario())
+    assert lost.link is LinkState.LOST and not lost.on_line
+    assert lost.charge_pct == 100.0 and lost.runtime_s == 1800.0
+    assert later.age_s > lost.age_s >= 0
+    assert error is not None and "upsd 127.0.0.1" in error and "\n" not in error
+    assert back.on_line and back.link is LinkState.OK
+
+
+def test_wrong_password_is_one_clear_line(nut_pair: NutServer, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pw"
+    bad.write_text("not-the-password\n")
+    config = nut_pair.ups_config("ups1", "rack-a", user="mon", password_file=bad)
+
+    async def scenario() -> None:
+        source = NutSource(config, SystemClock())
+        try:
+            await source.read()
+        finally:
+            await source.close()
+
+    with pytest.raises(AuthenticationError) as info:
+        asyncio.run(scenario())
+    message = str(info.value)
+    assert "\n" not in message
+    assert "rack-a" in message and "'mon'" in message and "ACCESS-DENIED" in message
+    assert "not-the-password" not in message
+
+
+def test_right_password_from_environment_reads(
+    nut_pair: NutServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("UPSGUARD_TEST_NUT_PW", "mon-secret")
+    config = nut_pair.ups_config("ups1", user="mon", password_env="UPSGUARD_TEST_NUT_PW")
+
+    async def scenario() -> UpsReading:
+        source = NutSource(config, SystemClock())
+        try:
+            return await source.read()
+        finally:
+            await source.close()
+
+    assert asyncio.run(scenario()).on_line
+
+
+def _established(port: int) -> int:
+    """Established TCP connections to ``port`` on loopback, from /proc/net/tcp."""
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote_port = int(fields[2].split(":")[1], 16)
+        if remote_port == port and fields[3] == "01":
+            count += 1
+    return count
+
+
+def test_two_upses_on_one_upsd_share_one_connection(nut_pair: NutServer) -> None:
+    async def scenario() -> tuple[list[UpsReading], int]:
+        clock = SystemClock()
+        sources = [NutSource(nut_pair.ups_config(n), clock) for n in ("ups1", "ups2")]
+        readings = list(await asyncio.gather(*(s.read() for s in sources)))
+        readings += await asyncio.gather(*(s.read() for s in sources))
+        connections = _established(nut_pair.port)
+        for source in sources:
+            await source.close()
+        return readings, connections
+
+    readings, connections = asyncio.run(scenario())
+    assert [r.ups for r in readings] == ["ups1", "ups2", "ups1", "ups2"]
+    assert [r.load_pct for r in readings[:2]] == [35.0, 60.0]
+    assert all(r.on_line for r in readings)
+    assert connections == 1
+
+
+def test_secondary_monitor_sees_fsd_set_by_primary(nut_factory: Any) -> None:
+    server: NutServer = nut_factory({"ups1": ON_LINE}, ext="dev")
+    config = server.ups_config(
+        "ups1", user="mon", password_file=server.password_file("mon"), monitor="secondary"
+    )
+
+    async def scenario() -> tuple[UpsReading, UpsReading]:
+        source = NutSource(config, SystemClock())
+        before = await source.read()
+        primary = PyNUTClient(
+            host="127.0.0.1", port=server.port, login="admin", password="admin-secret"
+        )
+        primary.FSD("ups1")
+        after = await _poll_until(source.read, lambda r: UpsFlag.FSD in r.flags)
+        await source.close()
+        return before, after
+
+    before, after = asyncio.run(scenario())
+    assert not before.forced_shutdown
+    assert after.forced_shutdown
+
+
+def test_instant_command_sets_the_delay_first(nut_factory: Any) -> None:
+    server: NutServer = nut_factory({"ups1": ON_LINE}, ext="dev")
+    config = server.ups_config(
+        "ups1",
+        entry={"at_shutdown_end": {"command": "load.off", "delay": "90s"}},
+        user="admin",
+        password_file=server.password_file("admin"),
+    )
+
+    async def scenario() -> None:
+        source = NutSource(config, SystemClock())
+        await source.command("load.off")
+        with pytest.raises(PermanentError, match=r"shutdown\.return"):
+            await source.command("shutdown.return")
+        await source.close()
+
+    asyncio.run(scenario())
+    deadline = time.monotonic() + 10
+    while server.get("ups1", "ups.delay.shutdown") != "90" and time.monotonic() < deadline:
+        time.sleep(0.2)  # upsd answers OK to SET before the driver has applied it
+    assert server.get("ups1", "ups.delay.shutdown") == "90"
+
+
+def test_frozen_driver_is_stale(nut_factory: Any) -> None:
+    server: NutServer = nut_factory({"ups1": ON_LINE}, ext="dev", maxage=3)
+
+    async def scenario() -> UpsReading:
+        source = NutSource(server.ups_config("ups1"), SystemClock())
+        server.drivers["ups1"].send_signal(signal.SIGSTOP)
+        try:
+            return await _poll_until(source.read, lambda r: r.link is LinkState.STALE)
+        finally:
+            server.drivers["ups1"].send_signal(signal.SIGCONT)
+            await source.close()
+
+    stale = asyncio.run(scenario())
+    assert stale.link is LinkState.STALE and stale.raw.get("nut.error") == "DATA-STALE"
