@@ -90,6 +90,8 @@ class LvmcacheProvider:
             if mode is CacheMode.WRITE_THROUGH:
                 return  # the flush that ends in writethrough is already under way
             await self._stop_flush(target)
+        if (await self.read(target)).mode is mode:
+            return
         argv = [*self._lvchange, "--cachemode", _TOOL_MODE[mode], target.name]
         if mode is CacheMode.WRITE_BACK:
             result = await self._runner.run(argv, timeout=TIMEOUT)
