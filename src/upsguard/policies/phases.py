@@ -27,6 +27,7 @@ class Act(enum.StrEnum):
     START_SHEDDING = "start_shedding"
     START_SHUTDOWN = "start_shutdown"
     CANCEL_SHUTDOWN = "cancel_shutdown"
+    CANCEL_STARTUP = "cancel_startup"
     START_STARTUP = "start_startup"
     CACHES_WRITE_BACK = "caches_write_back"
 
@@ -275,12 +276,14 @@ class PhaseEngine:
         plan_s: float,
         out: list[Decision],
     ) -> None:
-        if view.on_battery and not runs.startup_running:
+        if view.on_battery:
             on_for = values["on_battery_for"] or 0.0
             if (
                 flags & {"low_battery", "fsd"}
                 or on_for >= self.policies.on_battery.after.total_seconds()
             ):
+                if runs.startup_running:
+                    out.append(Decision(Act.CANCEL_STARTUP, "on battery again"))
                 self._move(Phase.ON_BATTERY, f"on battery again for {format_duration(on_for)}")
                 out.append(Decision(Act.CACHES_WRITE_THROUGH, "on battery again"))
             return

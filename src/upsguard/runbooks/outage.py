@@ -117,6 +117,9 @@ class OutageLoop:
         elif decision.act is Act.CANCEL_SHUTDOWN:
             await self._cancel()
             self.runs.cancelled_before_ponr = True
+        elif decision.act is Act.CANCEL_STARTUP:
+            await self._cancel()
+            self.runs.startup_running = False
         elif decision.act is Act.START_STARTUP:
             await self._start(
                 build_plan(self.site, Direction.STARTUP, self._inventory), decision.reason
