@@ -102,6 +102,6 @@ def test_a_cache_that_is_not_running_is_named(tmp_path: Path) -> None:
 
 
 def test_setting_the_current_mode_again_does_nothing(tmp_path: Path) -> None:
-    tools, p = make(tmp_path)
+    _, p = make(tmp_path)
     asyncio.run(p.set_mode(target("cache2"), CacheMode.WRITE_THROUGH))
     assert asyncio.run(p.read(target("cache2"))).detail == "status Running"

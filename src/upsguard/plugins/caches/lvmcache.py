@@ -15,6 +15,7 @@ The cache is clean once no dirty block is left and the mode no longer reads writ
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shlex
@@ -36,7 +37,7 @@ _MODES = {
     "writethrough": CacheMode.WRITE_THROUGH,
     "passthrough": CacheMode.NONE,
 }
-_TOOL_MODE = {CacheMode.WRITE_BACK: "writeback", CacheMode.WRITE_THROUGH: "writethrough"}
+_SETTABLE = (CacheMode.WRITE_BACK, CacheMode.WRITE_THROUGH)
 _FLUSHING = re.compile(r"Flushing (\d+) blocks for cache (\S+?)\.?$")
 
 
@@ -83,23 +84,26 @@ class LvmcacheProvider:
         return CacheState(target, self._clock.now(), mode, dirty, clean, detail)
 
     async def set_mode(self, target: CacheTarget, mode: CacheMode) -> None:
-        if mode not in _TOOL_MODE:
+        if mode not in _SETTABLE:
             raise PermanentError(f"{self._where(target)}: lvmcache has no mode '{mode}' here")
         job = await self._runner.read_detached(self._log(target), timeout=TIMEOUT)
         if job is not None and job.running:
             if mode is CacheMode.WRITE_THROUGH:
                 return  # the flush that ends in writethrough is already under way
             await self._stop_flush(target)
-        if (await self.read(target)).mode is mode:
-            return
-        argv = [*self._lvchange, "--cachemode", _TOOL_MODE[mode], target.name]
         if mode is CacheMode.WRITE_BACK:
+            await self._write_back(target)
+        elif (await self.read(target)).mode is not mode:
+            argv = [*self._lvchange, "--cachemode", "writethrough", target.name]
+            await self._runner.start_detached(argv, self._log(target), timeout=TIMEOUT)
+
+    async def _write_back(self, target: CacheTarget) -> None:
+        if (await self.read(target)).mode is not CacheMode.WRITE_BACK:
+            argv = [*self._lvchange, "--cachemode", "writeback", target.name]
             result = await self._runner.run(argv, timeout=TIMEOUT)
             if not result.ok:
                 raise PermanentError(f"{self._where(target)}: {result.first_error_line()}")
-            await self._runner.run(["rm", "-f", "--", self._log(target)], timeout=TIMEOUT)
-            return
-        await self._runner.start_detached(argv, self._log(target), timeout=TIMEOUT)
+        await self._runner.run(["rm", "-f", "--", self._log(target)], timeout=TIMEOUT)
 
     async def flush(self, target: CacheTarget) -> None:
         """dm-cache has no separate flush: the writethrough switch is the flush."""
@@ -111,6 +115,11 @@ class LvmcacheProvider:
         """Interrupt a flushing lvchange (it aborts cleanly and restores the policy)."""
         pattern = f"lvchange --cachemode writethrough {target.name}"
         await self._runner.run(["pkill", "-INT", "-f", "--", pattern], timeout=TIMEOUT)
+        for _ in range(100):  # it restores the normal policy on its way out: wait for that
+            found = await self._runner.run(["pgrep", "-f", "--", pattern], timeout=TIMEOUT)
+            if not found.ok:
+                return
+            await asyncio.sleep(0.1)
 
     async def _report(self, args: list[str]) -> list[dict[str, str]]:
         argv = [*self._lvs, "--reportformat", "json", "--units", "b", "--nosuffix", *args]

@@ -14,6 +14,7 @@ reports progress from the dirty-block counter and the ``Flushing (N %)`` status.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import re
@@ -119,6 +120,11 @@ class OpencasProvider:
     async def _interrupt(self, cid: str) -> None:
         pattern = f"casadm -Q -i {cid} -c wt"
         await self._runner.run(["pkill", "-INT", "-f", "--", pattern], timeout=TIMEOUT)
+        for _ in range(100):  # it restores the normal policy on its way out: wait for that
+            found = await self._runner.run(["pgrep", "-f", "--", pattern], timeout=TIMEOUT)
+            if not found.ok:
+                return
+            await asyncio.sleep(0.1)
 
     async def _casadm_out(self, target: CacheTarget | None, *args: str) -> str:
         result = await self._runner.run([*self._casadm, *args], timeout=TIMEOUT)
