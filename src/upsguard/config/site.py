@@ -14,6 +14,7 @@ from upsguard.config.platforms import (
 )
 from upsguard.config.policies import PoliciesConfig
 from upsguard.config.resources import ResourceConfig
+from upsguard.config.service import ServiceConfig
 from upsguard.config.ups import UpsConfig
 from upsguard.models import ResourceId, ResourceKind, UpsName
 
@@ -36,6 +37,7 @@ class SiteConfig(Model):
     resources: list[ResourceConfig] = Field(default_factory=list)
     policies: PoliciesConfig = PoliciesConfig()
     journal: str = Field("/var/lib/upsguard/journal.sqlite", description="SQLite journal path")
+    service: ServiceConfig = ServiceConfig()
 
     def resource(self, rid: str) -> ResourceConfig:
         return self.resource_index()[ResourceId(rid)]
