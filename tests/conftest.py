@@ -9,4 +9,5 @@ pytest_plugins = [
     "tests.peers.sshd",
     "tests.peers.bmc",
     "tests.peers.redfish",
+    "tests.peers.wol",
 ]

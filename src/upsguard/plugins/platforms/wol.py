@@ -1,0 +1,127 @@
+"""The ``wol`` platform: Wake-on-LAN for machines without a BMC, then a reachability check.
+
+It can only wake: a machine woken this way is shut down through its own
+platform (``ssh``, ``command``). A resource names it as ``power_on_via: wol``
+(or a ``platforms:`` key of type ``wol``) and gives its ``mac``. Whether the
+machine is up is judged by its ``check_port`` (22 by default) accepting a TCP
+connection on the resource's host: a sleeping machine answers nothing.
+
+Magic packets are UDP datagrams, which can be lost: ``start`` sends three.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import socket
+
+from upsguard.clock import Clock
+from upsguard.config.platforms import WolSettings
+from upsguard.config.resources import ResourceConfig
+from upsguard.errors import PermanentError, PlatformUnreachable
+from upsguard.models import PlatformName, PowerState, StopMethod, Target
+
+__all__ = ["WolPlatform", "magic_packet"]
+
+_MAC = re.compile(r"^[0-9a-f]{2}([:-]?)[0-9a-f]{2}(\1[0-9a-f]{2}){4}$", re.IGNORECASE)
+_REPEATS = 3
+_CONNECT_TIMEOUT = 2.0
+
+
+def magic_packet(mac: str) -> bytes:
+    """Six 0xFF bytes, then the MAC sixteen times."""
+    raw = bytes.fromhex(re.sub(r"[:-]", "", mac))
+    return b"\xff" * 6 + raw * 16
+
+
+class WolPlatform:
+    """Sends magic packets to one broadcast address and port."""
+
+    def __init__(self, name: PlatformName, settings: WolSettings, clock: Clock) -> None:
+        self.name = name
+        self._settings = settings
+        self._clock = clock
+        self._addresses: dict[str, str] = {}
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
+        """The machine with ``resource.mac``; ``PermanentError`` when it is missing or malformed."""
+        mac = resource.mac
+        if mac is None or not _MAC.match(mac):
+            shown = f"'{mac}'" if mac else "no 'mac'"
+            raise PermanentError(
+                f"resource '{resource.id}': Wake-on-LAN needs its MAC address, and it has "
+                f"{shown}: set mac like 'aa:bb:cc:dd:ee:ff'"
+            )
+        target = Target(self.name, resource.kind, resource.target_name, ref=mac.lower())
+        self._addresses[target.name] = resource.host or str(resource.id)
+        return [target]
+
+    async def power_state(self, target: Target) -> PowerState:
+        """ON when the machine's check port accepts a connection, else OFF."""
+        address = self._address(target)
+        try:
+            async with asyncio.timeout(_CONNECT_TIMEOUT):
+                _, writer = await asyncio.open_connection(address, self._settings.check_port)
+        except (OSError, TimeoutError):
+            return PowerState.OFF
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return PowerState.ON
+
+    async def stop(self, target: Target, method: StopMethod) -> None:
+        raise PermanentError(
+            f"platform '{self.name}' (Wake-on-LAN) can only wake {target.name}: "
+            "stop it through its own platform (ssh, command)"
+        )
+
+    async def start(self, target: Target) -> None:
+        """Send the magic packet (three times: UDP may drop one)."""
+        packet = magic_packet(self._mac(target))
+        destination = (self._settings.broadcast, self._settings.port)
+        try:
+            await asyncio.to_thread(_send, packet, destination)
+        except OSError as exc:
+            raise PlatformUnreachable(
+                f"platform '{self.name}': cannot send the Wake-on-LAN packet to "
+                f"{destination[0]}:{destination[1]}: {exc.strerror or exc}"
+            ) from exc
+
+    async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
+        deadline = self._clock.monotonic() + timeout
+        interval = self._settings.poll_interval.total_seconds()
+        while True:
+            if await self.power_state(target) is state:
+                return True
+            left = deadline - self._clock.monotonic()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(interval, left))
+
+    async def healthy(self, target: Target) -> bool:
+        return await self.power_state(target) is PowerState.ON
+
+    def _mac(self, target: Target) -> str:
+        if target.ref is None:
+            raise PermanentError(f"target {target.name} was not resolved by platform {self.name}")
+        return target.ref
+
+    def _address(self, target: Target) -> str:
+        address = self._addresses.get(target.name)
+        if address is None:
+            raise PermanentError(f"target {target.name} was not resolved by platform {self.name}")
+        return address
+
+
+def _send(packet: bytes, destination: tuple[str, int]) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        for _ in range(_REPEATS):
+            sock.sendto(packet, destination)
