@@ -17,11 +17,11 @@ from upsguard.config.platforms import SimulatedPlatformSettings
 from upsguard.config.scenario import Scenario
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
-from upsguard.events import Event, RiskAccepted, RunFinished, StepFinished
+from upsguard.events import Event, RiskAccepted, RunFinished, RunStarted, StepFinished
 from upsguard.models import CacheName, Phase, PlatformName, StepState, UpsName
 from upsguard.plugins.caches.base import CacheProvider
 from upsguard.plugins.caches.simulated import SimulatedCache
-from upsguard.plugins.platforms.simulated import Behaviour, SimulatedPlatform
+from upsguard.plugins.platforms.simulated import Behaviour, Fleet, SimulatedPlatform
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.plugins.ups.simulated import SimulatedUps
 from upsguard.runbooks.destage import DestageWatch
@@ -80,6 +80,7 @@ class Simulation:
             plan_critical_path_s=plan.critical_path_s,
         )
         self._min_runtime_s: float | None = None
+        self._shedding_runs: set[str] = set()
 
     async def run(self) -> SimulationReport:
         loop = asyncio.get_running_loop()
@@ -115,6 +116,7 @@ class Simulation:
             )
             for rid, b in self.scenario.steps.items()
         }
+        fleet = Fleet(self.world.power_changed, behaviour)
         out: dict[PlatformName, SimulatedPlatform] = {}
         names = {r.platform for r in self.site.resources if r.platform} | {
             r.power_on_via for r in self.site.resources if r.power_on_via
@@ -122,7 +124,7 @@ class Simulation:
         for name in sorted(names):
             settings = self._simulated_settings(name)
             out[PlatformName(name)] = SimulatedPlatform(
-                PlatformName(name), settings, self.clock, self.world.power_changed, behaviour
+                PlatformName(name), settings, self.clock, fleet
             )
         return out
 
@@ -234,6 +236,8 @@ class Simulation:
     # -- recording -----------------------------------------------------------------------------
 
     def _record(self, event: Event) -> None:
+        if isinstance(event, RunStarted) and event.reason.startswith("shedding"):
+            self._shedding_runs.add(event.run)
         if isinstance(event, StepFinished) and event.state is StepState.FAILED:
             self.report.failed_steps.append(f"{event.step}: {event.detail}")
         if isinstance(event, RiskAccepted):
@@ -247,13 +251,15 @@ class Simulation:
     def _shutdown_finished(self, event: RunFinished) -> None:
         if event.state != "done" and event.state != "failed":
             return
-        if self.report.shutdown_finished_at_s is not None or "shedding" in event.run:
+        if event.run in self._shedding_runs:
             return
         on_battery = [n for n, on in self.world.mains.items() if not on]
         if not on_battery:
             return
-        self.report.shutdown_finished_at_s = self.clock.monotonic()
-        self.report.margin_s = min(self.world.runtime_s(n) for n in on_battery)
+        margin = min(self.world.runtime_s(n) for n in on_battery)
+        if self.report.margin_s is None or margin < self.report.margin_s:
+            self.report.shutdown_finished_at_s = self.clock.monotonic()
+            self.report.margin_s = margin
 
     def _note(self, at: float, text: str, kind: str) -> None:
         battery = {n: (c, r) for n, (c, r, _) in self.world.snapshot().items()}

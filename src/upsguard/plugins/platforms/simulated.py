@@ -1,8 +1,10 @@
 """A platform that exists only in the simulator and the demo.
 
 Targets change power state after the delays of its settings (or of a
-scenario's per-resource behaviour); ``listener`` hears every change, so the
-simulator's battery model sees the load fall as things go down.
+scenario's per-resource behaviour). Power states live in a ``Fleet`` that
+several simulated platforms can share, so a host powered on through its
+simulated BMC is seen on by its simulated vCenter; the fleet's ``listener``
+hears every change, so the simulator's battery model sees the load follow.
 """
 
 from __future__ import annotations
@@ -32,24 +34,40 @@ class Behaviour:
     no_tools: bool = False
 
 
+class Fleet:
+    """The power state of every simulated target, shared by the simulated platforms."""
+
+    def __init__(
+        self,
+        listener: PowerListener | None = None,
+        behaviour: dict[ResourceId, Behaviour] | None = None,
+    ) -> None:
+        self.listener = listener
+        self.behaviour = behaviour or {}
+        self.state: dict[str, PowerState] = {}
+        self.owner: dict[str, tuple[ResourceId, float]] = {}
+        self.changed: dict[str, asyncio.Event] = {}
+        self.pending: dict[str, asyncio.TimerHandle] = {}
+
+
 class SimulatedPlatform:
     def __init__(
         self,
         name: PlatformName,
         settings: SimulatedPlatformSettings,
         clock: Clock,
-        listener: PowerListener | None = None,
-        behaviour: dict[ResourceId, Behaviour] | None = None,
+        fleet: Fleet | None = None,
     ) -> None:
         self.name = name
         self._s = settings
         self._clock = clock
-        self._listener = listener
-        self._behaviour = behaviour or {}
-        self._state: dict[str, PowerState] = {}
-        self._owner: dict[str, tuple[ResourceId, float]] = {}
-        self._changed: dict[str, asyncio.Event] = {}
-        self._pending: dict[str, asyncio.TimerHandle] = {}
+        fleet = fleet or Fleet()
+        self.fleet = fleet
+        self._behaviour = fleet.behaviour
+        self._state = fleet.state
+        self._owner = fleet.owner
+        self._changed = fleet.changed
+        self._pending = fleet.pending
 
     async def open(self) -> None:
         return None
@@ -140,9 +158,10 @@ class SimulatedPlatform:
         self._pending.pop(name, None)
         previous = self._state.get(name, PowerState.ON)
         self._state[name] = state
-        if previous is not state and self._listener is not None and name in self._owner:
+        listener = self.fleet.listener
+        if previous is not state and listener is not None and name in self._owner:
             rid, share = self._owner[name]
-            self._listener(rid, share, state)
+            listener(rid, share, state)
         event = self._changed.pop(name, None)
         if event is not None:
             event.set()
