@@ -6,8 +6,10 @@ pytest_plugins = [
     "tests.peers.vcsim",
     "tests.peers.ports",
     "tests.peers.nut",
+    "tests.peers.snmpsim",
     "tests.peers.sshd",
     "tests.peers.bmc",
     "tests.peers.redfish",
     "tests.peers.wol",
+    "tests.peers.libvirt",
 ]
