@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Discriminator, Field, Tag
 
-from upsguard.config.base import Model
+from upsguard.config.base import Credentials, Model
 from upsguard.config.types import ByteRate, ByteSize, Duration
 from upsguard.models import CacheName, ResourceId
 
@@ -94,10 +94,16 @@ class StorcliSettings(CacheBase):
     write_back_policy: Literal["WB", "AWB"] = "WB"
 
 
-class FvpSettings(CacheBase):
+class FvpSettings(CacheBase, Credentials):
+    """FVP management server login: ``user`` with ``password_file`` or ``password_env``."""
+
     provider: Literal["fvp"]
     pwsh_command: str = "pwsh"
     fvp_server: str | None = None
+    state_dir: Path = Field(
+        Path("/var/lib/upsguard/caches"),
+        description="where each VM's write-back peer counts are kept while in write-through",
+    )
 
 
 class CommandCacheSettings(CacheBase):
