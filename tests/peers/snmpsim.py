@@ -1,0 +1,156 @@
+"""snmpsim (PyPI) on loopback, serving the UPS-MIB and PowerNet data of tests/fixtures/snmp/.
+
+Each ``*.snmprec`` is one agent: its stem is the v1/v2c community and the SNMPv3 context.
+Values change when a file is replaced with a newer mtime (snmpsim compares whole seconds on
+every request), which ``SnmpSim.set`` does. One SNMPv3 user with SHA auth and AES privacy.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.peers.ports import free_port
+from upsguard.config.ups import UpsConfig
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "snmp"
+V3_USER = "upsguard"
+V3_AUTH_KEY = "auth-key-4-tests"
+V3_PRIV_KEY = "priv-key-4-tests"
+
+
+def _responder() -> str:
+    found = shutil.which("snmpsim-command-responder")
+    if found is None:
+        pytest.fail("snmpsim-command-responder is missing: run scripts/setup (installs snmpsim)")
+    return found
+
+
+def _oid_key(line: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in line.split("|", 1)[0].split("."))
+
+
+@dataclass
+class SnmpSim:
+    root: Path
+    port: int
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    def set(self, agent: str, values: dict[str, tuple[int, Any]]) -> None:
+        """Set ``OID -> (tag, value)`` in one agent's data (adds missing OIDs), atomically."""
+        path = self.data / f"{agent}.snmprec"
+        records = {
+            line.split("|", 1)[0]: line for line in path.read_text().splitlines() if line.strip()
+        }
+        for oid, (tag, value) in values.items():
+            records[oid] = f"{oid}|{tag}|{value}"
+        text = "\n".join(sorted(records.values(), key=_oid_key)) + "\n"
+        old = path.stat().st_mtime
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        stamp = max(time.time(), old + 1.0)
+        os.utime(tmp, (stamp, stamp))
+        tmp.replace(path)
+
+    def ups_config(self, agent: str, **snmp: Any) -> UpsConfig:
+        settings: dict[str, Any] = {
+            "host": "127.0.0.1",
+            "port": self.port,
+            "community": agent,
+            "mib": "powernet" if agent == "powernet" else "ups-mib",
+            "timeout": "1s",
+            "retries": 1,
+        }
+        settings.update(snmp)
+        return UpsConfig.model_validate({"name": f"snmp-{agent}", "snmp": settings})
+
+    def v3_config(self, agent: str, **snmp: Any) -> UpsConfig:
+        for name, key in (("auth", V3_AUTH_KEY), ("priv", V3_PRIV_KEY)):
+            (self.root / f"{name}.key").write_text(key + "\n")
+        settings: dict[str, Any] = {
+            "version": "3",
+            "community": None,
+            "user": V3_USER,
+            "auth_protocol": "sha",
+            "auth_key_file": self.root / "auth.key",
+            "priv_protocol": "aes",
+            "priv_key_file": self.root / "priv.key",
+            "context": agent,
+        }
+        settings.update(snmp)
+        return self.ups_config(agent, **settings)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def _udp_bound(port: int) -> bool:
+    for line in Path("/proc/net/udp").read_text().splitlines()[1:]:
+        local = line.split()[1]
+        if int(local.split(":")[1], 16) == port:
+            return True
+    return False
+
+
+def start_snmpsim(root: Path) -> SnmpSim:
+    responder = _responder()
+    data = root / "data"
+    data.mkdir(parents=True)
+    for source in FIXTURES.glob("*.snmprec"):
+        shutil.copy(source, data / source.name)
+    port = free_port(kind=2)  # SOCK_DGRAM
+    log = (root / "snmpsim.log").open("ab")
+    proc = subprocess.Popen(
+        [
+            responder,
+            f"--data-dir={data}",
+            f"--cache-dir={root / 'cache'}",
+            f"--agent-udpv4-endpoint=127.0.0.1:{port}",
+            f"--v3-user={V3_USER}",
+            f"--v3-auth-key={V3_AUTH_KEY}",
+            "--v3-auth-proto=SHA",
+            f"--v3-priv-key={V3_PRIV_KEY}",
+            "--v3-priv-proto=AES",
+            "--logging-method=stderr",
+            "--log-level=error",
+        ],
+        env={**os.environ, "SNMPSIM_ALLOW_ROOT": "true"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    sim = SnmpSim(root=root, port=port, proc=proc)
+    deadline = time.monotonic() + 20
+    while not _udp_bound(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            sim.stop()
+            raise AssertionError(
+                f"snmpsim did not start: {(root / 'snmpsim.log').read_text()[-2000:]}"
+            )
+        time.sleep(0.1)
+    return sim
+
+
+@pytest.fixture
+def snmpsim(tmp_path: Path) -> Iterator[SnmpSim]:
+    """A fresh snmpsim per test, so that tests can change its values freely."""
+    sim = start_snmpsim(tmp_path / "snmpsim")
+    yield sim
+    sim.stop()
