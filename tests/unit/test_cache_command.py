@@ -1,0 +1,84 @@
+"""The ``command`` provider: the site file's shell commands around a fake vendor CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.caches.tools import FakeTools
+from upsguard.clock import SystemClock
+from upsguard.config.caches import CommandCacheSettings
+from upsguard.errors import PermanentError
+from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
+from upsguard.plugins.caches.command import CommandCacheProvider, parse_mode
+
+
+def make(tmp_path: Path, **override: str) -> tuple[FakeTools, CommandCacheProvider]:
+    tools = FakeTools(
+        tmp_path / "bin",
+        {
+            "nvram": {"dirty": 50_000_000, "rate": 40_000_000.0, "accepting": True},
+            "broken": {"dirty": 0, "rate": 1.0, "accepting": True},
+        },
+    )
+    cli = tools.path("fakecache")
+    settings = CommandCacheSettings.model_validate(
+        {
+            "name": "vendor",
+            "provider": "command",
+            "targets": ["nvram"],
+            "read_mode": f"{cli} mode {{target}}",
+            "set_write_through": f"{cli} set {{target}} wt",
+            "set_write_back": f"{cli} set {{target}} wb",
+            "read_dirty_bytes": f"{cli} dirty {{target}}",
+            "flush": f"{cli} flush {{target}}",
+            **override,
+        }
+    )
+    return tools, CommandCacheProvider(settings, SystemClock())
+
+
+def target(name: str = "nvram") -> CacheTarget:
+    return CacheTarget(CacheName("vendor"), name)
+
+
+def test_mode_words() -> None:
+    words = ["write-back", "WriteBack", "wb", "writethrough", "WT", "none", "bogus"]
+    assert [parse_mode(w) for w in words] == [
+        CacheMode.WRITE_BACK,
+        CacheMode.WRITE_BACK,
+        CacheMode.WRITE_BACK,
+        CacheMode.WRITE_THROUGH,
+        CacheMode.WRITE_THROUGH,
+        CacheMode.NONE,
+        CacheMode.UNKNOWN,
+    ]
+
+
+def test_write_through_drains_to_clean_and_back(tmp_path: Path) -> None:
+    _, p = make(tmp_path)
+
+    async def scenario() -> tuple[CacheState, list[CacheState], CacheState]:
+        first = await p.read(target())
+        await p.set_mode(target(), CacheMode.WRITE_THROUGH)
+        seen = [await p.read(target())]
+        deadline = time.monotonic() + 30
+        while not seen[-1].clean and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            seen.append(await p.read(target()))
+        await p.set_mode(target(), CacheMode.WRITE_BACK)
+        return first, seen, await p.read(target())
+
+    first, seen, back = asyncio.run(scenario())
+    assert first.mode is CacheMode.WRITE_BACK and (first.dirty_bytes or 0) <= 50_000_000
+    assert len(seen) > 2 and seen[-1].clean and seen[-1].dirty_bytes == 0
+    assert back.mode is CacheMode.WRITE_BACK and not back.clean
+
+
+def test_a_failing_command_is_reported_with_its_output(tmp_path: Path) -> None:
+    _, p = make(tmp_path, read_mode="echo 'controller offline' >&2; exit 3")
+    with pytest.raises(PermanentError, match=r"read_mode failed \(exit status 3\): controller"):
+        asyncio.run(p.read(target()))
