@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from pydantic import Field
 
 from upsguard.config.base import Model
@@ -40,9 +42,13 @@ class SiteConfig(Model):
     service: ServiceConfig = ServiceConfig()
 
     def resource(self, rid: str) -> ResourceConfig:
-        return self.resource_index()[ResourceId(rid)]
+        return self._index[ResourceId(rid)]
 
     def resource_index(self) -> dict[ResourceId, ResourceConfig]:
+        return dict(self._index)
+
+    @cached_property
+    def _index(self) -> dict[ResourceId, ResourceConfig]:
         return {r.id: r for r in self.resources}
 
     def platform(self, name: str) -> PlatformBase:
@@ -54,6 +60,14 @@ class SiteConfig(Model):
     def knows_platform(self, name: str) -> bool:
         return name in self.platforms or name in IMPLICIT_TYPES
 
+    @cached_property
+    def _feeds_by_resource(self) -> dict[ResourceId, list[FeedConfig]]:
+        out: dict[ResourceId, list[FeedConfig]] = {}
+        for feed in self.effective_feeds():
+            for rid in feed.powers:
+                out.setdefault(rid, []).append(feed)
+        return out
+
     def effective_feeds(self) -> list[FeedConfig]:
         """The feeds, or without a feeds section each UPS alone powering everything (safe)."""
         if self.feeds:
@@ -62,7 +76,7 @@ class SiteConfig(Model):
         return [FeedConfig(name=u.name, ups=[u.name], powers=everything) for u in self.ups]
 
     def feeds_of(self, rid: ResourceId) -> list[FeedConfig]:
-        return [f for f in self.effective_feeds() if rid in f.powers]
+        return list(self._feeds_by_resource.get(rid, ()))
 
     def hosts_of_platform(self, platform: str) -> list[ResourceConfig]:
         return [r for r in self.resources if r.kind is ResourceKind.HOST and r.platform == platform]

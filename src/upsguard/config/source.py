@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,24 @@ PathKey = tuple[str | int, ...]
 
 @dataclass
 class SourceText:
-    """A parsed YAML document and the line of every path in it."""
+    """A parsed YAML document and, when an error needs them, the line of every path in it."""
 
     file: str
     data: Any
-    lines: dict[PathKey, int] = field(default_factory=dict)
+    text: str = ""
+
+    @cached_property
+    def lines(self) -> dict[PathKey, int]:
+        """Computed only when a problem is reported: big sites load faster without it."""
+        lines: dict[PathKey, int] = {}
+        loader = _Loader(self.text)
+        try:
+            node = loader.get_single_node()
+        finally:
+            loader.dispose()
+        if node is not None:
+            _record_lines(node, (), lines)
+        return lines
 
     def where(self, loc: Sequence[str | int]) -> str:
         """``site.yaml:41`` for the deepest known prefix of ``loc``."""
@@ -73,21 +87,13 @@ def load_yaml(path: Path) -> SourceText:
 
 def parse_yaml(text: str, name: str) -> SourceText:
     try:
-        loader = _Loader(text)
-        try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
+        data = yaml.load(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 1
         raise ConfigError(f"{name}:{line}: not valid YAML: {exc.problem}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{name}: not valid YAML: {exc}") from exc
-    source = SourceText(file=name, data=data)
-    if node is not None:
-        _record_lines(node, (), source.lines)
-    return source
+    return SourceText(file=name, data=data, text=text)
 
 
 def _record_lines(node: yaml.Node, path: PathKey, lines: dict[PathKey, int]) -> None:

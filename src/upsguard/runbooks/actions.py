@@ -61,7 +61,12 @@ class StepRunner:
             targets = list(step.targets) or await self._retry(
                 res, lambda: platform.resolve(res, direct=step.direct)
             )
-            results = await asyncio.gather(*(self._one(step, res, platform, t) for t in targets))
+            if len(targets) == 1:
+                results = [await self._one(step, res, platform, targets[0])]
+            else:
+                results = await asyncio.gather(
+                    *(self._one(step, res, platform, t) for t in targets)
+                )
         except UpsguardError as exc:
             return StepOutcome(step.id, StepState.FAILED, started, self._clock.now(), str(exc))
         return _combine(step, list(results), started, self._clock.now())

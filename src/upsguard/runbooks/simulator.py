@@ -26,7 +26,6 @@ from upsguard.plugins.ups.base import UpsSource
 from upsguard.plugins.ups.simulated import SimulatedUps
 from upsguard.runbooks.destage import DestageWatch
 from upsguard.runbooks.outage import OutageLoop
-from upsguard.runbooks.planner import build_plan
 from upsguard.runbooks.timeline import describe
 from upsguard.runbooks.world import PowerWorld
 
@@ -72,12 +71,9 @@ class Simulation:
     def __init__(self, site: SiteConfig, scenario: Scenario) -> None:
         self.site = site
         self.scenario = scenario
-        plan = build_plan(site, "shutdown")
         self.report = SimulationReport(
             scenario=scenario.name,
             required_margin_s=site.policies.required_margin.total_seconds(),
-            plan_estimate_s=plan.estimate_s,
-            plan_critical_path_s=plan.critical_path_s,
         )
         self._min_runtime_s: float | None = None
         self._shedding_runs: set[str] = set()
@@ -95,6 +91,8 @@ class Simulation:
             clock=self.clock,
             events=self._record,
         )
+        self.report.plan_estimate_s = outage.shutdown_plan.estimate_s
+        self.report.plan_critical_path_s = outage.shutdown_plan.critical_path_s
         last_change = self._schedule_mains(loop)
         try:
             await self._drive(outage, last_change)
