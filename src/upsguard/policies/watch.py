@@ -132,8 +132,10 @@ class UpsWatch:
             self._off_since = None
         elif self._off_since is None:
             self._off_since = now if self._link_bad_since is None else self._link_bad_since
-        supplying = self.held_online or self._off_since is None
-        self.off_line_for_s = 0.0 if supplying else now - (self._off_since or now)
+        if self.held_online or self._off_since is None:
+            self.off_line_for_s = 0.0
+        else:
+            self.off_line_for_s = now - self._off_since
 
     def _track(self, reading: UpsReading, now: float) -> None:
         if reading.link is not LinkState.OK:

@@ -1,0 +1,119 @@
+"""Feeds with min_supplies (NUT's MINSUPPLIES): what a policy sees per feed, not per UPS."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from upsguard.config.site import FeedConfig
+from upsguard.models import LinkState, UpsFlag, UpsName, UpsReading
+from upsguard.policies.power import UpsFigures, feed_name, read_feed, read_feeds
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+A, B, C = UpsName("a"), UpsName("b"), UpsName("c")
+
+
+def fig(
+    ups: UpsName,
+    *flags: str,
+    runtime: float | None = 600.0,
+    charge: float | None = 80.0,
+    link: LinkState = LinkState.OK,
+    off_for: float = 0.0,
+    held: bool = False,
+    rate: float | None = None,
+) -> UpsFigures:
+    reading = UpsReading(
+        ups=ups,
+        at=AT,
+        flags=frozenset(UpsFlag(f) for f in flags),
+        charge_pct=charge,
+        runtime_s=runtime,
+        input_voltage=230.0 if "OL" in flags else 0.0,
+        link=link,
+    )
+    return UpsFigures(reading, runtime, rate, held_online=held, off_line_for_s=off_for)
+
+
+def feed(*ups: UpsName, need: int = 1) -> FeedConfig:
+    return FeedConfig(name="hosts", ups=list(ups), min_supplies=need)
+
+
+def test_two_supplies_one_on_battery_is_degraded_not_at_risk() -> None:
+    reading = read_feed("hosts", feed(A, B), {A: fig(A, "OL"), B: fig(B, "OB", off_for=30)})
+    assert not reading.at_risk and reading.state == "degraded"
+    assert reading.online == 1 and reading.runtime_s is None
+    assert reading.members == ("online", "on-battery")
+
+
+def test_both_on_battery_lasts_as_long_as_the_longest() -> None:
+    figures = {A: fig(A, "OB", runtime=300, off_for=40), B: fig(B, "OB", runtime=900, off_for=10)}
+    reading = read_feed("hosts", feed(A, B), figures)
+    assert reading.at_risk and reading.runtime_s == 900
+    assert reading.at_risk_for_s == 10  # at risk since the second one went
+
+
+def test_min_supplies_two_needs_both() -> None:
+    figures = {A: fig(A, "OL"), B: fig(B, "OB", runtime=300, off_for=5)}
+    reading = read_feed("hosts", feed(A, B, need=2), figures)
+    assert reading.at_risk and reading.runtime_s == 300 and reading.at_risk_for_s == 5
+
+
+def test_three_supplies_need_two_runtime_is_second_longest() -> None:
+    figures = {
+        A: fig(A, "OB", runtime=100, off_for=50),
+        B: fig(B, "OB", runtime=700, off_for=20),
+        C: fig(C, "OB", runtime=400, off_for=30),
+    }
+    reading = read_feed("hosts", feed(A, B, C, need=2), figures)
+    assert reading.runtime_s == 400
+    assert reading.at_risk_for_s == 30  # the second UPS off line made it at risk
+
+
+def test_lost_member_never_counts_as_online() -> None:
+    figures = {A: fig(A, "OL", link=LinkState.LOST, off_for=20)}
+    reading = read_feed("hosts", feed(A), figures)
+    assert reading.at_risk and reading.lost and reading.members == ("lost",)
+
+
+def test_held_member_counts_while_its_grace_lasts() -> None:
+    figures = {A: fig(A, "OL", link=LinkState.LOST, held=True)}
+    reading = read_feed("hosts", feed(A), figures)
+    assert not reading.at_risk and reading.held == 1 and reading.lost
+
+
+def test_low_battery_only_when_too_few_healthy_supplies_remain() -> None:
+    figures = {A: fig(A, "OB", "LB", runtime=60), B: fig(B, "OB", runtime=900)}
+    assert not read_feed("hosts", feed(A, B), figures).low_battery
+    assert read_feed("hosts", feed(A, B, need=2), figures).low_battery
+    assert read_feed("hosts", feed(A, B, need=2), figures).state == "low-battery"
+
+
+def test_fsd_on_any_member_is_forced_shutdown() -> None:
+    figures = {A: fig(A, "OL", "FSD"), B: fig(B, "OL")}
+    reading = read_feed("hosts", feed(A, B), figures)
+    assert reading.forced_shutdown and reading.state == "low-battery"
+
+
+def test_unknown_member_is_not_online() -> None:
+    reading = read_feed("hosts", feed(A, B, need=2), {A: fig(A, "OL")})
+    assert reading.at_risk and reading.members == ("online", "unknown")
+
+
+def test_charge_and_rate_are_the_worst_of_the_draining_members() -> None:
+    figures = {
+        A: fig(A, "OB", charge=40, rate=2.0),
+        B: fig(B, "OB", charge=70, rate=5.0),
+        C: fig(C, "OL", charge=10, rate=None),
+    }
+    reading = read_feed("hosts", feed(A, B, C), figures)
+    assert reading.charge_pct == 40 and reading.depletion_pct_per_min == pytest.approx(5.0)
+
+
+def test_feed_names_and_all_feeds() -> None:
+    unnamed = FeedConfig(ups=[A, B])
+    assert feed_name(unnamed, 3) == "feed3:a+b"
+    readings = read_feeds([feed(A), unnamed], {A: fig(A, "OL"), B: fig(B, "OL")})
+    assert [r.name for r in readings] == ["hosts", "feed1:a+b"]
+    assert [r.state for r in readings] == ["online", "online"]
