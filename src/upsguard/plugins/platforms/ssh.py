@@ -1,0 +1,175 @@
+"""The ``ssh`` platform: NAS units, storage arrays and switches shut down by a command over SSH.
+
+A resource gives its address (``host``) and ``shutdown`` command (``poweroff``,
+``/sbin/shutdown -h now``, a switch CLI's own). The host key must be in
+``known_hosts``: an unknown or changed key is refused, never accepted silently.
+
+Whether the device is down: with a ``status`` command (run over SSH, exit 0 =
+up), the device is down once it exits non-zero or stops answering; without
+one, once its SSH port stops accepting connections. ``startup`` (optional) is
+for devices that are reachable but idle (bring a service or ports back up);
+powering a device on belongs to a BMC or Wake-on-LAN via ``power_on_via``.
+
+Command lines: a plain line (``shutdown -h now``) is sent as it is, so that a
+switch CLI without a POSIX shell understands it; a line using shell syntax
+(``;``, ``|``, ``&``, ``>``, ``$``) is run as ``sh -c LINE``. A device that
+drops the connection while running ``shutdown`` has accepted it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shlex
+
+from upsguard.clock import Clock
+from upsguard.config.platforms import SshSettings
+from upsguard.config.resources import ResourceConfig
+from upsguard.errors import PermanentError, PlatformUnreachable, TemporaryError
+from upsguard.models import PlatformName, PowerState, StopMethod, Target
+from upsguard.plugins import remote
+
+__all__ = ["SshPlatform", "command_argv"]
+
+log = logging.getLogger(__name__)
+
+_SHELL_SYNTAX = set(";|&<>$`(){}*?~\n")
+
+
+def command_argv(line: str) -> list[str]:
+    """The argv for a site-file command line; see the module docstring."""
+    if _SHELL_SYNTAX & set(line):
+        return ["sh", "-c", line]
+    return shlex.split(line)
+
+
+class SshPlatform:
+    """One SSH user and key; each resource's ``host`` is a device reached with them."""
+
+    def __init__(self, name: PlatformName, settings: SshSettings, clock: Clock) -> None:
+        self.name = name
+        self._settings = settings
+        self._clock = clock
+        self._resources: dict[str, ResourceConfig] = {}
+        self._runners: dict[str, remote.Runner] = {}
+
+    async def open(self) -> None:
+        return None  # connections are opened per device, on first use
+
+    async def close(self) -> None:
+        runners, self._runners = self._runners, {}
+        for runner in runners.values():
+            await runner.close()
+
+    async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
+        target = Target(self.name, resource.kind, resource.target_name, ref=str(resource.id))
+        self._resources[target.name] = resource
+        return [target]
+
+    async def power_state(self, target: Target) -> PowerState:
+        """ON while it answers (its ``status`` exits 0, or its SSH port accepts), else OFF."""
+        res = self._resource(target)
+        if res.status is None:
+            return await self._port_state(target.name)
+        try:
+            result = await self._run(target, res.status)
+        except TemporaryError:  # no answer, connection lost: a device going down does that
+            await self._drop(target.name)
+            return PowerState.OFF
+        return PowerState.ON if result.ok else PowerState.OFF
+
+    async def stop(self, target: Target, method: StopMethod) -> None:
+        """Run ``shutdown`` on the device; return once it accepted the command."""
+        res = self._resource(target)
+        if method is StopMethod.HARD:
+            raise PermanentError(
+                f"resource '{res.id}': SSH has no hard power-off for {target.name}; "
+                "it did not go down after its shutdown command"
+            )
+        if res.shutdown is None:
+            raise PermanentError(f"resource '{res.id}' has no 'shutdown' command")
+        try:
+            result = await self._run(target, res.shutdown)
+        except PlatformUnreachable as exc:
+            if "connection lost" not in str(exc):  # remote's words for a drop after connecting
+                raise
+            log.info("%s dropped the SSH connection during shutdown: going down", target.name)
+            await self._drop(target.name)
+            return
+        if not result.ok and not _dropped(result):
+            raise PermanentError(
+                f"resource '{res.id}': shutdown command on {target.name} exited "
+                f"{result.exit_status}: {result.first_error_line()}"
+            )
+
+    async def start(self, target: Target) -> None:
+        """Run ``startup`` on a reachable device; power-on itself needs ``power_on_via``."""
+        res = self._resource(target)
+        if res.startup is None:
+            raise PermanentError(
+                f"resource '{res.id}': SSH cannot power {target.name} on: "
+                "set power_on_via (a BMC or wol) or a 'startup' command"
+            )
+        result = await self._run(target, res.startup)
+        if not result.ok:
+            raise PermanentError(
+                f"resource '{res.id}': startup command on {target.name} exited "
+                f"{result.exit_status}: {result.first_error_line()}"
+            )
+
+    async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
+        deadline = self._clock.monotonic() + timeout
+        interval = self._settings.poll_interval.total_seconds()
+        while True:
+            if await self.power_state(target) is state:
+                return True
+            left = deadline - self._clock.monotonic()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(interval, left))
+
+    async def healthy(self, target: Target) -> bool:
+        return await self.power_state(target) is PowerState.ON
+
+    async def _run(self, target: Target, line: str) -> remote.CommandResult:
+        runner = self._runners.get(target.name)
+        timeout = self._settings.timeout.total_seconds()
+        if runner is None:
+            endpoint = remote.SshEndpoint(
+                host=target.name,
+                port=self._settings.port,
+                user=self._settings.user,
+                key_file=self._settings.key_file,
+                known_hosts=self._settings.known_hosts,
+            )
+            runner = self._runners[target.name] = remote.Runner(endpoint, connect_timeout=timeout)
+        return await runner.run(command_argv(line), timeout=timeout)
+
+    async def _drop(self, host: str) -> None:
+        runner = self._runners.pop(host, None)
+        if runner is not None:
+            await runner.close()
+
+    async def _port_state(self, host: str) -> PowerState:
+        timeout = min(self._settings.timeout.total_seconds(), 5.0)
+        try:
+            async with asyncio.timeout(timeout):
+                _, writer = await asyncio.open_connection(host, self._settings.port)
+        except (OSError, TimeoutError):
+            return PowerState.OFF
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return PowerState.ON
+
+    def _resource(self, target: Target) -> ResourceConfig:
+        res = self._resources.get(target.name)
+        if res is None:
+            raise PermanentError(f"target {target.name} was not resolved by platform {self.name}")
+        return res
+
+
+def _dropped(result: remote.CommandResult) -> bool:
+    """Exit 255 with no output: the channel closed without a status, as ``poweroff`` does."""
+    return result.exit_status == 255 and not (result.stdout.strip() or result.stderr.strip())

@@ -1,0 +1,172 @@
+"""The ssh platform against a real OpenSSH server on loopback (tests/peers/sshd.py).
+
+The "device" is a script reached over SSH that records the shutdown it was
+sent and reports its state through a status command, as a NAS would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.peers.ports import free_port
+from tests.peers.sshd import Sshd
+from upsguard.clock import SystemClock
+from upsguard.config.platforms import SshSettings
+from upsguard.config.resources import ResourceConfig
+from upsguard.errors import PermanentError
+from upsguard.models import PlatformName, PowerState, StopMethod
+from upsguard.plugins import registry
+from upsguard.plugins.platforms.ssh import command_argv
+
+pytestmark = pytest.mark.sshd
+
+DEVICE = """#!/bin/sh
+dir=$(dirname "$0")
+case "$1" in
+  shutdown) echo shutdown >> "$dir/log"; (sleep 0.3; echo off > "$dir/state") >/dev/null 2>&1 & ;;
+  status) test "$(cat "$dir/state")" = on ;;
+  startup) echo startup >> "$dir/log"; echo on > "$dir/state" ;;
+  refuse) echo "shutdown refused: volume resync in progress" >&2; exit 4 ;;
+esac
+"""
+
+
+class Device:
+    def __init__(self, base: Path) -> None:
+        self.script = base / "device.sh"
+        self.script.write_text(DEVICE)
+        self.script.chmod(0o755)
+        (base / "state").write_text("on\n")
+        self.log = base / "log"
+
+    def actions(self) -> list[str]:
+        return self.log.read_text().split() if self.log.exists() else []
+
+
+def platform(sshd: Sshd, **extra: Any) -> Any:
+    settings = SshSettings.model_validate(
+        {
+            "type": "ssh",
+            "user": sshd.user,
+            "port": sshd.port,
+            "key_file": str(sshd.key_file),
+            "known_hosts": str(sshd.known_hosts),
+            "poll_interval": "0.1s",
+            "timeout": "10s",
+            **extra,
+        }
+    )
+    return registry.load("platform", "ssh")(PlatformName("ssh"), settings, SystemClock())
+
+
+def nas(**fields: Any) -> ResourceConfig:
+    return ResourceConfig.model_validate(
+        {"id": "nas01", "kind": "storage", "platform": "ssh", "host": "127.0.0.1", **fields}
+    )
+
+
+def test_shuts_the_nas_down_and_sees_it_go(sshd: Sshd, tmp_path: Path) -> None:
+    device = Device(tmp_path)
+    res = nas(shutdown=f"{device.script} shutdown", status=f"{device.script} status")
+
+    async def scenario() -> list[Any]:
+        ssh = platform(sshd)
+        [target] = await ssh.resolve(res)
+        seen: list[Any] = [await ssh.power_state(target)]
+        await ssh.stop(target, StopMethod.GRACEFUL)
+        seen += [await ssh.wait_for(target, PowerState.OFF, 10), await ssh.power_state(target)]
+        await ssh.close()
+        return seen
+
+    assert asyncio.run(scenario()) == [PowerState.ON, True, PowerState.OFF]
+    assert device.actions() == ["shutdown"]
+
+
+def test_a_device_dropping_the_connection_has_accepted_the_shutdown(sshd: Sshd) -> None:
+    """``poweroff`` on a real box kills the session before any exit status is sent."""
+    res = nas(shutdown="kill -KILL $PPID")
+
+    async def scenario() -> None:
+        ssh = platform(sshd)
+        [target] = await ssh.resolve(res)
+        await ssh.stop(target, StopMethod.GRACEFUL)
+        await ssh.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_refused_shutdown_names_the_device_and_its_reason(sshd: Sshd, tmp_path: Path) -> None:
+    device = Device(tmp_path)
+    res = nas(shutdown=f"{device.script} refuse")
+
+    async def scenario() -> None:
+        ssh = platform(sshd)
+        [target] = await ssh.resolve(res)
+        try:
+            await ssh.stop(target, StopMethod.GRACEFUL)
+        finally:
+            await ssh.close()
+
+    with pytest.raises(PermanentError) as err:
+        asyncio.run(scenario())
+    assert str(err.value) == (
+        "resource 'nas01': shutdown command on 127.0.0.1 exited 4: "
+        "shutdown refused: volume resync in progress"
+    )
+
+
+def test_an_unverified_host_key_is_refused_and_nothing_runs(sshd: Sshd, tmp_path: Path) -> None:
+    device = Device(tmp_path)
+    res = nas(shutdown=f"{device.script} shutdown")
+
+    async def scenario() -> None:
+        ssh = platform(sshd, known_hosts=str(sshd.wrong_known_hosts))
+        [target] = await ssh.resolve(res)
+        try:
+            await ssh.stop(target, StopMethod.GRACEFUL)
+        finally:
+            await ssh.close()
+
+    with pytest.raises(PermanentError, match="host key does not match"):
+        asyncio.run(scenario())
+    assert device.actions() == []
+
+
+def test_without_status_the_ssh_port_tells_up_from_down(sshd: Sshd) -> None:
+    async def state(port: int) -> PowerState:
+        ssh = platform(sshd, port=port)
+        [target] = await ssh.resolve(nas(shutdown="true"))
+        answer: PowerState = await ssh.power_state(target)
+        return answer
+
+    assert asyncio.run(state(sshd.port)) is PowerState.ON
+    assert asyncio.run(state(free_port())) is PowerState.OFF
+
+
+def test_startup_command_and_no_power_on_without_one(sshd: Sshd, tmp_path: Path) -> None:
+    device = Device(tmp_path)
+    (tmp_path / "state").write_text("off\n")
+    res = nas(startup=f"{device.script} startup", status=f"{device.script} status")
+
+    async def scenario(resource: ResourceConfig) -> bool:
+        ssh = platform(sshd)
+        [target] = await ssh.resolve(resource)
+        try:
+            await ssh.start(target)
+            return bool(await ssh.wait_for(target, PowerState.ON, 5))
+        finally:
+            await ssh.close()
+
+    assert asyncio.run(scenario(res)) is True
+    with pytest.raises(PermanentError, match="set power_on_via"):
+        asyncio.run(scenario(nas(shutdown="true")))
+
+
+def test_command_lines_reach_switch_clis_unchanged() -> None:
+    assert command_argv("shutdown -h now") == ["shutdown", "-h", "now"]
+    assert command_argv("write memory") == ["write", "memory"]
+    assert command_argv("sync; poweroff") == ["sh", "-c", "sync; poweroff"]
