@@ -1,0 +1,161 @@
+"""Every mistake in a site file gives one line naming the field path and file:line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.sites import write_site
+from upsguard.config import load_site
+from upsguard.errors import ConfigError
+
+GOOD = """\
+site: hq
+ups:
+  - name: ups-a
+    nut: {host: 127.0.0.1, ups: cp1500, user: mon, password_file: /etc/upsguard/nut.pw}
+    runtime_at: {minutes: 30, load_watts: 400}
+platforms:
+  vcenter: {type: vsphere, host: vcsa.lab, user: u, password_env: VC_PASSWORD}
+resources:
+  - {id: dc01, kind: vm, platform: vcenter}
+  - {id: sql01, kind: vm, platform: vcenter, depends_on: [dc01]}
+  - {id: app01, kind: vm, platform: vcenter, depends_on: [sql01]}
+  - {id: esx01, kind: host, platform: vcenter}
+"""
+
+
+def problems(tmp_path: Path, text: str) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_site(write_site(tmp_path, text))
+    return info.value.problems
+
+
+def test_good_site_loads(tmp_path: Path) -> None:
+    site = load_site(write_site(tmp_path, GOOD))
+    assert [r.id for r in site.resources] == ["dc01", "sql01", "app01", "esx01"]
+    assert site.resource("sql01").depends_on == ["dc01"]
+
+
+def test_unknown_reference_names_path_and_line(tmp_path: Path) -> None:
+    text = GOOD.replace("depends_on: [dc01]}", "depends_on: [dc01, sql02]}")
+    site_file = tmp_path / "site.yaml"
+    assert problems(tmp_path, text) == [
+        f"resources[1].depends_on[1]: unknown resource 'sql02' (did you mean 'sql01'?) "
+        f"({site_file}:10)"
+    ]
+
+
+def test_cycle_is_spelled_out(tmp_path: Path) -> None:
+    text = GOOD.replace(
+        "{id: dc01, kind: vm, platform: vcenter}",
+        "{id: dc01, kind: vm, platform: vcenter, depends_on: [app01]}",
+    )
+    (only,) = problems(tmp_path, text)
+    assert "cycle: " in only
+    loop = only.split("cycle: ")[1].split(" (")[0]
+    assert loop in (
+        "dc01 -> app01 -> sql01 -> dc01",
+        "app01 -> sql01 -> dc01 -> app01",
+        "sql01 -> dc01 -> app01 -> sql01",
+    )
+
+
+def test_all_problems_are_reported_at_once(tmp_path: Path) -> None:
+    text = GOOD.replace(
+        "platform: vcenter, depends_on: [sql01]", "platform: vcentre, depends_on: [sql01, nope]"
+    )
+    text = text.replace(
+        "{id: esx01, kind: host, platform: vcenter}",
+        "{id: esx01, kind: host, platform: vcenter, watts: -5, colour: red}",
+    )
+    found = problems(tmp_path, text)
+    assert len(found) == 2  # field errors first; references once the fields are right
+    assert any("resources[3].watts" in p and ":12)" in p for p in found)
+    assert any("resources[3].colour: unknown field 'colour'" in p for p in found)
+    fixed = text.replace(", watts: -5, colour: red", "")
+    found = problems(tmp_path, fixed)
+    assert any("resources[2].platform: unknown platform 'vcentre'" in p for p in found)
+    assert any("resources[2].depends_on[1]: unknown resource 'nope'" in p for p in found)
+
+
+def test_typo_in_field_suggests_the_right_name(tmp_path: Path) -> None:
+    text = GOOD.replace("{type: vsphere, host: vcsa.lab", "{type: vsphere, hots: vcsa.lab")
+    found = problems(tmp_path, text)
+    assert any(
+        "platforms.vcenter.hots: unknown field 'hots' (did you mean 'host'?)" in p and ":7)" in p
+        for p in found
+    )
+
+
+def test_bad_duration_is_explained(tmp_path: Path) -> None:
+    text = GOOD.replace(
+        "{id: dc01, kind: vm, platform: vcenter}",
+        "{id: dc01, kind: vm, platform: vcenter, guest_timeout: 5 minutes}",
+    )
+    (only,) = problems(tmp_path, text)
+    assert only.startswith("resources[0].guest_timeout: '5 minutes' is not a duration")
+
+
+def test_inline_password_is_refused(tmp_path: Path) -> None:
+    text = GOOD.replace("password_env: VC_PASSWORD", "password: hunter2")
+    (only,) = problems(tmp_path, text)
+    assert "inline 'password' is not accepted" in only
+    assert "hunter2" not in only
+
+
+def test_bad_yaml_names_the_line(tmp_path: Path) -> None:
+    (only,) = problems(tmp_path, GOOD + "  - {id: broken, kind: vm\n")
+    assert only.startswith(f"{tmp_path / 'site.yaml'}:")
+    assert "not valid YAML" in only
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read the file"):
+        load_site(tmp_path / "absent.yaml")
+
+
+def test_vm_group_needs_a_selector(tmp_path: Path) -> None:
+    text = GOOD + "  - {id: web, kind: vm_group, platform: vcenter}\n"
+    (only,) = problems(tmp_path, text)
+    assert only.startswith("resources[4]: a vm_group needs 'select'")
+
+
+def test_feed_references(tmp_path: Path) -> None:
+    text = GOOD + "feeds:\n  - {ups: [ups-a, ups-c], min_supplies: 3, powers: [esx01, esx02]}\n"
+    found = problems(tmp_path, text)
+    assert any(p.startswith("feeds[0].ups[1]: unknown UPS 'ups-c'") for p in found)
+    assert any(p.startswith("feeds[0].powers[1]: unknown resource 'esx02'") for p in found)
+    assert any(p.startswith("feeds[0].min_supplies: needs 3 supplies") for p in found)
+
+
+def test_cli_prints_one_line_per_problem_and_exits_2(tmp_path: Path) -> None:
+    path = write_site(tmp_path, GOOD.replace("depends_on: [sql01]", "depends_on: [sql9]"))
+    done = subprocess.run(
+        [sys.executable, "-m", "upsguard", "validate", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        f"upsguard: resources[2].depends_on[0]: unknown resource 'sql9' (did you mean "
+        f"'sql01'?) ({path}:11)"
+    ]
+    assert "Traceback" not in done.stderr
+
+
+def test_cli_validate_ok(tmp_path: Path) -> None:
+    path = write_site(tmp_path, GOOD)
+    done = subprocess.run(
+        [sys.executable, "-m", "upsguard", "validate", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ok: site 'hq'" in done.stdout

@@ -1,0 +1,223 @@
+"""Plan order: what must stop first stops first, and startup is the mirror image."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.sites import EXAMPLES, simple_site, site_from
+from upsguard.config import SiteConfig, load_site
+from upsguard.models import ResourceId, ResourceKind, Target
+from upsguard.runbooks import render
+from upsguard.runbooks.plan import Action, Plan
+from upsguard.runbooks.planner import build_plan
+
+
+def position(plan: Plan) -> dict[str, int]:
+    return {s.id.split(":", 1)[1]: i for i, s in enumerate(plan.steps)}
+
+
+@st.composite
+def random_dags(draw: st.DrawFn) -> tuple[int, list[tuple[int, int]]]:
+    size = draw(st.integers(min_value=1, max_value=25))
+    edges = draw(
+        st.lists(
+            st.tuples(st.integers(0, size - 1), st.integers(0, size - 1)).filter(
+                lambda e: e[0] < e[1]
+            ),
+            max_size=60,
+        )
+    )
+    return size, edges
+
+
+def dag_site(size: int, edges: list[tuple[int, int]]) -> SiteConfig:
+    """Node i depends on node j when (i, j) is an edge with i < j: always acyclic."""
+    deps: dict[int, list[str]] = {i: [] for i in range(size)}
+    for a, b in edges:
+        deps[a].append(f"r{b}")
+    resources = [
+        {"id": f"r{i}", "kind": "vm", "platform": "sim", "depends_on": sorted(set(deps[i]))}
+        for i in range(size)
+    ]
+    return SiteConfig.model_validate(
+        {
+            "site": "dag",
+            "ups": [{"name": "u", "simulated": {}}],
+            "platforms": {"sim": {"type": "simulated", "max_parallel": 3}},
+            "resources": resources,
+        }
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(random_dags())
+def test_any_dag_shutdown_respects_every_edge_and_startup_reverses_it(
+    dag: tuple[int, list[tuple[int, int]]],
+) -> None:
+    size, edges = dag
+    site = dag_site(size, edges)
+    down = position(build_plan(site, "shutdown"))
+    up = position(build_plan(site, "startup"))
+    assert len(down) == len(up) == size
+    for a, b in edges:  # a depends on b: a stops first, b starts first
+        assert down[f"r{a}"] < down[f"r{b}"]
+        assert up[f"r{b}"] < up[f"r{a}"]
+    for plan_dir in ("shutdown", "startup"):
+        plan = build_plan(site, plan_dir)
+        seen: set[str] = set()
+        for step in plan.steps:
+            assert set(step.waits_for) <= seen  # every step after what it waits for
+            seen.add(step.id)
+        assert plan.critical_path_s <= plan.estimate_s + 1e-6
+
+
+def test_vms_before_their_host_hosts_before_storage_switch_stays_up(tmp_path: Path) -> None:
+    plan = build_plan(site_from(tmp_path, simple_site()), "shutdown")
+    order = position(plan)
+    assert order["web"] < order["app"] < order["db"] < order["h1"]
+    assert order["app"] < order["h2"] and order["web"] < order["h2"]
+    assert order["h1"] < order["nas"] and order["h2"] < order["nas"]
+    assert "sw" not in order  # a switch without a platform goes down with the UPS
+    startup = position(build_plan(site_from(tmp_path, simple_site()), "startup"))
+    assert startup["nas"] < startup["h1"] < startup["db"] < startup["app"] < startup["web"]
+
+
+def test_steps_wait_only_for_what_they_need(tmp_path: Path) -> None:
+    plan = build_plan(site_from(tmp_path, simple_site()), "shutdown")
+    steps = plan.by_id()
+    assert steps["stop:h1"].waits_for == ("stop:db",)
+    assert set(steps["stop:h2"].waits_for) == {"stop:app", "stop:web"}
+    assert steps["stop:web"].waits_for == ()
+    assert steps["stop:web"].count == 4
+
+
+def test_switch_with_a_platform_goes_last_and_comes_up_first(tmp_path: Path) -> None:
+    data = simple_site()
+    data["resources"][-1] = {
+        "id": "sw",
+        "kind": "switch",
+        "platform": "dev",
+        "stop": True,
+        "start": True,
+    }
+    site = site_from(tmp_path, data)
+    down = build_plan(site, "shutdown")
+    assert down.steps[-1].id == "stop:sw"
+    assert build_plan(site, "startup").steps[0].id == "start:sw"
+
+
+def test_upsguard_machine_goes_last_and_what_it_needs_is_left_to_the_ups(tmp_path: Path) -> None:
+    data = simple_site()
+    data["resources"].append(
+        {
+            "id": "mgmt",
+            "kind": "host",
+            "platform": "dev",
+            "runs_upsguard": True,
+            "depends_on": ["nas"],
+        }
+    )
+    plan = build_plan(site_from(tmp_path, data), "shutdown")
+    assert plan.steps[-1].id == "stop:mgmt"
+    assert plan.left_to_ups == ("nas",)
+    assert "stop:nas" not in plan.by_id()
+    assert "lose power with the UPS" in plan.notes[0]
+
+
+def test_manager_stops_after_what_it_manages_and_later_steps_go_direct(tmp_path: Path) -> None:
+    data = simple_site()
+    data["resources"].insert(
+        0,
+        {
+            "id": "vcsa",
+            "kind": "vm",
+            "platform": "vc",
+            "runs_on": ["h1"],
+            "serves_platform": "vc",
+            "depends_on": ["db"],
+        },
+    )
+    plan = build_plan(site_from(tmp_path, data), "shutdown")
+    order, steps = position(plan), plan.by_id()
+    assert order["app"] < order["vcsa"] and order["web"] < order["vcsa"]
+    assert order["vcsa"] < order["db"] < order["h1"]  # vcsa needs db: db stops after it
+    assert steps["stop:db"].direct and steps["stop:h1"].direct
+    assert not steps["stop:app"].direct and not steps["stop:vcsa"].direct
+    assert "directly on the host" in steps["stop:h1"].description
+
+
+def test_hardware_in_a_cache_data_path_waits_for_it(tmp_path: Path) -> None:
+    data = simple_site()
+    data["caches"] = [{"name": "flash", "provider": "simulated", "carries": ["db"]}]
+    steps = build_plan(site_from(tmp_path, data), "shutdown").by_id()
+    assert steps["stop:h1"].caches == ("flash",)  # db runs on h1
+    assert steps["stop:nas"].caches == ("flash",)  # h1 stores on nas
+    assert steps["stop:h2"].caches == ()  # app only needs db: h2 is not in the data path
+    assert steps["stop:db"].caches == ()
+
+
+def test_shedding_plan_includes_what_must_stop_first(tmp_path: Path) -> None:
+    site = site_from(tmp_path, simple_site())
+    plan = build_plan(site, "shutdown", only={ResourceId("app")})
+    assert [s.id for s in plan.steps] == ["stop:web", "stop:app"]
+
+
+def test_live_inventory_expands_groups_and_places_vms(tmp_path: Path) -> None:
+    data = simple_site()
+    data["resources"][2].pop("runs_on")
+    site = site_from(tmp_path, data)
+    vm = ResourceKind.VM
+    inventory = {
+        ResourceId("web"): [
+            Target("vc", vm, "web-1", host="h1"),  # type: ignore[arg-type]
+            Target("vc", vm, "web-2", host="h2"),  # type: ignore[arg-type]
+        ]
+    }
+    steps = build_plan(site, "shutdown", inventory).by_id()
+    assert "stop:web/web-1" in steps["stop:h1"].waits_for
+    assert "stop:web/web-2" in steps["stop:h2"].waits_for
+    assert steps["stop:web/web-1"].waits_for == ()
+
+
+def test_vms_of_unknown_placement_go_down_before_any_host(tmp_path: Path) -> None:
+    data = simple_site()
+    data["resources"][0].pop("runs_on")
+    plan = build_plan(site_from(tmp_path, data), "shutdown")
+    barrier = "stop:vc:vms-of-unknown-placement"
+    steps = plan.by_id()
+    assert steps[barrier].action is Action.BARRIER
+    assert "stop:db" in steps[barrier].waits_for
+    assert barrier in steps["stop:h1"].waits_for and barrier in steps["stop:h2"].waits_for
+
+
+def test_critical_path_and_parallelism(tmp_path: Path) -> None:
+    data = simple_site()
+    data["platforms"]["vc"]["max_parallel"] = 2
+    plan = build_plan(site_from(tmp_path, data), "shutdown")
+    assert plan.critical_path == ("stop:web", "stop:app", "stop:db", "stop:h1", "stop:nas")
+    # web: 4 VMs two at a time = 2 rounds of 40 s; app 40 s, db 40 s, h1 2 min, nas 1 min
+    assert plan.critical_path_s == 80 + 40 + 40 + 120 + 60
+    assert plan.estimate_s >= plan.critical_path_s
+
+
+def test_text_json_dot_mermaid(tmp_path: Path) -> None:
+    plan = build_plan(site_from(tmp_path, simple_site()), "shutdown")
+    text = render.plan_text(plan)
+    assert "* = on the critical path: stop:web -> stop:app" in text
+    assert "guest shutdown of 4 VMs of group web (name web-*), power off after 5m" in text
+    data = json.loads(render.plan_json(plan))
+    assert [s["id"] for s in data["steps"]][:2] == ["stop:web", "stop:app"]
+    assert '"stop:db" -> "stop:h1";' in render.plan_dot(plan)
+    assert "flowchart LR" in render.plan_mermaid(plan)
+
+
+def test_examples_plan_cleanly() -> None:
+    for name in ("homelab.yaml", "cluster.yaml"):
+        site = load_site(EXAMPLES / name)
+        for direction in ("shutdown", "startup"):
+            plan = build_plan(site, direction)
+            assert plan.steps

@@ -1,0 +1,223 @@
+"""Whole outages on the virtual clock: margins, running out, power returning, shedding."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.sites import EXAMPLES, simple_site, site_from, write_site
+from upsguard.config import SiteConfig, load_site
+from upsguard.config.scenario import DEFAULT_SCENARIO, load_scenario, parse_scenario
+from upsguard.errors import ConfigError
+from upsguard.runbooks.simulator import SimulationReport, simulate
+
+
+def run(site: SiteConfig, scenario: str) -> SimulationReport:
+    return simulate(site, parse_scenario(scenario, site))
+
+
+def texts(report: SimulationReport) -> list[str]:
+    return [m.text for m in report.timeline]
+
+
+def first(report: SimulationReport, fragment: str) -> float:
+    return next(m.at_s for m in report.timeline if fragment in m.text)
+
+
+def index(report: SimulationReport, fragment: str) -> int:
+    return next(i for i, m in enumerate(report.timeline) if fragment in m.text)
+
+
+def test_outage_that_never_ends_finishes_with_margin(tmp_path: Path) -> None:
+    site = site_from(tmp_path, simple_site())
+    report = simulate(site, DEFAULT_SCENARIO)
+    assert report.ok and report.exit_code == 0
+    assert report.shutdown_finished_at_s is not None
+    assert report.margin_s is not None and report.margin_s >= 300
+    assert "shutdown finishes at T+" in report.verdict
+    lines = texts(report)
+    assert lines.index("phase normal -> on_battery: on battery for 10s (ups1)") < lines.index(
+        "phase shutting_down -> down: shutdown runbook finished"
+    )
+    # the order the simulated platform saw: app before db before its host before the NAS
+    assert index(report, "done      stop:app") < index(report, "start stop:db")
+    assert index(report, "done      stop:db") < index(report, "start stop:h1")
+    assert index(report, "done      stop:h1") < index(report, "start stop:nas")
+
+
+def test_debounce_waits_before_acting(tmp_path: Path) -> None:
+    site = site_from(tmp_path, simple_site(on_battery={"after": "30s"}))
+    report = simulate(site, DEFAULT_SCENARIO)
+    assert first(report, "phase normal -> on_battery") >= 60 + 30
+
+
+def test_too_small_a_battery_runs_out_during_a_step(tmp_path: Path) -> None:
+    data = simple_site()
+    data["ups"][0]["runtime_at"] = {"minutes": 3, "load_watts": 400}
+    report = simulate(site_from(tmp_path, data), DEFAULT_SCENARIO)
+    assert not report.ok and report.exit_code == 1
+    assert report.ran_out_at_s is not None
+    assert report.verdict.startswith("runs out of battery at T+")
+    assert report.ran_out_during
+
+
+def test_margin_below_required_is_not_ok(tmp_path: Path) -> None:
+    data = simple_site(required_margin="10h")
+    report = simulate(site_from(tmp_path, data), DEFAULT_SCENARIO)
+    assert not report.ok
+    assert "less than the required margin of 10h00m" in report.verdict
+
+
+def test_power_back_before_point_of_no_return_cancels_and_restarts(tmp_path: Path) -> None:
+    site = site_from(
+        tmp_path,
+        simple_site(
+            shutdown={"when_any": ["on_battery_for > 10s"]}, power_returns={"online_for": "10s"}
+        ),
+    )
+    report = run(site, "outage: {at: 1m, duration: 40s}\nsteps: {web: {stop: 5m}}\nhorizon: 3h")
+    lines = texts(report)
+    assert "phase shutting_down -> recovering: power back before the point of no return" in lines
+    assert not any(line.startswith("point of no return") for line in lines)
+    assert any(line.startswith("shutdown runbook cancelled") for line in lines)
+    assert any(line.startswith("startup runbook done") for line in lines)
+    assert report.final_phase == "normal"
+
+
+def test_power_back_after_point_of_no_return_finishes_then_starts_up(tmp_path: Path) -> None:
+    site = site_from(
+        tmp_path,
+        simple_site(
+            shutdown={"when_any": ["on_battery_for > 10s"]}, power_returns={"online_for": "10s"}
+        ),
+    )
+    report = run(site, "outage: {at: 1m, duration: 3m}\nhorizon: 6h")
+    lines = texts(report)
+    ponr = first(report, "point of no return")
+    assert ponr < 60 + 180  # the first host stop began before power came back
+    assert any(line.startswith("shutdown runbook done") for line in lines)
+    assert first(report, "startup runbook started") > first(report, "shutdown runbook done")
+    # the startup waited for the startup policy: on line 10 min and charge above 50 %
+    assert first(report, "startup runbook started") >= 60 + 180 + 600
+    assert report.final_phase == "normal"
+
+
+def test_shedding_buys_runtime(tmp_path: Path) -> None:
+    base = simple_site(shutdown={"when_any": ["low_battery"]})
+    base["ups"][0]["runtime_at"] = {"minutes": 12, "load_watts": 400}
+    shed = dict(
+        base,
+        policies={
+            **base["policies"],  # type: ignore[dict-item]
+            "shedding": {"when_any": ["on_battery_for > 20s"]},
+        },
+    )
+    without = simulate(site_from(tmp_path, base), DEFAULT_SCENARIO)
+    (tmp_path / "b").mkdir()
+    with_shedding = simulate(site_from(tmp_path / "b", shed), DEFAULT_SCENARIO)
+    low_without = first(without, "phase on_battery -> shutting_down: low_battery")
+    low_with = first(with_shedding, "phase shedding -> shutting_down: low_battery")
+    assert low_with > low_without  # the shed web tier let the battery last longer
+
+
+def test_flapping_mains_start_no_runbook(tmp_path: Path) -> None:
+    site = site_from(tmp_path, simple_site())
+    report = run(site, "flapping: [{start: 1m, stop: 5m, every: 3s}]\nhorizon: 2h")
+    assert not any("runbook started" in line for line in texts(report))
+    assert report.ok
+
+
+def test_slow_destage_holds_the_host_back(tmp_path: Path) -> None:
+    data = simple_site()
+    data["caches"] = [{"name": "flash", "provider": "simulated", "carries": ["db"]}]
+    site = site_from(tmp_path, data)
+    report = run(site, "outage: {at: 1m}\ncaches: {flash: {dirty: 30GiB, rate: 50MiB/s}}")
+    flipped = first(report, "cache flash/flash -> write-through")
+    clean = first(report, "cache flash clean")
+    assert clean - flipped >= 30 * 1024 / 50 - 5  # about 614 s of destage
+    assert first(report, "start stop:h1") >= clean
+    assert first(report, "start stop:h2") < clean  # h2 is not in the data path
+
+
+def test_hung_guest_falls_back_to_power_off(tmp_path: Path) -> None:
+    site = site_from(tmp_path, simple_site())
+    report = run(site, "outage: {at: 1m}\nsteps: {db: {hang: true}}")
+    line = next(t for t in texts(report) if "done      stop:db" in t)
+    assert "still on after 5m; powered off" in line
+    assert report.ok
+
+
+def test_failed_step_makes_the_verdict_not_ok(tmp_path: Path) -> None:
+    site = site_from(tmp_path, simple_site())
+    report = run(site, "outage: {at: 1m}\nsteps: {nas: {fail: stop}}")
+    assert not report.ok
+    assert report.failed_steps and report.failed_steps[0].startswith("stop:nas:")
+
+
+def test_a_day_long_scenario_runs_on_the_virtual_clock(tmp_path: Path) -> None:
+    site = site_from(tmp_path, simple_site())
+    report = run(site, "power: [{at: 23h, state: battery}]\nhorizon: 24h")
+    assert report.end_s >= 23 * 3600
+
+
+def test_scenario_references_are_checked(tmp_path: Path) -> None:
+    site = site_from(tmp_path, simple_site())
+    path = write_site(tmp_path, "outage: {at: 1m}\nsteps:\n  dbb: {hang: true}\n", "sc.yaml")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path, site)
+    assert info.value.problems == [
+        f"steps.dbb: unknown resource 'dbb' (did you mean 'db'?) ({path}:3)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "code"),
+    [
+        ("short-blip.yaml", 0),
+        ("long-outage.yaml", 0),
+        ("power-back-before-ponr.yaml", 0),
+        ("flapping.yaml", 0),
+        ("aged-battery.yaml", 0),
+    ],
+)
+def test_cli_simulate_examples(scenario: str, code: int) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "upsguard",
+            "simulate",
+            "-c",
+            str(EXAMPLES / "cluster.yaml"),
+            "--scenario",
+            str(EXAMPLES / "scenarios" / scenario),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == code, done.stdout[-2000:] + done.stderr
+    assert done.stdout.strip().splitlines()[-1].startswith("OK: ")
+
+
+def test_cli_simulate_not_ok_exits_1(tmp_path: Path) -> None:
+    data = yaml.safe_load((EXAMPLES / "homelab.yaml").read_text())
+    data["ups"][0]["runtime_at"]["minutes"] = 2
+    path = write_site(tmp_path, yaml.safe_dump(data))
+    done = subprocess.run(
+        [sys.executable, "-m", "upsguard", "simulate", "-c", str(path), "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert '"ok": false' in done.stdout
+
+
+def test_homelab_example_is_ok() -> None:
+    report = simulate(load_site(EXAMPLES / "homelab.yaml"), DEFAULT_SCENARIO)
+    assert report.ok, report.verdict
