@@ -111,6 +111,7 @@ class ProxmoxSettings(PlatformBase, Credentials):
     token_file: Path | None = None
     token_env: str | None = None
     poll_interval: Duration = Field(timedelta(seconds=2), description="how often a wait polls")
+    ca_file: Path | None = None
 
 
 class CommandSettings(PlatformBase):

@@ -1,0 +1,270 @@
+"""The ``proxmox`` platform: Proxmox VE guests (VMs and containers) and nodes, through proxmoxer.
+
+Resources name a guest by name or VMID (kind ``vm``), select guests by name
+pattern or PVE tag (kind ``vm_group``: ``select: {name: "web-*"}`` or
+``{tag: "prod"}``), or name a node (kind ``host``: shutdown only; powering a
+node on needs ``power_on_via`` a BMC or Wake-on-LAN).
+
+Graceful stop is the guest's ``status/shutdown`` (ACPI, or the QEMU guest
+agent where enabled); hard stop is ``status/stop``. A started VM whose config
+enables the agent is healthy once the agent answers a ping.
+
+Authentication: an API token (``user`` like ``root@pam``, ``token_name`` and
+the token's secret from ``token_file``/``token_env``) or a password. TLS is
+verified; a PVE host with its self-signed certificate needs ``ca_file``
+(``/etc/pve/pve-root-ca.pem``). proxmoxer is blocking: calls run in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+from typing import Any
+
+import proxmoxer
+import requests
+
+from upsguard.clock import Clock
+from upsguard.config.platforms import ProxmoxSettings
+from upsguard.config.resources import ResourceConfig
+from upsguard.config.types import resolve_secret
+from upsguard.errors import (
+    AuthenticationError,
+    ConfigError,
+    PermanentError,
+    PlatformUnreachable,
+    UpsguardError,
+)
+from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod, Target
+
+__all__ = ["ProxmoxPlatform"]
+
+_GUEST_TYPES = ("qemu", "lxc")
+
+
+class ProxmoxPlatform:
+    """One Proxmox VE cluster (any of its nodes answers for all of them)."""
+
+    def __init__(self, name: PlatformName, settings: ProxmoxSettings, clock: Clock) -> None:
+        self.name = name
+        self._settings = settings
+        self._clock = clock
+        self._api: Any = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def _where(self) -> str:
+        return f"Proxmox '{self.name}' ({self._settings.host}:{self._settings.port})"
+
+    async def open(self) -> None:
+        await self._call("connect", lambda api: None)
+
+    async def close(self) -> None:
+        self._api = None  # tickets expire by themselves; tokens need no logout
+
+    async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
+        if resource.kind is ResourceKind.HOST:
+            nodes = await self._call("list nodes", _nodes)
+            if resource.target_name not in nodes:
+                raise PermanentError(
+                    f"resource '{resource.id}': {self._where} has no node "
+                    f"'{resource.target_name}' (it has {', '.join(sorted(nodes))})"
+                )
+            return [
+                Target(self.name, resource.kind, resource.target_name, ref=resource.target_name)
+            ]
+        guests = await self._call("list guests", _guests)
+        if resource.kind is ResourceKind.VM_GROUP:
+            return [_target(self.name, g) for g in guests if _selected(resource, g)]
+        wanted = resource.target_name
+        for guest in guests:
+            if wanted in (str(guest.get("name")), str(guest.get("vmid"))):
+                return [_target(self.name, guest)]
+        raise PermanentError(
+            f"resource '{resource.id}': {self._where} has no guest named or numbered '{wanted}'"
+        )
+
+    async def power_state(self, target: Target) -> PowerState:
+        ref = _ref(target)
+        if "/" not in ref:
+            status = (await self._call("list nodes", _nodes)).get(ref)
+            return PowerState.ON if status == "online" else PowerState.OFF
+        current = await self._call(f"read the state of {target.name}", _current, ref)
+        return PowerState.ON if current.get("status") == "running" else PowerState.OFF
+
+    async def stop(self, target: Target, method: StopMethod) -> None:
+        """Guest ``shutdown`` or ``stop``; a node is shut down (there is no hard node stop)."""
+        ref = _ref(target)
+        if "/" not in ref:
+            if method is StopMethod.HARD:
+                raise PermanentError(
+                    f"{self._where}: node {target.name} has no hard power-off here: use its BMC"
+                )
+            await self._call(f"shut down node {target.name}", _node_shutdown, ref)
+            return
+        action = "shutdown" if method is StopMethod.GRACEFUL else "stop"
+        await self._call(f"{action} {target.name}", _guest_action, ref, action)
+
+    async def start(self, target: Target) -> None:
+        ref = _ref(target)
+        if "/" not in ref:
+            raise PermanentError(
+                f"{self._where}: node {target.name} cannot be powered on through the "
+                "Proxmox API: set power_on_via (a BMC or wol)"
+            )
+        await self._call(f"start {target.name}", _guest_action, ref, "start")
+
+    async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
+        deadline = self._clock.monotonic() + timeout
+        interval = self._settings.poll_interval.total_seconds()
+        while True:
+            if await self.power_state(target) is state:
+                return True
+            left = deadline - self._clock.monotonic()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(interval, left))
+
+    async def healthy(self, target: Target) -> bool:
+        """Running, and its guest agent answering where the VM's config enables one."""
+        ref = _ref(target)
+        if "/" not in ref:
+            return await self.power_state(target) is PowerState.ON
+        current = await self._call(f"read the state of {target.name}", _current, ref)
+        if current.get("status") != "running":
+            return False
+        if not current.get("agent"):
+            return True
+        answered: bool = await self._call(f"ping the agent of {target.name}", _agent_ping, ref)
+        return answered
+
+    async def _call(self, doing: str, fn: Any, *args: Any) -> Any:
+        async with self._lock:
+            try:
+                if self._api is None:
+                    self._api = await asyncio.to_thread(self._connect)
+                return await asyncio.to_thread(fn, self._api, *args)
+            except UpsguardError:
+                raise
+            except Exception as exc:
+                translated = self._translate(exc, doing)
+                if isinstance(translated, PlatformUnreachable | AuthenticationError):
+                    self._api = None
+                raise translated from exc
+
+    def _connect(self) -> Any:
+        settings = self._settings
+        if not settings.user:
+            raise ConfigError(f"platform '{self.name}': a proxmox platform needs 'user'")
+        verify: bool | str = settings.verify_tls
+        if settings.verify_tls and settings.ca_file is not None:
+            verify = str(settings.ca_file)
+        common: dict[str, Any] = {"port": settings.port, "verify_ssl": verify, "timeout": 30}
+        if settings.token_name:
+            secret = resolve_secret(
+                f"platform '{self.name}' token", settings.token_file, settings.token_env
+            )
+            if secret is None:
+                raise ConfigError(
+                    f"platform '{self.name}': token_name needs token_file or token_env"
+                )
+            api = proxmoxer.ProxmoxAPI(
+                settings.host,
+                user=settings.user,
+                token_name=settings.token_name,
+                token_value=secret,
+                **common,
+            )
+        else:
+            password = resolve_secret(
+                f"platform '{self.name}' password", settings.password_file, settings.password_env
+            )
+            if password is None:
+                raise ConfigError(
+                    f"platform '{self.name}': set token_name and token_file/token_env, "
+                    "or password_file/password_env"
+                )
+            api = proxmoxer.ProxmoxAPI(
+                settings.host, user=settings.user, password=password, **common
+            )
+        api.version.get()  # proves the credentials now, not at the first shutdown
+        return api
+
+    def _translate(self, exc: Exception, doing: str) -> UpsguardError:
+        status = getattr(exc, "status_code", None)
+        if isinstance(exc, proxmoxer.AuthenticationError) or status in (401, 403):
+            return AuthenticationError(
+                f"{self._where}: user '{self._settings.user}' was refused: check its "
+                "token or password, and its permissions (VM.PowerMgmt, Sys.PowerMgmt)"
+            )
+        if isinstance(exc, requests.exceptions.SSLError):
+            return PermanentError(
+                f"{self._where}: its TLS certificate is not trusted: set ca_file "
+                "(/etc/pve/pve-root-ca.pem on the node), or verify_tls: false at your own risk"
+            )
+        if isinstance(exc, requests.exceptions.RequestException):
+            return PlatformUnreachable(f"{self._where}: {doing} failed: no answer")
+        if isinstance(exc, proxmoxer.ResourceException):
+            text = str(getattr(exc, "content", "") or exc).splitlines()[0][:200]
+            return PlatformUnreachable(f"{self._where}: {doing} failed: {text}")
+        return PlatformUnreachable(f"{self._where}: {doing} failed: {exc}")
+
+
+def _ref(target: Target) -> str:
+    if target.ref is None:
+        raise PermanentError(f"target {target.name} was not resolved by a proxmox platform")
+    return target.ref
+
+
+def _target(platform: PlatformName, guest: dict[str, Any]) -> Target:
+    ref = f"{guest['node']}/{guest['type']}/{guest['vmid']}"
+    name = str(guest.get("name") or guest["vmid"])
+    return Target(platform, ResourceKind.VM, name, ref=ref, host=str(guest["node"]))
+
+
+def _selected(resource: ResourceConfig, guest: dict[str, Any]) -> bool:
+    select = resource.select
+    if select is None:
+        return False
+    if select.folder or select.attribute:
+        raise PermanentError(
+            f"resource '{resource.id}': Proxmox selects guests by name pattern or tag only"
+        )
+    if select.name and not fnmatch.fnmatchcase(str(guest.get("name", "")), select.name):
+        return False
+    tags = str(guest.get("tags") or "").replace(",", ";").split(";")
+    return not (select.tag and select.tag not in tags)
+
+
+def _guests(api: Any) -> list[dict[str, Any]]:
+    found = api.cluster.resources.get(type="vm")
+    return [g for g in found if g.get("type") in _GUEST_TYPES]
+
+
+def _nodes(api: Any) -> dict[str, str]:
+    return {str(n["node"]): str(n.get("status", "unknown")) for n in api.nodes.get()}
+
+
+def _guest(api: Any, ref: str) -> Any:
+    node, kind, vmid = ref.split("/")
+    return getattr(api.nodes(node), kind)(vmid)
+
+
+def _current(api: Any, ref: str) -> dict[str, Any]:
+    return dict(_guest(api, ref).status.current.get())
+
+
+def _guest_action(api: Any, ref: str, action: str) -> None:
+    getattr(_guest(api, ref).status, action).post()
+
+
+def _node_shutdown(api: Any, node: str) -> None:
+    api.nodes(node).status.post(command="shutdown")
+
+
+def _agent_ping(api: Any, ref: str) -> bool:
+    try:
+        _guest(api, ref).agent.ping.post()
+    except proxmoxer.ResourceException:
+        return False  # "QEMU guest agent is not running": not up yet
+    return True
