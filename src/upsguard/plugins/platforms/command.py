@@ -47,14 +47,14 @@ class CommandPlatform:
 
     async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
         target = Target(self.name, resource.kind, resource.target_name, ref=str(resource.id))
-        self._resources[target.name] = resource
+        self._resources[str(resource.id)] = resource  # two devices may share an address
         return [target]
 
     async def power_state(self, target: Target) -> PowerState:
         """From ``status`` (exit 0 = on) when given, else what the last command achieved."""
         res = self._resource(target)
         if res.status is None:
-            return self._known.get(target.name, PowerState.UNKNOWN)
+            return self._known.get(str(res.id), PowerState.UNKNOWN)
         result = await self._run(res.status, res)
         return PowerState.ON if result.ok else PowerState.OFF
 
@@ -76,7 +76,7 @@ class CommandPlatform:
         """Poll ``status`` until it says ``state``; without one, the last command's result."""
         res = self._resource(target)
         if res.status is None:
-            return self._known.get(target.name) is state
+            return self._known.get(str(res.id)) is state
         deadline = self._clock.monotonic() + timeout
         interval = self._settings.poll_interval.total_seconds()
         while True:
@@ -90,7 +90,7 @@ class CommandPlatform:
     async def healthy(self, target: Target) -> bool:
         res = self._resource(target)
         if res.status is None:
-            return self._known.get(target.name) is not PowerState.OFF
+            return self._known.get(str(res.id)) is not PowerState.OFF
         return await self.power_state(target) is PowerState.ON
 
     async def _act(
@@ -110,7 +110,7 @@ class CommandPlatform:
                 f"{result.first_error_line()}"
             )
         log.info("%s: %s command done", res.id, what)
-        self._known[target.name] = reaches
+        self._known[str(res.id)] = reaches
 
     async def _run(self, command: str, res: ResourceConfig) -> remote.CommandResult:
         timeout = self._settings.timeout.total_seconds()
@@ -122,7 +122,7 @@ class CommandPlatform:
             raise type(exc)(f"resource '{res.id}': {exc}") from exc
 
     def _resource(self, target: Target) -> ResourceConfig:
-        res = self._resources.get(target.name)
+        res = self._resources.get(target.ref or "")
         if res is None:
             raise PermanentError(f"target {target.name} was not resolved by platform {self.name}")
         return res

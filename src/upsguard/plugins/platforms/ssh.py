@@ -64,7 +64,7 @@ class SshPlatform:
 
     async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
         target = Target(self.name, resource.kind, resource.target_name, ref=str(resource.id))
-        self._resources[target.name] = resource
+        self._resources[str(resource.id)] = resource  # two devices may share an address
         return [target]
 
     async def power_state(self, target: Target) -> PowerState:
@@ -164,7 +164,7 @@ class SshPlatform:
         return PowerState.ON
 
     def _resource(self, target: Target) -> ResourceConfig:
-        res = self._resources.get(target.name)
+        res = self._resources.get(target.ref or "")
         if res is None:
             raise PermanentError(f"target {target.name} was not resolved by platform {self.name}")
         return res
