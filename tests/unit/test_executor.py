@@ -1,0 +1,155 @@
+"""The executor on the virtual clock: order, parallelism limits, retries, fallbacks, cancel.
+
+``FlakyPlatform`` wraps the shipped simulated platform to fail on purpose; it is a
+test double of the ``Platform`` protocol, which the real plugins implement too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+
+from tests.sites import simple_site, site_from
+from upsguard.clock import LoopClock, run_virtual
+from upsguard.config.platforms import SimulatedPlatformSettings
+from upsguard.config.site import SiteConfig
+from upsguard.errors import PlatformUnreachable
+from upsguard.events import Event, PointOfNoReturn, StepFinished, StepStarted
+from upsguard.models import PlatformName, PowerState, ResourceId, StepState, StopMethod, Target
+from upsguard.plugins.platforms.simulated import Behaviour, Fleet, SimulatedPlatform
+from upsguard.runbooks.executor import Executor, RunResult
+from upsguard.runbooks.planner import build_plan
+
+
+class FlakyPlatform(SimulatedPlatform):
+    """Refuses the first ``failures`` stop requests with a temporary error; counts concurrency."""
+
+    def __init__(self, *args: object, failures: int = 0, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.failures = failures
+        self.stops: list[str] = []
+        self.busy = 0
+        self.most_busy = 0
+
+    async def stop(self, target: Target, method: StopMethod) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise PlatformUnreachable("vCenter did not answer", retry_after=5)
+        self.stops.append(target.name)
+        await super().stop(target, method)
+
+    async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
+        self.busy += 1
+        self.most_busy = max(self.most_busy, self.busy)
+        try:
+            return await super().wait_for(target, state, timeout)
+        finally:
+            self.busy -= 1
+
+
+def execute(
+    site: SiteConfig,
+    direction: str = "shutdown",
+    failures: int = 0,
+    cancel_after: float | None = None,
+    behaviour: dict[ResourceId, Behaviour] | None = None,
+) -> tuple[RunResult, list[Event], FlakyPlatform]:
+    events: list[Event] = []
+    holder: dict[str, FlakyPlatform] = {}
+
+    async def main() -> RunResult:
+        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        fleet = Fleet(behaviour=behaviour)
+        platforms = {}
+        for name in ("vc", "dev"):
+            settings = site.platforms[name]
+            assert isinstance(settings, SimulatedPlatformSettings)
+            platforms[PlatformName(name)] = FlakyPlatform(
+                PlatformName(name), settings, clock, fleet, failures=failures if name == "vc" else 0
+            )
+        holder["vc"] = platforms[PlatformName("vc")]
+        if direction == "startup":  # everything is off after an outage
+            down = build_plan(site, "shutdown")
+            await Executor(
+                site, down, platforms, clock=clock, events=lambda e: None, run_id="r0"
+            ).run()
+        plan = build_plan(site, direction)
+        executor = Executor(site, plan, platforms, clock=clock, events=events.append, run_id="r1")
+        task = asyncio.create_task(executor.run())
+        if cancel_after is not None:
+            await asyncio.sleep(cancel_after)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return executor.result
+        return await task
+
+    result = run_virtual(main())
+    return result, events, holder["vc"]
+
+
+def test_steps_start_only_after_what_they_wait_for_finished(tmp_path: Path) -> None:
+    result, events, _ = execute(site_from(tmp_path, simple_site()))
+    assert result.state == "done"
+    finished: set[str] = set()
+    plan = build_plan(site_from(tmp_path, simple_site()), "shutdown").by_id()
+    for event in events:
+        if isinstance(event, StepStarted):
+            assert set(plan[event.step].waits_for) <= finished, event.step
+        if isinstance(event, StepFinished):
+            finished.add(event.step)
+    assert finished == set(plan)
+
+
+def test_parallelism_limit_is_respected(tmp_path: Path) -> None:
+    data = simple_site()
+    data["platforms"]["vc"]["max_parallel"] = 2
+    _, _, vc = execute(site_from(tmp_path, data))
+    assert vc.most_busy == 2
+
+
+def test_temporary_errors_are_retried(tmp_path: Path) -> None:
+    result, _, vc = execute(site_from(tmp_path, simple_site()), failures=2)
+    assert result.state == "done"
+    assert len(vc.stops) == 4 + 2 + 2  # web x4, app, db, h1, h2 all stopped in the end
+
+
+def test_exhausted_retries_fail_the_step_and_say_why(tmp_path: Path) -> None:
+    data = simple_site()
+    for res in data["resources"]:
+        res["retries"] = 0
+    result, _, _ = execute(site_from(tmp_path, data), failures=100)
+    assert result.state == "failed"
+    outcome = result.outcomes["stop:db"]  # type: ignore[index]
+    assert outcome.state is StepState.FAILED
+    assert outcome.detail == "db: vCenter did not answer"
+    # shutdown goes on after a failure (power is going anyway): the NAS still stops
+    assert result.outcomes["stop:nas"].state is StepState.DONE  # type: ignore[index]
+
+
+def test_startup_does_not_start_dependents_of_a_failed_step(tmp_path: Path) -> None:
+    site = site_from(tmp_path, simple_site())
+    result, events, _ = execute(
+        site, "startup", behaviour={ResourceId("h1"): Behaviour(fail="start")}
+    )
+    assert result.state == "failed"
+    started = [e.step for e in events if isinstance(e, StepStarted)]
+    assert started[0] == "start:nas"
+    assert "start:db" not in started
+    assert result.outcomes["start:db"].detail == "not started: start:h1 failed"  # type: ignore[index]
+    assert result.outcomes["start:app"].state is StepState.SKIPPED  # type: ignore[index]
+    assert result.outcomes["start:h2"].state is StepState.DONE  # type: ignore[index]
+
+
+def test_point_of_no_return_is_the_first_hardware_step(tmp_path: Path) -> None:
+    _, events, _ = execute(site_from(tmp_path, simple_site()))
+    (ponr,) = [e for e in events if isinstance(e, PointOfNoReturn)]
+    assert ponr.step in ("stop:h1", "stop:h2")
+
+
+def test_cancel_marks_unfinished_steps(tmp_path: Path) -> None:
+    result, _, _ = execute(site_from(tmp_path, simple_site()), cancel_after=50)
+    states = {sid: o.state for sid, o in result.outcomes.items()}
+    assert states["stop:web"] is StepState.DONE  # 40 s guest shutdowns
+    assert states["stop:app"] is StepState.CANCELLED
+    assert states["stop:nas"] is StepState.CANCELLED
