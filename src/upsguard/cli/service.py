@@ -1,9 +1,280 @@
-"""Subcommands of `upsguard` (filled in by its own issue)."""
+"""``run``, the override commands (``status``, ``hold``, ``release``, ``trigger``, ``abort``,
+``history``, ``events``) and ``demo``.
+
+The override commands talk to the running service over its unix socket. When
+no service answers they act directly (on the journal, or by running the plan in
+this process) after a confirmation.
+"""
 
 from __future__ import annotations
 
-from upsguard.cli.common import Subparsers
+import argparse
+import asyncio
+import getpass
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from upsguard.cli.common import (
+    Subparsers,
+    add_format_option,
+    add_site_option,
+    print_json,
+    run_async,
+    site_of,
+)
+from upsguard.config.site import SiteConfig
+from upsguard.controller import direct, show
+from upsguard.controller.client import ApiClient
+from upsguard.controller.service import run_service
+from upsguard.errors import PermanentError, ServiceNotRunning
 
 
 def register(commands: Subparsers) -> None:
-    """Add this module's subcommands to the `upsguard` parser."""
+    p = commands.add_parser("run", help="the long-running service (under systemd)")
+    add_site_option(p)
+    p.set_defaults(handler=cmd_run)
+
+    p = commands.add_parser("status", help="phase, UPSes, the run in progress, caches")
+    _client_options(p)
+    add_format_option(p)
+    p.set_defaults(handler=cmd_status)
+
+    p = commands.add_parser("hold", help="defer automatic actions (down to the critical floor)")
+    _client_options(p)
+    p.add_argument("--reason", required=True, help="why; kept in the journal's audit trail")
+    _yes_option(p)
+    p.set_defaults(handler=cmd_hold)
+
+    p = commands.add_parser("release", help="end a hold: automatic actions resume")
+    _client_options(p)
+    p.add_argument("--reason", default="", help="why; kept in the journal's audit trail")
+    _yes_option(p)
+    p.set_defaults(handler=cmd_release)
+
+    p = commands.add_parser("trigger", help="run the shutdown or startup runbook now")
+    p.add_argument("direction", choices=("shutdown", "startup"))
+    _client_options(p)
+    p.add_argument("--only", nargs="+", default=[], metavar="ID", help="only these resources")
+    p.add_argument("--reason", default="", help="why; kept in the journal's audit trail")
+    _yes_option(p)
+    p.set_defaults(handler=cmd_trigger)
+
+    p = commands.add_parser("abort", help="cancel the run in progress (and hold)")
+    _client_options(p)
+    p.add_argument("--reason", default="", help="why; kept in the journal's audit trail")
+    _yes_option(p)
+    p.set_defaults(handler=cmd_abort)
+
+    p = commands.add_parser("history", help="past runs with their steps, phases, overrides")
+    _client_options(p)
+    p.add_argument("-n", "--limit", type=int, default=5, help="how many runs (default 5)")
+    add_format_option(p)
+    p.set_defaults(handler=cmd_history)
+
+    p = commands.add_parser("events", help="the event log; --follow to keep watching")
+    _client_options(p)
+    p.add_argument("-n", "--lines", type=int, default=20, help="how many past events (default 20)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
+    p.set_defaults(handler=cmd_events)
+
+    p = commands.add_parser("demo", help="a whole outage on built-in simulated gear, sped up")
+    p.add_argument("--speed", type=float, default=60.0, help="virtual seconds per second (60)")
+    p.add_argument("--journal", type=Path, help="keep the demo's journal here (default: temp)")
+    p.set_defaults(handler=cmd_demo)
+
+
+def _client_options(p: argparse.ArgumentParser) -> None:
+    add_site_option(p)
+    p.add_argument("--socket", type=Path, help="the API socket (default: from the site file)")
+
+
+def _yes_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+
+
+def _client(args: argparse.Namespace, site: SiteConfig) -> ApiClient:
+    return ApiClient(args.socket or site.service.socket)
+
+
+def _who() -> str:
+    user = getpass.getuser()
+    sudo = os.environ.get("SUDO_USER")
+    return f"{sudo} (as {user})" if sudo and sudo != user else user
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Ask before acting; without a terminal, only --yes says yes."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise PermanentError(f"{question} Not confirmed: add --yes to act without a terminal")
+    answer = input(f"{question} [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise PermanentError("not confirmed; nothing done")
+
+
+def _direct(question: str, yes: bool) -> None:
+    confirm(f"The upsguard service is not running. {question}", yes)
+
+
+# -- run ------------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    site = site_of(args)
+    if args.verbose == 0:
+        logging.getLogger().setLevel(logging.INFO)
+    if args.verbose < 2:
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    return run_async(_serve(site))
+
+
+async def _serve(site: SiteConfig) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await run_service(site, stop)
+    return 0
+
+
+# -- the override commands -----------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    site = site_of(args)
+    try:
+        st = _client(args, site).get("/status")
+    except ServiceNotRunning:
+        st = run_async(direct.status(site))
+    if args.format == "json":
+        print_json(st)
+    else:
+        print(show.status_text(st))
+    return 0
+
+
+def cmd_hold(args: argparse.Namespace) -> int:
+    site = site_of(args)
+    try:
+        answer = _client(args, site).post("/hold", {"reason": args.reason})
+    except ServiceNotRunning:
+        _direct("Journal the hold for its next start?", args.yes)
+        direct.hold(site, _who(), args.reason)
+        print(f"held (journaled; the service takes it up when it starts): {args.reason}")
+        return 0
+    print(f"held: {answer['reason']}")
+    return 0
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    site = site_of(args)
+    try:
+        answer = _client(args, site).post("/release", {"reason": args.reason})
+    except ServiceNotRunning:
+        _direct("Journal the release for its next start?", args.yes)
+        direct.hold(site, _who(), args.reason, release=True)
+        print("released (journaled)")
+        return 0
+    print(
+        "released" + (f" (was held: {answer['was']})" if answer.get("was") else " (was not held)")
+    )
+    return 0
+
+
+def cmd_trigger(args: argparse.Namespace) -> int:
+    site = site_of(args)
+    what = f"{args.direction} of " + (", ".join(args.only) if args.only else f"site {site.site}")
+    client = _client(args, site)
+    if not client.running():
+        _direct(f"Run the {what} from this process?", args.yes)
+        return run_async(
+            direct.trigger(site, _who(), args.direction, args.only, args.reason, print)
+        )
+    confirm(f"Start the {what} now?", args.yes)
+    body = {"direction": args.direction, "only": args.only, "reason": args.reason}
+    answer = client.post("/trigger", body)
+    print(f"started run {answer['run']}: follow it with 'upsguard events -f'")
+    return 0
+
+
+def cmd_abort(args: argparse.Namespace) -> int:
+    site = site_of(args)
+    client = _client(args, site)
+    if not client.running():
+        _direct("Mark its unfinished runs aborted (they will not resume) and hold?", args.yes)
+        closed = direct.abort(site, _who(), args.reason)
+        print("aborted: " + (", ".join(closed) if closed else "nothing was unfinished") + "; held")
+        return 0
+    confirm("Cancel the run in progress and hold automatic actions?", args.yes)
+    answer = client.post("/abort", {"reason": args.reason})
+    run = answer.get("aborted")
+    print((f"aborted run {run}" if run else "no run was in progress") + f"; {answer['held']}")
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    site = site_of(args)
+    try:
+        hist = _client(args, site).get(f"/history?limit={args.limit}")
+    except ServiceNotRunning:
+        hist = _journal_history(site, args.limit)
+    if args.format == "json":
+        print_json(hist)
+    else:
+        print(show.history_text(hist))
+    return 0
+
+
+def _journal_history(site: SiteConfig, limit: int) -> dict[str, Any]:
+    journal = direct.open_journal(site)
+    try:
+        return {
+            "runs": [r.to_dict() for r in journal.runs(limit=limit)],
+            "phases": [p.to_dict() for p in journal.phases(limit=limit * 5)],
+            "overrides": [o.to_dict() for o in journal.overrides(limit=limit * 5)],
+        }
+    finally:
+        journal.close()
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    site = site_of(args)
+    client = _client(args, site)
+    after = -max(args.lines, 0) if args.lines else 0
+    while True:
+        try:
+            answer = client.get(f"/events?after={after}&wait={25 if args.follow else 0}", 40.0)
+            rows, after = answer["events"], answer["last"]
+        except ServiceNotRunning:
+            rows = _journal_events(site, after)
+            after = rows[-1]["id"] if rows else max(after, 0)
+            if args.follow and not rows:
+                time.sleep(1.0)
+        for row in rows:
+            print(show.event_line(row), flush=True)
+        if not args.follow:
+            return 0
+
+
+def _journal_events(site: SiteConfig, after: int) -> list[dict[str, Any]]:
+    journal = direct.open_journal(site)
+    try:
+        return [e.to_dict() for e in journal.events(after=after)]
+    finally:
+        journal.close()
+
+
+# -- demo -------------------------------------------------------------------------------------
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from upsguard.controller.demo import run_demo
+
+    code: int = run_demo(speed=args.speed, journal=args.journal)
+    return code

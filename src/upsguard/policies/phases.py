@@ -94,6 +94,9 @@ class RunState:
     startup_finished: bool = False
     something_stopped: bool = False
     cancelled_before_ponr: bool = False
+    shutdown_manual: bool = False
+    """A person asked for the shutdown: power returning does not cancel it, and the site
+    stays down until a person asks for the startup."""
 
 
 PhaseListener = Callable[[Phase, Phase, str], None]
@@ -131,6 +134,24 @@ class PhaseEngine:
             if self.phase is before:
                 break
         return decisions
+
+    # -- manual overrides ----------------------------------------------------------------
+
+    def force(self, phase: Phase, reason: str) -> None:
+        """Move to a phase because a person said so (``trigger``, ``abort``)."""
+        if phase is not self.phase:
+            self._move(phase, reason)
+
+    def restore(self, phase: Phase) -> None:
+        """Take the phase a previous controller journaled, without announcing a change."""
+        self.phase = phase
+
+    def hold(self, reason: str) -> None:
+        """Defer automatic runbooks down to the critical floor."""
+        self.held = reason or "held"
+
+    def release(self) -> None:
+        self.held = None
 
     # -- bookkeeping -------------------------------------------------------------------
 
@@ -246,7 +267,8 @@ class PhaseEngine:
             values, self.policies.power_returns.online_for.total_seconds()
         )
         cancel = self.policies.power_returns.before_point_of_no_return == "cancel"
-        if back and cancel and runs.shutdown_running and not runs.point_of_no_return:
+        automatic = runs.shutdown_running and not runs.shutdown_manual
+        if back and cancel and automatic and not runs.point_of_no_return:
             self._move(Phase.RECOVERING, "power back before the point of no return")
             out.append(Decision(Act.CANCEL_SHUTDOWN, "power back before the point of no return"))
             return
@@ -262,6 +284,8 @@ class PhaseEngine:
         plan_s: float,
         out: list[Decision],
     ) -> None:
+        if runs.shutdown_manual:
+            return  # a person shut the site down: a person starts it
         if not view.on_battery and self._online_enough(
             values, self.policies.power_returns.online_for.total_seconds()
         ):

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
 
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
+from upsguard.errors import UpsguardError
 from upsguard.events import EventSink, Notice, PhaseChanged, ReadingTaken
-from upsguard.models import CacheMode, Phase, PlatformName, ResourceId, Target, UpsName
+from upsguard.models import CacheMode, Phase, PlatformName, ResourceId, StepId, Target, UpsName
 from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.policies.phases import Act, Decision, PhaseEngine, PowerView, RunState
@@ -28,6 +32,43 @@ from upsguard.runbooks.planner import build_plan
 log = logging.getLogger(__name__)
 
 
+class RunBusy(UpsguardError):
+    """A manual run was asked for while another run is in progress."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """What a journal needs to rebuild a run after a crash."""
+
+    run: str
+    at: datetime
+    direction: Direction
+    kind: str  # shutdown | shedding | startup
+    origin: str  # policy | manual
+    reason: str
+    only: tuple[ResourceId, ...] | None = None
+
+
+class RunJournal(Protocol):
+    def run_planned(self, spec: RunSpec) -> None:
+        """Record the run before its first step starts (synchronously)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """The run in progress, for ``upsguard status``."""
+
+    run: str
+    direction: str
+    kind: str
+    origin: str
+    total: int
+    finished: dict[str, str]  # step -> state
+    running: list[str]
+    point_of_no_return: str | None
+
+
 class OutageLoop:
     def __init__(
         self,
@@ -39,6 +80,7 @@ class OutageLoop:
         clock: Clock,
         events: EventSink,
         inventory: Mapping[ResourceId, list[Target]] | None = None,
+        journal: RunJournal | None = None,
     ) -> None:
         self.site = site
         self.watches = {name: UpsWatch(src, clock) for name, src in sources.items()}
@@ -56,6 +98,8 @@ class OutageLoop:
         self.view: PowerView | None = None
         self.results: list[RunResult] = []
         self._sequence = 0
+        self._journal = journal
+        self.spec: RunSpec | None = None
 
     # -- each poll ---------------------------------------------------------------------
 
@@ -111,6 +155,8 @@ class OutageLoop:
                 await self._start(
                     build_plan(self.site, Direction.SHUTDOWN, self._inventory, shed),
                     "shedding: " + decision.reason,
+                    kind="shedding",
+                    only=tuple(sorted(shed)),
                 )
         elif decision.act is Act.START_SHUTDOWN:
             await self._start(self.shutdown_plan, decision.reason)
@@ -125,10 +171,25 @@ class OutageLoop:
                 build_plan(self.site, Direction.STARTUP, self._inventory), decision.reason
             )
 
-    async def _start(self, plan: Plan, reason: str) -> None:
+    async def _start(
+        self,
+        plan: Plan,
+        reason: str,
+        *,
+        kind: str | None = None,
+        origin: str = "policy",
+        only: tuple[ResourceId, ...] | None = None,
+        run_id: str | None = None,
+        already_done: Collection[StepId] = (),
+    ) -> str:
         await self._cancel()
         self._sequence += 1
-        run_id = f"{plan.direction.value}-{self._clock.now():%Y%m%dT%H%M%SZ}-{self._sequence}"
+        kind = kind or plan.direction.value
+        if run_id is None:
+            run_id = f"{kind}-{self._clock.now():%Y%m%dT%H%M%SZ}-{self._sequence}"
+        self.spec = RunSpec(run_id, self._clock.now(), plan.direction, kind, origin, reason, only)
+        if self._journal is not None:
+            self._journal.run_planned(self.spec)
         gate = DestageGate(self.caches, self.floor_reached)
         self.executor = Executor(
             self.site,
@@ -139,6 +200,7 @@ class OutageLoop:
             run_id=run_id,
             reason=reason,
             cache_gate=gate,
+            already_done=already_done,
         )
         if plan.direction is Direction.SHUTDOWN:
             self.runs.something_stopped = True
@@ -148,11 +210,15 @@ class OutageLoop:
             self.runs.startup_running = True
         self._task = asyncio.create_task(self.executor.run(), name=run_id)
         self._task.add_done_callback(self._run_done)
+        return run_id
 
     def _run_done(self, task: asyncio.Task[RunResult]) -> None:
-        if task.cancelled() or self.executor is None:
+        """A run ended by itself; a cancelled one is handled (and recorded) by ``_cancel``."""
+        if task.cancelled() or task.exception() is not None or self.executor is None:
             return
         result = task.result()
+        if result.state == "cancelled" or result.run != self.executor.run_id:
+            return
         self.results.append(result)
         if result.direction is Direction.STARTUP:
             self.runs.startup_running = False
@@ -162,7 +228,8 @@ class OutageLoop:
         elif self.executor.plan is self.shutdown_plan:
             self.runs.shutdown_running = False
             self.runs.shutdown_finished = True
-            asyncio.get_running_loop().create_task(self._ups_commands())
+            if self.view is not None and self.view.on_battery:  # not after a maintenance stop
+                asyncio.get_running_loop().create_task(self._ups_commands())
 
     async def _cancel(self) -> None:
         task, self._task = self._task, None
@@ -172,6 +239,7 @@ class OutageLoop:
             if self.executor is not None and isinstance(result[0], RunResult):
                 self.results.append(result[0])
         self.runs.shutdown_running = False
+        self.runs.startup_running = False
 
     def _sync_run_state(self) -> None:
         if self.executor is not None and self.runs.shutdown_running:
@@ -193,8 +261,108 @@ class OutageLoop:
                     )
                 )
 
+    # -- manual overrides and resume (the service calls these) ------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def progress(self) -> RunProgress | None:
+        """The run in progress (or the last one), with the steps now running."""
+        if self.executor is None or self.spec is None:
+            return None
+        ex = self.executor
+        return RunProgress(
+            run=ex.run_id,
+            direction=ex.plan.direction.value,
+            kind=self.spec.kind,
+            origin=self.spec.origin,
+            total=len(ex.plan.steps),
+            finished={s: o.state.value for s, o in ex.result.outcomes.items()},
+            running=sorted(ex.running),
+            point_of_no_return=ex.result.point_of_no_return,
+        )
+
+    async def trigger(
+        self, direction: Direction, only: Collection[ResourceId] | None, reason: str
+    ) -> str:
+        """A run asked for by a person; the whole site, or only some resources."""
+        if self.busy and self.executor is not None:
+            raise RunBusy(
+                f"run {self.executor.run_id} is in progress: wait for it or 'upsguard abort' first"
+            )
+        chosen = tuple(sorted(only)) if only else None
+        reason = f"manual {direction.value}: {reason}"
+        if direction is Direction.SHUTDOWN:
+            return await self._trigger_shutdown(chosen, reason)
+        plan = build_plan(self.site, Direction.STARTUP, self._inventory, _set(chosen))
+        if chosen is None and self.engine.phase is not Phase.RECOVERING:
+            self.engine.force(Phase.RECOVERING, reason)
+        run = await self._start(plan, reason, origin="manual", only=chosen)
+        if chosen is None:
+            self.runs.shutdown_manual = False
+        return run
+
+    async def _trigger_shutdown(self, only: tuple[ResourceId, ...] | None, reason: str) -> str:
+        if only is not None:
+            plan = build_plan(self.site, Direction.SHUTDOWN, self._inventory, set(only))
+            return await self._start(plan, reason, origin="manual", only=only)
+        self.engine.force(Phase.SHUTTING_DOWN, reason)
+        if self.caches.names:
+            await self.caches.set_mode(CacheMode.WRITE_THROUGH)
+        self.runs.shutdown_manual = True
+        return await self._start(self.shutdown_plan, reason, origin="manual")
+
+    async def abort(self) -> str | None:
+        """Cancel the run in progress; returns its id (None when nothing ran)."""
+        if not self.busy or self.executor is None:
+            return None
+        run = self.executor.run_id
+        whole_site = self.runs.shutdown_running
+        await self._cancel()
+        if whole_site and self.engine.phase is Phase.SHUTTING_DOWN:
+            if self.view is not None and self.view.on_battery:
+                self.engine.force(Phase.ON_BATTERY, "shutdown aborted")
+            else:
+                self.runs.cancelled_before_ponr = not self.runs.point_of_no_return
+                self.engine.force(Phase.RECOVERING, "shutdown aborted")
+        return run
+
+    async def resume(
+        self,
+        spec: RunSpec,
+        done: Collection[StepId],
+        point_of_no_return: StepId | None,
+    ) -> str:
+        """Finish a run a dead controller left: the steps in ``done`` are not run again."""
+        only = set(spec.only) if spec.only is not None else None
+        if spec.kind == "shutdown" and only is None:
+            plan = self.shutdown_plan
+            self.runs.shutdown_manual = spec.origin == "manual"
+        else:
+            plan = build_plan(self.site, spec.direction, self._inventory, only)
+        if spec.kind == "shedding":
+            self.runs.shedding_started = True
+        run = await self._start(
+            plan,
+            spec.reason,
+            kind=spec.kind,
+            origin=spec.origin,
+            only=spec.only,
+            run_id=spec.run,
+            already_done=done,
+        )
+        if self.executor is not None and point_of_no_return is not None:
+            self.executor.result.point_of_no_return = point_of_no_return
+            self.runs.point_of_no_return = True
+        return run
+
     def _phase_changed(self, old: Phase, new: Phase, reason: str) -> None:
         self._events(PhaseChanged(self._clock.now(), old, new, reason))
 
     async def close(self) -> None:
         await self._cancel()
+
+
+def _set(only: tuple[ResourceId, ...] | None) -> set[ResourceId] | None:
+    return set(only) if only is not None else None

@@ -1,0 +1,1 @@
+"""The service: journal, scheduler, resume, local API, notifications, metrics, demo."""

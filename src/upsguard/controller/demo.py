@@ -1,0 +1,150 @@
+"""``upsguard demo``: a whole outage and recovery on built-in simulated gear, sped up.
+
+The same outage loop, phase engine, executor, destage watch and journal as
+the service, on a virtual clock that runs ``speed`` times faster than the
+wall clock (``ScaledTimeLoop``), so a person can watch it unfold: mains fail,
+caches flip and drain, VMs and hosts go down in order, mains return, the
+battery recharges, everything comes back up and caches return to write-back.
+Nothing beyond the package is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from upsguard.clock import VirtualTimeLoop
+from upsguard.config.loading import validate
+from upsguard.config.scenario import parse_scenario
+from upsguard.config.site import SiteConfig
+from upsguard.config.source import parse_yaml
+from upsguard.config.types import format_duration
+from upsguard.controller.journal import Journal
+from upsguard.events import Event, PhaseChanged
+from upsguard.runbooks.render import report_text
+from upsguard.runbooks.simulator import Simulation, SimulationReport
+
+DEMO_SITE = """
+site: demo
+journal: /nonexistent/replaced-at-run-time.sqlite
+ups:
+  - name: ups1
+    simulated: {}
+    runtime_at: {minutes: 14, load_watts: 900}
+    other_load_watts: 60
+platforms:
+  vcenter:
+    type: simulated
+    guest_shutdown: 40s
+    host_shutdown: 2m
+    device_shutdown: 45s
+    power_on: 30s
+    host_power_on: 2m
+caches:
+  - {name: esx01-flash, provider: simulated, carries: [sql01, app], dirty: 48GiB,
+     destage_rate: 100MiB/s, destage_timeout: 10m}
+resources:
+  - {id: dc01, kind: vm, platform: vcenter, runs_on: [esx01], watts: 40}
+  - {id: sql01, kind: vm, platform: vcenter, runs_on: [esx01], watts: 90, depends_on: [dc01]}
+  - {id: app, kind: vm_group, platform: vcenter, select: {name: "app-*"}, count: 4,
+     runs_on: [esx02], watts: 160, depends_on: [sql01]}
+  - {id: web, kind: vm, platform: vcenter, runs_on: [esx02], watts: 50, depends_on: [app],
+     shed: true}
+  - {id: esx01, kind: host, platform: vcenter, watts: 180, depends_on: [nas01]}
+  - {id: esx02, kind: host, platform: vcenter, watts: 180, depends_on: [nas01]}
+  - {id: nas01, kind: storage, platform: vcenter, watts: 90, estimate: {stop: 45s, start: 1m}}
+  - {id: core-sw, kind: switch, watts: 30}
+feeds:
+  - {ups: [ups1], powers: [dc01, sql01, app, web, esx01, esx02, nas01, core-sw]}
+policies:
+  poll_interval: 5s
+  on_battery: {after: 10s}
+  shedding: {when_any: ["on_battery_for > 1m"]}
+  shutdown: {when_any: [low_battery, fsd, "runtime < plan + 3m"]}
+  power_returns: {before_point_of_no_return: cancel, online_for: 30s}
+  startup: {online_for: 3m, charge_above: 20}
+  required_margin: 2m
+"""
+
+DEMO_SCENARIO = """
+name: the demo outage
+description: mains fail at T+30s and return 16 minutes later
+outage: {at: 30s, duration: 16m}
+recharge: 1h
+horizon: 2h
+"""
+
+
+class ScaledTimeLoop(VirtualTimeLoop):
+    """Virtual time that a person can follow: each jump of N seconds waits N / speed."""
+
+    def __init__(self, speed: float) -> None:
+        super().__init__()
+        self.speed = speed
+
+    def advance(self, seconds: float) -> None:
+        if seconds > 0 and self.speed > 0:
+            time.sleep(min(seconds / self.speed, 2.0))
+        super().advance(seconds)
+
+
+class LiveSimulation(Simulation):
+    """The simulation, printing each moment as it happens and journaling every event."""
+
+    def __init__(self, site: SiteConfig, scenario: Any, journal: Journal, out: TextIO) -> None:
+        super().__init__(site, scenario)
+        self.journal = journal
+        self.out = out
+
+    def _record(self, event: Event) -> None:
+        self.journal.record(event)
+        if isinstance(event, PhaseChanged):
+            self.out.write(f"\n== {event.new.value.upper()} ==\n")
+        super()._record(event)
+
+    def _note(self, at: float, text: str, kind: str) -> None:
+        super()._note(at, text, kind)
+        moment = self.report.timeline[-1]
+        battery = "  ".join(
+            f"{name} {charge:5.1f}% {format_duration(runtime):>6}"
+            for name, (charge, runtime) in moment.battery.items()
+        )
+        self.out.write(f"T+{format_duration(at):>7}  [{battery}]  {text}\n")
+        self.out.flush()
+
+
+def demo_site(journal: Path) -> SiteConfig:
+    site = validate(SiteConfig, parse_yaml(DEMO_SITE, "demo-site.yaml"))
+    return site.model_copy(update={"journal": str(journal)})
+
+
+def run_demo(speed: float = 60.0, journal: Path | None = None, out: TextIO = sys.stdout) -> int:
+    with tempfile.TemporaryDirectory(prefix="upsguard-demo-") as tmp:
+        path = journal or Path(tmp) / "demo.sqlite"
+        site = demo_site(path)
+        scenario = parse_scenario(DEMO_SCENARIO, site, "demo-scenario.yaml")
+        out.write(
+            f"upsguard demo: {scenario.description}; {speed:g}x speed "
+            f"(a minute of the outage takes {60 / speed:.1f} s)\n"
+        )
+        store = Journal(path, site.service.readings_every)
+        try:
+            sim = LiveSimulation(site, scenario, store, out)
+            with asyncio.Runner(loop_factory=lambda: ScaledTimeLoop(speed)) as runner:
+                report: SimulationReport = runner.run(sim.run())
+            runs = store.runs(limit=10, with_steps=False)
+            events = len(store.events(after=0, limit=100000))
+        finally:
+            store.close()
+        out.write("\n" + report_text(report).splitlines()[-1] + "\n")
+        out.write(
+            f"final phase: {report.final_phase}; journal: {events} events, "
+            f"runs: {', '.join(f'{r.kind} {r.state}' for r in reversed(runs))}"
+            + (f" ({path})" if journal else "")
+            + "\n"
+        )
+        return 0 if report.final_phase == "normal" else 1

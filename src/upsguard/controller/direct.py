@@ -1,0 +1,125 @@
+"""Acting without a running service: the override CLI's fallback, after a confirmation.
+
+Reads come from the journal (and one fresh poll of each UPS for ``status``);
+``hold``/``release`` are journaled and taken up by the service at its next
+start; ``trigger`` builds the same ``Service`` in this process (journal,
+plugins, resume of an interrupted run first) and runs the plan to its end;
+``abort`` closes unfinished runs so the next start does not resume them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from upsguard.clock import SystemClock
+from upsguard.config.site import SiteConfig
+from upsguard.controller import overrides
+from upsguard.controller.journal import Journal
+from upsguard.controller.service import Service
+from upsguard.controller.status import journal_status
+from upsguard.events import Event
+from upsguard.policies.watch import UpsWatch
+from upsguard.runbooks.plugins import build_ups_sources
+from upsguard.runbooks.timeline import describe
+
+
+def open_journal(site: SiteConfig) -> Journal:
+    return Journal(site.journal, site.service.readings_every)
+
+
+async def status(site: SiteConfig) -> dict[str, Any]:
+    journal = open_journal(site)
+    try:
+        out = journal_status(journal, site.site)
+    finally:
+        journal.close()
+    out["ups"] = await _poll_once(site)
+    return out
+
+
+async def _poll_once(site: SiteConfig) -> list[dict[str, Any]]:
+    clock = SystemClock()
+    entries = []
+    for name, source in build_ups_sources(site, clock).items():
+        watch = UpsWatch(source, clock)
+        entry: dict[str, Any] = {"name": name, "polled": False}
+        try:
+            reading = await watch.poll()
+        except Exception as exc:  # status must show every UPS, reachable or not
+            entry["error"] = str(exc)
+        else:
+            entry.update(
+                polled=True,
+                status=" ".join(sorted(f.value for f in reading.flags)),
+                charge_pct=reading.charge_pct,
+                runtime_s=reading.runtime_s,
+                link=reading.link.value,
+                age_s=None,
+                error=watch.last_error,
+            )
+        finally:
+            await source.close()
+        entries.append(entry)
+    return entries
+
+
+def hold(site: SiteConfig, who: str, reason: str, release: bool = False) -> None:
+    journal = open_journal(site)
+    try:
+        action = "release" if release else "hold"
+        journal.override(datetime.now(UTC), who, action, reason, "while the service was stopped")
+    finally:
+        journal.close()
+
+
+def abort(site: SiteConfig, who: str, reason: str) -> list[str]:
+    journal = open_journal(site)
+    try:
+        now = datetime.now(UTC)
+        closed = []
+        for run in journal.reap(now):
+            journal.close_run(run.id, now, "aborted", f"aborted by {who} while stopped")
+            closed.append(run.id)
+        journal.override(now, who, "abort", reason, ", ".join(closed) or "nothing unfinished")
+        journal.override(now, who, "hold", f"abort by {who}: {reason}", "implied by abort")
+        return closed
+    finally:
+        journal.close()
+
+
+async def trigger(
+    site: SiteConfig,
+    who: str,
+    direction: str,
+    only: Sequence[str],
+    reason: str,
+    show: Callable[[str], None],
+) -> int:
+    """Run the plan here and now; returns 0 when every step ended well."""
+    svc = Service(site)
+
+    def printer(event: Event) -> None:
+        text = describe(event)
+        if text is not None:
+            show(f"{event.at:%H:%M:%S}  {text}")
+
+    svc.bus.subscribe(printer)
+    try:
+        await svc.open()
+        if svc.resumed:
+            show(f"finishing the interrupted run {svc.resumed} first")
+            await _wait_idle(svc)
+        answer = await overrides.trigger(svc, who, direction, only, reason)
+        await _wait_idle(svc)
+        results = [r for r in svc.outage.results if r.run == answer["run"]]
+        return 0 if results and results[-1].state == "done" else 1
+    finally:
+        await svc.close()
+
+
+async def _wait_idle(svc: Service) -> None:
+    while svc.outage.busy:
+        await asyncio.sleep(0.2)

@@ -1,0 +1,420 @@
+"""The journal: every reading, phase change, run, step attempt, cache operation and override.
+
+SQLite in WAL mode, written synchronously from the event loop as events
+arrive (``Journal.record`` is an ``EventSink``): when the executor's
+``StepFinished`` call returns, the row is on disk, before any dependent step
+starts. ``synchronous=NORMAL`` in WAL mode survives the process being killed
+(``kill -9``); only a power cut of the controller's own machine can lose the
+last transactions, and that machine goes down last.
+
+Readings are downsampled while the site is normal (one per UPS per
+``service.readings_every``, and every change of status); while any UPS is on
+battery or unreachable every reading is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from upsguard.controller.rows import (
+    CacheOpRow,
+    EventRow,
+    OverrideRow,
+    PhaseRow,
+    ReadingRow,
+    RunRow,
+    StepRow,
+    iso,
+    parse_iso,
+)
+from upsguard.controller.schema import migrate
+from upsguard.errors import PermanentError
+from upsguard.events import (
+    CacheModeChanged,
+    Event,
+    Notice,
+    PhaseChanged,
+    PointOfNoReturn,
+    ReadingTaken,
+    RiskAccepted,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+    StepStarted,
+)
+from upsguard.models import LinkState, Phase, StepState, UpsReading
+from upsguard.runbooks.outage import RunSpec
+from upsguard.runbooks.timeline import describe
+
+log = logging.getLogger(__name__)
+
+
+class Journal:
+    def __init__(self, path: str | Path, readings_every: timedelta = timedelta(minutes=1)) -> None:
+        self.path = str(path)
+        self._every = readings_every
+        self.db = _connect(self.path)
+        self.schema_was = migrate(self.db, self.path)
+        self.stopping = False
+        self._phase = self.last_phase() or Phase.NORMAL
+        self._last_reading: dict[str, tuple[datetime, str]] = {}
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- the event sink ---------------------------------------------------------------------
+
+    def record(self, event: Event) -> None:
+        """Write what the event means; never raises (a full disk must not stop a shutdown)."""
+        try:
+            with self.db:
+                self._write(event)
+        except sqlite3.Error as exc:
+            log.error("journal %s: could not record %s: %s", self.path, event.kind, exc)
+
+    def _write(self, event: Event) -> None:
+        if isinstance(event, ReadingTaken):
+            self._reading(event.reading)
+            return
+        if isinstance(event, PhaseChanged):
+            self._phase = event.new
+            self._insert(
+                "phases", at=iso(event.at), old=event.old, new=event.new, reason=event.reason
+            )
+        elif isinstance(event, RunStarted):
+            self._run_started(event)
+        elif isinstance(event, RunFinished):
+            self._run_finished(event)
+        elif isinstance(event, PointOfNoReturn):
+            self.db.execute(
+                "UPDATE runs SET point_of_no_return = ? WHERE id = ?", (event.step, event.run)
+            )
+        elif isinstance(event, StepStarted):
+            self._step_started(event)
+        elif isinstance(event, StepFinished):
+            self._step_finished(event)
+        elif isinstance(event, CacheModeChanged):
+            self._insert(
+                "cache_ops",
+                at=iso(event.at),
+                cache=event.cache,
+                target=event.target,
+                mode=event.mode.value,
+                ok=int(event.ok),
+                detail=event.detail,
+            )
+        self._event_line(event)
+
+    def _event_line(self, event: Event) -> None:
+        text = describe(event)
+        if text is None:
+            return
+        level = "info"
+        failed = isinstance(event, StepFinished) and event.state is StepState.FAILED
+        if isinstance(event, Notice):
+            level = event.level
+        elif isinstance(event, RiskAccepted) or failed:
+            level = "error"
+        self._insert(
+            "events",
+            at=iso(event.at),
+            kind=event.kind,
+            level=level,
+            text=text.strip(),
+            run=getattr(event, "run", None),
+        )
+
+    def _insert(self, table: str, **values: object) -> int:
+        names = ", ".join(values)
+        marks = ", ".join("?" for _ in values)
+        cursor = self.db.execute(
+            f"INSERT INTO {table} ({names}) VALUES ({marks})", tuple(values.values())
+        )
+        return int(cursor.lastrowid or 0)
+
+    # -- readings ---------------------------------------------------------------------------
+
+    def _reading(self, reading: UpsReading) -> None:
+        status = " ".join(sorted(f.value for f in reading.flags))
+        if not self._keep(reading, status):
+            return
+        self._last_reading[reading.ups] = (reading.at, status + reading.link.value)
+        self._insert(
+            "readings",
+            at=iso(reading.at),
+            ups=reading.ups,
+            status=status,
+            charge=reading.charge_pct,
+            runtime=reading.runtime_s,
+            load=reading.load_pct,
+            input_voltage=reading.input_voltage,
+            link=reading.link.value,
+        )
+
+    def _keep(self, reading: UpsReading, status: str) -> bool:
+        if self._phase is not Phase.NORMAL or reading.on_battery:
+            return True
+        if reading.link is not LinkState.OK:
+            return True
+        last = self._last_reading.get(reading.ups)
+        if last is None or last[1] != status + reading.link.value:
+            return True
+        return reading.at - last[0] >= self._every
+
+    # -- runs and steps -----------------------------------------------------------------------
+
+    def run_planned(self, spec: RunSpec) -> None:
+        """Called by the outage loop before a run starts: what resume needs to rebuild it."""
+        try:
+            with self.db:
+                self.db.execute(
+                    "INSERT INTO runs (id, direction, kind, origin, only, reason, started, state)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, 'running')"
+                    " ON CONFLICT(id) DO UPDATE SET state = 'running', ended = NULL,"
+                    " resumed = resumed + 1",
+                    (
+                        spec.run,
+                        spec.direction.value,
+                        spec.kind,
+                        spec.origin,
+                        RunRow.only_text(spec.only),
+                        spec.reason,
+                        iso(spec.at),
+                    ),
+                )
+        except sqlite3.Error as exc:
+            log.error("journal %s: could not record run %s: %s", self.path, spec.run, exc)
+
+    def _run_started(self, event: RunStarted) -> None:
+        self.db.execute(
+            "INSERT INTO runs (id, direction, kind, origin, reason, started, state)"
+            " VALUES (?, ?, ?, 'policy', ?, ?, 'running') ON CONFLICT(id) DO NOTHING",
+            (event.run, event.direction, event.direction, event.reason, iso(event.at)),
+        )
+
+    def _run_finished(self, event: RunFinished) -> None:
+        state = "interrupted" if self.stopping and event.state == "cancelled" else event.state
+        self.db.execute(
+            "UPDATE runs SET state = ?, ended = ?, detail = ? WHERE id = ? AND state = 'running'",
+            (state, None if state == "interrupted" else iso(event.at), event.detail, event.run),
+        )
+
+    def _step_started(self, event: StepStarted) -> None:
+        (attempt,) = self.db.execute(
+            "SELECT COUNT(*) FROM steps WHERE run = ? AND step = ?", (event.run, event.step)
+        ).fetchone()
+        self._insert(
+            "steps",
+            run=event.run,
+            step=event.step,
+            action=event.action,
+            attempt=attempt + 1,
+            started=iso(event.at),
+            state=StepState.RUNNING.value,
+        )
+
+    def _step_finished(self, event: StepFinished) -> None:
+        state = event.state
+        if self.stopping and state is StepState.CANCELLED:
+            state = StepState.ABANDONED
+        row = self.db.execute(
+            "SELECT id FROM steps WHERE run = ? AND step = ? AND state = 'running'"
+            " ORDER BY id DESC LIMIT 1",
+            (event.run, event.step),
+        ).fetchone()
+        fallback = int(event.fallback_used)
+        values = (iso(event.at), state.value, event.detail, event.attempts, fallback)
+        if row is not None:
+            self.db.execute(
+                "UPDATE steps SET ended = ?, state = ?, detail = ?, tries = ?, fallback_used = ?"
+                " WHERE id = ?",
+                (*values, row[0]),
+            )
+        elif state is not StepState.ABANDONED:  # never started: nothing to resume from it
+            (attempt,) = self.db.execute(
+                "SELECT COUNT(*) FROM steps WHERE run = ? AND step = ?", (event.run, event.step)
+            ).fetchone()
+            self._insert(
+                "steps",
+                run=event.run,
+                step=event.step,
+                action="-",
+                attempt=attempt + 1,
+                started=iso(event.at),
+                ended=values[0],
+                state=values[1],
+                detail=values[2],
+                tries=values[3],
+                fallback_used=values[4],
+            )
+
+    # -- overrides ------------------------------------------------------------------------------
+
+    def override(self, at: datetime, who: str, action: str, reason: str, detail: str = "") -> None:
+        """The audit trail of every manual act: who, what, why."""
+        with self.db:
+            self._insert(
+                "overrides", at=iso(at), who=who, action=action, reason=reason, detail=detail
+            )
+            text = f"override: {action} by {who}" + (f": {reason}" if reason else "")
+            if detail:
+                text += f" ({detail})"
+            self._insert("events", at=iso(at), kind="Override", level="warning", text=text)
+
+    # -- start-up --------------------------------------------------------------------------------
+
+    def reap(self, at: datetime) -> list[RunRow]:
+        """Mark steps a dead controller left running as abandoned; return the unfinished runs."""
+        with self.db:
+            self.db.execute(
+                "UPDATE steps SET state = 'abandoned', ended = ? WHERE state = 'running'",
+                (iso(at),),
+            )
+        return [r for r in self.runs(limit=50) if r.unfinished]
+
+    def close_run(self, run: str, at: datetime, state: str, detail: str) -> None:
+        with self.db:
+            self.db.execute(
+                "UPDATE runs SET state = ?, ended = ?, detail = ? WHERE id = ?",
+                (state, iso(at), detail, run),
+            )
+
+    # -- reading back ----------------------------------------------------------------------------
+
+    def last_phase(self) -> Phase | None:
+        row = self.db.execute("SELECT new FROM phases ORDER BY id DESC LIMIT 1").fetchone()
+        return Phase(row[0]) if row else None
+
+    def hold(self) -> OverrideRow | None:
+        """The hold in force: the last hold not followed by a release."""
+        row = self.db.execute(
+            "SELECT at, who, action, reason, detail FROM overrides"
+            " WHERE action IN ('hold', 'release') ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        if row is None or row[2] != "hold":
+            return None
+        return OverrideRow(*row)
+
+    def phases(self, limit: int = 50) -> list[PhaseRow]:
+        rows = self.db.execute(
+            "SELECT at, old, new, reason FROM phases ORDER BY id DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [PhaseRow(*r) for r in rows]
+
+    def runs(self, limit: int = 20, with_steps: bool = True) -> list[RunRow]:
+        rows = self.db.execute(
+            "SELECT id, direction, kind, origin, only, reason, started, ended, state, detail,"
+            " point_of_no_return, resumed FROM runs ORDER BY started DESC, rowid DESC LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [_run_row(r, tuple(self.steps(r[0])) if with_steps else ()) for r in rows]
+
+    def run(self, run_id: str) -> RunRow | None:
+        return next((r for r in self.runs(limit=1000) if r.id == run_id), None)
+
+    def steps(self, run: str) -> list[StepRow]:
+        rows = self.db.execute(
+            "SELECT run, step, action, attempt, started, ended, state, detail, tries, fallback_used"
+            " FROM steps WHERE run = ? ORDER BY id",
+            (run,),
+        ).fetchall()
+        return [_step_row(r) for r in rows]
+
+    def readings(self, limit: int = 100, ups: str | None = None) -> list[ReadingRow]:
+        where, args = ("WHERE ups = ?", [ups]) if ups else ("", [])
+        rows = self.db.execute(
+            "SELECT at, ups, status, charge, runtime, load, input_voltage, link FROM readings "
+            f"{where} ORDER BY id DESC LIMIT ?",
+            (*args, limit),
+        ).fetchall()
+        return [ReadingRow(*r) for r in rows]
+
+    def cache_ops(self, limit: int = 50) -> list[CacheOpRow]:
+        rows = self.db.execute(
+            "SELECT at, cache, target, mode, ok, detail FROM cache_ops ORDER BY id DESC LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [CacheOpRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5]) for r in rows]
+
+    def overrides(self, limit: int = 50) -> list[OverrideRow]:
+        rows = self.db.execute(
+            "SELECT at, who, action, reason, detail FROM overrides ORDER BY id DESC LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [OverrideRow(*r) for r in rows]
+
+    def events(self, after: int = 0, limit: int = 200) -> list[EventRow]:
+        """Events with an id above ``after``, oldest first; ``after=-N`` gives the last N."""
+        if after < 0:
+            rows = self.db.execute(
+                "SELECT id, at, kind, level, text, run FROM events ORDER BY id DESC LIMIT ?",
+                (-after,),
+            ).fetchall()
+            rows.reverse()
+        else:
+            rows = self.db.execute(
+                "SELECT id, at, kind, level, text, run FROM events WHERE id > ? ORDER BY id"
+                " LIMIT ?",
+                (after, limit),
+            ).fetchall()
+        return [EventRow(*r) for r in rows]
+
+    def prune_readings(self, now: datetime, keep: timedelta) -> int:
+        with self.db:
+            cursor = self.db.execute("DELETE FROM readings WHERE at < ?", (iso(now - keep),))
+        return cursor.rowcount
+
+
+def _run_row(r: tuple[Any, ...], steps: tuple[StepRow, ...]) -> RunRow:
+    return RunRow(
+        id=r[0],
+        direction=r[1],
+        kind=r[2],
+        origin=r[3],
+        only=RunRow.only_of(r[4]),
+        reason=r[5],
+        started=r[6],
+        ended=r[7],
+        state=r[8],
+        detail=r[9],
+        point_of_no_return=r[10],
+        resumed=r[11],
+        steps=steps,
+    )
+
+
+def _step_row(r: tuple[Any, ...]) -> StepRow:
+    return StepRow(
+        run=r[0],
+        step=r[1],
+        action=r[2],
+        attempt=r[3],
+        started=r[4],
+        ended=r[5],
+        state=r[6],
+        detail=r[7],
+        tries=r[8],
+        fallback_used=bool(r[9]),
+    )
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(path, timeout=5.0)
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")
+        db.execute("PRAGMA busy_timeout = 5000")
+    except (OSError, sqlite3.Error) as exc:
+        raise PermanentError(
+            f"journal {path}: cannot open it ({exc}): check the 'journal:' path and the "
+            "permissions of its directory"
+        ) from exc
+    return db
+
+
+__all__ = ["Journal", "parse_iso"]

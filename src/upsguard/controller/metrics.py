@@ -1,0 +1,136 @@
+"""Prometheus metrics: phase, readings, run steps and their durations, cache dirty bytes.
+
+Gauges are read from the outage loop at scrape time (a custom collector), so
+they are never stale; step durations are a histogram fed by the events.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from upsguard.events import Event, RunFinished, StepFinished, StepStarted
+from upsguard.models import LinkState, Phase
+from upsguard.runbooks.outage import OutageLoop
+
+log = logging.getLogger(__name__)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._loop: OutageLoop | None = None
+        self.steps = Histogram(
+            "upsguard_step_duration_seconds",
+            "How long runbook steps took, by action and outcome",
+            ["direction", "action", "state"],
+            buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800),
+            registry=self.registry,
+        )
+        self.runs = Counter(
+            "upsguard_runs",
+            "Runbook runs finished, by direction and outcome",
+            ["direction", "state"],
+            registry=self.registry,
+        )
+        self._started: dict[tuple[str, str], tuple[datetime, str]] = {}
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def attach(self, loop: OutageLoop) -> None:
+        self._loop = loop
+        self.registry.register(_LoopCollector(self))
+
+    def observe(self, event: Event) -> None:
+        if isinstance(event, StepStarted):
+            self._started[(event.run, event.step)] = (event.at, event.action)
+        elif isinstance(event, StepFinished):
+            began = self._started.pop((event.run, event.step), None)
+            if began is not None:
+                direction = event.run.split("-", 1)[0]
+                seconds = (event.at - began[0]).total_seconds()
+                self.steps.labels(direction, began[1], event.state.value).observe(seconds)
+        elif isinstance(event, RunFinished):
+            self.runs.labels(event.direction, event.state).inc()
+
+    def serve(self, address: str, port: int) -> None:
+        self._server, self._thread = start_http_server(port, address, registry=self.registry)
+        log.info("metrics on http://%s:%d/metrics", address, port)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server = None
+
+
+class _LoopCollector(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self._m = metrics
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        loop = self._m._loop
+        if loop is None:
+            return
+        yield from _phase(loop)
+        yield from _readings(loop)
+        yield from _run(loop)
+        yield from _caches(loop)
+
+
+def _phase(loop: OutageLoop) -> Iterator[GaugeMetricFamily]:
+    phase = GaugeMetricFamily("upsguard_phase", "1 for the phase the site is in", labels=["phase"])
+    for p in Phase:
+        phase.add_metric([p.value], 1.0 if loop.engine.phase is p else 0.0)
+    yield phase
+    held = GaugeMetricFamily("upsguard_held", "1 while a manual hold defers automatic actions")
+    held.add_metric([], 1.0 if loop.engine.held else 0.0)
+    yield held
+
+
+def _readings(loop: OutageLoop) -> Iterator[GaugeMetricFamily]:
+    charge = GaugeMetricFamily("upsguard_ups_charge_percent", "Battery charge", labels=["ups"])
+    runtime = GaugeMetricFamily(
+        "upsguard_ups_runtime_seconds",
+        "Runtime left: the smaller of the UPS's estimate and the observed depletion",
+        labels=["ups"],
+    )
+    on_battery = GaugeMetricFamily("upsguard_ups_on_battery", "1 while on battery", labels=["ups"])
+    link = GaugeMetricFamily("upsguard_ups_link_ok", "1 while the UPS answers", labels=["ups"])
+    for name, watch in loop.watches.items():
+        last = watch.last
+        if last is None:
+            continue
+        if last.charge_pct is not None:
+            charge.add_metric([name], last.charge_pct)
+        left = watch.runtime_s()
+        if left is not None:
+            runtime.add_metric([name], left)
+        on_battery.add_metric([name], 1.0 if last.on_battery else 0.0)
+        link.add_metric([name], 1.0 if last.link is LinkState.OK else 0.0)
+    yield from (charge, runtime, on_battery, link)
+
+
+def _run(loop: OutageLoop) -> Iterator[GaugeMetricFamily]:
+    running = GaugeMetricFamily("upsguard_run_steps_running", "Steps running now")
+    done = GaugeMetricFamily("upsguard_run_steps_finished", "Steps finished in the current run")
+    progress = loop.progress()
+    running.add_metric([], float(len(progress.running)) if progress and loop.busy else 0.0)
+    done.add_metric([], float(len(progress.finished)) if progress else 0.0)
+    yield from (running, done)
+
+
+def _caches(loop: OutageLoop) -> Iterator[GaugeMetricFamily]:
+    dirty = GaugeMetricFamily(
+        "upsguard_cache_dirty_bytes", "Dirty data not yet destaged", labels=["cache", "target"]
+    )
+    for status in loop.caches.status.values():
+        if status.state is not None and status.state.dirty_bytes is not None:
+            dirty.add_metric([status.cache, status.target.name], float(status.state.dirty_bytes))
+    yield dirty

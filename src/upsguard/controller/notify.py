@@ -1,0 +1,168 @@
+"""Notifications: a command hook and a webhook hear phase changes, failed steps and risks.
+
+Both run in the background: a slow webhook never delays a shutdown step, and
+a failing one is logged, never raised. The hook gets the event as JSON on
+stdin and as ``UPSGUARD_*`` environment variables. No secret is ever logged:
+the webhook's bearer token is read from its file at send time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import ssl
+import urllib.request
+from typing import Any
+
+from upsguard.config.service import NotifySettings, WebhookSettings
+from upsguard.controller.rows import iso
+from upsguard.events import (
+    Event,
+    PhaseChanged,
+    RiskAccepted,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+)
+from upsguard.models import StepState
+from upsguard.runbooks.timeline import describe
+
+log = logging.getLogger(__name__)
+
+
+def topic(event: Event) -> str | None:
+    """Which ``notify.on`` entry an event belongs to, if any."""
+    if isinstance(event, PhaseChanged):
+        return "phase"
+    if isinstance(event, StepFinished) and event.state is StepState.FAILED:
+        return "step_failed"
+    if isinstance(event, RunStarted | RunFinished):
+        return "run"
+    if isinstance(event, RiskAccepted):
+        return "risk"
+    return None
+
+
+def payload(event: Event, site: str) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "site": site,
+        "event": event.kind,
+        "at": iso(event.at),
+        "text": (describe(event) or event.kind).strip(),
+    }
+    if isinstance(event, PhaseChanged):
+        body.update(old=event.old.value, new=event.new.value, reason=event.reason)
+    elif isinstance(event, StepFinished):
+        body.update(run=event.run, step=event.step, state=event.state.value, detail=event.detail)
+    elif isinstance(event, RunStarted | RunFinished):
+        body.update(run=event.run, direction=event.direction)
+    return body
+
+
+class Notifier:
+    def __init__(self, settings: NotifySettings, site: str) -> None:
+        self._s = settings
+        self._site = site
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.sent = 0
+        self.failed = 0
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._s.command) or self._s.webhook is not None
+
+    def observe(self, event: Event) -> None:
+        kind = topic(event)
+        if not self.enabled or kind is None or kind not in self._s.on:
+            return
+        body = payload(event, self._site)
+        if self._s.command:
+            self._spawn(self._command(self._s.command, body))
+        if self._s.webhook is not None:
+            self._spawn(self._webhook(self._s.webhook, body))
+
+    def _spawn(self, coro: Any) -> None:
+        try:
+            task = asyncio.get_running_loop().create_task(coro)
+        except RuntimeError:  # no loop (a direct CLI act outside asyncio): nothing to send on
+            coro.close()
+            return
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _command(self, argv: list[str], body: dict[str, Any]) -> None:
+        env = {
+            **os.environ,
+            "UPSGUARD_SITE": self._site,
+            "UPSGUARD_EVENT": str(body["event"]),
+            "UPSGUARD_MESSAGE": str(body["text"]),
+            "UPSGUARD_PHASE": str(body.get("new", "")),
+        }
+        timeout = self._s.command_timeout.total_seconds()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+            )
+        except OSError as exc:
+            self._failed(f"notify command {argv[0]}: {exc}")
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                _, err = await proc.communicate(json.dumps(body).encode() + b"\n")
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            self._failed(f"notify command {argv[0]}: no exit within {timeout:.0f} s; killed")
+            return
+        if proc.returncode != 0:
+            tail = err.decode(errors="replace").strip()[-200:]
+            self._failed(f"notify command {argv[0]}: exit {proc.returncode}: {tail}")
+            return
+        self.sent += 1
+
+    async def _webhook(self, hook: WebhookSettings, body: dict[str, Any]) -> None:
+        try:
+            await asyncio.to_thread(_post, hook, body)
+        except Exception as exc:  # a dead webhook must not disturb the run
+            self._failed(f"webhook {_safe_url(hook.url)}: {exc}")
+            return
+        self.sent += 1
+
+    def _failed(self, message: str) -> None:
+        self.failed += 1
+        log.warning(message)
+
+    async def drain(self, timeout: float = 10.0) -> None:
+        """Give notifications in flight a moment to go out before the process ends."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)
+
+
+def _post(hook: WebhookSettings, body: dict[str, Any]) -> None:
+    headers = {"Content-Type": "application/json", "User-Agent": "upsguard"}
+    if hook.bearer_token_file is not None:
+        token = hook.bearer_token_file.read_text().strip()
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(
+        hook.url, data=json.dumps(body).encode(), headers=headers, method="POST"
+    )
+    context = None
+    if hook.url.startswith("https:") and not hook.verify_tls:
+        context = ssl._create_unverified_context()
+    with urllib.request.urlopen(
+        request, timeout=hook.timeout.total_seconds(), context=context
+    ) as response:
+        response.read()
+
+
+def _safe_url(url: str) -> str:
+    """The URL without credentials or query (which may hold a token)."""
+    head, _, _ = url.partition("?")
+    scheme, sep, rest = head.partition("://")
+    return scheme + sep + rest.rpartition("@")[2]

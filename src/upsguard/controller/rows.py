@@ -1,0 +1,123 @@
+"""What the journal stores, as its own row types: plain values, times as UTC ISO-8601 text.
+
+These are not the in-memory models (``UpsReading``, ``StepOutcome``): a row is
+what was written at the time, read back for ``history``, ``status`` and resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+
+def iso(at: datetime) -> str:
+    """UTC ISO-8601 with milliseconds and a Z, the one time format of the journal."""
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_iso(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+class Row:
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload,no-any-return]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadingRow(Row):
+    at: str
+    ups: str
+    status: str
+    charge: float | None
+    runtime: float | None
+    load: float | None
+    input_voltage: float | None
+    link: str
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseRow(Row):
+    at: str
+    old: str
+    new: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow(Row):
+    run: str
+    step: str
+    action: str
+    attempt: int
+    started: str
+    ended: str | None
+    state: str
+    detail: str
+    tries: int
+    fallback_used: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow(Row):
+    id: str
+    direction: str
+    kind: str  # shutdown | shedding | startup
+    origin: str  # policy | manual
+    only: tuple[str, ...] | None
+    reason: str
+    started: str
+    ended: str | None
+    state: str  # running | interrupted | done | failed | cancelled | aborted
+    detail: str
+    point_of_no_return: str | None
+    resumed: int
+    steps: tuple[StepRow, ...] = field(default=())
+
+    @property
+    def unfinished(self) -> bool:
+        return self.state in ("running", "interrupted")
+
+    @staticmethod
+    def only_text(only: tuple[str, ...] | None) -> str | None:
+        return None if only is None else json.dumps(list(only))
+
+    @staticmethod
+    def only_of(text: str | None) -> tuple[str, ...] | None:
+        return None if text is None else tuple(json.loads(text))
+
+
+@dataclass(frozen=True, slots=True)
+class CacheOpRow(Row):
+    at: str
+    cache: str
+    target: str
+    mode: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class OverrideRow(Row):
+    at: str
+    who: str
+    action: str  # hold | release | trigger | abort | resume
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow(Row):
+    id: int
+    at: str
+    kind: str
+    level: str
+    text: str
+    run: str | None

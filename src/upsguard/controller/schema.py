@@ -1,0 +1,107 @@
+"""The journal's tables, and the migrations that take an older journal to the current schema.
+
+The schema version lives in SQLite's ``user_version``; migration N takes a
+journal from version N to N + 1. A journal newer than this build is refused
+rather than misread.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from upsguard.errors import PermanentError
+
+MIGRATIONS: tuple[str, ...] = (
+    # 0 -> 1: the first schema
+    """
+    CREATE TABLE readings (
+        id INTEGER PRIMARY KEY,
+        at TEXT NOT NULL,
+        ups TEXT NOT NULL,
+        status TEXT NOT NULL,
+        charge REAL,
+        runtime REAL,
+        load REAL,
+        input_voltage REAL,
+        link TEXT NOT NULL
+    );
+    CREATE INDEX readings_at ON readings(at);
+    CREATE TABLE phases (
+        id INTEGER PRIMARY KEY,
+        at TEXT NOT NULL,
+        old TEXT NOT NULL,
+        new TEXT NOT NULL,
+        reason TEXT NOT NULL
+    );
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        direction TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        only TEXT,
+        reason TEXT NOT NULL,
+        started TEXT NOT NULL,
+        ended TEXT,
+        state TEXT NOT NULL,
+        detail TEXT NOT NULL DEFAULT '',
+        point_of_no_return TEXT,
+        resumed INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE steps (
+        id INTEGER PRIMARY KEY,
+        run TEXT NOT NULL REFERENCES runs(id),
+        step TEXT NOT NULL,
+        action TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        started TEXT NOT NULL,
+        ended TEXT,
+        state TEXT NOT NULL,
+        detail TEXT NOT NULL DEFAULT '',
+        tries INTEGER NOT NULL DEFAULT 1,
+        fallback_used INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX steps_run ON steps(run, step);
+    CREATE TABLE cache_ops (
+        id INTEGER PRIMARY KEY,
+        at TEXT NOT NULL,
+        cache TEXT NOT NULL,
+        target TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        ok INTEGER NOT NULL,
+        detail TEXT NOT NULL DEFAULT ''
+    );
+    CREATE TABLE overrides (
+        id INTEGER PRIMARY KEY,
+        at TEXT NOT NULL,
+        who TEXT NOT NULL,
+        action TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        detail TEXT NOT NULL DEFAULT ''
+    );
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY,
+        at TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        level TEXT NOT NULL,
+        text TEXT NOT NULL,
+        run TEXT
+    );
+    """,
+)
+
+VERSION = len(MIGRATIONS)
+
+
+def migrate(db: sqlite3.Connection, path: str) -> int:
+    """Bring the journal to ``VERSION``; returns the version it had."""
+    (found,) = db.execute("PRAGMA user_version").fetchone()
+    if found > VERSION:
+        raise PermanentError(
+            f"journal {path}: schema {found} is newer than this upsguard knows ({VERSION}): "
+            "upgrade upsguard or point 'journal:' at another file"
+        )
+    for version in range(found, VERSION):
+        with db:
+            script = MIGRATIONS[version] + f"PRAGMA user_version = {version + 1};"
+            db.executescript("BEGIN;" + script)
+    return int(found)
