@@ -246,8 +246,12 @@ class _Upsd:
         )
 
     def _unreachable(self, exc: BaseException) -> UpsUnreachable:
-        if isinstance(exc, PyNUTError | UnicodeDecodeError | IndexError | ValueError):
-            detail = f"answered something that is not NUT ({_short(exc)})"
+        if isinstance(exc, PyNUTError):
+            detail = f"answered something that is not NUT: '{_short(exc)}'"
+        elif isinstance(exc, UnicodeDecodeError):
+            detail = "answered bytes that are not NUT text"
+        elif isinstance(exc, IndexError | ValueError):
+            detail = "answered a variable list that is not NUT"
         elif isinstance(exc, _AnswerTooLong):
             detail = f"sent {_short(exc)}"
         elif isinstance(exc, TimeoutError):

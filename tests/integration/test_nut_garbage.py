@@ -1,0 +1,148 @@
+"""NutSource against a raw TCP server on loopback that is not upsd: garbage, huge lines, silence.
+
+Whatever it does, a read ends with one clear ``UpsUnreachable`` line within the configured
+timeout (pytest-timeout catches a hang) and buffers at most ``MAX_ANSWER_BYTES``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from upsguard.clock import SystemClock
+from upsguard.config.ups import UpsConfig
+from upsguard.errors import UpsUnreachable
+from upsguard.models import LinkState
+from upsguard.plugins.ups.nut import MAX_ANSWER_BYTES, NutSource
+from upsguard.policies.watch import UpsWatch
+
+pytestmark = [pytest.mark.nut, pytest.mark.timeout(60)]
+HUGE_TOTAL = 64 * MAX_ANSWER_BYTES
+
+
+class BadServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.sent = 0
+        self.stop = threading.Event()
+        super().__init__(("127.0.0.1", 0), BadHandler)
+
+
+class BadHandler(socketserver.BaseRequestHandler):
+    server: BadServer
+
+    def handle(self) -> None:
+        sock: socket.socket = self.request
+        sock.settimeout(0.2)
+        mode = self.server.mode
+        if mode == "close":
+            return
+        try:
+            self._serve(sock, mode)
+        except OSError:
+            return
+
+    def _serve(self, sock: socket.socket, mode: str) -> None:
+        while not self.server.stop.is_set():
+            try:
+                request = sock.recv(4096)
+            except TimeoutError:
+                continue
+            if not request:
+                return
+            if mode == "garbage":
+                sock.sendall(b"\x00\xffHELLO THIS IS NOT NUT\r\n")
+            elif mode == "words":
+                sock.sendall(b"HELLO, I AM NOT NUT\n")
+            elif mode == "bad-list":
+                name = request.split()[-1]
+                sock.sendall(
+                    b"BEGIN LIST VAR " + name + b"\nnonsense\nEND LIST VAR " + name + b"\n"
+                )
+            elif mode == "huge":
+                chunk = b"A" * 65536
+                while self.server.sent < HUGE_TOTAL and not self.server.stop.is_set():
+                    sock.sendall(chunk)
+                    self.server.sent += len(chunk)
+            elif mode == "trickle":
+                while not self.server.stop.is_set():
+                    sock.sendall(b"B")
+                    time.sleep(0.05)
+            # "silent": read and never answer
+
+
+@pytest.fixture
+def bad_server(request: pytest.FixtureRequest) -> Iterator[BadServer]:
+    server = BadServer(request.param)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.stop.set()
+    server.shutdown()
+    server.server_close()
+
+
+def _config(server: BadServer) -> UpsConfig:
+    port = server.server_address[1]
+    return UpsConfig.model_validate(
+        {"name": "rack-b", "nut": {"port": port, "ups": "ups1", "timeout": "1s"}}
+    )
+
+
+async def _read_twice(config: UpsConfig) -> list[BaseException]:
+    source = NutSource(config, SystemClock())
+    errors: list[BaseException] = []
+    for _ in range(2):
+        try:
+            await source.read()
+        except UpsUnreachable as exc:
+            errors.append(exc)
+        await asyncio.sleep(0.6)  # past the first backoff
+    await source.close()
+    return errors
+
+
+@pytest.mark.parametrize(
+    ("bad_server", "words"),
+    [
+        ("garbage", "bytes that are not NUT"),
+        ("words", "not NUT: 'HELLO, I AM NOT NUT'"),
+        ("bad-list", "not NUT"),
+        ("silent", "did not answer within 1s"),
+        ("trickle", "did not answer within 1s"),
+        ("huge", f"longer than {MAX_ANSWER_BYTES} bytes"),
+        ("close", "closed the connection"),
+    ],
+    indirect=["bad_server"],
+)
+def test_bad_server_gives_one_clear_line(bad_server: BadServer, words: str) -> None:
+    errors = asyncio.run(_read_twice(_config(bad_server)))
+    assert len(errors) == 2
+    for error in errors:
+        text = str(error)
+        assert text.startswith("UPS rack-b: upsd 127.0.0.1:") and words in text, text
+        assert "\n" not in text
+    if bad_server.mode == "huge":
+        # We stopped reading after the cap: the server could not push its 64 MiB.
+        assert bad_server.sent < HUGE_TOTAL / 4
+
+
+@pytest.mark.parametrize("bad_server", ["garbage"], indirect=True)
+def test_watch_turns_a_bad_server_into_lost(bad_server: BadServer) -> None:
+    async def scenario() -> LinkState:
+        clock = SystemClock()
+        watch = UpsWatch(NutSource(_config(bad_server), clock), clock)
+        reading = await watch.poll()
+        await watch.source.close()
+        return reading.link
+
+    assert asyncio.run(scenario()) is LinkState.LOST
