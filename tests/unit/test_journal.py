@@ -1,0 +1,180 @@
+"""The journal on a real SQLite file: schema, what each event writes, reaping after a crash."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from upsguard.controller.journal import Journal
+from upsguard.controller.schema import VERSION
+from upsguard.errors import PermanentError
+from upsguard.events import (
+    CacheModeChanged,
+    PhaseChanged,
+    PointOfNoReturn,
+    ReadingTaken,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+    StepStarted,
+)
+from upsguard.models import CacheMode, Phase, StepId, StepState, UpsFlag, UpsName, UpsReading
+from upsguard.runbooks.outage import RunSpec
+from upsguard.runbooks.plan import Direction
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def reading(seconds: float, *flags: UpsFlag, charge: float = 100.0) -> ReadingTaken:
+    r = UpsReading(UpsName("ups1"), at(seconds), frozenset(flags), charge, 1200.0)
+    return ReadingTaken(at(seconds), r)
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Iterator[Journal]:
+    j = Journal(tmp_path / "j.sqlite", readings_every=timedelta(minutes=1))
+    yield j
+    j.close()
+
+
+def test_a_new_journal_is_wal_and_at_the_current_schema(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "dir" / "j.sqlite"
+    Journal(path).close()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("PRAGMA user_version").fetchone()[0] == VERSION
+    again = Journal(path)
+    assert again.schema_was == VERSION
+    again.close()
+
+
+def test_a_journal_from_a_newer_upsguard_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version = {VERSION + 1}")
+    db.close()
+    with pytest.raises(PermanentError, match="newer than this upsguard"):
+        Journal(path)
+
+
+def test_readings_are_downsampled_while_normal_and_all_kept_on_battery(journal: Journal) -> None:
+    for s in range(0, 120, 5):  # two minutes on line, every 5 s
+        journal.record(reading(s, UpsFlag.OL))
+    assert len(journal.readings()) == 2  # t=0 and t=60
+    journal.record(reading(121, UpsFlag.OB, UpsFlag.DISCHRG))  # a change is always kept
+    journal.record(PhaseChanged(at(125), Phase.NORMAL, Phase.ON_BATTERY, "on battery for 10s"))
+    for s in range(126, 150, 5):
+        journal.record(reading(s, UpsFlag.OB, UpsFlag.DISCHRG, charge=99.0))
+    rows = journal.readings(limit=100)
+    assert len(rows) == 3 + 5
+    assert rows[0].status == "DISCHRG OB" and rows[0].at.endswith("Z")
+
+
+def run_spec(run: str, kind: str = "shutdown", origin: str = "policy") -> RunSpec:
+    return RunSpec(run, at(0), Direction.SHUTDOWN, kind, origin, "runtime < plan + 5m")
+
+
+def test_runs_and_every_step_attempt_are_journaled(journal: Journal) -> None:
+    journal.run_planned(run_spec("r1"))
+    journal.record(RunStarted(at(0), "r1", "shutdown", 2, "runtime < plan + 5m"))
+    journal.record(StepStarted(at(1), "r1", StepId("stop:vm1"), "guest_shutdown"))
+    journal.record(
+        StepFinished(at(9), "r1", StepId("stop:vm1"), StepState.DONE, "vm1 shut down", 2, True)
+    )
+    journal.record(PointOfNoReturn(at(10), "r1", StepId("stop:h1")))
+    journal.record(StepStarted(at(10), "r1", StepId("stop:h1"), "host_shutdown"))
+    journal.record(
+        StepFinished(at(40), "r1", StepId("stop:h1"), StepState.FAILED, "h1: BMC said no")
+    )
+    journal.record(RunFinished(at(40), "r1", "shutdown", "failed", "1 done, 1 failed"))
+    (run,) = journal.runs()
+    assert (run.state, run.point_of_no_return) == ("failed", "stop:h1")
+    assert run.ended == "2026-03-01T12:00:40.000Z"
+    vm1, h1 = run.steps
+    assert (vm1.state, vm1.tries, vm1.fallback_used, vm1.started) == (
+        "done",
+        2,
+        True,
+        "2026-03-01T12:00:01.000Z",
+    )
+    assert (h1.state, h1.detail) == ("failed", "h1: BMC said no")
+    texts = [e.text for e in journal.events()]
+    assert "failed    stop:h1: h1: BMC said no" in texts
+    assert [e.level for e in journal.events() if "stop:h1" in e.text][-1] == "error"
+
+
+def test_a_stopping_service_leaves_its_run_interrupted_and_reap_finds_it(journal: Journal) -> None:
+    journal.run_planned(run_spec("r1"))
+    journal.record(StepStarted(at(1), "r1", StepId("stop:vm1"), "guest_shutdown"))
+    journal.record(StepFinished(at(2), "r1", StepId("stop:vm1"), StepState.DONE, "off"))
+    journal.record(StepStarted(at(2), "r1", StepId("stop:vm2"), "guest_shutdown"))
+    journal.stopping = True
+    journal.record(StepFinished(at(3), "r1", StepId("stop:vm2"), StepState.CANCELLED, "cancel"))
+    journal.record(StepFinished(at(3), "r1", StepId("stop:h1"), StepState.CANCELLED, "cancel"))
+    journal.record(RunFinished(at(3), "r1", "shutdown", "cancelled"))
+    (run,) = journal.reap(at(100))
+    assert run.id == "r1" and run.state == "interrupted"
+    assert [(s.step, s.state) for s in run.steps] == [
+        ("stop:vm1", "done"),
+        ("stop:vm2", "abandoned"),
+    ]
+
+
+def test_reap_marks_steps_a_killed_process_left_running(journal: Journal) -> None:
+    journal.run_planned(run_spec("r1"))
+    journal.record(StepStarted(at(1), "r1", StepId("stop:vm1"), "guest_shutdown"))
+    (run,) = journal.reap(at(50))  # the process died: no StepFinished, no RunFinished
+    assert run.state == "running"
+    assert [(s.step, s.state) for s in run.steps] == [("stop:vm1", "abandoned")]
+    journal.run_planned(run_spec("r1"))  # resumed under its own id
+    journal.record(StepStarted(at(60), "r1", StepId("stop:vm1"), "guest_shutdown"))
+    journal.record(StepFinished(at(61), "r1", StepId("stop:vm1"), StepState.DONE, "already off"))
+    run = journal.run("r1")
+    assert run is not None and run.resumed == 1
+    assert [(s.attempt, s.state) for s in run.steps] == [(1, "abandoned"), (2, "done")]
+
+
+def test_overrides_are_an_audit_trail_and_the_last_hold_counts(journal: Journal) -> None:
+    assert journal.hold() is None
+    journal.override(at(0), "alice", "hold", "generator test")
+    held = journal.hold()
+    assert held is not None and (held.who, held.reason) == ("alice", "generator test")
+    journal.override(at(5), "bob", "release", "test over")
+    assert journal.hold() is None
+    assert [(o.who, o.action) for o in journal.overrides()] == [
+        ("bob", "release"),
+        ("alice", "hold"),
+    ]
+    assert journal.events()[-1].text == "override: release by bob: test over"
+
+
+def test_cache_operations_and_phases_are_journaled(journal: Journal) -> None:
+    journal.record(PhaseChanged(at(0), Phase.NORMAL, Phase.ON_BATTERY, "on battery for 10s"))
+    journal.record(CacheModeChanged(at(0), "flash", "bcache0", CacheMode.WRITE_THROUGH, True, "ok"))
+    assert journal.last_phase() is Phase.ON_BATTERY
+    (op,) = journal.cache_ops()
+    assert (op.cache, op.target, op.mode, op.ok) == ("flash", "bcache0", "write-through", True)
+    assert journal.phases()[0].reason == "on battery for 10s"
+
+
+def test_events_after_an_id_and_the_last_n(journal: Journal) -> None:
+    for i in range(5):
+        journal.override(at(i), "x", "hold", f"r{i}")
+    last_two = journal.events(after=-2)
+    assert [e.text.split(": ")[-1] for e in last_two] == ["r3", "r4"]
+    assert journal.events(after=last_two[0].id)[0].id == last_two[1].id
+
+
+def test_old_readings_are_pruned(journal: Journal) -> None:
+    journal.record(reading(0, UpsFlag.OL))
+    journal.record(reading(86400 * 100, UpsFlag.OL))
+    assert journal.prune_readings(at(86400 * 100), timedelta(days=90)) == 1
+    assert len(journal.readings()) == 1
