@@ -72,15 +72,23 @@ class NutServer:
         tmp.replace(path)
 
     def start_driver(self, name: str) -> None:
-        log = (self.root / f"driver-{name}.log").open("ab")
-        self.drivers[name] = subprocess.Popen(
-            [str(NUT_BIN / "dummy-ups"), "-a", name, "-u", "root", "-F"],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=self.root,
-        )
-        _wait_for(lambda: (self.root / f"dummy-ups-{name}").exists(), f"driver {name} socket")
+        self.start_drivers([name])
+
+    def start_drivers(self, names: list[str]) -> None:
+        """Start the drivers all at once, then wait for each one's socket."""
+        for name in names:
+            log = (self.root / f"driver-{name}.log").open("ab")
+            self.drivers[name] = subprocess.Popen(
+                [str(NUT_BIN / "dummy-ups"), "-a", name, "-u", "root", "-F"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+            )
+        for name in names:
+            _wait_for(
+                lambda n=name: (self.root / f"dummy-ups-{n}").exists(), f"driver {name} socket"
+            )
 
     def kill_driver(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.drivers.pop(name)
@@ -121,7 +129,7 @@ class NutServer:
             return line.split('"')[1]
         return line
 
-    def wait_ready(self, *names: str) -> None:
+    def wait_ready(self, *names: str, timeout: float = 20.0) -> None:
         for name in names or tuple(self.files):
             _wait_for(
                 lambda n=name: (
@@ -129,6 +137,7 @@ class NutServer:
                     and not (self.get(n, "ups.status").startswith("ERR"))
                 ),
                 f"UPS {name} ready",
+                timeout,
             )
 
     def ups_config(
@@ -168,7 +177,9 @@ def _wait_for(check: Any, what: str, timeout: float = 20.0) -> None:
     raise AssertionError(f"NUT peer: {what} not reached within {timeout:g}s")
 
 
-def start_nut(root: Path, upses: dict[str, str], ext: str = "seq", maxage: int = 5) -> NutServer:
+def start_nut(
+    root: Path, upses: dict[str, str], ext: str = "seq", maxage: int = 5, timeout: float = 20.0
+) -> NutServer:
     """Write the configuration, start one driver per UPS, then upsd; wait until all answer."""
     require_nut()
     root.mkdir(parents=True, exist_ok=True)
@@ -192,10 +203,9 @@ def start_nut(root: Path, upses: dict[str, str], ext: str = "seq", maxage: int =
     for path in (root / "upsd.users", root / "upsd.conf", root / "ups.conf"):
         path.chmod(0o600)
     try:
-        for name in upses:
-            server.start_driver(name)
+        server.start_drivers(list(upses))
         server.start_upsd()
-        server.wait_ready()
+        server.wait_ready(timeout=timeout)
     except BaseException:
         server.stop()
         raise
