@@ -18,7 +18,16 @@ from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
 from upsguard.errors import UpsguardError
 from upsguard.events import EventSink, Notice, PhaseChanged, ReadingTaken
-from upsguard.models import CacheMode, Phase, PlatformName, ResourceId, StepId, Target, UpsName
+from upsguard.models import (
+    CacheMode,
+    Phase,
+    PlatformName,
+    PowerState,
+    ResourceId,
+    StepId,
+    Target,
+    UpsName,
+)
 from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.policies.phases import Act, Decision, PhaseEngine, PowerView, RunState
@@ -26,7 +35,7 @@ from upsguard.policies.power import UpsFigures, read_feeds
 from upsguard.policies.watch import UpsWatch
 from upsguard.runbooks.destage import DestageGate, DestageWatch
 from upsguard.runbooks.executor import Executor, RunResult
-from upsguard.runbooks.plan import Direction, Plan
+from upsguard.runbooks.plan import Direction, Plan, Step
 from upsguard.runbooks.planner import build_plan
 
 log = logging.getLogger(__name__)
@@ -100,6 +109,7 @@ class OutageLoop:
         self._sequence = 0
         self._journal = journal
         self.spec: RunSpec | None = None
+        self._in_flight: list[Step] = []
 
     # -- each poll ---------------------------------------------------------------------
 
@@ -208,9 +218,37 @@ class OutageLoop:
             self.runs.shutdown_finished = False
         else:
             self.runs.startup_running = True
-        self._task = asyncio.create_task(self.executor.run(), name=run_id)
+        settle, self._in_flight = self._in_flight, []
+        if plan.direction is Direction.SHUTDOWN:
+            settle = []
+        self._task = asyncio.create_task(self._run(self.executor, settle), name=run_id)
         self._task.add_done_callback(self._run_done)
         return run_id
+
+    async def _run(self, executor: Executor, settle: list[Step]) -> RunResult:
+        if settle:
+            await self._settle(settle)
+        return await executor.run()
+
+    async def _settle(self, steps: list[Step]) -> None:
+        """A shutdown already asked for cannot be taken back: let it land before starting again,
+        or the startup would find a VM still up that goes off a moment later."""
+        names = ", ".join(s.resource for s in steps)
+        message = f"waiting for the shutdowns already under way ({names}) before starting again"
+        self._events(Notice(self._clock.now(), message))
+        await asyncio.gather(*(self._settle_one(step) for step in steps))
+
+    async def _settle_one(self, step: Step) -> None:
+        platform = self.platforms.get(PlatformName(step.platform or ""))
+        if platform is None:
+            return
+        res = self.site.resource(step.resource)
+        wait = res.guest_timeout.total_seconds()
+        try:
+            targets = list(step.targets) or await platform.resolve(res, direct=step.direct)
+            await asyncio.gather(*(platform.wait_for(t, PowerState.OFF, wait) for t in targets))
+        except UpsguardError as exc:
+            log.warning("%s: could not wait for its shutdown to land: %s", step.id, exc)
 
     def _run_done(self, task: asyncio.Task[RunResult]) -> None:
         """A run ended by itself; a cancelled one is handled (and recorded) by ``_cancel``."""
@@ -234,6 +272,9 @@ class OutageLoop:
     async def _cancel(self) -> None:
         task, self._task = self._task, None
         if task is not None and not task.done():
+            if self.executor is not None and self.executor.plan.direction is Direction.SHUTDOWN:
+                by_id = self.executor.plan.by_id()
+                self._in_flight = [by_id[s] for s in sorted(self.executor.running)]
             task.cancel()
             result = await asyncio.gather(task, return_exceptions=True)
             if self.executor is not None and isinstance(result[0], RunResult):
