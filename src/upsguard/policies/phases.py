@@ -242,6 +242,8 @@ class PhaseEngine:
             return
         trigger = self._first(self.policies.shutdown.when_any, values, flags, plan_s)
         reason = f"{trigger.text}" if trigger else ("critical floor" if self.at_floor else None)
+        if reason is not None and self.held is not None and self.at_floor:
+            reason = f"critical floor reached during a hold ({self.held}): {reason}"
         if reason is not None and self._allowed():
             self._move(Phase.SHUTTING_DOWN, reason)
             out.append(Decision(Act.CACHES_WRITE_THROUGH, "shutting down"))

@@ -1,0 +1,263 @@
+"""The outage loop as the service drives it, on a virtual clock: lost UPS data, holds,
+manual runs and abort, and resuming a run from the journal after a crash."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from upsguard.clock import LoopClock, run_virtual
+from upsguard.config.loading import validate
+from upsguard.config.platforms import SimulatedPlatformSettings
+from upsguard.config.site import SiteConfig
+from upsguard.config.source import parse_yaml
+from upsguard.controller.journal import Journal
+from upsguard.controller.resume import reap_and_resume
+from upsguard.errors import UpsUnreachable
+from upsguard.events import Event, EventBus, PhaseChanged, RunFinished, StepStarted
+from upsguard.models import (
+    Phase,
+    PlatformName,
+    PowerState,
+    UpsFlag,
+    UpsName,
+    UpsReading,
+)
+from upsguard.plugins.platforms.simulated import SimulatedPlatform
+from upsguard.runbooks.destage import DestageWatch
+from upsguard.runbooks.outage import OutageLoop
+from upsguard.runbooks.plan import Direction
+
+SITE = """
+site: t
+journal: /unused
+ups: [{name: ups1, simulated: {}}]
+platforms:
+  sim: {type: simulated, guest_shutdown: 20s, host_shutdown: 60s, power_on: 10s, host_power_on: 30s}
+resources:
+  - {id: app, kind: vm, platform: sim, runs_on: [h1], depends_on: [db]}
+  - {id: db, kind: vm, platform: sim, runs_on: [h1]}
+  - {id: h1, kind: host, platform: sim}
+policies:
+  poll_interval: 5s
+  on_battery: {after: 10s}
+  shutdown: {when_any: [low_battery, "runtime < plan + 2m"]}
+  critical_floor: {charge_below: 10, runtime_below: 90s}
+"""
+
+
+def site() -> SiteConfig:
+    return validate(SiteConfig, parse_yaml(SITE, "site.yaml"))
+
+
+class ScriptedUps:
+    """A UPS source following a script of (from_second, reading or error) entries.
+
+    Test double for the layers above the plugins: the values mimic what NUT's
+    upsd reports for a UPS on battery (``OB DISCHRG``, ``battery.runtime``,
+    ``battery.charge``); the error is the one the NUT source raises when upsd
+    goes away. Runtime and charge fall by one unit a second while on battery.
+    """
+
+    def __init__(self, clock: LoopClock, script: Callable[[float], str]) -> None:
+        self.name = UpsName("ups1")
+        self._clock = clock
+        self._script = script
+
+    async def read(self) -> UpsReading:
+        t = self._clock.monotonic()
+        state = self._script(t)
+        if state == "lost":
+            raise UpsUnreachable("ups1@127.0.0.1: connection refused")
+        if state == "OL":
+            return UpsReading(self.name, self._clock.now(), frozenset({UpsFlag.OL}), 100.0, 900.0)
+        return UpsReading(
+            self.name,
+            self._clock.now(),
+            frozenset({UpsFlag.OB, UpsFlag.DISCHRG}),
+            max(0.0, 90.0 - t / 20),
+            max(0.0, 900.0 - t),
+        )
+
+    async def command(self, name: str) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+class Harness:
+    def __init__(self, script: Callable[[float], str], journal: Journal | None = None) -> None:
+        self.script = script
+        self.journal = journal
+        self.events: list[Event] = []
+        self.platform: SimulatedPlatform | None = None
+
+    def build(self) -> OutageLoop:
+        s = site()
+        self.clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        bus = EventBus()
+        bus.subscribe(self.events.append)
+        if self.journal is not None:
+            bus.subscribe(self.journal.record)
+        settings = s.platforms["sim"]
+        assert isinstance(settings, SimulatedPlatformSettings)
+        if self.platform is None:  # the real world outlives a controller
+            self.platform = SimulatedPlatform(PlatformName("sim"), settings, self.clock)
+        return OutageLoop(
+            s,
+            sources={UpsName("ups1"): ScriptedUps(self.clock, self.script)},
+            platforms={PlatformName("sim"): self.platform},
+            caches=DestageWatch(s, {}, self.clock, bus),
+            clock=self.clock,
+            events=bus,
+            journal=self.journal,
+        )
+
+    async def drive(self, loop: OutageLoop, until: float) -> None:
+        while self.clock.monotonic() < until:
+            await loop.tick()
+            await asyncio.sleep(5)
+
+    def kinds(self, kind: type[Event]) -> list[Event]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+
+def test_ups_lost_on_battery_keeps_counting_down_and_shuts_down() -> None:
+    h = Harness(lambda t: "OB" if t < 60 else "lost")
+
+    async def go() -> OutageLoop:
+        loop = h.build()
+        await h.drive(loop, 1200)
+        await loop.close()
+        return loop
+
+    loop = run_virtual(go())
+    # last known runtime 840 s at t=60; the plan takes 80 s: runtime < 200 s near t=700
+    started = [e for e in h.kinds(PhaseChanged) if e.new is Phase.SHUTTING_DOWN]
+    assert len(started) == 1 and started[0].reason == "runtime < plan + 2m"
+    at = (started[0].at - datetime(2026, 1, 1, tzinfo=UTC)).total_seconds()
+    assert 600 < at < 760
+    assert Phase.RECOVERING not in [e.new for e in h.kinds(PhaseChanged)]
+    assert loop.engine.phase is Phase.DOWN
+    finished = h.kinds(RunFinished)
+    assert [(e.direction, e.state) for e in finished] == [("shutdown", "done")]
+
+
+def test_a_hold_defers_the_shutdown_down_to_the_critical_floor() -> None:
+    h = Harness(lambda t: "OB")
+
+    async def go() -> OutageLoop:
+        loop = h.build()
+        loop.engine.hold("generator starting")
+        await h.drive(loop, 900)
+        await loop.close()
+        return loop
+
+    run_virtual(go())
+    started = [e for e in h.kinds(PhaseChanged) if e.new is Phase.SHUTTING_DOWN]
+    assert len(started) == 1
+    assert started[0].reason.startswith("critical floor reached during a hold (generator starting)")
+    at = (started[0].at - datetime(2026, 1, 1, tzinfo=UTC)).total_seconds()
+    assert at >= 900 - 90  # runtime under 90 s: the floor
+
+
+def test_manual_shutdown_under_mains_is_not_cancelled_and_abort_holds_the_site() -> None:
+    h = Harness(lambda t: "OL")
+
+    async def go() -> tuple[OutageLoop, str | None]:
+        loop = h.build()
+        await h.drive(loop, 60)  # on line for a minute: power "is back" already
+        await loop.trigger(Direction.SHUTDOWN, None, "maintenance")
+        await h.drive(loop, 70)
+        assert loop.busy and loop.engine.phase is Phase.SHUTTING_DOWN
+        aborted = await loop.abort()
+        loop.engine.hold("aborted")  # what 'upsguard abort' does with it
+        await h.drive(loop, 1000)
+        assert [e.state for e in h.kinds(RunFinished)] == ["cancelled"]
+        loop.engine.release()  # the policy restarts what was stopped
+        await h.drive(loop, 1200)
+        await loop.close()
+        return loop, aborted
+
+    _, aborted = run_virtual(go())
+    assert aborted is not None and aborted.startswith("shutdown-")
+    moves = [(e.old, e.new, e.reason) for e in h.kinds(PhaseChanged)]
+    assert moves[0] == (Phase.NORMAL, Phase.SHUTTING_DOWN, "manual shutdown: maintenance")
+    assert moves[1] == (Phase.SHUTTING_DOWN, Phase.RECOVERING, "shutdown aborted")
+    assert [(e.direction, e.state) for e in h.kinds(RunFinished)] == [
+        ("shutdown", "cancelled"),
+        ("startup", "done"),
+    ]
+
+
+def test_a_manual_shutdown_stays_down_until_a_person_starts_the_site() -> None:
+    h = Harness(lambda t: "OL")
+
+    async def go() -> OutageLoop:
+        loop = h.build()
+        await h.drive(loop, 10)
+        await loop.trigger(Direction.SHUTDOWN, None, "maintenance")
+        await h.drive(loop, 3600)  # an hour on mains: no automatic startup
+        assert loop.engine.phase is Phase.DOWN
+        await loop.trigger(Direction.STARTUP, None, "maintenance over")
+        await h.drive(loop, 3600 + 200)
+        await loop.close()
+        return loop
+
+    loop = run_virtual(go())
+    assert [(e.direction, e.state) for e in h.kinds(RunFinished)] == [
+        ("shutdown", "done"),
+        ("startup", "done"),
+    ]
+    assert h.platform is not None
+    assert loop.engine.phase in (Phase.RECOVERING, Phase.NORMAL)
+
+
+def test_a_run_cut_short_by_a_crash_is_resumed_without_repeating_done_steps(
+    tmp_path: Path,
+) -> None:
+    journal = Journal(tmp_path / "j.sqlite")
+    h = Harness(lambda t: "OL", journal)
+
+    async def go() -> None:
+        first = h.build()
+        await h.drive(first, 10)
+        run = await first.trigger(Direction.SHUTDOWN, None, "maintenance")
+        await asyncio.sleep(25)  # app is down, db's shutdown is under way
+        journal.stopping = True  # what SIGTERM does; kill -9 leaves 'running' rows, same result
+        await first.close()
+        journal.stopping = False
+        h.events.clear()
+        second = h.build()
+        resumed = await reap_and_resume(journal, second, h.clock, second._events)
+        assert resumed == run
+        assert second.engine.phase is Phase.SHUTTING_DOWN
+        await h.drive(second, 400)
+        await second.close()
+
+    run_virtual(go())
+    started = [e.step for e in h.kinds(StepStarted)]
+    assert "stop:app" not in started  # done before the crash: not run again
+    assert started == ["stop:db", "stop:h1"]
+    assert [(e.direction, e.state) for e in h.kinds(RunFinished)] == [("shutdown", "done")]
+    (run,) = journal.runs()
+    assert (run.state, run.resumed) == ("done", 1)
+    assert [(s.step, s.attempt, s.state) for s in run.steps] == [
+        ("stop:app", 1, "done"),
+        ("stop:db", 1, "abandoned"),
+        ("stop:db", 2, "done"),
+        ("stop:h1", 1, "done"),
+    ]
+    assert h.platform is not None
+    state = run_virtual(h.platform.power_state(_target(h.platform, "h1")))
+    assert state is PowerState.OFF
+    journal.close()
+
+
+def _target(platform: SimulatedPlatform, name: str):  # type: ignore[no-untyped-def]
+    from upsguard.models import ResourceKind, Target
+
+    return Target(platform.name, ResourceKind.HOST, name)
