@@ -9,7 +9,10 @@ a killed driver gives ``ERR DRIVER-NOT-CONNECTED`` at once.
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -47,6 +50,7 @@ class NutServer:
     files: dict[str, Path]
     drivers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     upsd: subprocess.Popen[bytes] | None = None
+    ca_file: Path | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -178,7 +182,12 @@ def _wait_for(check: Any, what: str, timeout: float = 20.0) -> None:
 
 
 def start_nut(
-    root: Path, upses: dict[str, str], ext: str = "seq", maxage: int = 5, timeout: float = 20.0
+    root: Path,
+    upses: dict[str, str],
+    ext: str = "seq",
+    maxage: int = 5,
+    timeout: float = 20.0,
+    tls: bool = False,
 ) -> NutServer:
     """Write the configuration, start one driver per UPS, then upsd; wait until all answer."""
     require_nut()
@@ -193,7 +202,11 @@ def start_nut(
             f'[{name}]\n  driver = dummy-ups\n  port = {files[name]}\n  desc = "test {name}"\n'
         )
     (root / "ups.conf").write_text("\n".join(sections))
-    (root / "upsd.conf").write_text(f"LISTEN 127.0.0.1 {port}\nMAXAGE {maxage}\n")
+    upsd_conf = f"LISTEN 127.0.0.1 {port}\nMAXAGE {maxage}\n"
+    if tls:
+        server.ca_file = make_nss_db(root)
+        upsd_conf += f'CERTPATH {root / "nss"}\nCERTIDENT "upsd" "{NSS_DB_PASSWORD}"\n'
+    (root / "upsd.conf").write_text(upsd_conf)
     users = []
     for user, (password, rights) in USERS.items():
         users.append(f"[{user}]\n  password = {password}\n  {rights}\n")
@@ -212,6 +225,72 @@ def start_nut(
     return server
 
 
+NSS_DB_PASSWORD = "nss-db-pass"
+
+
+def make_ca_and_server_cert(root: Path) -> tuple[Path, bytes]:
+    """A throw-away CA (PEM, for the client) and a server certificate for 127.0.0.1 with an IP
+    subjectAltName, with its key, as PKCS#12 (for NSS)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.hazmat.primitives.serialization import pkcs12
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def named(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def builder(subject: str, issuer: x509.Name, key: rsa.RSAPrivateKey) -> x509.CertificateBuilder:
+        return (
+            x509.CertificateBuilder()
+            .subject_name(named(subject))
+            .issuer_name(issuer)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+        )
+
+    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ca = (
+        builder("upsguard test CA", named("upsguard test CA"), ca_key)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    cert = builder("127.0.0.1", ca.subject, key).add_extension(san, critical=False)
+    signed = cert.sign(ca_key, hashes.SHA256())
+    ca_file = root / "ca.pem"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    p12 = pkcs12.serialize_key_and_certificates(
+        b"upsd", key, signed, [ca], serialization.BestAvailableEncryption(b"p12-pass")
+    )
+    return ca_file, p12
+
+
+def make_nss_db(root: Path) -> Path:
+    """upsd (Debian builds it with NSS) reads its certificate from an NSS database."""
+    for tool in ("certutil", "pk12util"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is missing: run scripts/setup (installs libnss3-tools)")
+    ca_file, p12 = make_ca_and_server_cert(root)
+    db = root / "nss"
+    db.mkdir()
+    (root / "nss.pw").write_text(NSS_DB_PASSWORD + "\n")
+    (root / "p12.pw").write_text("p12-pass\n")
+    (root / "server.p12").write_bytes(p12)
+    nss_pw, p12_pw = str(root / "nss.pw"), str(root / "p12.pw")
+    for command in (
+        ["certutil", "-N", "-d", f"sql:{db}", "-f", nss_pw],
+        ["pk12util", "-i", str(root / "server.p12"), "-d", f"sql:{db}", "-w", p12_pw, "-k", nss_pw],
+    ):
+        subprocess.run(command, check=True, capture_output=True)
+    return ca_file
+
+
 ON_LINE = """\
 ups.status: OL
 battery.charge: 100
@@ -228,8 +307,10 @@ def nut_factory(tmp_path: Path) -> Iterator[Any]:
     """Start NUT servers for one test: ``nut_factory({"ups1": text, ...}, ext="dev")``."""
     servers: list[NutServer] = []
 
-    def start(upses: dict[str, str], ext: str = "seq", maxage: int = 5) -> NutServer:
-        server = start_nut(tmp_path / f"nut{len(servers)}", upses, ext, maxage)
+    def start(
+        upses: dict[str, str], ext: str = "seq", maxage: int = 5, tls: bool = False
+    ) -> NutServer:
+        server = start_nut(tmp_path / f"nut{len(servers)}", upses, ext, maxage, tls=tls)
         servers.append(server)
         return server
 

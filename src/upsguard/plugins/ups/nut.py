@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import threading
 import time
 import weakref
@@ -246,7 +247,13 @@ class _Upsd:
         )
 
     def _unreachable(self, exc: BaseException) -> UpsUnreachable:
-        if isinstance(exc, PyNUTError):
+        if isinstance(exc, PyNUTError) and "STARTTLS" in str(exc):
+            detail = f"does not offer STARTTLS ({_short(exc)}): set CERTFILE/CERTPATH in upsd.conf"
+        elif isinstance(exc, ssl.SSLCertVerificationError):
+            detail = f"has a TLS certificate we do not trust ({exc.verify_message}): check ca_file"
+        elif isinstance(exc, ssl.SSLError):
+            detail = f"failed the TLS handshake ({_short(exc)})"
+        elif isinstance(exc, PyNUTError):
             detail = f"answered something that is not NUT: '{_short(exc)}'"
         elif isinstance(exc, UnicodeDecodeError):
             detail = "answered bytes that are not NUT text"
