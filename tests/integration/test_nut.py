@@ -272,3 +272,19 @@ def test_frozen_driver_is_stale(nut_factory: Any) -> None:
 
     stale = asyncio.run(scenario())
     assert stale.link is LinkState.STALE and stale.raw.get("nut.error") == "DATA-STALE"
+
+
+def test_primary_monitor_logs_in_and_reads(nut_pair: NutServer) -> None:
+    config = nut_pair.ups_config(
+        "ups2", user="admin", password_file=nut_pair.password_file("admin"), monitor="primary"
+    )
+
+    async def scenario() -> tuple[UpsReading, str]:
+        source = NutSource(config, SystemClock())
+        reading = await source.read()
+        clients = PyNUTClient(host="127.0.0.1", port=nut_pair.port).ListClients("ups2")
+        await source.close()
+        return reading, repr(clients)
+
+    reading, clients = asyncio.run(scenario())
+    assert reading.on_line and "127.0.0.1" in clients

@@ -1,0 +1,53 @@
+"""Both UPS sources honour the UpsSource contract's construction and error rules."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from upsguard.clock import SystemClock
+from upsguard.config.ups import UpsConfig
+from upsguard.errors import ConfigError, PermanentError
+from upsguard.plugins import registry
+from upsguard.plugins.ups.base import UpsSource
+
+NUT = {"name": "a", "nut": {"ups": "ups1", "port": 1}}
+SNMP = {"name": "b", "snmp": {"host": "127.0.0.1", "port": 1}}
+
+
+@pytest.mark.parametrize(("kind", "entry"), [("nut", NUT), ("snmp", SNMP)])
+def test_registry_builds_a_ups_source(kind: str, entry: dict[str, object]) -> None:
+    cls = registry.load("ups", kind)
+    source = cls(UpsConfig.model_validate(entry), SystemClock())
+    assert isinstance(source, UpsSource) and source.name == entry["name"]
+
+
+def test_missing_password_file_names_the_file_not_a_secret(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.pw"
+    config = UpsConfig.model_validate(
+        {"name": "a", "nut": {"ups": "u", "port": 1, "user": "mon", "password_file": missing}}
+    )
+    source = registry.load("ups", "nut")(config, SystemClock())
+    with pytest.raises(ConfigError, match=r"nope\.pw"):
+        asyncio.run(source.read())
+
+
+def test_inline_password_is_refused() -> None:
+    with pytest.raises(ValueError, match="inline 'password'"):
+        UpsConfig.model_validate(
+            {"name": "a", "nut": {"ups": "u", "user": "mon", "password": "secret"}}
+        )
+
+
+def test_snmp_sends_no_commands() -> None:
+    source = registry.load("ups", "snmp")(UpsConfig.model_validate(SNMP), SystemClock())
+    with pytest.raises(PermanentError, match="NUT source"):
+        asyncio.run(source.command("shutdown.return"))
+
+
+def test_nut_commands_need_a_user() -> None:
+    source = registry.load("ups", "nut")(UpsConfig.model_validate(NUT), SystemClock())
+    with pytest.raises(ConfigError, match="instcmds"):
+        asyncio.run(source.command("load.off"))
