@@ -10,6 +10,7 @@ the vSphere API itself.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import ipaddress
 import os
@@ -162,10 +163,8 @@ class Vcsim:
 
     def stop(self) -> None:
         if self._si is not None:
-            try:
+            with contextlib.suppress(Exception):  # the simulator may already be gone
                 Disconnect(self._si)
-            except Exception:  # the simulator may already be gone
-                pass
             self._si = None
         if self.process.poll() is None:
             self.process.terminate()

@@ -13,6 +13,7 @@
 //     VMs are powered off, as vSphere does), or fails with Timedout after its timeout.
 //   - PowerOnVM_Task / PowerOffVM_Task: VMware Tools follow the power state (running
 //     -tools-boot-ms after power-on, unless extraConfig upsguard.tools is "none").
+//   - ExitMaintenanceMode_Task: as stock, plus the property update and event stock vcsim omits.
 //   - POST /upsguard/host-power-on?name=HOST: a BMC stand-in that powers a shut-down host
 //     back on after -host-boot-ms; it reconnects still in maintenance mode, as ESXi does.
 //
@@ -67,7 +68,7 @@ var proxy = &ext{
 	Self: types.ManagedObjectReference{Type: "UpsguardExtension", Value: "upsguard-ext"},
 	methods: map[string]bool{
 		"ShutdownHost_Task": true, "ShutdownGuest": true, "EnterMaintenanceMode_Task": true,
-		"PowerOnVM_Task": true, "PowerOffVM_Task": true,
+		"PowerOnVM_Task": true, "PowerOffVM_Task": true, "ExitMaintenanceMode_Task": true,
 	},
 }
 
@@ -76,8 +77,8 @@ func (e *ext) Reference() types.ManagedObjectReference { return e.Self }
 // route is the Registry.Handler: it sends the methods above to the proxy object. The request
 // body keeps the real object in its This field, which is how the handlers find it.
 func route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, types.BaseMethodFault) {
-	if !proxy.methods[m.Name] {
-		return nil, nil
+	if !proxy.methods[m.Name] || ctx.Session == nil {
+		return nil, nil // without a session vcsim answers NotAuthenticated naming m.This
 	}
 	m.This = proxy.Self
 	return proxy, nil
@@ -195,8 +196,17 @@ func asyncTask(ctx *simulator.Context, entity mo.Reference, name string,
 	return task.Self
 }
 
+// toolsOff is the Tools status of a VM whose guest is not running: not running, or not
+// installed at all for VMs marked upsguard.tools=none.
+func toolsOff(vm *simulator.VirtualMachine) types.VirtualMachineToolsStatus {
+	if extra(vm, "upsguard.tools") == "none" {
+		return types.VirtualMachineToolsStatusToolsNotInstalled
+	}
+	return types.VirtualMachineToolsStatusToolsNotRunning
+}
+
 func setTools(ctx *simulator.Context, vm *simulator.VirtualMachine, running bool) {
-	status, tools := toolsNotRunning, types.VirtualMachineToolsStatusToolsNotRunning
+	status, tools := toolsNotRunning, toolsOff(vm)
 	if running {
 		status, tools = toolsRunning, types.VirtualMachineToolsStatusToolsOk
 	}
@@ -220,7 +230,7 @@ func powerOffNow(ctx *simulator.Context, vm *simulator.VirtualMachine) bool {
 			{Name: "runtime.powerState", Val: types.VirtualMachinePowerStatePoweredOff},
 			{Name: "summary.runtime.powerState", Val: types.VirtualMachinePowerStatePoweredOff},
 			{Name: "guest.toolsRunningStatus", Val: toolsNotRunning},
-			{Name: "guest.toolsStatus", Val: types.VirtualMachineToolsStatusToolsNotRunning},
+			{Name: "guest.toolsStatus", Val: toolsOff(vm)},
 		})
 	})
 	if changed {
@@ -396,6 +406,25 @@ func (e *ext) EnterMaintenanceModeTask(ctx *simulator.Context, req *types.EnterM
 		return nil
 	})
 	return &methods.EnterMaintenanceMode_TaskBody{Res: &types.EnterMaintenanceMode_TaskResponse{Returnval: ref}}
+}
+
+// ExitMaintenanceModeTask is stock vcsim's, plus the property update and event it lacks.
+func (e *ext) ExitMaintenanceModeTask(ctx *simulator.Context, req *types.ExitMaintenanceMode_Task) soap.HasFault {
+	h, ok := ctx.Map.Get(req.This).(*simulator.HostSystem)
+	if !ok {
+		return &methods.ExitMaintenanceMode_TaskBody{Fault_: simulator.Fault("", &types.ManagedObjectNotFound{Obj: req.This})}
+	}
+	ref := asyncTask(ctx, h, "exitMaintenanceMode", func(c *simulator.Context) types.BaseMethodFault {
+		c.WithLock(h, func() {
+			c.Update(h, []types.PropertyChange{
+				{Name: "runtime.inMaintenanceMode", Val: false},
+				{Name: "summary.runtime.inMaintenanceMode", Val: false},
+			})
+		})
+		post(c, &types.ExitMaintenanceModeEvent{HostEvent: hostEvent(c.Map, h)})
+		return nil
+	})
+	return &methods.ExitMaintenanceMode_TaskBody{Res: &types.ExitMaintenanceMode_TaskResponse{Returnval: ref}}
 }
 
 func (e *ext) ShutdownHostTask(ctx *simulator.Context, req *types.ShutdownHost_Task) soap.HasFault {

@@ -53,6 +53,10 @@ class VsphereSettings(PlatformBase, Credentials):
     direct_hosts: DirectHostAccess | None = Field(
         None, description="credentials for ESXi hosts, used once vCenter itself is down"
     )
+    direct_addresses: dict[str, str] = Field(
+        default_factory=dict,
+        description="host name in vCenter -> address[:port] to reach that ESXi host directly",
+    )
     system_vms: Literal["retreat", "skip"] = Field(
         "retreat", description="vCLS and other system VMs: put the cluster in retreat mode, or skip"
     )

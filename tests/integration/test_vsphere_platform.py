@@ -1,0 +1,356 @@
+"""The vsphere platform against upsguard-vcsim (govmomi's simulator with the project's extension).
+
+Each test starts its own simulator on a free loopback port, talks HTTPS with a verified
+certificate, and checks the result at the simulator: power states it reports, and the order
+of events it recorded in collectors created before acting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from tests.peers.ports import free_port
+from tests.peers.vcsim import EventRecorder, Vcsim, VmSpec, create_vm, host_names
+from upsguard.clock import SystemClock
+from upsguard.config.platforms import VsphereSettings
+from upsguard.config.resources import ResourceConfig
+from upsguard.errors import (
+    AuthenticationError,
+    GracefulUnavailable,
+    PermanentError,
+    PlatformUnreachable,
+    StepFailed,
+)
+from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod, Target
+from upsguard.plugins.platforms.vsphere import VspherePlatform
+
+pytestmark = pytest.mark.vcsim
+T = TypeVar("T")
+
+
+def settings(sim: Vcsim, password_file: Path, **extra: Any) -> VsphereSettings:
+    password_file.write_text(sim.password + "\n")
+    values: dict[str, Any] = {
+        "type": "vsphere",
+        "host": sim.host,
+        "port": sim.port,
+        "user": sim.user,
+        "password_file": password_file,
+        "ca_file": sim.tls.ca_file,
+        **extra,
+    }
+    return VsphereSettings.model_validate(values)
+
+
+def res(rid: str, kind: str, **fields: Any) -> ResourceConfig:
+    return ResourceConfig.model_validate({"id": rid, "kind": kind, "platform": "vc", **fields})
+
+
+def run_with(platform: VspherePlatform, body: Callable[[VspherePlatform], Awaitable[T]]) -> T:
+    async def main() -> T:
+        await platform.open()
+        try:
+            return await body(platform)
+        finally:
+            await platform.close()
+
+    return asyncio.run(main())
+
+
+def make(sim: Vcsim, tmp_path: Path, **extra: Any) -> VspherePlatform:
+    return VspherePlatform(
+        PlatformName("vc"), settings(sim, tmp_path / "pw", **extra), SystemClock()
+    )
+
+
+async def until_healthy(p: VspherePlatform, target: Target, attempts: int = 200) -> bool:
+    for _ in range(attempts):
+        if await p.healthy(target):
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+# --- connecting ---------------------------------------------------------------------------
+
+
+def test_wrong_password_is_one_line_naming_the_user(lab: Vcsim, tmp_path: Path) -> None:
+    conf = settings(lab, tmp_path / "pw")
+    (tmp_path / "pw").write_text("not-the-password\n")
+    platform = VspherePlatform(PlatformName("vc"), conf, SystemClock())
+    with pytest.raises(AuthenticationError) as err:
+        asyncio.run(platform.open())
+    message = str(err.value)
+    assert "\n" not in message
+    assert lab.user in message and "refused" in message
+    assert "not-the-password" not in message
+
+
+def test_unreachable_vcenter_is_one_line_naming_the_address(lab: Vcsim, tmp_path: Path) -> None:
+    closed = free_port()
+    conf = settings(lab, tmp_path / "pw", port=closed)
+    platform = VspherePlatform(PlatformName("vc"), conf, SystemClock())
+    with pytest.raises(PlatformUnreachable) as err:
+        asyncio.run(platform.open())
+    assert "\n" not in str(err.value)
+    assert f"127.0.0.1:{closed}" in str(err.value)
+
+
+def test_certificate_is_verified_by_default(lab: Vcsim, tmp_path: Path) -> None:
+    conf = settings(lab, tmp_path / "pw", ca_file=None)
+    platform = VspherePlatform(PlatformName("vc"), conf, SystemClock())
+    with pytest.raises(PermanentError) as err:
+        asyncio.run(platform.open())
+    assert "not trusted" in str(err.value) and "ca_file" in str(err.value)
+
+
+def test_verify_tls_false_connects_and_warns(
+    lab: Vcsim, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    platform = make(lab, tmp_path, ca_file=None, verify_tls=False)
+    snap = run_with(platform, lambda p: p.inventory())
+    assert "dc01" in {vm.name for vm in snap.vms.values()}
+    assert "verify_tls is false" in caplog.text
+
+
+# --- resolving resources ------------------------------------------------------------------
+
+
+def test_resolve_fills_in_the_host_and_flags_system_vms(lab: Vcsim, tmp_path: Path) -> None:
+    async def body(p: VspherePlatform) -> tuple[list[Target], list[Target], list[Target]]:
+        vm = await p.resolve(res("sql", "vm", vm="sql01"))
+        vcls = await p.resolve(res("agents", "vm_group", select={"name": "vCLS-*"}))
+        host = await p.resolve(res("DC0_C0_H2", "host"))
+        return vm, vcls, host
+
+    vm, vcls, host = run_with(make(lab, tmp_path), body)
+    assert [(t.name, t.host, t.system) for t in vm] == [("sql01", "DC0_C0_H1", False)]
+    assert [t.system for t in vcls] == [True]
+    assert host[0].kind is ResourceKind.HOST and host[0].ref
+
+
+@pytest.mark.parametrize(
+    ("select", "members"),
+    [
+        ({"name": "web-*"}, ["web-01", "web-02"]),
+        ({"folder": "Prod"}, ["app-01", "sql01", "web-01", "web-02"]),
+        ({"folder": "Prod/Web"}, ["web-01", "web-02"]),
+        ({"attribute": {"tier": "db"}}, ["sql01"]),
+        ({"folder": "Prod", "attribute": {"tier": "web"}, "name": "*-02"}, ["web-02"]),
+    ],
+)
+def test_vm_group_selectors(
+    lab: Vcsim, tmp_path: Path, select: dict[str, Any], members: list[str]
+) -> None:
+    group = res("group", "vm_group", select=select)
+    targets = run_with(make(lab, tmp_path), lambda p: p.resolve(group))
+    assert [t.name for t in targets] == members
+
+
+@pytest.mark.parametrize(
+    ("resource", "words"),
+    [
+        (res("ghost", "vm"), ["'ghost'", "no VM named 'ghost'"]),
+        (res("g", "vm_group", select={"attribute": {"owner": "x"}}), ["'g'", "'owner'"]),
+        (res("g", "vm_group", select={"folder": "Nope"}), ["'g'", "folder 'Nope'"]),
+        (res("esx99", "host"), ["'esx99'", "no host named"]),
+    ],
+)
+def test_bad_resources_name_the_resource(
+    lab: Vcsim, tmp_path: Path, resource: ResourceConfig, words: list[str]
+) -> None:
+    with pytest.raises(PermanentError) as err:
+        run_with(make(lab, tmp_path), lambda p: p.resolve(resource))
+    for word in words:
+        assert word in str(err.value)
+
+
+# --- stopping VMs -------------------------------------------------------------------------
+
+
+def test_guest_shutdown_then_fallback_for_a_guest_that_hangs(lab: Vcsim, tmp_path: Path) -> None:
+    create_vm(lab, VmSpec("stuck-01", "DC0_C0_H1", guest_shutdown="hang"))
+    events = EventRecorder(lab, "VmGuestShutdownEvent", "VmPoweredOffEvent")
+
+    async def body(p: VspherePlatform) -> tuple[bool, bool, bool]:
+        (web,) = await p.resolve(res("web", "vm", vm="web-01"))
+        (stuck,) = await p.resolve(res("stuck", "vm", vm="stuck-01"))
+        await p.stop(web, StopMethod.GRACEFUL)
+        await p.stop(stuck, StopMethod.GRACEFUL)
+        web_off = await p.wait_for(web, PowerState.OFF, 10)
+        stuck_off = await p.wait_for(stuck, PowerState.OFF, 1.0)
+        await p.stop(stuck, StopMethod.HARD)
+        return web_off, stuck_off, await p.wait_for(stuck, PowerState.OFF, 10)
+
+    web_off, stuck_off_gracefully, stuck_off_at_last = run_with(make(lab, tmp_path), body)
+    assert web_off and not stuck_off_gracefully and stuck_off_at_last
+    assert events.names("VmGuestShutdownEvent") == ["web-01", "stuck-01"]
+    assert sorted(events.names("VmPoweredOffEvent")) == ["stuck-01", "web-01"]
+    assert lab.vm("stuck-01").runtime.powerState == "poweredOff"
+
+
+def test_vm_without_tools_has_no_graceful_path(lab: Vcsim, tmp_path: Path) -> None:
+    events = EventRecorder(lab, "VmGuestShutdownEvent")
+
+    async def body(p: VspherePlatform) -> None:
+        (app,) = await p.resolve(res("app", "vm", vm="app-01"))
+        await p.stop(app, StopMethod.GRACEFUL)
+
+    with pytest.raises(GracefulUnavailable, match="app-01: VMware Tools are not running"):
+        run_with(make(lab, tmp_path), body)
+    assert events.names("VmGuestShutdownEvent") == []
+    assert lab.vm("app-01").runtime.powerState == "poweredOn"
+
+
+def test_many_waiters_share_one_watch(lab: Vcsim, tmp_path: Path) -> None:
+    """Waiting for every VM at once adds no request per VM: the one watch answers them all."""
+    names = [f"bulk-{i:02d}" for i in range(12)]
+    for name in names:
+        create_vm(lab, VmSpec(name, "DC0_C0_H0", guest_shutdown="300"))
+
+    async def body(p: VspherePlatform) -> tuple[list[bool], int, int]:
+        group = await p.resolve(res("bulk", "vm_group", select={"name": "bulk-*"}))
+        await asyncio.gather(*(p.stop(t, StopMethod.GRACEFUL) for t in group))
+        before = p.manager.conn.round_trips
+        done = await asyncio.gather(*(p.wait_for(t, PowerState.OFF, 20) for t in group))
+        return list(done), p.manager.conn.round_trips - before, len(group)
+
+    done, requests_while_waiting, count = run_with(make(lab, tmp_path), body)
+    assert count == len(names) and all(done)
+    assert requests_while_waiting == 0
+
+
+# --- hosts --------------------------------------------------------------------------------
+
+
+def test_host_shutdown_waits_for_maintenance_mode_and_ignores_vcls(
+    lab: Vcsim, tmp_path: Path
+) -> None:
+    events = EventRecorder(
+        lab, "EnteredMaintenanceModeEvent", "HostShutdownEvent", "VmPoweredOffEvent"
+    )
+
+    async def body(p: VspherePlatform) -> bool:
+        vms = await p.resolve(res("h0-vms", "vm_group", select={"name": "*"}))
+        on_h0 = [t for t in vms if t.host == "DC0_C0_H0" and not t.system]
+        for vm in on_h0:
+            await p.stop(vm, StopMethod.GRACEFUL)
+        (host,) = await p.resolve(res("DC0_C0_H0", "host", maintenance_mode=True))
+        await p.stop(host, StopMethod.GRACEFUL)
+        return await p.wait_for(host, PowerState.OFF, 20)
+
+    assert run_with(make(lab, tmp_path), body)
+    seen = events.read()
+    assert seen[-2:] == [
+        ("EnteredMaintenanceModeEvent", "DC0_C0_H0"),
+        ("HostShutdownEvent", "DC0_C0_H0"),
+    ]
+    assert {name for kind, name in seen if kind == "VmPoweredOffEvent"} == {
+        "dc01",
+        "web-01",
+        "vCLS-DC0_C0-1",
+    }
+    assert lab.host_system("DC0_C0_H1").runtime.powerState == "poweredOn"
+
+
+def test_maintenance_mode_that_cannot_finish_reports_vsphere(lab: Vcsim, tmp_path: Path) -> None:
+    async def body(p: VspherePlatform) -> None:
+        (host,) = await p.resolve(
+            res("DC0_C0_H2", "host", maintenance_mode=True, guest_timeout="1s")
+        )
+        await p.stop(host, StopMethod.GRACEFUL)
+
+    with pytest.raises(StepFailed) as err:
+        run_with(make(lab, tmp_path), body)
+    assert "DC0_C0_H2: maintenance mode failed" in str(err.value)
+    assert "Timedout" in str(err.value)
+    assert lab.host_system("DC0_C0_H2").runtime.powerState == "poweredOn"
+
+
+def test_power_up_after_the_outage(lab: Vcsim, tmp_path: Path) -> None:
+    """Host shut down, powered on by the BMC stand-in, out of maintenance; then its VM starts."""
+    events = EventRecorder(
+        lab, "HostConnectedEvent", "ExitMaintenanceModeEvent", "VmPoweredOnEvent"
+    )
+
+    async def body(p: VspherePlatform) -> tuple[bool, bool, bool]:
+        (vm,) = await p.resolve(res("app", "vm", vm="stray-01"))
+        (nt,) = await p.resolve(res("app2", "vm", vm="app-01"))
+        for t in (vm, nt):
+            await p.stop(t, StopMethod.HARD)
+            await p.wait_for(t, PowerState.OFF, 10)
+        (host,) = await p.resolve(res("DC0_C0_H2", "host", maintenance_mode=True))
+        await p.stop(host, StopMethod.GRACEFUL)
+        await p.wait_for(host, PowerState.OFF, 20)
+        with pytest.raises(PermanentError, match="power_on_via"):
+            await p.start(host)
+        await asyncio.to_thread(lab.power_on_host, "DC0_C0_H2")
+        host_on = await p.wait_for(host, PowerState.ON, 20) and await until_healthy(p, host)
+        await p.start(vm)
+        vm_on = await p.wait_for(vm, PowerState.ON, 20) and await until_healthy(p, vm)
+        await p.start(nt)
+        await p.wait_for(nt, PowerState.ON, 20)
+        return host_on, vm_on, await p.healthy(nt)
+
+    host_on, vm_on, without_tools_healthy = run_with(make(lab, tmp_path), body)
+    assert host_on and vm_on and without_tools_healthy
+    assert events.read() == [
+        ("HostConnectedEvent", "DC0_C0_H2"),
+        ("ExitMaintenanceModeEvent", "DC0_C0_H2"),
+        ("VmPoweredOnEvent", "stray-01"),
+        ("VmPoweredOnEvent", "app-01"),
+    ]
+    assert lab.vm("stray-01").guest.toolsRunningStatus == "guestToolsRunning"
+
+
+# --- sessions and hand-over ---------------------------------------------------------------
+
+
+def test_expired_session_is_renewed(lab: Vcsim, tmp_path: Path) -> None:
+    async def body(p: VspherePlatform) -> bool:
+        (web,) = await p.resolve(res("web", "vm", vm="web-02"))
+        si = p.manager.conn.si
+        await asyncio.to_thread(si.content.sessionManager.Logout)  # as if it timed out
+        await p.stop(web, StopMethod.GRACEFUL)
+        return await p.wait_for(web, PowerState.OFF, 20)
+
+    assert run_with(make(lab, tmp_path), body)
+    assert lab.vm("web-02").runtime.powerState == "poweredOff"
+
+
+def test_after_vcenter_stops_later_steps_go_to_the_esxi_host(
+    vcsim_factory: Callable[..., Vcsim], tmp_path: Path
+) -> None:
+    """vCenter's VM runs on DC0_C0_H0; a second simulator in ESX mode plays that host."""
+    vc = vcsim_factory("-cluster", "1", "-host", "2", "-standalone-host", "0", "-vm", "0")
+    esx = vcsim_factory("-vm", "0", esx=True)
+    create_vm(vc, VmSpec("vcsa", "DC0_C0_H0"))
+    esx_host = host_names(esx)[0]
+    create_vm(esx, VmSpec("vcsa", esx_host))
+    vc_events = EventRecorder(vc, "VmGuestShutdownEvent", "HostShutdownEvent")
+    esx_events = EventRecorder(esx, "VmGuestShutdownEvent", "HostShutdownEvent")
+    pw = tmp_path / "esx-pw"
+    pw.write_text(esx.password)
+    platform = make(
+        vc,
+        tmp_path,
+        direct_hosts={"user": esx.user, "password_file": pw, "ca_file": esx.tls.ca_file},
+        direct_addresses={"DC0_C0_H0": f"127.0.0.1:{esx.port}"},
+    )
+
+    async def body(p: VspherePlatform) -> tuple[bool, bool]:
+        (vcsa,) = await p.resolve(res("vcenter", "vm", vm="vcsa", serves_platform="vc"))
+        await p.stop(vcsa, StopMethod.GRACEFUL)
+        vcsa_off = await p.wait_for(vcsa, PowerState.OFF, 20)
+        (host,) = await p.resolve(res("DC0_C0_H0", "host"), direct=True)
+        await p.stop(host, StopMethod.GRACEFUL)
+        return vcsa_off, await p.wait_for(host, PowerState.OFF, 20)
+
+    assert run_with(platform, body) == (True, True)
+    assert esx_events.read() == [("VmGuestShutdownEvent", "vcsa"), ("HostShutdownEvent", esx_host)]
+    assert vc_events.read() == []
