@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from upsguard.clock import Clock
