@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -63,6 +64,9 @@ def _seconds(text: str) -> float:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if not getattr(args, "verbose", 0):
+        # The command prints each UPS that does not answer itself, once.
+        logging.getLogger("upsguard.policies.watch").setLevel(logging.ERROR)
     site = load_site_of(args)
     interval = args.interval or site.policies.poll_interval.total_seconds()
     return run_async(_status(site, args.names, args.format, args.watch, interval, args.polls))
@@ -236,7 +240,7 @@ def ups_table(watches: list[UpsWatch]) -> str:
 
 
 def feed_table(feeds: list[Feed]) -> str:
-    rows = [["FEED", "STATE", "ON MAINS", "MEMBERS", "RUNTIME", "AT RISK FOR"]]
+    rows = [["FEED", "STATE", "ON MAINS/NEEDED", "MEMBERS", "RUNTIME", "AT RISK FOR"]]
     for pair in feeds:
         f = pair[1]
         members = " ".join(f"{ups}={word}" for ups, word in _members(pair).items())
@@ -244,7 +248,7 @@ def feed_table(feeds: list[Feed]) -> str:
             [
                 f.name,
                 f.state,
-                f"{f.online}/{f.needed} needed",
+                f"{f.online}/{f.needed}",
                 members,
                 _dur(f.runtime_s),
                 _dur(f.at_risk_for_s) if f.at_risk else "-",

@@ -102,7 +102,7 @@ class UpsWatch:
 
     def _lost(self, error: str) -> UpsReading:
         if error != self.last_error:
-            log.warning("%s: %s", self.name, error)
+            log.warning("%s", error if self.name in error else f"{self.name}: {error}")
         self.last_error = error
         return self._aged(UpsReading(ups=self.name, at=self._clock.now()), LinkState.LOST)
 
