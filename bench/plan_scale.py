@@ -14,12 +14,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gen_site import site_text  # noqa: E402
-
-from upsguard.config import load_site  # noqa: E402
-from upsguard.config.scenario import DEFAULT_SCENARIO  # noqa: E402
-from upsguard.runbooks.planner import build_plan  # noqa: E402
-from upsguard.runbooks.simulator import simulate  # noqa: E402
+from gen_site import site_text
+from upsguard.config import load_site
+from upsguard.config.scenario import DEFAULT_SCENARIO
+from upsguard.runbooks.planner import build_plan
+from upsguard.runbooks.simulator import simulate
 
 
 def main() -> int:
@@ -41,10 +40,14 @@ def main() -> int:
     total = t3 - t0
     print(f"site: {args.vms} VMs on {args.hosts} hosts, {len(site.resources)} resources")
     print(f"validate: {t1 - t0:7.3f} s")
-    print(f"plan:     {t2 - t1:7.3f} s  (shutdown {len(shutdown.steps)} steps, "
-          f"startup {len(startup.steps)} steps)")
-    print(f"simulate: {t3 - t2:7.3f} s  ({len(report.timeline)} timeline entries, "
-          f"{report.end_s / 60:.0f} virtual minutes)")
+    print(
+        f"plan:     {t2 - t1:7.3f} s  (shutdown {len(shutdown.steps)} steps, "
+        f"startup {len(startup.steps)} steps)"
+    )
+    print(
+        f"simulate: {t3 - t2:7.3f} s  ({len(report.timeline)} timeline entries, "
+        f"{report.end_s / 60:.0f} virtual minutes)"
+    )
     print(f"total:    {total:7.3f} s  (target < 1 s: {'met' if total < 1 else 'NOT met'})")
     print(f"verdict:  {report.verdict}")
     return 0
