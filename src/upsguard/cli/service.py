@@ -246,7 +246,8 @@ def _journal_history(site: SiteConfig, limit: int) -> dict[str, Any]:
 def cmd_events(args: argparse.Namespace) -> int:
     site = site_of(args)
     client = _client(args, site)
-    after = -max(args.lines, 0) if args.lines else 0
+    after = -max(args.lines, 1)
+    quiet = args.lines <= 0  # only what happens from now on
     while True:
         try:
             answer = client.get(f"/events?after={after}&wait={25 if args.follow else 0}", 40.0)
@@ -256,8 +257,9 @@ def cmd_events(args: argparse.Namespace) -> int:
             after = rows[-1]["id"] if rows else max(after, 0)
             if args.follow and not rows:
                 time.sleep(1.0)
-        for row in rows:
+        for row in [] if quiet else rows:
             print(show.event_line(row), flush=True)
+        quiet = False
         if not args.follow:
             return 0
 

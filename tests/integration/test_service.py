@@ -1,0 +1,309 @@
+"""``upsguard run`` as a real process, and the override CLI against it over the unix socket.
+
+The site uses the built-in simulated UPS (always on line) and simulated
+platform, so these tests need no peer; the kill -9 resume test with real
+BMCs is in test_service_resume.py, the NUT and vcsim chains in
+test_end_to_end.py.
+"""
+
+from __future__ import annotations
+
+import grp
+import http.server
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.peers.ports import free_port
+from upsguard.controller.client import ApiClient
+from upsguard.controller.journal import Journal
+
+CLI = [sys.executable, "-c", "import sys; from upsguard.cli import main; sys.exit(main())"]
+
+
+@dataclass
+class ServiceProcess:
+    """One ``upsguard run`` with its site file, socket and log, for a test."""
+
+    site: Path
+    socket: Path
+    journal: Path
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def start(self, timeout: float = 20.0) -> None:
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [*CLI, "run", "-c", str(self.site)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env},
+        )
+        client = ApiClient(self.socket)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"upsguard run exited {self.proc.returncode}:\n{self.log.read_text()}")
+            if self.socket.exists() and client.running():
+                return
+            time.sleep(0.1)
+        pytest.fail(f"upsguard run did not answer within {timeout}s:\n{self.log.read_text()}")
+
+    def cli(
+        self, *args: str, check: bool = True, stdin: str = ""
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [*CLI, *args, "-c", str(self.site)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            input=stdin,
+            env={**os.environ, **self.env},
+        )
+        if check and result.returncode != 0:
+            pytest.fail(f"upsguard {' '.join(args)} exited {result.returncode}: {result.stderr}")
+        return result
+
+    def api(self) -> ApiClient:
+        return ApiClient(self.socket)
+
+    def status(self) -> dict[str, Any]:
+        return dict(self.api().get("/status"))
+
+    def wait(self, check: Any, what: str, timeout: float = 60.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = check()
+            if value:
+                return value
+            time.sleep(0.1)
+        pytest.fail(f"timed out waiting for {what}:\n{self.log.read_text()[-3000:]}")
+
+    def terminate(self) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=20)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def read_journal(self) -> Journal:
+        return Journal(self.journal)
+
+
+def write_site(tmp: Path, site: dict[str, Any]) -> ServiceProcess:
+    socket = tmp / "run" / "upsguard.sock"
+    journal = tmp / "journal.sqlite"
+    site = {"journal": str(journal), **site}
+    site["service"] = {"socket": str(socket), **site.get("service", {})}
+    path = tmp / "site.yaml"
+    path.write_text(yaml.safe_dump(site, sort_keys=False))
+    return ServiceProcess(path, socket, journal, tmp / "service.log")
+
+
+SIMULATED_SITE: dict[str, Any] = {
+    "site": "svc",
+    "ups": [{"name": "ups1", "simulated": {"start_charge": 95}}],
+    "platforms": {
+        "sim": {
+            "type": "simulated",
+            "guest_shutdown": "1s",
+            "host_shutdown": "2s",
+            "power_on": "1s",
+            "host_power_on": "1s",
+        }
+    },
+    "resources": [
+        {"id": "web", "kind": "vm", "platform": "sim", "runs_on": ["h1"], "depends_on": ["db"]},
+        {"id": "db", "kind": "vm", "platform": "sim", "runs_on": ["h1"]},
+        {"id": "h1", "kind": "host", "platform": "sim"},
+    ],
+    "policies": {"poll_interval": "500ms"},
+}
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[ServiceProcess]:
+    svc = write_site(tmp_path, {**SIMULATED_SITE, "service": {"socket_group": "daemon"}})
+    yield svc
+    svc.stop()
+
+
+def test_the_socket_is_0660_for_the_configured_group_and_sigterm_is_clean(
+    service: ServiceProcess,
+) -> None:
+    service.start()
+    info = service.socket.stat()
+    assert stat.S_ISSOCK(info.st_mode)
+    assert stat.S_IMODE(info.st_mode) == 0o660
+    assert info.st_gid == grp.getgrnam("daemon").gr_gid
+    st = service.status()
+    assert st["phase"] == "normal" and st["ups"][0]["status"] == "OL"
+    assert service.terminate() == 0
+    assert not service.socket.exists()
+    assert "Traceback" not in service.log.read_text()
+
+
+def test_override_cli_hold_trigger_history_events_abort(service: ServiceProcess) -> None:
+    service.start()
+    assert "held: generator test" in service.cli("hold", "--reason", "generator test").stdout
+    st = service.status()
+    assert st["held"]["reason"] == "generator test" and st["held"]["who"] == "root"
+    text = service.cli("status").stdout
+    assert "HOLD by root: generator test" in text
+    service.cli("release", "--reason", "test over")
+    assert service.status()["held"] is None
+
+    out = service.cli("trigger", "shutdown", "--only", "web", "--yes", "--reason", "patching")
+    assert "started run shutdown-" in out.stdout
+    service.wait(lambda: service.status()["run"] is None, "the partial run to finish")
+    history = json.loads(service.cli("history", "--format", "json").stdout)
+    run = history["runs"][0]
+    assert (run["origin"], run["only"], run["state"]) == ("manual", ["web"], "done")
+    assert [s["step"] for s in run["steps"]] == ["stop:web"]
+    assert history["overrides"][0]["action"] == "trigger shutdown"
+    assert history["overrides"][0]["reason"] == "patching"
+    events = service.cli("events", "-n", "50").stdout
+    assert "override: trigger shutdown by root: patching (only web)" in events
+    assert "done      stop:web: web shut down" in events
+
+    service.cli("trigger", "shutdown", "--yes", "--reason", "whole site")
+    service.wait(lambda: (service.status()["run"] or {}).get("running"), "a step to run")
+    st = service.status()
+    assert st["phase"] == "shutting_down" and st["run"]["origin"] == "manual"
+    busy = service.cli("trigger", "startup", "--yes", check=False)
+    assert busy.returncode == 1 and "is in progress" in busy.stderr
+    out = service.cli("abort", "--yes", "--reason", "wrong button").stdout
+    assert out.startswith("aborted run shutdown-")
+    st = service.status()
+    assert st["run"] is None and st["held"]["reason"].startswith("abort by root")
+    assert st["phase"] == "recovering"
+    assert service.terminate() == 0
+
+
+def test_events_follow_prints_new_events_as_they_happen(service: ServiceProcess) -> None:
+    service.start()
+    follower = subprocess.Popen(
+        [*CLI, "events", "-f", "-n", "0", "-c", str(service.site)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1.0)
+        service.cli("hold", "--reason", "watching")
+        assert follower.stdout is not None
+        line = follower.stdout.readline()
+        assert "override: hold by root: watching" in line
+    finally:
+        follower.kill()
+        follower.wait()
+
+
+def test_without_a_service_the_cli_acts_directly_after_confirmation(
+    service: ServiceProcess,
+) -> None:
+    refused = service.cli("hold", "--reason", "x", check=False)
+    assert refused.returncode == 1
+    assert "service is not running" in refused.stderr and "--yes" in refused.stderr
+    service.cli("hold", "--reason", "storm coming", "--yes")
+    text = service.cli("status").stdout
+    assert "service: NOT RUNNING" in text and "HOLD by root: storm coming" in text
+    assert "UPS ups1: OL" in text
+    out = service.cli("trigger", "shutdown", "--only", "web", "--yes", "--reason", "direct")
+    assert "done      stop:web" in out.stdout
+    journal = service.read_journal()
+    (run,) = journal.runs()
+    assert (run.state, run.only, run.origin) == ("done", ("web",), "manual")
+    journal.close()
+    service.start()  # the service takes up the hold journaled while it was stopped
+    assert service.status()["held"]["reason"] == "storm coming"
+
+
+def test_metrics_and_notifications(tmp_path: Path) -> None:
+    received: list[dict[str, Any]] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers["Content-Length"])
+            received.append(
+                {"auth": self.headers.get("Authorization"), **json.loads(self.rfile.read(length))}
+            )
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    token = tmp_path / "token"
+    token.write_text("t0k3n\n")
+    hook_out = tmp_path / "hook.jsonl"
+    hook = tmp_path / "hook.sh"
+    hook.write_text(
+        f'#!/bin/sh\n{{ cat; echo "$UPSGUARD_EVENT $UPSGUARD_PHASE"; }} >> {hook_out}\n'
+    )
+    hook.chmod(0o755)
+    port = free_port()
+    svc = write_site(
+        tmp_path,
+        {
+            **SIMULATED_SITE,
+            "service": {
+                "metrics_port": port,
+                "notify": {
+                    "command": [str(hook)],
+                    "webhook": {
+                        "url": f"http://127.0.0.1:{server.server_port}/hook",
+                        "bearer_token_file": str(token),
+                    },
+                    "on": ["phase", "step_failed"],
+                },
+            },
+        },
+    )
+    try:
+        svc.start()
+        svc.cli("trigger", "shutdown", "--yes", "--reason", "metrics test")
+        svc.wait(lambda: svc.status()["phase"] == "down", "the site to be down")
+        svc.wait(lambda: len(received) >= 2, "two webhook calls")
+        assert [(r["old"], r["new"]) for r in received[:2]] == [
+            ("normal", "shutting_down"),
+            ("shutting_down", "down"),
+        ]
+        assert received[0]["auth"] == "Bearer t0k3n" and received[0]["site"] == "svc"
+        svc.wait(lambda: hook_out.exists() and "PhaseChanged down" in hook_out.read_text(), "hook")
+        first = json.loads(hook_out.read_text().splitlines()[0])
+        assert first["new"] == "shutting_down"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            metrics = response.read().decode()
+        assert 'upsguard_phase{phase="down"} 1.0' in metrics
+        assert 'upsguard_ups_charge_percent{ups="ups1"} 95.0' in metrics
+        step = 'action="host_shutdown",direction="shutdown",state="done"'
+        assert f"upsguard_step_duration_seconds_count{{{step}}} 1.0" in metrics
+        assert "t0k3n" not in svc.log.read_text()
+        assert svc.terminate() == 0
+    finally:
+        svc.stop()
+        server.shutdown()
