@@ -7,7 +7,9 @@ command it receives, in order, in ``actions`` (a log file), for tests to read.
 
 Behaviour a test can choose: the initial power state, how long the "OS" takes to
 honour a soft off (ACPI shutdown), whether it ignores it (a hung OS: only a hard
-off works), and how long a power-on takes before the chassis reports on.
+off works), how long a power-on takes before the chassis reports on, and a URL
+POSTed once it is on (``power_on_url``): vcsim's host-power-on, so that the
+ESXi host behind this BMC boots in the simulated vCenter.
 
 Fixtures (register ``tests.peers.bmc`` in tests/conftest.py's ``pytest_plugins``):
 
@@ -48,9 +50,14 @@ class FakeBmc:
 
     def actions(self) -> list[str]:
         """Chassis commands received so far: ``on``, ``off``, ``softoff``, ``reset``."""
+        return [action for action, _ in self.timed_actions()]
+
+    def timed_actions(self) -> list[tuple[str, float]]:
+        """Each command with the wall-clock time (``time.time()``) the BMC received it."""
         if not self.log.exists():
             return []
-        return [line for line in self.log.read_text().splitlines() if line]
+        rows = [line.split() for line in self.log.read_text().splitlines() if line]
+        return [(row[0], float(row[1])) for row in rows]
 
     def settings_dict(self, **extra: object) -> dict[str, object]:
         return {
@@ -95,6 +102,8 @@ def fake_bmc_factory(tmp_path: Path) -> Iterator[object]:
         power_on_delay: float = 0.0,
         password: str = "s3cret-bmc",
         name: str = "bmc",
+        power_on_url: str | None = None,
+        ca_file: Path | None = None,
     ) -> FakeBmc:
         base = tmp_path / f"{name}-{len(started)}"
         base.mkdir()
@@ -108,6 +117,10 @@ def fake_bmc_factory(tmp_path: Path) -> Iterator[object]:
         argv += ["--soft-off-delay", str(soft_off_delay), "--power-on-delay", str(power_on_delay)]
         if ignore_soft_off:
             argv.append("--ignore-soft-off")
+        if power_on_url is not None:
+            argv += ["--power-on-url", power_on_url]
+        if ca_file is not None:
+            argv += ["--ca-file", str(ca_file)]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err.open("wb"))
         bmc = FakeBmc("127.0.0.1", port, USER, pw, log, proc)
         started.append(bmc)
@@ -137,15 +150,20 @@ def main() -> None:
         def _record(self, action: str) -> None:
             if log is not None:
                 with log.open("a") as handle:
-                    handle.write(action + "\n")
+                    handle.write(f"{action} {time.time():.6f}\n")
 
         def _set_later(self, state: str, delay: float) -> None:
             if delay <= 0:
-                self.powerstate = state
+                self._set(state)
                 return
-            timer = threading.Timer(delay, lambda: setattr(self, "powerstate", state))
+            timer = threading.Timer(delay, self._set, args=(state,))
             timer.daemon = True
             timer.start()
+
+        def _set(self, state: str) -> None:
+            was, self.powerstate = self.powerstate, state
+            if state == "on" and was != "on" and args.power_on_url:
+                _notify(args.power_on_url, args.ca_file)
 
         def get_power_state(self) -> str:
             return str(self.powerstate)
@@ -181,6 +199,20 @@ def main() -> None:
     server.listen()
 
 
+def _notify(url: str, ca_file: str | None) -> None:
+    """Tell the simulated server behind this BMC that it has power (vcsim's host-power-on)."""
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=ca_file) if ca_file else None
+    request = urllib.request.Request(url, method="POST")
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10):
+            pass
+    except OSError as exc:
+        print(f"power-on notification to {url} failed: {exc}", file=sys.stderr)
+
+
 def _offer_sha1_only() -> None:
     """Make pyghmi's server refuse a SHA-256 proposal, as a SHA-1-only BMC does.
 
@@ -211,6 +243,8 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument("--soft-off-delay", type=float, default=0.5)
     parser.add_argument("--ignore-soft-off", action="store_true")
     parser.add_argument("--power-on-delay", type=float, default=0.0)
+    parser.add_argument("--power-on-url", help="POSTed once the chassis is on (vcsim host)")
+    parser.add_argument("--ca-file", help="CA bundle for --power-on-url")
     return parser.parse_args()
 
 
