@@ -1,9 +1,175 @@
-"""Subcommands of `upsguard` (filled in by its own issue)."""
+"""``upsguard inventory``: what each platform sees, and which resource covers each VM.
+
+For every platform that can list its inventory (vSphere), it shows datacenters,
+clusters, hosts and VMs (power, VMware Tools, host, folder, custom attributes)
+and the site resource each VM belongs to. VMs that no resource covers are listed
+as *unplanned*: in an outage they get the site's default policy, so nothing is
+forgotten. System VMs (vCLS) are shown but never unplanned. A resource that
+cannot be resolved (a missing VM, a bad selector) is reported on its own line
+and the command ends non-zero.
+"""
 
 from __future__ import annotations
 
-from upsguard.cli.common import Subparsers
+import argparse
+import json
+import sys
+from typing import Any, Protocol, runtime_checkable
+
+from upsguard.cli.common import Subparsers, add_format_option, add_site_option, run_async, site_of
+from upsguard.clock import SystemClock
+from upsguard.config.site import SiteConfig
+from upsguard.errors import PermanentError, TemporaryError
+from upsguard.models import PlatformName, ResourceKind
+from upsguard.plugins.platforms.base import Platform
+from upsguard.runbooks.plugins import build_platforms
+
+
+@runtime_checkable
+class InventorySource(Protocol):
+    """A platform that can list what it manages (as plain data)."""
+
+    async def inventory_report(self) -> dict[str, Any]: ...
 
 
 def register(commands: Subparsers) -> None:
-    """Add this module's subcommands to the `upsguard` parser."""
+    """Add ``inventory``."""
+    p = commands.add_parser(
+        "inventory",
+        help="what the platforms see, which resource covers each VM, and unplanned VMs",
+    )
+    add_site_option(p)
+    add_format_option(p)
+    p.add_argument("platforms", nargs="*", metavar="PLATFORM", help="platforms (default: all)")
+    p.set_defaults(handler=cmd_inventory)
+
+
+def cmd_inventory(args: argparse.Namespace) -> int:
+    site = site_of(args)
+    reports = run_async(collect(site, args.platforms))
+    if args.format == "json":
+        print(json.dumps(reports, indent=2, sort_keys=True))
+    else:
+        print("\n\n".join(render_text(r) for r in reports))
+    problems = [p for r in reports for p in r["problems"]]
+    for problem in problems:
+        print(f"upsguard: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+async def collect(site: SiteConfig, only: list[str]) -> list[dict[str, Any]]:
+    """One report per platform that lists inventory, with resource coverage filled in."""
+    platforms = build_platforms(site, SystemClock())
+    chosen = {n: p for n, p in platforms.items() if isinstance(p, InventorySource)}
+    if only:
+        unknown = sorted(set(only) - set(chosen))
+        if unknown:
+            raise PermanentError(
+                f"no platform with an inventory named {', '.join(unknown)} "
+                f"(these have one: {', '.join(sorted(chosen)) or 'none'})"
+            )
+        chosen = {n: p for n, p in chosen.items() if n in only}
+    reports = []
+    for name, platform in chosen.items():
+        try:
+            await platform.open()
+            reports.append(await _report(site, name, platform))
+        finally:
+            await platform.close()
+    return reports
+
+
+async def _report(site: SiteConfig, name: PlatformName, platform: Platform) -> dict[str, Any]:
+    assert isinstance(platform, InventorySource)
+    report = await platform.inventory_report()
+    covered: dict[str, list[str]] = {}
+    problems: list[str] = []
+    for res in site.resources:
+        if res.platform != name or res.kind not in (ResourceKind.VM, ResourceKind.VM_GROUP):
+            continue
+        try:
+            targets = await platform.resolve(res)
+        except (PermanentError, TemporaryError) as exc:
+            problems.append(str(exc))
+            continue
+        for target in targets:
+            covered.setdefault(target.ref or target.name, []).append(res.id)
+    for vm in report["vms"]:
+        vm["resources"] = covered.get(vm["ref"], [])
+        vm["unplanned"] = not vm["resources"] and not vm["system"]
+    report["unplanned"] = [vm["name"] for vm in report["vms"] if vm["unplanned"]]
+    report["problems"] = problems
+    return report
+
+
+def render_text(report: dict[str, Any]) -> str:
+    hosts, vms = report["hosts"], report["vms"]
+    lines = [
+        f"platform {report['platform']} ({report['address']}): "
+        f"{len(report['datacenters'])} datacenter(s), {len(report['clusters'])} cluster(s), "
+        f"{len(hosts)} host(s), {len(vms)} VM(s)",
+        f"datacenters: {', '.join(report['datacenters']) or '-'}",
+        f"clusters:    {', '.join(report['clusters']) or '-'}",
+        "",
+    ]
+    lines += _table(
+        ["HOST", "POWER", "CONNECTION", "MAINTENANCE", "CLUSTER"],
+        [
+            [
+                h["name"],
+                h["power"],
+                h["connection"],
+                "yes" if h["maintenance"] else "no",
+                h["cluster"] or "-",
+            ]
+            for h in hosts
+        ],
+    )
+    lines.append("")
+    lines += _table(
+        ["VM", "POWER", "TOOLS", "HOST", "FOLDER", "ATTRIBUTES", "RESOURCE"],
+        [
+            [
+                vm["name"],
+                vm["power"],
+                _tools(vm["tools"]),
+                vm["host"] or "-",
+                vm["folder"] or "-",
+                ",".join(f"{k}={v}" for k, v in sorted(vm["attributes"].items())) or "-",
+                _covered_by(vm),
+            ]
+            for vm in vms
+        ],
+    )
+    unplanned = report["unplanned"]
+    lines.append("")
+    if unplanned:
+        lines.append(
+            f"unplanned: {len(unplanned)} VM(s) no resource covers; they get the site's "
+            f"default policy: {', '.join(unplanned)}"
+        )
+    else:
+        lines.append("unplanned: none, every VM is covered by a resource")
+    return "\n".join(lines)
+
+
+def _tools(status: str) -> str:
+    return {
+        "guestToolsRunning": "running",
+        "guestToolsNotRunning": "not running",
+        "guestToolsExecutingScripts": "starting",
+    }.get(status, status)
+
+
+def _covered_by(vm: dict[str, Any]) -> str:
+    if vm["resources"]:
+        return ",".join(vm["resources"])
+    return "(system)" if vm["system"] else "UNPLANNED"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
+    return [
+        "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]

@@ -142,6 +142,43 @@ class VspherePlatform:
         """What vCenter sees now (for ``upsguard inventory`` and live plans)."""
         return await self.manager.inventory(self._clock.monotonic(), fresh=fresh)
 
+    async def inventory_report(self) -> dict[str, Any]:
+        """The inventory as plain data for ``upsguard inventory``: no pyvmomi types leak out."""
+        snap = await self.inventory()
+        return {
+            "platform": self.name,
+            "address": f"{self.settings.host}:{self.settings.port}",
+            "datacenters": snap.datacenters,
+            "clusters": snap.clusters,
+            "hosts": [
+                {
+                    "name": h.name,
+                    "ref": h.ref,
+                    "power": h.power,
+                    "connection": h.connection,
+                    "maintenance": h.maintenance,
+                    "cluster": h.cluster,
+                    "datacenter": h.datacenter,
+                }
+                for h in sorted(snap.hosts.values(), key=lambda h: h.name)
+            ],
+            "vms": [
+                {
+                    "name": v.name,
+                    "ref": v.ref,
+                    "power": v.power,
+                    "tools": v.tools,
+                    "host": snap.host_name(v.host_ref),
+                    "folder": v.folder,
+                    "attributes": v.attributes,
+                    "system": v.system,
+                }
+                for v in sorted(snap.vms.values(), key=lambda v: v.name)
+                if not v.template
+            ],
+            "round_trips": snap.round_trips,
+        }
+
     # --- resources to targets --------------------------------------------------------------
 
     async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
