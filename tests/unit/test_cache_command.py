@@ -82,3 +82,9 @@ def test_a_failing_command_is_reported_with_its_output(tmp_path: Path) -> None:
     _, p = make(tmp_path, read_mode="echo 'controller offline' >&2; exit 3")
     with pytest.raises(PermanentError, match=r"read_mode failed \(exit status 3\): controller"):
         asyncio.run(p.read(target()))
+
+
+def test_a_failing_dirty_command_is_named_as_such(tmp_path: Path) -> None:
+    _, p = make(tmp_path, read_dirty_bytes="echo 'no counter' >&2; exit 4")
+    with pytest.raises(PermanentError, match=r"read_dirty_bytes failed \(exit status 4\): no"):
+        asyncio.run(p.read(target()))

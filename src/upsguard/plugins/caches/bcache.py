@@ -83,9 +83,11 @@ class BcacheProvider:
         return [CacheTarget(self.name, name) for name in await self._list_devices()]
 
     async def read(self, target: CacheTarget) -> CacheState:
-        mode = parse_cache_mode(await self._get(target, "cache_mode"))
-        state = (await self._get(target, "state")).strip()
-        dirty_text = (await self._get(target, "dirty_data")).strip()
+        mode_text, state, dirty_text = await self._get_many(
+            target, "cache_mode", "state", "dirty_data"
+        )
+        mode = parse_cache_mode(mode_text)
+        state, dirty_text = state.strip(), dirty_text.strip()
         try:
             dirty = parse_hprint(dirty_text)
         except ValueError as exc:
@@ -148,6 +150,16 @@ class BcacheProvider:
     async def _get(self, target: CacheTarget, attr: str) -> str:
         try:
             return await self._runner.read_text(self._attr(target, attr), timeout=TIMEOUT)
+        except PermanentError as exc:
+            raise PermanentError(
+                f"{self._where(target)}: not a bcache device ({exc}); "
+                "check 'targets' and 'sysfs_root'"
+            ) from exc
+
+    async def _get_many(self, target: CacheTarget, *attrs: str) -> list[str]:
+        paths = [self._attr(target, attr) for attr in attrs]
+        try:
+            return await self._runner.read_texts(paths, timeout=TIMEOUT)
         except PermanentError as exc:
             raise PermanentError(
                 f"{self._where(target)}: not a bcache device ({exc}); "

@@ -20,6 +20,7 @@ from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
 from upsguard.plugins.remote import Runner
 
 TIMEOUT = 60.0
+_SEPARATOR = "--upsguard-read-dirty-bytes--"
 _MODE_WORDS = {
     "writeback": CacheMode.WRITE_BACK,
     "wb": CacheMode.WRITE_BACK,
@@ -53,9 +54,8 @@ class CommandCacheProvider:
         return [CacheTarget(self.name, name) for name in names]
 
     async def read(self, target: CacheTarget) -> CacheState:
-        mode_text = await self._sh("read_mode", self._settings.read_mode, target)
+        mode_text, dirty_text = await self._read_both(target)
         mode = parse_mode(mode_text)
-        dirty_text = await self._sh("read_dirty_bytes", self._settings.read_dirty_bytes, target)
         try:
             dirty = parse_bytes(dirty_text.strip().split("\n")[0].strip())
         except ValueError as exc:
@@ -81,6 +81,22 @@ class CommandCacheProvider:
 
     async def close(self) -> None:
         await self._runner.close()
+
+    async def _read_both(self, target: CacheTarget) -> tuple[str, str]:
+        """``read_mode`` and ``read_dirty_bytes`` in one shell: half the processes per poll."""
+        name = shlex.quote(target.name)
+        mode = self._settings.read_mode.replace("{target}", name)
+        dirty = self._settings.read_dirty_bytes.replace("{target}", name)
+        script = f"{{ {mode}\n}} || exit $?\necho {_SEPARATOR}\n{{ {dirty}\n}}"
+        result = await self._runner.run(["sh", "-c", script], timeout=TIMEOUT)
+        mode_text, separated, dirty_text = result.stdout.partition(f"{_SEPARATOR}\n")
+        if not result.ok:
+            what = "read_dirty_bytes" if separated else "read_mode"
+            raise PermanentError(
+                f"cache '{self.name}' {target.name}: {what} failed "
+                f"(exit status {result.exit_status}): {result.first_error_line()}"
+            )
+        return mode_text, dirty_text
 
     async def _sh(self, what: str, command: str, target: CacheTarget) -> str:
         script = command.replace("{target}", shlex.quote(target.name))

@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""Watching 200 cache targets on 20 hosts drain, each at its own rate.
+
+Half the hosts carry bcache devices (a copy of the sysfs tree per host, drained by the
+kernel-like writer of tests/fixtures/caches/fake_bcache.py); the other half a vendor cache
+driven by the ``command`` provider (``cat`` of per-target files that a writer drains).
+Everything is switched to write-through through the real providers, then the lead's
+``DestageWatch.wait_clean`` waits for all of them.
+
+Prints: how long after the last target became clean upsguard noticed (target: within one
+poll interval), and what the watching cost: sysfs file reads and commands per second,
+and the CPU time of this process. A benchmark, not a test: it prints its figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import multiprocessing
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.fixtures.caches.fake_bcache import Device, FakeBcacheSysfs
+
+from upsguard.clock import SystemClock
+from upsguard.config.site import SiteConfig
+from upsguard.events import Event
+from upsguard.models import CacheMode, CacheName
+from upsguard.plugins import remote
+from upsguard.runbooks.destage import DestageWatch
+from upsguard.runbooks.plugins import build_cache_providers
+
+MiB = 1024 * 1024
+COUNTS = {"file_reads": 0, "commands": 0}
+POLLS: list[float] = []  # when each poll of wait_clean finished
+POLL_TIMES: list[float] = []  # how long each poll of every target took
+
+
+class VendorWriter:
+    """Per-target ``mode`` and ``dirty`` files; drains while the mode file says write-through."""
+
+    def __init__(self, root: Path, targets: dict[str, tuple[float, float]], tick: float) -> None:
+        self.root = root
+        self.state = {name: [dirty, rate] for name, (dirty, rate) in targets.items()}
+        self.clean_at: dict[str, float] = {}
+        self.tick = tick
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        for name, (dirty, _) in self.state.items():
+            (root / f"{name}.mode").write_text("write-back\n")
+            _replace(root / f"{name}.dirty", str(int(dirty)))
+
+    def __enter__(self) -> VendorWriter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(self.tick):
+            now = time.monotonic()
+            for name, values in self.state.items():
+                if values[0] <= 0 or "through" not in (self.root / f"{name}.mode").read_text():
+                    continue
+                values[0] = max(0.0, values[0] - values[1] * (now - last))
+                _replace(self.root / f"{name}.dirty", str(int(values[0])))
+                if values[0] == 0:
+                    self.clean_at[name] = now
+            last = now
+
+
+def _replace(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text + "\n")
+    os.replace(tmp, path)
+
+
+def _count_io() -> None:
+    """Count what the providers spend: sysfs reads and commands, at the runner."""
+    read_text, run = remote.Runner.read_text, remote.Runner.run
+
+    async def counted_read(self: remote.Runner, path: Any, *, timeout: float) -> str:
+        COUNTS["file_reads"] += 1
+        return await read_text(self, path, timeout=timeout)
+
+    async def counted_run(self: remote.Runner, argv: Any, **kw: Any) -> remote.CommandResult:
+        COUNTS["commands"] += 1
+        return await run(self, argv, **kw)
+
+    read_texts = remote.Runner.read_texts
+
+    async def counted_reads(self: remote.Runner, paths: Any, *, timeout: float) -> list[str]:
+        COUNTS["file_reads"] += len(paths)
+        return await read_texts(self, paths, timeout=timeout)
+
+    poll = DestageWatch.poll
+
+    async def timed_poll(self: DestageWatch, names: Any = None) -> Any:
+        started = time.monotonic()
+        try:
+            return await poll(self, names)
+        finally:
+            POLL_TIMES.append(time.monotonic() - started)
+
+    DestageWatch.poll = timed_poll  # type: ignore[method-assign]
+    remote.Runner.read_texts = counted_reads  # type: ignore[method-assign]
+    remote.Runner.read_text = counted_read  # type: ignore[method-assign]
+    remote.Runner.run = counted_run  # type: ignore[method-assign]
+
+
+Spec = list[tuple[str, Path, dict[str, tuple[float, float]]]]
+
+
+def make_spec(tmp: Path, hosts: int, per_host: int, rng: random.Random) -> Spec:
+    """Per host: its kind, its folder, and each target's (dirty bytes, drain rate)."""
+    spec: Spec = []
+    for h in range(hosts):
+        kind = "bcache" if h % 2 == 0 else "command"
+        prefix = "bcache" if kind == "bcache" else "nv"
+        targets = {
+            f"{prefix}{i}": (rng.uniform(50, 500) * MiB, rng.uniform(20, 200) * MiB)
+            for i in range(per_host)
+        }
+        spec.append((kind, tmp / f"host{h:02d}", targets))
+    return spec
+
+
+def run_writers(spec: Spec, tick: float, stop: Any, ready: Any, results: Any) -> None:
+    """In a process of its own: the fake devices drain; report when each became clean."""
+    fakes: list[FakeBcacheSysfs | VendorWriter] = []
+    for kind, folder, targets in spec:
+        if kind == "bcache":
+            devices = {n: Device(dirty=d, full_rate=r) for n, (d, r) in targets.items()}
+            fakes.append(FakeBcacheSysfs(folder / "sys", devices, tick=tick))
+        else:
+            folder.mkdir(parents=True)
+            fakes.append(VendorWriter(folder, targets, tick=tick))
+    for fake in fakes:
+        fake.__enter__()
+    ready.set()
+    stop.wait()
+    for fake in fakes:
+        fake.__exit__(None, None, None)
+    results.put([t for fake in fakes for t in fake.clean_at.values()])
+
+
+def site_dict(tmp: Path, hosts: int, per_host: int, poll: float) -> dict[str, Any]:
+    caches: list[dict[str, Any]] = []
+    for h in range(hosts):
+        common = {"name": f"host{h:02d}", "poll_interval": poll, "destage_timeout": "10m"}
+        if h % 2 == 0:
+            caches.append(
+                {
+                    **common,
+                    "provider": "bcache",
+                    "sysfs_root": str(tmp / f"host{h:02d}" / "sys"),
+                    "state_dir": str(tmp / "state"),
+                }
+            )
+        else:
+            d = tmp / f"host{h:02d}"
+            caches.append(
+                {
+                    **common,
+                    "provider": "command",
+                    "targets": [f"nv{i}" for i in range(per_host)],
+                    "read_mode": f"cat {d}/{{target}}.mode",
+                    "read_dirty_bytes": f"cat {d}/{{target}}.dirty",
+                    "set_write_through": f"echo write-through > {d}/{{target}}.mode",
+                    "set_write_back": f"echo write-back > {d}/{{target}}.mode",
+                }
+            )
+    return {
+        "site": "bench",
+        "ups": [{"name": "ups1", "nut": {"host": "127.0.0.1", "ups": "ups1"}}],
+        "caches": caches,
+    }
+
+
+async def watch_all(site: SiteConfig) -> tuple[float, float, int]:
+    """Flip everything, wait until clean; (flipped at, noticed at, polls) in monotonic time."""
+    clock = SystemClock()
+    providers = build_cache_providers(site, clock)
+
+    def ignore(event: Event) -> None:
+        return None
+
+    watch = DestageWatch(site, providers, clock, ignore)
+    names = [CacheName(c.name) for c in site.caches]
+    results = await watch.set_mode(CacheMode.WRITE_THROUGH, names)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise SystemExit(f"set_mode failed: {failed[:3]}")
+    flipped = time.monotonic()
+
+    def count(_: object) -> None:
+        POLLS.append(time.monotonic())
+
+    await watch.wait_clean(names, progress=count)
+    noticed = time.monotonic()
+    for provider in providers.values():
+        await provider.close()
+    return flipped, noticed, len(POLLS)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--hosts", type=int, default=20)
+    parser.add_argument("--per-host", type=int, default=10)
+    parser.add_argument("--poll", type=float, default=2.0, help="poll interval, seconds")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--writer-tick", type=float, default=0.05, help="how often the fake devices drain, s"
+    )
+    args = parser.parse_args()
+    _count_io()
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        site = SiteConfig.model_validate(site_dict(tmp, args.hosts, args.per_host, args.poll))
+        spec = make_spec(tmp, args.hosts, args.per_host, random.Random(args.seed))
+        stop, ready = multiprocessing.Event(), multiprocessing.Event()
+        results: multiprocessing.Queue[list[float]] = multiprocessing.Queue()
+        writers = multiprocessing.Process(
+            target=run_writers, args=(spec, args.writer_tick, stop, ready, results)
+        )
+        writers.start()
+        ready.wait()
+        try:
+            cpu0 = time.process_time()
+            flipped, noticed, polls = asyncio.run(watch_all(site))
+            cpu = time.process_time() - cpu0
+        finally:
+            stop.set()
+            clean_times = results.get()
+            writers.join()
+    targets = args.hosts * args.per_host
+    if len(clean_times) < targets:
+        print(f"only {len(clean_times)} of {targets} targets became clean", file=sys.stderr)
+        return 1
+    last = max(clean_times)
+    lag = noticed - last
+    wall = noticed - flipped
+    kinds = f"bcache sysfs x{args.hosts - args.hosts // 2}, command x{args.hosts // 2}"
+    print(f"targets: {targets} on {args.hosts} hosts ({kinds})")
+    gaps = [b - a for a, b in itertools.pairwise(POLLS)]
+    cycle = sum(gaps) / len(gaps) if gaps else float("nan")
+    print(
+        f"poll interval: {args.poll:.1f} s; polls: {polls}, one every {cycle:.2f} s on average; "
+        f"destage took {last - flipped:.1f} s"
+    )
+    print(
+        f"one poll of all {targets} targets took {sum(POLL_TIMES) / len(POLL_TIMES):.2f} s "
+        f"on average (max {max(POLL_TIMES):.2f} s)"
+    )
+    print(
+        f"noticed the last clean target {lag:.2f} s after it became clean "
+        f"({lag / args.poll:.2f} poll intervals; target <= 1.00)"
+    )
+    print(
+        f"watching cost: {COUNTS['file_reads'] / wall:.0f} sysfs file reads/s, "
+        f"{COUNTS['commands'] / wall:.0f} commands/s, CPU {cpu / wall * 100:.0f} % of one core "
+        f"(the watching process; the fake writers run in another)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
