@@ -31,7 +31,7 @@ from upsguard.models import (
 from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.policies.phases import Act, Decision, PhaseEngine, PowerView, RunState
-from upsguard.policies.power import UpsFigures, read_feeds
+from upsguard.policies.power import read_feeds
 from upsguard.policies.watch import UpsWatch
 from upsguard.runbooks.destage import DestageGate, DestageWatch
 from upsguard.runbooks.executor import Executor, RunResult
@@ -92,7 +92,13 @@ class OutageLoop:
         journal: RunJournal | None = None,
     ) -> None:
         self.site = site
-        self.watches = {name: UpsWatch(src, clock) for name, src in sources.items()}
+        configs = {u.name: u for u in site.ups}
+        self.watches = {
+            name: UpsWatch.for_config(src, configs[name], clock)
+            if name in configs
+            else UpsWatch(src, clock)
+            for name, src in sources.items()
+        }
         self.sources = dict(sources)
         self.platforms = platforms
         self.caches = caches
@@ -125,11 +131,7 @@ class OutageLoop:
         return view
 
     def _view(self) -> PowerView:
-        figures = {
-            name: UpsFigures(w.last, w.runtime_s(), w.depletion_pct_per_min)
-            for name, w in self.watches.items()
-            if w.last is not None
-        }
+        figures = {name: w.figures() for name, w in self.watches.items() if w.last is not None}
         charges = [
             f.reading.charge_pct for f in figures.values() if f.reading.charge_pct is not None
         ]
