@@ -127,10 +127,8 @@ def run_demo(speed: float = 60.0, journal: Path | None = None, out: TextIO = sys
         path = journal or Path(tmp) / "demo.sqlite"
         site = demo_site(path)
         scenario = parse_scenario(DEMO_SCENARIO, site, "demo-scenario.yaml")
-        out.write(
-            f"upsguard demo: {scenario.description}; {speed:g}x speed "
-            f"(a minute of the outage takes {60 / speed:.1f} s)\n"
-        )
+        pace = f"{speed:g}x speed (a minute takes {60 / speed:.1f} s)" if speed > 0 else "no pause"
+        out.write(f"upsguard demo: {scenario.description}; {pace}\n")
         store = Journal(path, site.service.readings_every)
         try:
             sim = LiveSimulation(site, scenario, store, out)
