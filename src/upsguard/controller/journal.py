@@ -190,10 +190,14 @@ class Journal:
             log.error("journal %s: could not record run %s: %s", self.path, spec.run, exc)
 
     def _run_started(self, event: RunStarted) -> None:
+        """A run nobody announced with ``run_planned`` (the simulator): its id names its kind."""
+        kind = event.run.split("-", 1)[0]
+        if kind not in ("shutdown", "shedding", "startup"):
+            kind = event.direction
         self.db.execute(
             "INSERT INTO runs (id, direction, kind, origin, reason, started, state)"
             " VALUES (?, ?, ?, 'policy', ?, ?, 'running') ON CONFLICT(id) DO NOTHING",
-            (event.run, event.direction, event.direction, event.reason, iso(event.at)),
+            (event.run, event.direction, kind, event.reason, iso(event.at)),
         )
 
     def _run_finished(self, event: RunFinished) -> None:
