@@ -1,0 +1,40 @@
+"""Every hardware platform the registry names is built as PlatformFactory says and is a Platform."""
+
+from __future__ import annotations
+
+import pytest
+
+from upsguard.clock import SystemClock
+from upsguard.config.platforms import BUILTIN_TYPES, PlatformBase
+from upsguard.config.site import SiteConfig
+from upsguard.models import PlatformName
+from upsguard.plugins import registry
+from upsguard.plugins.platforms.base import Platform
+
+SETTINGS: dict[str, dict[str, object]] = {
+    "ipmi": {"host": "10.0.0.21", "user": "admin", "password_env": "BMC_PW"},
+    "redfish": {"host": "https://10.0.0.22", "user": "root", "password_env": "RF_PW"},
+    "ssh": {},
+    "wol": {},
+    "libvirt": {"uri": "test:///default"},
+    "proxmox": {"host": "pve1.lab", "user": "root@pam", "password_env": "PVE_PW"},
+    "command": {},
+    "none": {},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SETTINGS))
+def test_built_through_the_registry_it_is_a_platform(kind: str) -> None:
+    assert kind in BUILTIN_TYPES
+    site = SiteConfig.model_validate(
+        {
+            "site": "t",
+            "ups": [{"name": "u", "simulated": {}}],
+            "platforms": {"p": {"type": kind, **SETTINGS[kind]}},
+        }
+    )
+    settings = site.platform("p")
+    assert isinstance(settings, PlatformBase)
+    platform = registry.load("platform", kind)(PlatformName("p"), settings, SystemClock())
+    assert isinstance(platform, Platform)
+    assert platform.name == "p"
