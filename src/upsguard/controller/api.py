@@ -11,6 +11,7 @@ forged by a client. One request per connection; bodies are small JSON.
     POST /hold     {"reason"}         POST /release {"reason"}
     POST /trigger  {"direction", "only", "reason"}
     POST /abort    {"reason"}
+    POST /poll                        poll the UPSes now (for upsmon's NOTIFYCMD)
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class ApiServer:
             ("POST", "/release"): self._release,
             ("POST", "/trigger"): self._trigger,
             ("POST", "/abort"): self._abort,
+            ("POST", "/poll"): self._poll,
         }
 
     async def start(self) -> None:
@@ -213,6 +215,11 @@ class ApiServer:
             [str(o) for o in only],
             str(req.body.get("reason") or ""),
         )
+
+    async def _poll(self, req: Request) -> Any:
+        """Poll at once instead of at the next interval: a NOTIFYCMD hook calls this on ONBATT."""
+        await self.svc.poll_now()
+        return {"phase": self.svc.outage.engine.phase.value}
 
     async def _abort(self, req: Request) -> Any:
         return await overrides.abort(self.svc, req.who, str(req.body.get("reason") or ""))

@@ -60,6 +60,7 @@ class Service:
         self.changed = asyncio.Event()
         self.ticks = 0
         self.last_tick_error: str | None = None
+        self._poll_lock = asyncio.Lock()
 
     def _wake(self, event: Event) -> None:
         self.changed.set()
@@ -115,6 +116,19 @@ class Service:
             self.last_tick_error = str(exc)
         self.ticks += 1
 
+    async def poll_now(self) -> None:
+        """An extra poll between the scheduled ones; never two polls at once."""
+        async with self._poll_lock:
+            await self.tick()
+
+    async def refresh_caches(self) -> None:
+        """Keep the caches' mode and dirty bytes current for status and metrics (a destage
+        wait polls on its own, faster)."""
+        try:
+            await self.outage.caches.poll()
+        except Exception as exc:  # a cache that cannot be read is shown as such, not fatal
+            log.warning("reading caches: %s", exc)
+
     def housekeeping(self) -> None:
         pruned = self.journal.prune_readings(self.clock.now(), self.site.service.keep_readings)
         if pruned:
@@ -126,7 +140,7 @@ class Service:
         poll = self.site.policies.poll_interval.total_seconds()
         now = datetime.now(UTC)
         sched.add_job(
-            self.tick,
+            self.poll_now,
             "interval",
             seconds=poll,
             next_run_time=now,
@@ -136,6 +150,10 @@ class Service:
             id="poll",
         )
         sched.add_job(self.open_platforms, "interval", minutes=1, id="platforms", coalesce=True)
+        if self.site.caches:
+            sched.add_job(
+                self.refresh_caches, "interval", seconds=30, next_run_time=now, coalesce=True
+            )
         sched.add_job(
             self.housekeeping, "interval", hours=6, next_run_time=now + timedelta(minutes=1)
         )
