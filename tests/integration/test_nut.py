@@ -91,6 +91,7 @@ def test_watch_sees_observed_depletion_faster_than_the_ups_says(nut_factory: Any
 
     async def scenario() -> UpsWatch:
         watch = UpsWatch(NutSource(server.ups_config("ups1"), SystemClock()), SystemClock())
+        await _poll_until(watch.poll, lambda r: r.on_line)  # a whole outage from its start
         await _poll_until(watch.poll, lambda r: r.charge_pct == 30.0)
         await watch.source.close()
         return watch
