@@ -146,3 +146,10 @@ def test_missing_device_is_a_permanent_error_naming_it(
     [missing] = asyncio.run(provider.targets())
     with pytest.raises(PermanentError, match="cache 'ssd' bcache7: not a bcache device"):
         asyncio.run(provider.read(missing))
+
+
+def test_finding_no_device_is_an_error_not_all_clean(tmp_path: Path) -> None:
+    (tmp_path / "sys" / "block").mkdir(parents=True)
+    provider = BcacheProvider(settings(tmp_path), SystemClock())
+    with pytest.raises(PermanentError, match=r"no bcache device under .*/sys/block: set 'targets'"):
+        asyncio.run(provider.targets())

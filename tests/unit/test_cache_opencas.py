@@ -105,3 +105,10 @@ def test_setting_the_current_mode_again_does_nothing(tmp_path: Path) -> None:
     _, p = make(tmp_path)
     asyncio.run(p.set_mode(target("cache2"), CacheMode.WRITE_THROUGH))
     assert asyncio.run(p.read(target("cache2"))).detail == "status Running"
+
+
+def test_finding_no_cache_at_all_is_an_error_not_all_clean(tmp_path: Path) -> None:
+    tools, p = make(tmp_path)
+    tools.write({"devices": {}, "calls": {}})
+    with pytest.raises(PermanentError, match=r"cache 'cas': casadm lists no running cache"):
+        asyncio.run(p.targets())

@@ -80,7 +80,8 @@ class BcacheProvider:
     async def targets(self) -> list[CacheTarget]:
         if self._settings.targets:
             return [CacheTarget(self.name, name) for name in self._settings.targets]
-        return [CacheTarget(self.name, name) for name in await self._list_devices()]
+        found = [CacheTarget(self.name, name) for name in await self._list_devices()]
+        return _some(found, f"cache '{self.name}': no bcache device under {self._root}/block")
 
     async def read(self, target: CacheTarget) -> CacheState:
         mode_text, state, dirty_text = await self._get_many(
@@ -201,3 +202,10 @@ class _SavedKnobs:
             tmp.replace(self._path)
         except OSError as exc:
             log.warning("cannot keep saved bcache settings in %s: %s", self._path, exc.strerror)
+
+
+def _some(found: list[CacheTarget], nothing: str) -> list[CacheTarget]:
+    """Found targets; none at all is an error, never "nothing dirty, all clean"."""
+    if not found:
+        raise PermanentError(f"{nothing}: set 'targets' or check the settings")
+    return found

@@ -68,7 +68,8 @@ class FvpProvider:
         policies = answer.get("policy") or []
         if isinstance(policies, dict):
             policies = [policies]
-        return [CacheTarget(self.name, str(_field(p, "Name"))) for p in policies]
+        found = [CacheTarget(self.name, str(_field(p, "Name"))) for p in policies]
+        return _some(found, f"cache '{self.name}': FVP reports no accelerated VM")
 
     async def read(self, target: CacheTarget) -> CacheState:
         vm = ps_quote(target.name)
@@ -201,3 +202,10 @@ class _SavedPeers:
             tmp.replace(self._path)
         except OSError as exc:
             log.warning("cannot keep FVP peer counts in %s: %s", self._path, exc.strerror)
+
+
+def _some(found: list[CacheTarget], nothing: str) -> list[CacheTarget]:
+    """Found targets; none at all is an error, never "nothing dirty, all clean"."""
+    if not found:
+        raise PermanentError(f"{nothing}: set 'targets' or check the settings")
+    return found

@@ -65,7 +65,8 @@ class LvmcacheProvider:
         if self._settings.targets:
             return [CacheTarget(self.name, name) for name in self._settings.targets]
         rows = await self._report(["-o", "vg_name,lv_name", "-S", "segtype=cache"])
-        return [CacheTarget(self.name, f"{r['vg_name']}/{r['lv_name']}") for r in rows]
+        found = [CacheTarget(self.name, f"{r['vg_name']}/{r['lv_name']}") for r in rows]
+        return _some(found, f"cache '{self.name}': lvs reports no cached LV (segtype cache)")
 
     async def read(self, target: CacheTarget) -> CacheState:
         rows = await self._report(["-o", FIELDS, target.name])
@@ -156,3 +157,10 @@ def _job_detail(job: Detached) -> str:
     if job.exit_status == 0:
         return "lvchange done"
     return f"lvchange failed (exit status {job.exit_status}): {last or 'no output'}"
+
+
+def _some(found: list[CacheTarget], nothing: str) -> list[CacheTarget]:
+    """Found targets; none at all is an error, never "nothing dirty, all clean"."""
+    if not found:
+        raise PermanentError(f"{nothing}: set 'targets' or check the settings")
+    return found

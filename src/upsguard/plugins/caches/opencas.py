@@ -41,8 +41,8 @@ _TOOL_MODE = {CacheMode.WRITE_BACK: "wb", CacheMode.WRITE_THROUGH: "wt"}
 def parse_csv(text: str) -> list[dict[str, str]]:
     """CSV rows keyed by lower-cased header, so both header spellings read alike."""
     rows = list(csv.reader(io.StringIO(text.strip())))
-    if len(rows) < 2:
-        raise TemporaryError(f"casadm printed no CSV rows: {text.strip()[:80]!r}")
+    if not rows:
+        raise TemporaryError("casadm printed no CSV")
     header = [h.strip().lower() for h in rows[0]]
     return [dict(zip(header, (v.strip() for v in row), strict=False)) for row in rows[1:]]
 
@@ -70,11 +70,17 @@ class OpencasProvider:
             names = [n if n.startswith("cache") else f"cache{n}" for n in self._settings.targets]
             return [CacheTarget(self.name, n) for n in names]
         rows = parse_csv(await self._casadm_out(None, "-L", "-o", "csv"))
-        return [CacheTarget(self.name, f"cache{r['id']}") for r in rows if r.get("type") == "cache"]
+        found = [
+            CacheTarget(self.name, f"cache{r['id']}") for r in rows if r.get("type") == "cache"
+        ]
+        return _some(found, f"cache '{self.name}': casadm lists no running cache")
 
     async def read(self, target: CacheTarget) -> CacheState:
         cid = cache_id(target)
-        row = parse_csv(await self._casadm_out(target, "-P", "-i", cid, "-o", "csv"))[0]
+        rows = parse_csv(await self._casadm_out(target, "-P", "-i", cid, "-o", "csv"))
+        if not rows:
+            raise TemporaryError(f"{self._where(target)}: casadm -P printed no statistics")
+        row = rows[0]
         mode = _MODES.get(row.get("write policy", ""), CacheMode.UNKNOWN)
         try:
             dirty = int(row["dirty [4kib blocks]"]) * BLOCK
@@ -149,3 +155,10 @@ def _job_detail(job: Detached) -> str:
         return "casadm done"
     last = next((line.strip() for line in reversed(job.lines) if line.strip()), "no output")
     return f"casadm failed (exit status {job.exit_status}): {last}"
+
+
+def _some(found: list[CacheTarget], nothing: str) -> list[CacheTarget]:
+    """Found targets; none at all is an error, never "nothing dirty, all clean"."""
+    if not found:
+        raise PermanentError(f"{nothing}: set 'targets' or check the settings")
+    return found

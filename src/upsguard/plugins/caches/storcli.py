@@ -68,7 +68,8 @@ class StorcliProvider:
         if self._settings.targets:
             return [CacheTarget(self.name, name) for name in self._settings.targets]
         rows = await self._drives(f"{self._ctl}/vall")
-        return [CacheTarget(self.name, "v" + row["DG/VD"].split("/")[1]) for row in rows]
+        found = [CacheTarget(self.name, "v" + row["DG/VD"].split("/")[1]) for row in rows]
+        return _some(found, f"cache '{self.name}': {self._ctl} has no virtual drive")
 
     async def read(self, target: CacheTarget) -> CacheState:
         [row] = await self._drives(self._vd(target))
@@ -144,3 +145,10 @@ class StorcliProvider:
     def _where(self, target: CacheTarget) -> str:
         host = f"{self._settings.ssh.host}:" if self._settings.ssh else ""
         return f"cache '{self.name}' {host}{target.name}"
+
+
+def _some(found: list[CacheTarget], nothing: str) -> list[CacheTarget]:
+    """Found targets; none at all is an error, never "nothing dirty, all clean"."""
+    if not found:
+        raise PermanentError(f"{nothing}: set 'targets' or check the settings")
+    return found

@@ -69,7 +69,8 @@ class WritecacheProvider:
             return [CacheTarget(self.name, name) for name in self._settings.targets]
         out = await self._dm(None, "status", "--target", "writecache")
         names = [line.split(":", 1)[0] for line in out.splitlines() if ":" in line]
-        return [CacheTarget(self.name, name) for name in names]
+        found = [CacheTarget(self.name, name) for name in names]
+        return _some(found, f"cache '{self.name}': dmsetup reports no writecache device")
 
     async def read(self, target: CacheTarget) -> CacheState:
         error, blocks, free, writeback = parse_status(await self._dm(target, "status"))
@@ -120,3 +121,10 @@ class WritecacheProvider:
     def _where(self, target: CacheTarget) -> str:
         host = f"{self._settings.ssh.host}:" if self._settings.ssh else ""
         return f"cache '{self.name}' {host}{target.name}"
+
+
+def _some(found: list[CacheTarget], nothing: str) -> list[CacheTarget]:
+    """Found targets; none at all is an error, never "nothing dirty, all clean"."""
+    if not found:
+        raise PermanentError(f"{nothing}: set 'targets' or check the settings")
+    return found
