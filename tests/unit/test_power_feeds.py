@@ -80,7 +80,7 @@ def test_lost_member_never_counts_as_online() -> None:
 def test_held_member_counts_while_its_grace_lasts() -> None:
     figures = {A: fig(A, "OL", link=LinkState.LOST, held=True)}
     reading = read_feed("hosts", feed(A), figures)
-    assert not reading.at_risk and reading.held == 1 and reading.lost
+    assert not reading.at_risk and reading.held == 1 and not reading.lost
 
 
 def test_low_battery_only_when_too_few_healthy_supplies_remain() -> None:

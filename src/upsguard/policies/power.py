@@ -35,6 +35,7 @@ class FeedReading:
     low_battery: bool
     forced_shutdown: bool
     lost: bool
+    """A member's data is lost or stale past its link grace (a held member is not lost)."""
     held: int = 0
     """Members counted as supplying only because a short link loss is being held."""
     at_risk_for_s: float = 0.0
@@ -118,7 +119,7 @@ def read_feed(name: str, feed: FeedConfig, figures: Mapping[UpsName, UpsFigures]
         depletion_pct_per_min=max(rates) if rates else None,
         low_battery=at_risk and healthy < feed.min_supplies,
         forced_shutdown=any(f.reading.forced_shutdown for f in members),
-        lost=any(f.reading.link is not LinkState.OK for f in members),
+        lost=any(f.reading.link is not LinkState.OK and not f.held_online for f in members),
         held=sum(1 for f in members if f.held_online),
         at_risk_for_s=_at_risk_for(feed, draining) if at_risk else 0.0,
         members=tuple(figures[u].word if u in figures else "unknown" for u in feed.ups),
