@@ -114,7 +114,8 @@ class LvmcacheProvider:
 
     async def _stop_flush(self, target: CacheTarget) -> None:
         """Interrupt a flushing lvchange (it aborts cleanly and restores the policy)."""
-        pattern = f"lvchange --cachemode writethrough {target.name}"
+        name = re.sub(r"([.+])", r"[\1]", target.name)  # LV names may hold '.' and '+'
+        pattern = f"lvchange --cachemode writethrough {name}$"
         await self._runner.run(["pkill", "-INT", "-f", "--", pattern], timeout=TIMEOUT)
         for _ in range(100):  # it restores the normal policy on its way out: wait for that
             found = await self._runner.run(["pgrep", "-f", "--", pattern], timeout=TIMEOUT)

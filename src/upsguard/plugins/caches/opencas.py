@@ -124,7 +124,7 @@ class OpencasProvider:
         await self._runner.close()
 
     async def _interrupt(self, cid: str) -> None:
-        pattern = f"casadm -Q -i {cid} -c wt"
+        pattern = f"casadm -Q -i {cid} -c wt "
         await self._runner.run(["pkill", "-INT", "-f", "--", pattern], timeout=TIMEOUT)
         for _ in range(100):  # it restores the normal policy on its way out: wait for that
             found = await self._runner.run(["pgrep", "-f", "--", pattern], timeout=TIMEOUT)
