@@ -44,6 +44,7 @@ def write_site(
     directory: Path,
     resources: list[dict[str, Any]] | None = None,
     password: str | None = None,
+    extra_platforms: dict[str, Any] | None = None,
     **platform: Any,
 ) -> Path:
     """A site file whose vsphere platform 'vc' is the simulator (the UPS is never contacted)."""
@@ -62,7 +63,8 @@ def write_site(
                 "password_file": str(secret),
                 "ca_file": str(sim.tls.ca_file),
                 **platform,
-            }
+            },
+            **(extra_platforms or {}),
         },
         "resources": LAB_RESOURCES if resources is None else resources,
     }

@@ -201,7 +201,7 @@ def test_vm_without_tools_has_no_graceful_path(lab: Vcsim, tmp_path: Path) -> No
         (app,) = await p.resolve(res("app", "vm", vm="app-01"))
         await p.stop(app, StopMethod.GRACEFUL)
 
-    with pytest.raises(GracefulUnavailable, match="app-01: VMware Tools are not running"):
+    with pytest.raises(GracefulUnavailable, match="VMware Tools are not running"):
         run_with(make(lab, tmp_path), body)
     assert events.names("VmGuestShutdownEvent") == []
     assert lab.vm("app-01").runtime.powerState == "poweredOn"

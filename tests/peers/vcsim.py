@@ -148,6 +148,9 @@ class Vcsim:
         finally:
             view.Destroy()
 
+    def all_hosts(self) -> list[Any]:
+        return self.all(vim.HostSystem)
+
     def vm(self, name: str) -> Any:
         return next(v for v in self.all(vim.VirtualMachine) if v.name == name)
 
@@ -274,6 +277,24 @@ def create_vm(sim: Vcsim, spec: VmSpec) -> Any:
     if spec.power_on:
         wait_task(vm.PowerOnVM_Task())
     return vm
+
+
+def wait_for_tools(sim: Vcsim, timeout: float = 20.0) -> None:
+    """Until every powered-on VM with Tools reports them running (they start after boot)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pending = [
+            vm.name
+            for vm in sim.all(vim.VirtualMachine)
+            if vm.runtime.powerState == "poweredOn"
+            and not any(o.key == "upsguard.tools" for o in vm.config.extraConfig)
+            and not vm.name.startswith("vCLS")
+            and vm.guest.toolsRunningStatus != "guestToolsRunning"
+        ]
+        if not pending:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"VMware Tools did not start in {pending}")
 
 
 def host_names(sim: Vcsim) -> list[str]:

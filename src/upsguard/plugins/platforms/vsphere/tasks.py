@@ -127,7 +127,7 @@ class Operations:
         if vm_power(props) is PowerState.OFF:
             return
         if props.get("guest.toolsRunningStatus") != TOOLS_RUNNING:
-            raise GracefulUnavailable(f"{target.name}: VMware Tools are not running")
+            raise GracefulUnavailable("VMware Tools are not running")
 
         def call(si: Any) -> str:
             try:
@@ -139,7 +139,7 @@ class Operations:
             return "ok"
 
         if await site.run(f"shut down the guest of {target.name}", call) == "no tools":
-            raise GracefulUnavailable(f"{target.name}: VMware Tools are not running")
+            raise GracefulUnavailable("VMware Tools are not running")
 
     async def _power_off(self, target: Target) -> None:
         site, ref, props = await self.props(target)

@@ -1,0 +1,150 @@
+"""Whole runbooks through the executor against upsguard-vcsim: the order vSphere saw is the plan's.
+
+The plan is built from live inventory (VM placement decides which host waits for which
+VMs); the executor drives the vsphere platform; the order is read back from the
+simulator's own event history, through collectors created before the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_vsphere_cli import LAB_RESOURCES, write_site
+from tests.peers.vcsim import (
+    LAB_ARGS,
+    LAB_VMS,
+    EventRecorder,
+    Vcsim,
+    VmSpec,
+    create_vm,
+    wait_for_tools,
+)
+from upsguard.clock import SystemClock
+from upsguard.config.loading import load_site
+from upsguard.events import Event
+from upsguard.models import StepState
+from upsguard.runbooks.executor import Executor, RunResult
+from upsguard.runbooks.inventory import live_inventory
+from upsguard.runbooks.planner import build_plan
+from upsguard.runbooks.plugins import build_platforms
+
+pytestmark = pytest.mark.vcsim
+
+RESOURCES: list[dict[str, Any]] = [
+    *LAB_RESOURCES[:4],
+    {"id": "stray", "kind": "vm_group", "platform": "vc", "select": {"name": "stray-*"}},
+    {"id": "stuck", "kind": "vm", "platform": "vc", "vm": "stuck-01", "guest_timeout": "1s"},
+    *LAB_RESOURCES[4:],
+]
+
+
+@pytest.fixture
+def slow_lab(vcsim_factory: Callable[..., Vcsim]) -> Vcsim:
+    """The lab, with guests that take 300 ms to shut down and Tools 300 ms to start."""
+    sim = vcsim_factory(*LAB_ARGS, "-guest-shutdown-ms", "300", "-tools-boot-ms", "300")
+    for spec in LAB_VMS:
+        create_vm(sim, spec)
+    create_vm(sim, VmSpec("stuck-01", "DC0_C0_H2", guest_shutdown="hang"))
+    wait_for_tools(sim)
+    return sim
+
+
+def run(site_path: Path, direction: str) -> tuple[RunResult, list[Event]]:
+    site = load_site(site_path)
+    events: list[Event] = []
+
+    async def main() -> RunResult:
+        platforms = build_platforms(site, SystemClock())
+        for platform in platforms.values():
+            await platform.open()
+        try:
+            inventory = await live_inventory(site, platforms)
+            plan = build_plan(site, direction, inventory)
+            executor = Executor(
+                site, plan, platforms, clock=SystemClock(), events=events.append, run_id="t"
+            )
+            return await executor.run()
+        finally:
+            for platform in platforms.values():
+                await platform.close()
+
+    return asyncio.run(main()), events
+
+
+def before(seen: list[tuple[str, str]], first: tuple[str, str], then: tuple[str, str]) -> bool:
+    return seen.index(first) < seen.index(then)
+
+
+def test_shutdown_order_at_vsphere_follows_the_plan(slow_lab: Vcsim, tmp_path: Path) -> None:
+    recorder = EventRecorder(
+        slow_lab, "VmGuestShutdownEvent", "VmPoweredOffEvent", "HostShutdownEvent"
+    )
+    result, _ = run(write_site(slow_lab, tmp_path, RESOURCES), "shutdown")
+    assert result.state == "done", [o.detail for o in result.failed]
+    seen = recorder.read()
+    off = {name: ("VmPoweredOffEvent", name) for kind, name in seen if kind == "VmPoweredOffEvent"}
+    guest = {name: ("VmGuestShutdownEvent", name) for kind, name in seen if kind.startswith("VmG")}
+    host = {name: ("HostShutdownEvent", name) for kind, name in seen if kind == "HostShutdownEvent"}
+    # dependencies: web and app are down before sql01 is asked, sql01 before dc01
+    for vm in ("web-01", "web-02", "app-01"):
+        assert before(seen, off[vm], guest["sql01"])
+    assert before(seen, off["sql01"], guest["dc01"])
+    # placement: each host goes down after the VMs that ran on it
+    placement = {
+        "DC0_C0_H0": ["dc01", "web-01"],
+        "DC0_C0_H1": ["sql01", "web-02"],
+        "DC0_C0_H2": ["app-01", "stray-01", "stuck-01"],
+    }
+    for name, vms in placement.items():
+        for vm in vms:
+            assert before(seen, off[vm], host[name])
+    # no Tools: no guest shutdown, powered off; a guest that hangs: powered off after 1s
+    assert "app-01" not in guest and "stuck-01" in guest
+    outcomes = {o.step: o for o in result.outcomes.values()}
+    assert (
+        outcomes["stop:stuck"].fallback_used
+        and "still on after 1s" in outcomes["stop:stuck"].detail
+    )
+    assert outcomes["stop:app/app-01"].fallback_used
+    assert all(h.runtime.powerState == "poweredOff" for h in slow_lab.all_hosts())
+
+
+def test_power_up_order_after_the_outage(slow_lab: Vcsim, tmp_path: Path) -> None:
+    """Hosts come back through their BMC (the simulator's stand-in, run as a command)."""
+    url = f"https://127.0.0.1:{slow_lab.port}/upsguard/host-power-on?name="
+    power_on = (
+        f'{shlex.quote(sys.executable)} -c "import ssl, sys, urllib.request; '
+        f"urllib.request.urlopen(urllib.request.Request(sys.argv[1], method='POST'), "
+        f'context=ssl.create_default_context(cafile=sys.argv[2]))" '
+    )
+    resources = [dict(r) for r in RESOURCES]
+    for res in resources:
+        if res["kind"] == "host":
+            res["power_on_via"] = "bmc"
+            res["startup"] = power_on + shlex.join([url + res["id"], str(slow_lab.tls.ca_file)])
+    site = write_site(slow_lab, tmp_path, resources, extra_platforms={"bmc": {"type": "command"}})
+    down, _ = run(site, "shutdown")
+    assert down.state == "done", [o.detail for o in down.failed]
+    recorder = EventRecorder(slow_lab, "HostConnectedEvent", "VmPoweredOnEvent")
+    up, _ = run(site, "startup")
+    assert up.state == "done", [o.detail for o in up.failed]
+    seen = recorder.read()
+    on = [name for kind, name in seen if kind == "VmPoweredOnEvent"]
+    hosts_up = [name for kind, name in seen if kind == "HostConnectedEvent"]
+    assert sorted(hosts_up) == ["DC0_C0_H0", "DC0_C0_H1", "DC0_C0_H2"]
+    assert seen.index(("VmPoweredOnEvent", on[0])) > max(
+        seen.index(("HostConnectedEvent", h)) for h in hosts_up
+    )
+    assert on.index("dc01") < on.index("sql01")
+    for vm in ("web-01", "web-02", "app-01"):
+        assert on.index("sql01") < on.index(vm)
+    assert slow_lab.vm("web-01").guest.toolsRunningStatus == "guestToolsRunning"
+    assert not any(h.runtime.inMaintenanceMode for h in slow_lab.all_hosts())
+    assert StepState.DONE in {o.state for o in up.outcomes.values()}
