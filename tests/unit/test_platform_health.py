@@ -159,3 +159,10 @@ async def test_without_health_block_only_the_platform_is_asked() -> None:
     platform = ReadyAfter(1)
     await asyncio.wait_for(wait_healthy(res, TARGET, platform), 30)
     assert platform.calls == 1
+
+
+@aio
+async def test_unknown_host_name_says_it_cannot_be_resolved() -> None:
+    res = resource(tcp="no-such-host.invalid:2049", platform=False, timeout="0.1s")
+    with pytest.raises(StepTimeout, match=r"cannot resolve no-such-host\.invalid"):
+        await wait_healthy(res, TARGET, ReadyAfter(1))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -33,6 +34,8 @@ __all__ = ["CheckResult", "check_command", "check_http", "check_tcp", "wait_heal
 
 #: No single probe may take longer than this, so one hung check cannot eat the deadline.
 PROBE_TIMEOUT = 10.0
+#: The platform's own check may call a slow API (vCenter taking a host out of maintenance).
+PLATFORM_PROBE_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +90,8 @@ async def _round(
     check: HealthCheck, target: Target, platform: Platform, timeout: float
 ) -> list[CheckResult]:
     """Run every configured probe once, at the same time."""
-    probe_timeout = min(PROBE_TIMEOUT, max(timeout, 0.1))
+    timeout = max(timeout, 0.1)
+    probe_timeout = min(PROBE_TIMEOUT, timeout)
     probes: list[Awaitable[CheckResult]] = []
     if check.tcp:
         probes.append(check_tcp(check.tcp, probe_timeout))
@@ -96,7 +100,7 @@ async def _round(
     if check.command:
         probes.append(check_command(check.command, probe_timeout))
     if check.platform:
-        probes.append(_check_platform(platform, target, probe_timeout))
+        probes.append(_check_platform(platform, target, min(PLATFORM_PROBE_TIMEOUT, timeout)))
     return list(await asyncio.gather(*probes))
 
 
@@ -129,6 +133,8 @@ async def check_tcp(address: str, timeout: float = PROBE_TIMEOUT) -> CheckResult
         host, port = _split_host_port(address)
         try:
             _, writer = await asyncio.open_connection(host, port)
+        except socket.gaierror as exc:
+            return f"cannot resolve {host}: {exc.strerror}"
         except OSError as exc:
             return os.strerror(exc.errno) if exc.errno else str(exc)
         writer.close()
