@@ -9,7 +9,7 @@ import pytest
 
 from upsguard.clock import SystemClock
 from upsguard.config.ups import UpsConfig
-from upsguard.errors import ConfigError, PermanentError
+from upsguard.errors import ConfigError, PermanentError, UpsUnreachable
 from upsguard.plugins import registry
 from upsguard.plugins.ups.base import UpsSource
 
@@ -51,3 +51,10 @@ def test_nut_commands_need_a_user() -> None:
     source = registry.load("ups", "nut")(UpsConfig.model_validate(NUT), SystemClock())
     with pytest.raises(ConfigError, match="instcmds"):
         asyncio.run(source.command("load.off"))
+
+
+def test_snmp_unresolvable_host_is_unreachable_not_a_crash() -> None:
+    entry = {"name": "b", "snmp": {"host": "no-such-host.invalid", "timeout": "0.2s"}}
+    source = registry.load("ups", "snmp")(UpsConfig.model_validate(entry), SystemClock())
+    with pytest.raises(UpsUnreachable, match=r"no-such-host\.invalid"):
+        asyncio.run(source.read())

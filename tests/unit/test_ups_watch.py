@@ -181,3 +181,8 @@ def test_refused_credentials_stop_the_first_poll_only() -> None:
         play([denied])
     watch, readings, _ = play([ok("OL"), denied])
     assert readings[1].link is LinkState.LOST and watch.last_error is not None
+
+
+def test_a_source_bug_reads_lost_instead_of_stopping_the_watch() -> None:
+    watch, readings, _ = play([ok("OL"), RuntimeError("plugin bug")])
+    assert readings[1].link is LinkState.LOST and "plugin bug" in (watch.last_error or "")

@@ -83,6 +83,10 @@ class UpsWatch:
             reading = self._lost(self._error_text())
         except UpsguardError as exc:
             reading = self._lost(str(exc))
+        except Exception as exc:  # a plugin's bug must not stop the watch of the others
+            if self.last_error is None:
+                log.exception("%s: the UPS source failed unexpectedly", self.name)
+            reading = self._lost(f"the UPS source failed: {type(exc).__name__}: {exc}")
         else:
             if self.last_error is not None:
                 log.warning("%s: answering again", self.name)

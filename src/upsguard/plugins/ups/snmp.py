@@ -21,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pysnmp.error import PySnmpError
 from pysnmp.hlapi.v3arch.asyncio import (
     CommunityData,
     ContextData,
@@ -137,17 +139,41 @@ _PRIV = {
 # Error indications that mean the agent refused who we are, not that it is away.
 _REFUSED = ("digest", "unknownusm", "unknownusername", "ciphering", "decryption", "seclevel")
 
-_ENGINES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SnmpEngine] = (
+
+@dataclass(slots=True)
+class _Engine:
+    """The engine of one event loop and how many sources use it (the last one closes it)."""
+
+    engine: SnmpEngine
+    users: int = 0
+
+
+_ENGINES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Engine] = (
     weakref.WeakKeyDictionary()
 )
 
 
 def _engine() -> SnmpEngine:
+    return _ENGINES[asyncio.get_running_loop()].engine
+
+
+def _join_engine() -> None:
     loop = asyncio.get_running_loop()
-    engine = _ENGINES.get(loop)
-    if engine is None:
-        engine = _ENGINES[loop] = SnmpEngine()
-    return engine
+    slot = _ENGINES.get(loop)
+    if slot is None:
+        slot = _ENGINES[loop] = _Engine(SnmpEngine())
+    slot.users += 1
+
+
+def _leave_engine() -> None:
+    loop = asyncio.get_running_loop()
+    slot = _ENGINES.get(loop)
+    if slot is None:
+        return
+    slot.users -= 1
+    if slot.users <= 0:
+        del _ENGINES[loop]
+        slot.engine.close_dispatcher()
 
 
 Values = dict[str, int | str | None]
@@ -177,6 +203,7 @@ class SnmpSource:
 
     async def _transport(self) -> UdpTransportTarget:
         if self._target is None:
+            _join_engine()
             s = self.settings
             self._target = await UdpTransportTarget.create(
                 (s.host, s.port), timeout=s.timeout.total_seconds(), retries=s.retries
@@ -184,10 +211,11 @@ class SnmpSource:
         return self._target
 
     async def _get(self, oids: Mapping[str, str]) -> Values:
+        target = await self._transport()  # joins this loop's engine first
         error, status, index, binds = await get_cmd(
             _engine(),
             self._auth_data(),
-            await self._transport(),
+            target,
             ContextData(contextName=self.settings.context),
             *(ObjectType(ObjectIdentity(oid)) for oid in oids.values()),
         )
@@ -199,10 +227,11 @@ class SnmpSource:
 
     async def _walk(self, column: str, limit: int = 64) -> list[int | str | None]:
         """The values of one table column (the alarm table is short: a bounded bulk read)."""
+        target = await self._transport()
         error, status, index, binds = await bulk_cmd(
             _engine(),
             self._auth_data(),
-            await self._transport(),
+            target,
             ContextData(contextName=self.settings.context),
             0,
             limit,
@@ -239,8 +268,8 @@ class SnmpSource:
             return ups_mib_reading(self.name, self._clock.now(), values, alarms)
         except (AuthenticationError, UpsUnreachable, ConfigError):
             raise
-        except (OSError, ValueError) as exc:
-            raise UpsUnreachable(f"{self.where}: {exc}") from exc
+        except (OSError, ValueError, PySnmpError) as exc:
+            raise UpsUnreachable(f"{self.where}: {_first_line(exc)}") from exc
 
     async def command(self, name: str) -> None:
         raise PermanentError(
@@ -249,7 +278,9 @@ class SnmpSource:
         )
 
     async def close(self) -> None:
-        self._target = None
+        if self._target is not None:
+            self._target = None
+            _leave_engine()
 
 
 def auth_data(name: UpsName, s: SnmpSettings) -> CommunityData | UsmUserData:
@@ -270,6 +301,11 @@ def auth_data(name: UpsName, s: SnmpSettings) -> CommunityData | UsmUserData:
         authProtocol=_AUTH[s.auth_protocol] if auth_key is not None else None,
         privProtocol=_PRIV[s.priv_protocol] if priv_key is not None else None,
     )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def _value(value: Any) -> int | str | None:
