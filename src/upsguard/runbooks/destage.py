@@ -186,6 +186,7 @@ class DestageWatch:
         started = self._clock.monotonic()
         warned: set[CacheName] = set()
         while True:
+            round_started = self._clock.monotonic()
             statuses = await self._fresh(waiting)
             if progress is not None:
                 progress(statuses)
@@ -206,7 +207,9 @@ class DestageWatch:
                 waiting -= set(expired)
                 if not waiting:
                     return False
-            await asyncio.sleep(self._interval(waiting))
+            # poll on a fixed cadence: a slow poll must not stretch the interval
+            spent = self._clock.monotonic() - round_started
+            await asyncio.sleep(max(0.0, self._interval(waiting) - spent))
 
     async def _fresh(self, names: set[CacheName]) -> list[CacheStatus]:
         """Share one poll among concurrent waiters."""
