@@ -33,6 +33,7 @@ class BadServer(socketserver.ThreadingTCPServer):
     def __init__(self, mode: str) -> None:
         self.mode = mode
         self.sent = 0
+        self.connections = 0
         self.stop = threading.Event()
         super().__init__(("127.0.0.1", 0), BadHandler)
 
@@ -41,6 +42,7 @@ class BadHandler(socketserver.BaseRequestHandler):
     server: BadServer
 
     def handle(self) -> None:
+        self.server.connections += 1
         sock: socket.socket = self.request
         sock.settimeout(0.2)
         mode = self.server.mode
@@ -146,3 +148,24 @@ def test_watch_turns_a_bad_server_into_lost(bad_server: BadServer) -> None:
         return reading.link
 
     assert asyncio.run(scenario()) is LinkState.LOST
+
+
+@pytest.mark.parametrize("bad_server", ["close"], indirect=True)
+def test_failing_server_is_retried_with_backoff(bad_server: BadServer) -> None:
+    async def scenario() -> list[str]:
+        source = NutSource(_config(bad_server), SystemClock())
+        errors = []
+        for _ in range(20):  # 2 s of polls every 0.1 s
+            try:
+                await source.read()
+            except UpsUnreachable as exc:
+                errors.append(str(exc))
+            await asyncio.sleep(0.1)
+        await source.close()
+        return errors
+
+    errors = asyncio.run(scenario())
+    assert len(errors) == 20
+    # Tries at 0 s, then after 0.5 s and 1 s more: 3 connections, not 20.
+    assert bad_server.connections <= 4
+    assert any("next try in" in e for e in errors)
