@@ -90,7 +90,8 @@ def test_watch_sees_observed_depletion_faster_than_the_ups_says(nut_factory: Any
     server: NutServer = nut_factory({"ups1": OUTAGE_SEQ})
 
     async def scenario() -> UpsWatch:
-        watch = UpsWatch(NutSource(server.ups_config("ups1"), SystemClock()), SystemClock())
+        source = NutSource(server.ups_config("ups1"), SystemClock())
+        watch = UpsWatch(source, SystemClock(), min_span_s=2.0)
         await _poll_until(watch.poll, lambda r: r.on_line)  # a whole outage from its start
         await _poll_until(watch.poll, lambda r: r.charge_pct == 30.0)
         await watch.source.close()

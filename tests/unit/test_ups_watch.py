@@ -160,7 +160,7 @@ def test_observed_depletion_and_the_faster_runtime() -> None:
     steps: list[Step | Exception] = [
         ok("OB", "DISCHRG", charge=80.0 - i, runtime=1800.0) for i in range(6)
     ]
-    watch, _, feeds = play(steps)
+    watch, _, feeds = play(steps, min_span_s=20.0)
     assert watch.depletion_pct_per_min == pytest.approx(12.0)
     assert watch.observed_runtime_s == pytest.approx(75.0 / 12.0 * 60.0)
     assert watch.runtime_s() == watch.observed_runtime_s
@@ -171,7 +171,7 @@ def test_observed_depletion_and_the_faster_runtime() -> None:
 def test_depletion_window_forgets_an_earlier_outage() -> None:
     steps: list[Step | Exception] = [ok("OB", charge=90.0), ok("OB", charge=80.0), ok("OL")]
     steps += [ok("OB", charge=79.0)]
-    watch, _, _ = play(steps)
+    watch, _, _ = play(steps, min_span_s=0.0)
     assert watch.depletion_pct_per_min is None
 
 
@@ -186,3 +186,14 @@ def test_refused_credentials_stop_the_first_poll_only() -> None:
 def test_a_source_bug_reads_lost_instead_of_stopping_the_watch() -> None:
     watch, readings, _ = play([ok("OL"), RuntimeError("plugin bug")])
     assert readings[1].link is LinkState.LOST and "plugin bug" in (watch.last_error or "")
+
+
+def test_one_percent_step_early_in_an_outage_is_not_a_drain_rate() -> None:
+    """1 %/min really, seen in whole percents every 5 s: the first step alone says nothing."""
+    charges = [100.0, 99.0] + [99.0] * 11 + [98.0]
+    steps: list[Step | Exception] = [ok("OB", charge=c) for c in charges]
+    watch, _, _ = play(steps[:2])
+    assert watch.depletion_pct_per_min is None
+    watch, _, _ = play(steps)
+    rate = watch.depletion_pct_per_min
+    assert rate is not None and 0.5 < rate < 2.5

@@ -22,7 +22,8 @@
   or the input voltage is known and below ``power.MAINS_PRESENT_V``; no depletion is
   computed from it.
 - **Observed discharge.** While on battery the watch fits the charge over a
-  sliding window (least squares, %/min) and the runtime that rate implies,
+  sliding window (least squares, %/min, once the samples span ``min_span_s``,
+  60 s by default, since charge comes in whole percents) and the runtime that rate implies,
   because aged batteries and hot rooms drain faster than the UPS's own
   estimate; ``runtime_s()`` is the smaller of the two, counted down by the age
   of the data when the link is not ok.
@@ -44,6 +45,9 @@ from upsguard.policies.power import UpsFigures, on_mains
 log = logging.getLogger(__name__)
 
 DEFAULT_LINK_GRACE_S = 15.0
+DEFAULT_MIN_SPAN_S = 60.0
+"""No drain rate from samples spanning less: a UPS reports whole percents, and one step
+seen 5 s into an outage would read as 12 %/min."""
 
 
 class UpsWatch:
@@ -53,11 +57,13 @@ class UpsWatch:
         clock: Clock,
         window_s: float = 300.0,
         link_grace_s: float = DEFAULT_LINK_GRACE_S,
+        min_span_s: float = DEFAULT_MIN_SPAN_S,
     ) -> None:
         self.source = source
         self.name = source.name
         self._clock = clock
         self._window_s = window_s
+        self.min_span_s = min_span_s
         self.link_grace_s = link_grace_s
         self._samples: deque[tuple[float, float]] = deque()
         self.last: UpsReading | None = None
@@ -155,8 +161,9 @@ class UpsWatch:
 
     @property
     def depletion_pct_per_min(self) -> float | None:
-        """Charge lost per minute over the window (least squares), None until two samples."""
-        if len(self._samples) < 2:
+        """Charge lost per minute over the window (least squares); None until the samples
+        span ``min_span_s``."""
+        if len(self._samples) < 2 or self._samples[-1][0] - self._samples[0][0] < self.min_span_s:
             return None
         times = [t for t, _ in self._samples]
         charges = [c for _, c in self._samples]
