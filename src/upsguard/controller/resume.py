@@ -57,7 +57,9 @@ def restore_runs(runs: Iterable[RunRow]) -> RunState:
         if run.only is not None and run.kind != "shedding":
             continue  # a partial manual run says nothing about the site as a whole
         if run.kind == "startup":
-            state.startup_finished = run.state in ("done", "failed")
+            state.startup_finished = run.state == "done"
+            state.startup_failed = run.state == "failed"
+            state.something_stopped = run.state != "done"
             return state
         state.something_stopped = True
         if run.kind == "shutdown":

@@ -94,6 +94,9 @@ class RunState:
     startup_finished: bool = False
     something_stopped: bool = False
     cancelled_before_ponr: bool = False
+    startup_failed: bool = False
+    """The automatic startup ended with failed steps: the site stays recovering (caches
+    write-through) until a person runs the startup again; it is not retried in a loop."""
     shutdown_manual: bool = False
     """A person asked for the shutdown: power returning does not cancel it, and the site
     stays down until a person asks for the startup."""
@@ -319,6 +322,8 @@ class PhaseEngine:
             charge is None or charge >= startup.charge_above
         )
         wants_startup = runs.something_stopped and not runs.startup_finished
+        if runs.startup_failed and not runs.startup_running:
+            return  # waits for 'upsguard trigger startup'
         if wants_startup and not runs.startup_running:
             if startup.automatic and self._allowed() and (ready or runs.cancelled_before_ponr):
                 why = (

@@ -220,6 +220,7 @@ class OutageLoop:
             self.runs.shutdown_finished = False
         else:
             self.runs.startup_running = True
+            self.runs.startup_failed = False
         settle, self._in_flight = self._in_flight, []
         if plan.direction is Direction.SHUTDOWN:
             settle = []
@@ -262,6 +263,9 @@ class OutageLoop:
         self.results.append(result)
         if result.direction is Direction.STARTUP:
             self.runs.startup_running = False
+            if result.state != "done" and self.spec is not None and self.spec.only is None:
+                self.runs.startup_failed = True
+                return
             self.runs.startup_finished = True
             self.runs.something_stopped = False
             self.runs.cancelled_before_ponr = False
