@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
+from typing import Any, Self
 
 from pydantic import Field
 
@@ -40,6 +42,13 @@ class SiteConfig(Model):
     policies: PoliciesConfig = PoliciesConfig()
     journal: str = Field("/var/lib/upsguard/journal.sqlite", description="SQLite journal path")
     service: ServiceConfig = ServiceConfig()
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy whose indexes are rebuilt: cached lookups must follow ``update``."""
+        copy = super().model_copy(update=update, deep=deep)
+        for cached in ("_index", "_feeds_by_resource"):
+            copy.__dict__.pop(cached, None)
+        return copy
 
     def resource(self, rid: str) -> ResourceConfig:
         return self._index[ResourceId(rid)]

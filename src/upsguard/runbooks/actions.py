@@ -20,6 +20,7 @@ from upsguard.config.types import format_duration
 from upsguard.errors import GracefulUnavailable, StepTimeout, TemporaryError, UpsguardError
 from upsguard.models import PlatformName, PowerState, StepOutcome, StepState, StopMethod, Target
 from upsguard.plugins.platforms.base import Platform
+from upsguard.runbooks.health import wait_healthy
 from upsguard.runbooks.plan import Direction, Step
 
 log = logging.getLogger(__name__)
@@ -134,17 +135,12 @@ class StepRunner:
                     StepState.FAILED,
                     f"{target.name} not on after {format_duration(timeout)}",
                 )
-        if not await self._healthy(res, platform, target, timeout):
-            return TargetResult(
-                target,
-                StepState.FAILED,
-                f"{target.name} on but not healthy after {format_duration(timeout)}",
-            )
-        return TargetResult(
-            target,
-            StepState.DONE,
-            f"{target.name} {'up' if state is not PowerState.ON else 'already up'}",
-        )
+        try:
+            await wait_healthy(res, target, platform, self._clock)
+        except StepTimeout as exc:
+            return TargetResult(target, StepState.FAILED, str(exc))
+        done = "up" if state is not PowerState.ON else "already up"
+        return TargetResult(target, StepState.DONE, f"{target.name} {done}")
 
     async def _power_on(self, res: ResourceConfig, platform: Platform, target: Target) -> None:
         if res.power_on_via is None:
@@ -154,21 +150,6 @@ class StepRunner:
         bmc_targets = await self._retry(res, lambda: bmc.resolve(res))
         for bmc_target in bmc_targets:
             await self._retry(res, lambda t=bmc_target: bmc.start(t))  # type: ignore[misc]
-
-    async def _healthy(
-        self, res: ResourceConfig, platform: Platform, target: Target, timeout: float
-    ) -> bool:
-        interval = res.health.interval.total_seconds() if res.health else 5.0
-        deadline = self._clock.monotonic() + timeout
-        while True:
-            try:
-                if await _call(platform.healthy(target)):
-                    return True
-            except TemporaryError:
-                pass
-            if self._clock.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(interval)
 
     async def _retry(self, res: ResourceConfig, call: Callable[[], Awaitable[T]]) -> T:
         attempt = 0

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from upsguard.clock import LoopClock, run_virtual
 from upsguard.config.caches import SimulatedCacheSettings
 from upsguard.config.platforms import SimulatedPlatformSettings
+from upsguard.config.resources import HealthCheck
 from upsguard.config.scenario import Scenario
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
@@ -67,9 +68,19 @@ def simulate(site: SiteConfig, scenario: Scenario) -> SimulationReport:
     return run_virtual(Simulation(site, scenario).run())
 
 
+def dry_run_site(site: SiteConfig) -> SiteConfig:
+    """The site as the simulator runs it: health checks that would probe the network
+    (tcp, http, command) are left to the simulated platform's own check."""
+    resources = [
+        r.model_copy(update={"health": HealthCheck(timeout=r.health.timeout)}) if r.health else r
+        for r in site.resources
+    ]
+    return site.model_copy(update={"resources": resources})
+
+
 class Simulation:
     def __init__(self, site: SiteConfig, scenario: Scenario) -> None:
-        self.site = site
+        self.site = dry_run_site(site)
         self.scenario = scenario
         self.report = SimulationReport(
             scenario=scenario.name,
