@@ -10,6 +10,7 @@ returns to write-back. Order is read from vcsim's own events, not from upsguard'
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,10 @@ def chain_site(
     )
 
 
+def nut_entry(nut: NutServer) -> dict[str, Any]:
+    return {"host": "127.0.0.1", "port": nut.port, "ups": "ups1"}
+
+
 def bmcs_for(lab: Vcsim, fake_bmc_factory: Any) -> dict[str, Any]:
     return {
         rid: fake_bmc_factory(
@@ -206,3 +211,153 @@ def test_outage_caches_vms_hosts_then_power_back_and_startup_in_order(
     journal.close()
     assert ops == [("write-through", True), ("write-back", True)]
     assert phases(svc) == ["on_battery", "shutting_down", "down", "recovering", "normal"]
+
+
+def test_power_back_after_the_point_of_no_return_finishes_then_starts_up(
+    tmp_path: Path, nut: NutServer, lab: Vcsim, fake_bmc_factory: Any, bcache: FakeBcacheSysfs
+) -> None:
+    """Mains return while esx1 waits for the cache to drain, after esx0 went down."""
+    bmcs = bmcs_for(lab, fake_bmc_factory)
+    svc = chain_site(tmp_path, nut, lab, bmcs, bcache)
+    recorder = EventRecorder(lab, "HostShutdownEvent", "HostConnectedEvent", "VmPoweredOnEvent")
+    try:
+        svc.start()
+        svc.wait(lambda: svc.status()["ups"][0].get("status") == "OL", "the first reading")
+        nut.write("ups1", outage_then_back(3))
+        svc.wait(
+            lambda: svc.status()["phase"] == "normal" and "recovering" in phases(svc),
+            "the site to be back",
+            150,
+        )
+    finally:
+        svc.stop()
+    seen = recorder.read()
+    kinds = [kind for kind, _ in seen]
+    assert kinds.count("HostShutdownEvent") == 2  # the shutdown finished
+    assert kinds.index("HostConnectedEvent") > max(
+        i for i, k in enumerate(kinds) if k == "HostShutdownEvent"
+    )
+    assert phases(svc) == ["on_battery", "shutting_down", "down", "recovering", "normal"]
+    journal = svc.read_journal()
+    runs = [(r.kind, r.state) for r in reversed(journal.runs(with_steps=False))]
+    journal.close()
+    assert runs == [("shutdown", "done"), ("startup", "done")]
+
+
+@pytest.fixture
+def slow_lab(vcsim_factory: Any) -> Vcsim:
+    """The lab with VMs whose guests take a while to shut down."""
+    from tests.peers.vcsim import LAB_ARGS, VmSpec, create_vm
+
+    sim: Vcsim = vcsim_factory(*LAB_ARGS)
+    for spec in (
+        VmSpec("dc01", "DC0_C0_H0", guest_shutdown="2000"),
+        VmSpec("sql01", "DC0_C0_H1", guest_shutdown="4000"),
+        VmSpec("web-01", "DC0_C0_H0", guest_shutdown="6000"),
+        VmSpec("web-02", "DC0_C0_H1", guest_shutdown="6000"),
+    ):
+        create_vm(sim, spec)
+    return sim
+
+
+def test_power_back_before_the_point_of_no_return_cancels_and_restarts_in_order(
+    tmp_path: Path,
+    nut: NutServer,
+    slow_lab: Vcsim,
+    fake_bmc_factory: Any,
+    bcache: FakeBcacheSysfs,
+) -> None:
+    bmcs = bmcs_for(slow_lab, fake_bmc_factory)
+    svc = chain_site(tmp_path, nut, slow_lab, bmcs, bcache)
+    recorder = EventRecorder(
+        slow_lab,
+        "VmGuestShutdownEvent",
+        "VmPoweredOffEvent",
+        "HostShutdownEvent",
+        "VmPoweredOnEvent",
+    )
+    try:
+        svc.start()
+        svc.wait(lambda: svc.status()["ups"][0].get("status") == "OL", "the first reading")
+        nut.write("ups1", outage_then_back(2))  # back while the web guests shut down
+        svc.wait(lambda: "recovering" in phases(svc), "the cancel", 60)
+        svc.wait(lambda: svc.status()["phase"] == "normal", "the site to be back", 120)
+    finally:
+        svc.stop()
+    seen = recorder.read()
+    kinds = [kind for kind, _ in seen]
+    assert "HostShutdownEvent" not in kinds
+    stopped = sorted(name for kind, name in seen if kind == "VmGuestShutdownEvent")
+    assert stopped == ["web-01", "web-02"]  # sql01 and dc01 were never asked
+    off = [i for i, (kind, _) in enumerate(seen) if kind == "VmPoweredOffEvent"]
+    on = [i for i, (kind, _) in enumerate(seen) if kind == "VmPoweredOnEvent"]
+    assert sorted(seen[i][1] for i in on) == ["web-01", "web-02"]
+    assert max(off) < min(on)  # the guests under way landed, then came back
+    assert phases(svc)[:3] == ["on_battery", "shutting_down", "recovering"]
+    journal = svc.read_journal()
+    runs = [(r.kind, r.state) for r in reversed(journal.runs(with_steps=False))]
+    journal.close()
+    assert runs == [("shutdown", "cancelled"), ("startup", "done")]
+
+
+def test_flapping_mains_start_no_runbook_and_no_cache_thrash(
+    tmp_path: Path, nut_factory: Any, lab: Vcsim, fake_bmc_factory: Any, bcache: FakeBcacheSysfs
+) -> None:
+    flap = on_battery(900, charge=95) + "TIMER 3\n" + ONLINE + "TIMER 3\n"
+    nut: NutServer = nut_factory({"ups1": flap}, ext="seq")
+    bmcs = bmcs_for(lab, fake_bmc_factory)
+    svc = chain_site(
+        tmp_path, nut, lab, bmcs, bcache, poll_interval="1s", on_battery={"after": "10s"}
+    )
+    recorder = EventRecorder(lab, "VmGuestShutdownEvent", "VmPoweredOffEvent")
+    try:
+        svc.start()
+        time.sleep(20)
+        st = svc.status()
+    finally:
+        svc.stop()
+    journal = svc.read_journal()
+    statuses = {r.status for r in journal.readings(limit=500)}
+    ops, runs = journal.cache_ops(), journal.runs()
+    journal.close()
+    assert "DISCHRG OB" in statuses and "OL" in statuses  # the flapping was seen
+    assert st["phase"] == "normal" and runs == [] and ops == []
+    assert bcache.attr("bcache0", "cache_mode").startswith("writethrough [writeback]")
+    assert recorder.read() == []
+
+
+def test_upsd_killed_on_battery_keeps_counting_down_and_shuts_down(
+    tmp_path: Path, nut: NutServer
+) -> None:
+    svc = write_site(
+        tmp_path,
+        {
+            "site": "lost",
+            "ups": [{"name": "ups1", "nut": nut_entry(nut)}],
+            "platforms": {"sim": {"type": "simulated", "guest_shutdown": "1s"}},
+            "resources": [{"id": "vm1", "kind": "vm", "platform": "sim"}],
+            "policies": {
+                "poll_interval": "500ms",
+                "on_battery": {"after": "1s"},
+                "shutdown": {"when_any": ["low_battery", "runtime < 140s"]},
+            },
+        },
+    )
+    try:
+        svc.start()
+        nut.write("ups1", on_battery(runtime=150))
+        svc.wait(lambda: svc.status()["phase"] == "on_battery", "on battery")
+        nut.kill_upsd()
+        svc.wait(lambda: svc.status()["ups"][0].get("link") == "lost", "the link to be lost")
+        assert svc.status()["phase"] == "on_battery"  # lost is not back on line
+        svc.wait(lambda: svc.status()["phase"] == "down", "the countdown to shut down", 60)
+    finally:
+        svc.stop()
+    journal = svc.read_journal()
+    moves = [(p.new, p.reason) for p in reversed(journal.phases())]
+    readings = list(reversed(journal.readings(limit=500)))
+    journal.close()
+    assert moves[1] == ("shutting_down", "runtime < 140s")
+    assert "recovering" not in [m[0] for m in moves]
+    first_lost = next(i for i, r in enumerate(readings) if r.link == "lost")
+    assert all(r.status == "DISCHRG OB" for r in readings[first_lost:])

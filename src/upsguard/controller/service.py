@@ -129,7 +129,8 @@ class Service:
         except Exception as exc:  # a cache that cannot be read is shown as such, not fatal
             log.warning("reading caches: %s", exc)
 
-    def housekeeping(self) -> None:
+    async def housekeeping(self) -> None:
+        """Async on purpose: the journal's connection belongs to the event loop's thread."""
         pruned = self.journal.prune_readings(self.clock.now(), self.site.service.keep_readings)
         if pruned:
             log.info("journal: pruned %d old readings", pruned)
