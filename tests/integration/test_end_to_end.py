@@ -361,3 +361,44 @@ def test_upsd_killed_on_battery_keeps_counting_down_and_shuts_down(
     assert "recovering" not in [m[0] for m in moves]
     first_lost = next(i for i, r in enumerate(readings) if r.link == "lost")
     assert all(r.status == "DISCHRG OB" for r in readings[first_lost:])
+
+
+def test_service_killed_mid_shutdown_restarts_and_finishes_without_repeating_steps(
+    tmp_path: Path,
+    nut: NutServer,
+    slow_lab: Vcsim,
+    fake_bmc_factory: Any,
+    bcache: FakeBcacheSysfs,
+) -> None:
+    bmcs = bmcs_for(slow_lab, fake_bmc_factory)
+    svc = chain_site(tmp_path, nut, slow_lab, bmcs, bcache)
+    recorder = EventRecorder(slow_lab, "VmGuestShutdownEvent", "HostShutdownEvent")
+    try:
+        svc.start()
+        svc.wait(lambda: svc.status()["ups"][0].get("status") == "OL", "the first reading")
+        nut.write("ups1", on_battery(runtime=120))  # and it does not come back
+
+        def sql01_running() -> bool:
+            run = svc.status()["run"] or {}
+            return [s["step"] for s in run.get("running", [])] == ["stop:sql01"]
+
+        svc.wait(sql01_running, "stop:sql01 to be under way", 60)
+        svc.kill9()
+        svc.start()
+        assert svc.status()["service"]["resumed"]
+        svc.wait(lambda: svc.status()["phase"] == "down", "the resumed run to finish", 120)
+    finally:
+        svc.stop()
+    seen = recorder.read()
+    asked = [name for kind, name in seen if kind == "VmGuestShutdownEvent"]
+    assert asked.count("web-01") == 1 and asked.count("web-02") == 1  # done before the kill
+    assert asked.count("dc01") == 1
+    assert asked.count("sql01") in (1, 2)  # under way at the kill: at most asked again
+    hosts = sorted(name for kind, name in seen if kind == "HostShutdownEvent")
+    assert hosts == sorted(HOSTS.values())
+    journal = svc.read_journal()
+    (run,) = journal.runs()
+    journal.close()
+    assert (run.state, run.resumed) == ("done", 1)
+    done_once = [s.step for s in run.steps if s.state == "done"]
+    assert sorted(done_once) == sorted(set(done_once))  # no step finished twice
