@@ -207,7 +207,8 @@ def test_vm_without_tools_has_no_graceful_path(lab: Vcsim, tmp_path: Path) -> No
     assert lab.vm("app-01").runtime.powerState == "poweredOn"
 
 
-def test_many_waiters_share_one_watch(lab: Vcsim, tmp_path: Path) -> None:
+@pytest.mark.parametrize("watch", ["updates", "poll"])
+def test_many_waiters_share_one_watch(lab: Vcsim, tmp_path: Path, watch: str) -> None:
     """Waiting for every VM at once adds no request per VM: the one watch answers them all."""
     names = [f"bulk-{i:02d}" for i in range(12)]
     for name in names:
@@ -220,7 +221,8 @@ def test_many_waiters_share_one_watch(lab: Vcsim, tmp_path: Path) -> None:
         done = await asyncio.gather(*(p.wait_for(t, PowerState.OFF, 20) for t in group))
         return list(done), p.manager.conn.round_trips - before, len(group)
 
-    done, requests_while_waiting, count = run_with(make(lab, tmp_path), body)
+    platform = make(lab, tmp_path, watch=watch, poll_interval="100ms")
+    done, requests_while_waiting, count = run_with(platform, body)
     assert count == len(names) and all(done)
     assert requests_while_waiting == 0
 

@@ -32,6 +32,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -57,31 +58,32 @@ var (
 	vclsPerCluster = flag.Int("vcls", 0, "vCLS system VMs per cluster")
 )
 
-// ext is the one managed object that receives the methods routed away from vcsim's own.
+// ext receives the methods routed away from vcsim's own objects. There is one per real
+// object, made on demand and never put in the registry: vcsim locks the handler object
+// around each call, so a single shared receiver would serialize every VM's call.
 type ext struct {
 	Self types.ManagedObjectReference
-
-	methods map[string]bool
-}
-
-var proxy = &ext{
-	Self: types.ManagedObjectReference{Type: "UpsguardExtension", Value: "upsguard-ext"},
-	methods: map[string]bool{
-		"ShutdownHost_Task": true, "ShutdownGuest": true, "EnterMaintenanceMode_Task": true,
-		"PowerOnVM_Task": true, "PowerOffVM_Task": true, "ExitMaintenanceMode_Task": true,
-	},
 }
 
 func (e *ext) Reference() types.ManagedObjectReference { return e.Self }
 
-// route is the Registry.Handler: it sends the methods above to the proxy object. The request
+var routed = map[string]bool{
+	"ShutdownHost_Task": true, "ShutdownGuest": true, "EnterMaintenanceMode_Task": true,
+	"PowerOnVM_Task": true, "PowerOffVM_Task": true, "ExitMaintenanceMode_Task": true,
+}
+
+var proxies sync.Map // real object value -> *ext
+
+// route is the Registry.Handler: it sends the methods above to the object's proxy. The request
 // body keeps the real object in its This field, which is how the handlers find it.
 func route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, types.BaseMethodFault) {
-	if !proxy.methods[m.Name] || ctx.Session == nil {
+	if !routed[m.Name] || ctx.Session == nil {
 		return nil, nil // without a session vcsim answers NotAuthenticated naming m.This
 	}
-	m.This = proxy.Self
-	return proxy, nil
+	ref := types.ManagedObjectReference{Type: "UpsguardExtension", Value: m.This.Type + ":" + m.This.Value}
+	proxy, _ := proxies.LoadOrStore(ref.Value, &ext{Self: ref})
+	m.This = ref
+	return proxy.(*ext), nil
 }
 
 // bg is a context for work that outlives the request (a guest shutting down, a host booting).
@@ -617,7 +619,6 @@ func main() {
 	}
 
 	ctx := simulator.SpoofContext()
-	ctx.Map.Put(proxy)
 	ctx.Map.Handler = route
 	addVcls(ctx, *vclsPerCluster)
 	if *toolsDefault {

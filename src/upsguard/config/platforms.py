@@ -53,6 +53,14 @@ class VsphereSettings(PlatformBase, Credentials):
     direct_hosts: DirectHostAccess | None = Field(
         None, description="credentials for ESXi hosts, used once vCenter itself is down"
     )
+    watch: Literal["updates", "poll"] = Field(
+        "updates",
+        description="how waits learn of changes: WaitForUpdatesEx pushes them (best on vCenter), "
+        "or one RetrievePropertiesEx of the whole inventory every poll_interval",
+    )
+    poll_interval: Duration = Field(
+        timedelta(milliseconds=500), description="with watch: poll, the time between reads"
+    )
     direct_addresses: dict[str, str] = Field(
         default_factory=dict,
         description="host name in vCenter -> address[:port] to reach that ESXi host directly",

@@ -32,17 +32,22 @@ __all__ = ["VspherePlatform"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 SNAPSHOT_TTL_S = 5.0
+WORKERS_MAX = 32  # threads for pyVmomi's blocking calls; each call returns within milliseconds
 
 
 class Site:
     """One endpoint (vCenter, or an ESXi host reached directly) with its session and watch."""
 
-    def __init__(self, endpoint: Endpoint, pool: ThreadPoolExecutor) -> None:
-        self.conn = Connection(endpoint)
+    def __init__(
+        self, endpoint: Endpoint, pool: ThreadPoolExecutor, poll_s: float | None = None
+    ) -> None:
+        self.conn = Connection(endpoint, WORKERS_MAX + 2)
         self.pool = pool
+        self.poll_s = poll_s
         self.watcher: Watcher | None = None
         self.snapshot: Snapshot | None = None
         self.snapshot_at = float("-inf")
+        self._reading = asyncio.Lock()  # concurrent callers share one read
 
     async def run(self, what: str, fn: Callable[[Any], T]) -> T:
         loop = asyncio.get_running_loop()
@@ -52,14 +57,18 @@ class Site:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.pool, self.conn.login)
         if self.watcher is None:
-            self.watcher = Watcher(self.conn, loop)
+            self.watcher = Watcher(self.conn, loop, self.poll_s)
             await loop.run_in_executor(self.pool, self.watcher.start)
 
     async def inventory(self, now: float, fresh: bool = False) -> Snapshot:
-        if fresh or self.snapshot is None or now - self.snapshot_at > SNAPSHOT_TTL_S:
-            self.snapshot = await self.run("read the inventory", read_snapshot)
-            self.snapshot_at = now
-        return self.snapshot
+        """The inventory, read again when older than ``SNAPSHOT_TTL_S`` or when ``fresh``."""
+        async with self._reading:
+            stale = self.snapshot is None or now - self.snapshot_at > SNAPSHOT_TTL_S
+            if stale or (fresh and self.snapshot_at < now):
+                self.snapshot = await self.run("read the inventory", read_snapshot)
+                self.snapshot_at = now
+            assert self.snapshot is not None
+            return self.snapshot
 
     async def close(self) -> None:
         if self.watcher is not None:
@@ -76,9 +85,10 @@ class VspherePlatform:
         self.name = name
         self.settings = settings
         self._clock = clock
-        workers = min(settings.max_parallel, 32) + 2
+        workers = min(settings.max_parallel, WORKERS_MAX) + 2
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"vsphere-{name}")
-        self.manager = Site(self._endpoint(), self._pool)
+        self._poll_s = settings.poll_interval.total_seconds() if settings.watch == "poll" else None
+        self.manager = Site(self._endpoint(), self._pool, self._poll_s)
         self._direct: dict[str, Site] = {}
         self._resources: dict[tuple[ResourceKind, str], ResourceConfig] = {}
         self.manager_down = False
@@ -118,7 +128,7 @@ class VspherePlatform:
             endpoint = Endpoint(
                 label, host, int(port), access.user, secret, access.verify_tls, access.ca_file
             )
-            self._direct[host_name] = Site(endpoint, self._pool)
+            self._direct[host_name] = Site(endpoint, self._pool, self._poll_s)
         return self._direct[host_name]
 
     async def open(self) -> None:

@@ -83,8 +83,9 @@ def fault_text(exc: BaseException) -> str:
 class Connection:
     """One logged-in session, shared by the worker threads of a platform."""
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, pool_size: int = 8) -> None:
         self.endpoint = endpoint
+        self.pool_size = pool_size  # one kept-alive HTTPS connection per worker thread
         self._si: Any = None
         self._lock = threading.Lock()
         self.round_trips = 0
@@ -129,6 +130,9 @@ class Connection:
                 raise PlatformUnreachable(
                     f"{ep.label}: cannot reach {ep.address}: {_reason(exc)}"
                 ) from exc
+            # pyVmomi keeps 5 connections by default and closes the rest after each call:
+            # with more threads than that, every call would pay a new TLS handshake.
+            self._si._stub.poolSize = self.pool_size
             self.round_trips += 3  # version probe, service content, login
 
     def call(self, what: str, fn: Callable[[Any], T]) -> T:

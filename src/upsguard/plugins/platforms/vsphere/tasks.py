@@ -244,12 +244,17 @@ class Operations:
 
     async def _retreat_system_vms(self, site: Site, target: Target) -> None:
         """vCLS agents on this host: retreat mode for its cluster, then power them off."""
-        snap = await site.inventory(self.p._clock.monotonic(), fresh=True)
+        snap = await site.inventory(self.p._clock.monotonic())
         host = snap.host_named(target.name)
+        assert site.watcher is not None
+        state = site.watcher.state
         agents = [
             v
             for v in snap.vms.values()
-            if v.system and v.power == "poweredOn" and host and v.host_ref == host.ref
+            if v.system
+            and host
+            and v.host_ref == host.ref
+            and vm_power(state.get(v.ref, {})) is PowerState.ON
         ]
         if not agents:
             return

@@ -5,6 +5,11 @@ its own, whose filter covers every VM and host through a ContainerView. The
 updates land in ``state`` (managed object id -> property -> value), and every
 asyncio waiter whose condition became true is woken. So a hundred VMs being
 waited for cost one open request, not a hundred polls.
+
+With ``poll_s`` set, the thread instead reads the same properties of the whole
+inventory with one ``RetrievePropertiesEx`` per interval. vcsim recomputes a
+collector's whole filter for every single change, which makes update waits
+quadratic there at a thousand VMs; one read per interval stays linear.
 """
 
 from __future__ import annotations
@@ -25,31 +30,40 @@ log = logging.getLogger(__name__)
 
 WATCHED = {
     vim.VirtualMachine: [
-        "name",
         "runtime.powerState",
         "guest.toolsRunningStatus",
         "guest.toolsStatus",
     ],
     vim.HostSystem: [
-        "name",
         "runtime.powerState",
         "runtime.connectionState",
         "runtime.inMaintenanceMode",
     ],
 }
 MAX_WAIT_S = 2  # how long one long-poll may stay open; bounds how long close() takes
+IDLE_POLLS = 10  # with nobody waiting, polls are this many intervals apart
+FULL_EVERY = 20  # while some wait, every this many polls reads everything, else only them
+#: What a poll reads of the objects being waited for: the states wait_for decides on.
+BUSY = {
+    vim.VirtualMachine: ["runtime.powerState"],
+    vim.HostSystem: ["runtime.powerState", "runtime.connectionState", "runtime.inMaintenanceMode"],
+}
 Predicate = Callable[[dict[str, Any]], bool]
 
 
 class Watcher:
     """Keeps ``state`` current from one collector and wakes waiters when it changes."""
 
-    def __init__(self, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, conn: Connection, loop: asyncio.AbstractEventLoop, poll_s: float | None = None
+    ) -> None:
         self._conn = conn
         self._loop = loop
+        self._poll_s = poll_s
         self.state: dict[str, dict[str, Any]] = {}
         self._waiters: list[tuple[str, Predicate, asyncio.Future[None]]] = []
         self._stop = threading.Event()
+        self._kick = threading.Event()  # a new waiter: poll now
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="vsphere-watch", daemon=True)
@@ -65,6 +79,7 @@ class Watcher:
 
     def stop(self) -> None:
         self._stop.set()
+        self._kick.set()
 
     async def wait(self, ref: str, predicate: Predicate, timeout: float) -> bool:
         """True once ``predicate(state[ref])`` holds; False when ``timeout`` seconds pass first."""
@@ -73,6 +88,7 @@ class Watcher:
         future: asyncio.Future[None] = self._loop.create_future()
         entry = (ref, predicate, future)
         self._waiters.append(entry)
+        self._kick.set()
         try:
             async with asyncio.timeout(timeout):
                 await future
@@ -93,7 +109,10 @@ class Watcher:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self._watch()
+                if self._poll_s is None:
+                    self._watch()
+                else:
+                    self._poll(self._poll_s)
             except UpsguardError as exc:
                 if not self._ready.is_set():
                     self._error = exc
@@ -129,6 +148,38 @@ class Watcher:
                 except Exception as exc:  # best effort: the session may be gone
                     log.debug("cleanup of watch objects failed: %s", exc)
 
+    def _poll(self, interval: float) -> None:
+        content = self._conn.call("read service content", lambda si: si.RetrieveContent())
+        view = content.viewManager.CreateContainerView(content.rootFolder, list(WATCHED), True)
+        try:
+            spec = _filter_spec(view)
+            kinds: dict[str, Any] = {}
+            polls = 0
+            while not self._stop.is_set():
+                self.round_trips += 1
+                polls += 1
+                waited = [(ref, kinds.get(ref)) for ref, _, _ in list(self._waiters)]
+                if not waited or polls % FULL_EVERY == 0 or any(k is None for _, k in waited):
+                    self.state, kinds = _read_all(content.propertyCollector, spec)
+                else:
+                    fresh = _read_some(content.propertyCollector, waited, view._stub)
+                    merged = dict(self.state)
+                    for ref, props in fresh.items():
+                        merged[ref] = {**merged.get(ref, {}), **props}
+                    self.state = merged
+                self._loop.call_soon_threadsafe(self._wake)
+                self._ready.set()
+                if self._waiters:
+                    self._stop.wait(interval)
+                else:  # idle: read seldom, but at once when someone starts waiting
+                    self._kick.wait(interval * IDLE_POLLS)
+                    self._kick.clear()
+        finally:
+            try:
+                view.Destroy()
+            except Exception as exc:  # best effort: the session may be gone
+                log.debug("cleanup of the poll view failed: %s", exc)
+
     def _apply(self, update: Any) -> None:
         for filter_update in update.filterSet or []:
             for obj in filter_update.objectSet or []:
@@ -145,14 +196,50 @@ class Watcher:
                 self.state[ref] = props
 
 
+def _filter_spec(view: Any) -> Any:
+    traverse = PC.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)
+    return PC.FilterSpec(
+        objectSet=[PC.ObjectSpec(obj=view, skip=True, selectSet=[traverse])],
+        propSet=[PC.PropertySpec(type=kind, pathSet=props) for kind, props in WATCHED.items()],
+    )
+
+
 def _make_collector(si: Any) -> tuple[Any, Any]:
     content = si.RetrieveContent()
     collector = content.propertyCollector.CreatePropertyCollector()
     view = content.viewManager.CreateContainerView(content.rootFolder, list(WATCHED), True)
-    traverse = PC.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)
-    spec = PC.FilterSpec(
-        objectSet=[PC.ObjectSpec(obj=view, skip=True, selectSet=[traverse])],
-        propSet=[PC.PropertySpec(type=kind, pathSet=props) for kind, props in WATCHED.items()],
-    )
-    collector.CreateFilter(spec, partialUpdates=True)
+    collector.CreateFilter(_filter_spec(view), partialUpdates=True)
     return collector, view
+
+
+def _read_all(collector: Any, spec: Any) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Every watched object's properties, and its type, in one RetrievePropertiesEx."""
+    state: dict[str, dict[str, Any]] = {}
+    kinds: dict[str, Any] = {}
+    for obj in _retrieve(collector, spec):
+        state[obj.obj._moId] = {p.name: p.val for p in obj.propSet or []}
+        kinds[obj.obj._moId] = type(obj.obj)
+    return state, kinds
+
+
+def _read_some(collector: Any, refs: list[tuple[str, Any]], stub: Any) -> dict[str, dict[str, Any]]:
+    """The deciding states of just the waited-for objects, in one RetrievePropertiesEx."""
+    spec = PC.FilterSpec(
+        objectSet=[PC.ObjectSpec(obj=kind(ref, stub), skip=False) for ref, kind in set(refs)],
+        propSet=[PC.PropertySpec(type=kind, pathSet=props) for kind, props in BUSY.items()],
+    )
+    return {
+        obj.obj._moId: {p.name: p.val for p in obj.propSet or []}
+        for obj in _retrieve(collector, spec)
+    }
+
+
+def _retrieve(collector: Any, spec: Any) -> list[Any]:
+    objects: list[Any] = []
+    result = collector.RetrievePropertiesEx([spec], PC.RetrieveOptions(maxObjects=5000))
+    while result is not None:
+        objects.extend(result.objects or [])
+        if not result.token:
+            break
+        result = collector.ContinueRetrievePropertiesEx(result.token)
+    return objects
