@@ -174,6 +174,9 @@ def test_override_cli_hold_trigger_history_events_abort(service: ServiceProcess)
     assert "HOLD by root: generator test" in text
     service.cli("release", "--reason", "test over")
     assert service.status()["held"] is None
+    polls = service.status()["service"]["polls"]
+    assert service.api().post("/poll", {}) == {"phase": "normal"}  # what NOTIFYCMD calls
+    assert service.status()["service"]["polls"] > polls
 
     out = service.cli("trigger", "shutdown", "--only", "web", "--yes", "--reason", "patching")
     assert "started run shutdown-" in out.stdout
