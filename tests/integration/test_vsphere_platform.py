@@ -15,7 +15,16 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.peers.ports import free_port
-from tests.peers.vcsim import EventRecorder, Vcsim, VmSpec, create_vm, host_names
+from tests.peers.vcsim import (
+    LAB_ARGS,
+    EventRecorder,
+    Vcsim,
+    VmSpec,
+    create_vm,
+    host_names,
+    start_vcsim,
+    tag_vms,
+)
 from upsguard.clock import SystemClock
 from upsguard.config.platforms import VsphereSettings
 from upsguard.config.resources import ResourceConfig
@@ -150,6 +159,26 @@ def test_vm_group_selectors(
     group = res("group", "vm_group", select=select)
     targets = run_with(make(lab, tmp_path), lambda p: p.resolve(group))
     assert [t.name for t in targets] == members
+
+
+def test_tag_selector_reads_the_tagging_api(lab: Vcsim, tmp_path: Path) -> None:
+    tag_vms(lab, "tier", "app", ["app-01", "stray-01"])
+    tag_vms(lab, "owner", "app", ["web-01"])  # same tag name, another category
+
+    async def body(p: VspherePlatform) -> tuple[list[str], list[str]]:
+        tier = await p.resolve(res("g", "vm_group", select={"tag": "tier:app"}))
+        anywhere = await p.resolve(res("h", "vm_group", select={"tag": "app"}))
+        return [t.name for t in tier], [t.name for t in anywhere]
+
+    assert run_with(make(lab, tmp_path), body) == (
+        ["app-01", "stray-01"],
+        ["app-01", "stray-01", "web-01"],
+    )
+    with pytest.raises(PermanentError, match="resource 'g': no vSphere tag 'tier:db'"):
+        run_with(
+            make(lab, tmp_path),
+            lambda p: p.resolve(res("g", "vm_group", select={"tag": "tier:db"})),
+        )
 
 
 @pytest.mark.parametrize(
@@ -323,6 +352,32 @@ def test_expired_session_is_renewed(lab: Vcsim, tmp_path: Path) -> None:
 
     assert run_with(make(lab, tmp_path), body)
     assert lab.vm("web-02").runtime.powerState == "poweredOff"
+
+
+def test_vcenter_restart_drops_the_connection_and_is_reconnected(
+    vcsim_factory: Callable[..., Vcsim], tmp_path: Path
+) -> None:
+    """vCenter restarts mid-run: its sessions are gone and connections reset; calls go on."""
+    first = vcsim_factory(*LAB_ARGS)
+    create_vm(first, VmSpec("before", "DC0_C0_H0"))
+    holder: list[Vcsim] = []
+
+    async def body(p: VspherePlatform) -> tuple[list[Target], bool]:
+        await p.resolve(res("before", "vm"))
+        await asyncio.to_thread(first.stop)
+        second = await asyncio.to_thread(start_vcsim, first.tls, *LAB_ARGS, port=first.port)
+        holder.append(second)
+        await asyncio.to_thread(create_vm, second, VmSpec("after", "DC0_C0_H1"))
+        (after,) = await p.resolve(res("after", "vm"))  # an old snapshot would not know it
+        await p.stop(after, StopMethod.HARD)
+        return [after], await p.wait_for(after, PowerState.OFF, 20)
+
+    try:
+        targets, off = run_with(make(first, tmp_path), body)
+    finally:
+        for sim in holder:
+            sim.stop()
+    assert targets[0].host == "DC0_C0_H1" and off
 
 
 def test_after_vcenter_stops_later_steps_go_to_the_esxi_host(

@@ -10,9 +10,11 @@ the vSphere API itself.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
 import ipaddress
+import json
 import os
 import shutil
 import ssl
@@ -295,6 +297,31 @@ def wait_for_tools(sim: Vcsim, timeout: float = 20.0) -> None:
             return
         time.sleep(0.1)
     raise TimeoutError(f"VMware Tools did not start in {pending}")
+
+
+def tag_vms(sim: Vcsim, category: str, tag: str, vm_names: list[str]) -> None:
+    """Attach a vSphere tag through the tagging REST API (tags are not in the SOAP API)."""
+    root = f"https://{sim.host}:{sim.port}/rest/com/vmware/cis"
+    basic = base64.b64encode(f"{sim.user}:{sim.password}".encode()).decode()
+
+    def call(method: str, path: str, body: Any, auth: dict[str, str]) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json", **auth}
+        request = urllib.request.Request(root + path, data, headers, method=method)
+        with urllib.request.urlopen(request, context=sim.ssl_context(), timeout=10) as answer:
+            data = json.loads(answer.read() or b"null")
+            return data["value"] if data else None
+
+    token = {
+        "vmware-api-session-id": call("POST", "/session", None, {"Authorization": "Basic " + basic})
+    }
+    spec = {"name": category, "description": "", "cardinality": "SINGLE", "associable_types": []}
+    category_id = call("POST", "/tagging/category", {"create_spec": spec}, token)
+    spec = {"name": tag, "description": "", "category_id": category_id}
+    tag_id = call("POST", "/tagging/tag", {"create_spec": spec}, token)
+    for name in vm_names:
+        ref = {"object_id": {"id": sim.vm(name)._moId, "type": "VirtualMachine"}}
+        call("POST", f"/tagging/tag-association/id:{tag_id}?~action=attach", ref, token)
 
 
 def host_names(sim: Vcsim) -> list[str]:

@@ -195,15 +195,29 @@ class VspherePlatform:
         if direct and (self.manager_down or resource.serves_platform == self.name):
             targets = await self._resolve_direct(resource)
         else:
+            tagged = await self._tagged(resource)
             snap = await self.manager.inventory(self._clock.monotonic())
-            targets = self._resolve_in(snap, resource)
+            try:
+                targets = self._resolve_in(snap, resource, tagged)
+            except PermanentError:  # perhaps made since the last read: look once more
+                snap = await self.manager.inventory(self._clock.monotonic(), fresh=True)
+                targets = self._resolve_in(snap, resource, tagged)
         if direct:
             targets = [replace(t, direct=True) for t in targets]
         for target in targets:
             self._resources[(target.kind, target.name)] = resource
         return targets
 
-    def _resolve_in(self, snap: Snapshot, res: ResourceConfig) -> list[Target]:
+    async def _tagged(self, res: ResourceConfig) -> set[str] | None:
+        """Ids of the VMs carrying the selector's tag (tags live in the REST API), or None."""
+        if res.select is None or res.select.tag is None:
+            return None
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._ops.tagged_vms, res)
+
+    def _resolve_in(
+        self, snap: Snapshot, res: ResourceConfig, tagged: set[str] | None = None
+    ) -> list[Target]:
         what = f"resource '{res.id}'"
         if res.kind is ResourceKind.VM:
             found = snap.vms_named(res.target_name)
@@ -221,7 +235,6 @@ class VspherePlatform:
         if res.kind is ResourceKind.VM_GROUP:
             assert res.select is not None
             self._check_selector(snap, res)
-            tagged = self._ops.tagged_vms(res) if res.select.tag else None
             return [self._vm_target(snap, vm) for vm in snap.select(res.select, tagged)]
         if res.kind is ResourceKind.HOST:
             host = snap.host_named(res.target_name)

@@ -162,6 +162,12 @@ class Connection:
                 self._si = None
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def forget(self, si: Any) -> None:
+        """Drop ``si`` if it is still the current session, so the next call logs in again."""
+        with self._lock:
+            if self._si is si:
+                self._si = None
+
     def close(self) -> None:
         si, self._si = self._si, None
         if si is not None:

@@ -37,7 +37,8 @@ class _Rest:
         request = urllib.request.Request(self._root + path, data, headers, method=method)
         try:
             with urllib.request.urlopen(request, context=self._context, timeout=30) as answer:
-                return json.loads(answer.read() or b"null")["value"]
+                data = json.loads(answer.read() or b"null")
+                return data.get("value") if isinstance(data, dict) else None
         except urllib.error.HTTPError as exc:
             raise PermanentError(
                 f"{self._label}: the tagging API answered {exc.code} to {method} {path}"
@@ -75,7 +76,7 @@ def tagged_vm_ids(conn: Connection, resource: str, tag: str) -> set[str]:
         ids: set[str] = set()
         for tag_id in matches:
             path = f"/tagging/tag-association/id:{tag_id}?~action=list-attached-objects"
-            attached = rest.post(path)
+            attached = rest.post(path, {})  # vcsim insists on a JSON body
             ids |= {o["id"] for o in attached or [] if o.get("type") == "VirtualMachine"}
         return ids
     finally:

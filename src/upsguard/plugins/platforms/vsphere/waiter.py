@@ -66,6 +66,7 @@ class Watcher:
         self._kick = threading.Event()  # a new waiter: poll now
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self._session: Any = None  # the login the current watch runs in
         self._thread = threading.Thread(target=self._run, name="vsphere-watch", daemon=True)
         self.round_trips = 0
 
@@ -124,10 +125,11 @@ class Watcher:
                 if self._stop.is_set():
                     return
                 log.info("property watch restarting after %s", type(exc).__name__)
-                self._conn.close()
+                self._conn.forget(self._session)
                 self._stop.wait(1.0)
 
     def _watch(self) -> None:
+        self._session = self._conn.si
         collector, view = self._conn.call("create a property collector", _make_collector)
         try:
             version = ""
@@ -149,6 +151,7 @@ class Watcher:
                     log.debug("cleanup of watch objects failed: %s", exc)
 
     def _poll(self, interval: float) -> None:
+        self._session = self._conn.si
         content = self._conn.call("read service content", lambda si: si.RetrieveContent())
         view = content.viewManager.CreateContainerView(content.rootFolder, list(WATCHED), True)
         try:
