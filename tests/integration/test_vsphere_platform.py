@@ -131,9 +131,12 @@ def test_verify_tls_false_connects_and_warns(
 
 
 def test_resolve_fills_in_the_host_and_flags_system_vms(lab: Vcsim, tmp_path: Path) -> None:
+    """A vCLS VM named on its own is flagged; a group never includes one (hosts handle them)."""
+
     async def body(p: VspherePlatform) -> tuple[list[Target], list[Target], list[Target]]:
         vm = await p.resolve(res("sql", "vm", vm="sql01"))
-        vcls = await p.resolve(res("agents", "vm_group", select={"name": "vCLS-*"}))
+        vcls = await p.resolve(res("agent", "vm", vm="vCLS-DC0_C0-1"))
+        assert await p.resolve(res("agents", "vm_group", select={"name": "vCLS-*"})) == []
         host = await p.resolve(res("DC0_C0_H2", "host"))
         return vm, vcls, host
 
@@ -268,7 +271,7 @@ def test_host_shutdown_waits_for_maintenance_mode_and_ignores_vcls(
 
     async def body(p: VspherePlatform) -> bool:
         vms = await p.resolve(res("h0-vms", "vm_group", select={"name": "*"}))
-        on_h0 = [t for t in vms if t.host == "DC0_C0_H0" and not t.system]
+        on_h0 = [t for t in vms if t.host == "DC0_C0_H0"]
         for vm in on_h0:
             await p.stop(vm, StopMethod.GRACEFUL)
         (host,) = await p.resolve(res("DC0_C0_H0", "host", maintenance_mode=True))

@@ -235,7 +235,9 @@ class VspherePlatform:
         if res.kind is ResourceKind.VM_GROUP:
             assert res.select is not None
             self._check_selector(snap, res)
-            return [self._vm_target(snap, vm) for vm in snap.select(res.select, tagged)]
+            # vCLS and other system VMs belong to vSphere: host steps deal with them
+            members = [vm for vm in snap.select(res.select, tagged) if not vm.system]
+            return [self._vm_target(snap, vm) for vm in members]
         if res.kind is ResourceKind.HOST:
             host = snap.host_named(res.target_name)
             if host is None:
