@@ -24,6 +24,7 @@ from tests.peers.vcsim import (
     Vcsim,
     VmSpec,
     create_vm,
+    host_names,
     wait_for_tools,
 )
 from upsguard.clock import SystemClock
@@ -148,3 +149,47 @@ def test_power_up_order_after_the_outage(slow_lab: Vcsim, tmp_path: Path) -> Non
     assert slow_lab.vm("web-01").guest.toolsRunningStatus == "guestToolsRunning"
     assert not any(h.runtime.inMaintenanceMode for h in slow_lab.all_hosts())
     assert StepState.DONE in {o.state for o in up.outcomes.values()}
+
+
+def test_hand_over_to_the_esxi_host_once_vcenter_is_down(
+    vcsim_factory: Callable[..., Vcsim], tmp_path: Path
+) -> None:
+    """vCenter's own VM stops last; its host is then shut down through ESXi directly.
+
+    A second simulator in ESX mode plays DC0_C0_H0, where the vCenter VM runs.
+    """
+    vc = vcsim_factory("-cluster", "1", "-host", "2", "-standalone-host", "0", "-vm", "0")
+    esx = vcsim_factory("-vm", "0", esx=True)
+    create_vm(vc, VmSpec("vcsa", "DC0_C0_H0"))
+    create_vm(vc, VmSpec("app-01", "DC0_C0_H1"))
+    create_vm(esx, VmSpec("vcsa", host_names(esx)[0]))
+    (tmp_path / "esx.pw").write_text(esx.password)
+    resources: list[dict[str, Any]] = [
+        {"id": "app", "kind": "vm", "platform": "vc", "vm": "app-01"},
+        {"id": "vcenter", "kind": "vm", "platform": "vc", "vm": "vcsa", "serves_platform": "vc"},
+        {"id": "DC0_C0_H0", "kind": "host", "platform": "vc"},
+        {"id": "DC0_C0_H1", "kind": "host", "platform": "vc"},
+    ]
+    site = write_site(
+        vc,
+        tmp_path,
+        resources,
+        direct_hosts={
+            "user": esx.user,
+            "password_file": str(tmp_path / "esx.pw"),
+            "ca_file": str(esx.tls.ca_file),
+        },
+        direct_addresses={"DC0_C0_H0": f"127.0.0.1:{esx.port}"},
+    )
+    at_vc = EventRecorder(vc, "VmGuestShutdownEvent", "HostShutdownEvent")
+    at_esx = EventRecorder(esx, "VmGuestShutdownEvent", "HostShutdownEvent")
+    result, _ = run(site, "shutdown")
+    assert result.state == "done", [o.detail for o in result.failed]
+    assert at_vc.read() == [
+        ("VmGuestShutdownEvent", "app-01"),
+        ("HostShutdownEvent", "DC0_C0_H1"),
+    ]
+    assert at_esx.read() == [
+        ("VmGuestShutdownEvent", "vcsa"),
+        ("HostShutdownEvent", host_names(esx)[0]),
+    ]
