@@ -414,3 +414,41 @@ def test_after_vcenter_stops_later_steps_go_to_the_esxi_host(
     assert run_with(platform, body) == (True, True)
     assert esx_events.read() == [("VmGuestShutdownEvent", "vcsa"), ("HostShutdownEvent", esx_host)]
     assert vc_events.read() == []
+
+
+def test_after_the_outage_vcenter_is_started_through_its_host(
+    vcsim_factory: Callable[..., Vcsim], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """vCenter does not answer yet: its VM (and any other) is found and started on the host."""
+    esx = vcsim_factory("-vm", "0", esx=True)
+    esx_host = host_names(esx)[0]
+    create_vm(esx, VmSpec("vcsa", esx_host, power_on=False))
+    create_vm(esx, VmSpec("dns01", esx_host, power_on=False))
+    pw = tmp_path / "esx-pw"
+    pw.write_text(esx.password)
+    down_vcenter = VsphereSettings.model_validate(
+        {
+            "type": "vsphere",
+            "host": "127.0.0.1",
+            "port": free_port(),
+            "user": "administrator@vsphere.local",
+            "password_file": pw,
+            "direct_hosts": {"user": esx.user, "password_file": pw, "ca_file": esx.tls.ca_file},
+            "direct_addresses": {esx_host: f"127.0.0.1:{esx.port}"},
+        }
+    )
+    platform = VspherePlatform(PlatformName("vc"), down_vcenter, SystemClock())
+
+    async def body(p: VspherePlatform) -> tuple[bool, bool]:
+        (vcsa,) = await p.resolve(res("vcenter", "vm", vm="vcsa", serves_platform="vc"))
+        (dns,) = await p.resolve(res("dns", "vm", vm="dns01"))
+        for target in (vcsa, dns):
+            await p.start(target)
+        return (
+            await p.wait_for(vcsa, PowerState.ON, 20) and await until_healthy(p, vcsa),
+            await p.wait_for(dns, PowerState.ON, 20),
+        )
+
+    assert run_with(platform, body) == (True, True)
+    assert "working with the ESXi hosts directly" in caplog.text
+    assert esx.vm("vcsa").runtime.powerState == "poweredOn"

@@ -56,7 +56,7 @@ class VsphereSettings(PlatformBase, Credentials):
     watch: Literal["updates", "poll"] = Field(
         "updates",
         description="how waits learn of changes: WaitForUpdatesEx pushes them (best on vCenter), "
-        "or one RetrievePropertiesEx of the whole inventory every poll_interval",
+        "or one RetrievePropertiesEx of every waited object each poll_interval",
     )
     poll_interval: Duration = Field(
         timedelta(milliseconds=500), description="with watch: poll, the time between reads"

@@ -20,7 +20,7 @@ from upsguard.clock import Clock
 from upsguard.config.platforms import VsphereSettings
 from upsguard.config.resources import ResourceConfig
 from upsguard.config.types import resolve_secret
-from upsguard.errors import ConfigError, PermanentError
+from upsguard.errors import ConfigError, PermanentError, PlatformUnreachable
 from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod, Target
 from upsguard.plugins.platforms.vsphere.connection import Connection, Endpoint
 from upsguard.plugins.platforms.vsphere.inventory import Snapshot, VmInfo, read_snapshot
@@ -32,6 +32,7 @@ __all__ = ["VspherePlatform"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 SNAPSHOT_TTL_S = 5.0
+RECONNECT_S = 5.0  # while vCenter does not answer, how often to try it again
 WORKERS_MAX = 32  # threads for pyVmomi's blocking calls; each call returns within milliseconds
 
 
@@ -91,7 +92,9 @@ class VspherePlatform:
         self.manager = Site(self._endpoint(), self._pool, self._poll_s)
         self._direct: dict[str, Site] = {}
         self._resources: dict[tuple[ResourceKind, str], ResourceConfig] = {}
-        self.manager_down = False
+        self.manager_down = False  # we stopped vCenter's own VM: it stays down for this run
+        self._unreachable_since: float | None = None  # vCenter did not answer (after an outage)
+        self._last_try = float("-inf")
         self._ops = Operations(self)
 
     # --- connections -----------------------------------------------------------------------
@@ -138,7 +141,30 @@ class VspherePlatform:
                 self.name,
                 self.settings.host,
             )
-        await self.manager.open()
+        try:
+            await self.manager.open()
+        except PlatformUnreachable as exc:
+            if self.settings.direct_hosts is None:
+                raise
+            log.warning("%s; working with the ESXi hosts directly until it answers", exc)
+            self._unreachable_since = self._last_try = self._clock.monotonic()
+
+    async def manager_usable(self) -> bool:
+        """False while vCenter is down: stopped by us, or not answering (retried every 5 s)."""
+        if self.manager_down:
+            return False
+        if self._unreachable_since is None:
+            return True
+        now = self._clock.monotonic()
+        if now - self._last_try >= RECONNECT_S:
+            self._last_try = now
+            try:
+                await self.manager.open()
+            except PlatformUnreachable:
+                return False
+            log.info("vsphere platform '%s': vCenter answers again", self.name)
+            self._unreachable_since = None
+        return self._unreachable_since is None
 
     async def close(self) -> None:
         for site in [self.manager, *self._direct.values()]:
@@ -192,7 +218,9 @@ class VspherePlatform:
     # --- resources to targets --------------------------------------------------------------
 
     async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
-        if direct and (self.manager_down or resource.serves_platform == self.name):
+        can_go_direct = self.settings.direct_hosts is not None
+        serves = resource.serves_platform == self.name
+        if can_go_direct and ((direct and serves) or not await self.manager_usable()):
             targets = await self._resolve_direct(resource)
         else:
             tagged = await self._tagged(resource)
@@ -298,14 +326,14 @@ class VspherePlatform:
     def resource_of(self, target: Target) -> ResourceConfig | None:
         return self._resources.get((target.kind, target.name))
 
-    def goes_direct(self, target: Target) -> bool:
-        """After vCenter's own VM was stopped, or for that VM itself when hosts can be reached."""
+    async def goes_direct(self, target: Target) -> bool:
+        """Through the ESXi host: vCenter's own VM, steps planned direct, while vCenter is down."""
         if self.settings.direct_hosts is None:
             return False
-        if self.manager_down or target.direct:
-            return True
         res = self.resource_of(target)
-        return res is not None and res.serves_platform == self.name
+        if target.direct or (res is not None and res.serves_platform == self.name):
+            return True
+        return not await self.manager_usable()
 
     # --- the Platform protocol, delegated to the operations --------------------------------
 

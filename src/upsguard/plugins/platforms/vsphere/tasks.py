@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pyVmomi import vim as _vim
 
 from upsguard.config.resources import ResourceConfig
-from upsguard.errors import GracefulUnavailable, PermanentError, StepFailed
+from upsguard.errors import GracefulUnavailable, PermanentError, PlatformUnreachable, StepFailed
 from upsguard.models import PowerState, ResourceKind, StopMethod, Target
 from upsguard.plugins.platforms.vsphere.connection import fault_text
 from upsguard.plugins.platforms.vsphere.tags import tagged_vm_ids
@@ -71,7 +71,7 @@ class Operations:
     # --- where a target is -----------------------------------------------------------------
 
     async def locate(self, target: Target) -> tuple[Site, str]:
-        if not self.p.goes_direct(target):
+        if not await self.p.goes_direct(target):
             site = self.p.manager
             if target.ref is not None:
                 return site, target.ref
@@ -122,6 +122,11 @@ class Operations:
             self.p.manager_down = self.p.settings.direct_hosts is not None
             log.info("%s: vCenter's own VM is stopping; later steps go to ESXi hosts", target.name)
 
+    def _manager_started(self, target: Target) -> None:
+        res = self.p.resource_of(target)
+        if res is not None and res.serves_platform == self.p.name:
+            self.p.manager_down = False  # usable again once it answers
+
     async def _shutdown_guest(self, target: Target) -> None:
         site, ref, props = await self.props(target)
         if vm_power(props) is PowerState.OFF:
@@ -167,6 +172,7 @@ class Operations:
         task = await site.run(f"power on {target.name}", call)
         if task is not None:
             self._host_tasks[target] = (site, task)
+        self._manager_started(target)
 
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
         site, ref = await self.locate(target)
@@ -176,7 +182,13 @@ class Operations:
         else:
             reached = await site.watcher.wait(ref, lambda p: vm_power(p) is state, timeout)
         if not reached:
-            await self._raise_task_error(target)
+            try:
+                await self._raise_task_error(target)
+            except PlatformUnreachable:
+                if target.kind is ResourceKind.HOST and state is PowerState.OFF:
+                    log.info("%s: no longer answers after its shutdown: off", target.name)
+                    return True
+                raise
         return reached
 
     async def healthy(self, target: Target) -> bool:
