@@ -114,8 +114,9 @@ async def trigger(
             await _wait_idle(svc)
         answer = await overrides.trigger(svc, who, direction, only, reason)
         await _wait_idle(svc)
-        results = [r for r in svc.outage.results if r.run == answer["run"]]
-        return 0 if results and results[-1].state == "done" else 1
+        executor = svc.outage.executor  # its result is final once the run's task is done
+        ok = executor is not None and executor.run_id == answer["run"]
+        return 0 if ok and executor is not None and executor.result.state == "done" else 1
     finally:
         await svc.close()
 

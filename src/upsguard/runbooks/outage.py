@@ -198,7 +198,9 @@ class OutageLoop:
         self._sequence += 1
         kind = kind or plan.direction.value
         if run_id is None:
-            run_id = f"{kind}-{self._clock.now():%Y%m%dT%H%M%SZ}-{self._sequence}"
+            # milliseconds: a run id must not repeat one journaled by an earlier process
+            now = self._clock.now()
+            run_id = f"{kind}-{now:%Y%m%dT%H%M%S}.{now.microsecond // 1000:03d}Z-{self._sequence}"
         self.spec = RunSpec(run_id, self._clock.now(), plan.direction, kind, origin, reason, only)
         if self._journal is not None:
             self._journal.run_planned(self.spec)
