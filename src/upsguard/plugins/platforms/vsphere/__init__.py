@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 SNAPSHOT_TTL_S = 5.0
 RECONNECT_S = 5.0  # while vCenter does not answer, how often to try it again
-WORKERS_MAX = 32  # threads for pyVmomi's blocking calls; each call returns within milliseconds
+WORKERS_MAX = 16  # threads for pyVmomi's blocking calls; each call returns within milliseconds
 
 
 class Site:
