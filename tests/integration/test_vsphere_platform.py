@@ -292,6 +292,35 @@ def test_host_shutdown_waits_for_maintenance_mode_and_ignores_vcls(
     assert lab.host_system("DC0_C0_H1").runtime.powerState == "poweredOn"
 
 
+@pytest.mark.parametrize("policy", ["shutdown", "ignore"])
+def test_unplanned_vms_get_the_default_policy_in_the_host_step(
+    lab: Vcsim, tmp_path: Path, policy: str
+) -> None:
+    """stray-01 (Tools) and app-01 (no Tools) run on DC0_C0_H2, and no resource covers them."""
+    events = EventRecorder(
+        lab, "VmGuestShutdownEvent", "VmPoweredOffEvent", "EnteredMaintenanceModeEvent"
+    )
+    host_res = res("DC0_C0_H2", "host", maintenance_mode=True, guest_timeout="2s")
+
+    async def body(p: VspherePlatform) -> str:
+        (host,) = await p.resolve(host_res)
+        try:
+            await p.stop(host, StopMethod.GRACEFUL)
+        except StepFailed as exc:
+            return str(exc)
+        return "off" if await p.wait_for(host, PowerState.OFF, 20) else "on"
+
+    outcome = run_with(make(lab, tmp_path, unplanned_vms=policy), body)
+    seen = events.read()
+    if policy == "ignore":  # left running, they keep the host out of maintenance mode
+        assert "maintenance mode failed" in outcome and seen == []
+        return
+    assert outcome == "off"
+    assert [n for k, n in seen if k == "VmGuestShutdownEvent"] == ["stray-01"]  # app-01: no Tools
+    assert {n for k, n in seen if k == "VmPoweredOffEvent"} == {"stray-01", "app-01"}
+    assert seen[-1] == ("EnteredMaintenanceModeEvent", "DC0_C0_H2")
+
+
 def test_maintenance_mode_that_cannot_finish_reports_vsphere(lab: Vcsim, tmp_path: Path) -> None:
     async def body(p: VspherePlatform) -> None:
         (host,) = await p.resolve(
@@ -300,7 +329,7 @@ def test_maintenance_mode_that_cannot_finish_reports_vsphere(lab: Vcsim, tmp_pat
         await p.stop(host, StopMethod.GRACEFUL)
 
     with pytest.raises(StepFailed) as err:
-        run_with(make(lab, tmp_path), body)
+        run_with(make(lab, tmp_path, unplanned_vms="ignore"), body)
     assert "DC0_C0_H2: maintenance mode failed" in str(err.value)
     assert "Timedout" in str(err.value)
     assert lab.host_system("DC0_C0_H2").runtime.powerState == "poweredOn"

@@ -323,6 +323,10 @@ class VspherePlatform:
             )
         return targets
 
+    def planned_vm_names(self) -> set[str]:
+        """VMs some resource resolved to on this platform (the rest are unplanned)."""
+        return {name for kind, name in self._resources if kind is ResourceKind.VM}
+
     def resource_of(self, target: Target) -> ResourceConfig | None:
         return self._resources.get((target.kind, target.name))
 

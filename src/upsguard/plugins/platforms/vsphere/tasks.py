@@ -29,6 +29,8 @@ vim: Any = _vim  # untyped in pyVmomi
 
 TOOLS_RUNNING = "guestToolsRunning"
 MM_TIMEOUT_CAP_S = 110  # the executor gives one call 120 s
+UNPLANNED_GRACE_S = 60.0  # guest shutdown time for unplanned VMs inside a host step
+HARD_OFF_S = 30.0
 TASK_CHECK_S = 2.0
 
 
@@ -223,6 +225,7 @@ class Operations:
         res = self.p.resource_of(target)
         if self.p.settings.system_vms == "retreat":
             await self._retreat_system_vms(site, target)
+        await self._stop_unplanned(site, target, res)
         in_mm = bool(props.get("runtime.inMaintenanceMode"))
         if res is not None and res.maintenance_mode and not in_mm:
             await self._enter_maintenance(site, ref, target, res)
@@ -233,6 +236,68 @@ class Operations:
 
         task = await site.run(f"shut down host {target.name}", call)
         self._host_tasks[target] = (site, task)
+
+    async def _stop_unplanned(self, site: Site, target: Target, res: ResourceConfig | None) -> None:
+        """VMs on this host that no resource covers get the site's default: shut down, or left.
+
+        They were not in the plan, so nothing stopped them; without this a host in
+        maintenance mode would wait for them, and a forced host shutdown would cut them off.
+        """
+        snap = await site.inventory(self.p._clock.monotonic())
+        host = snap.host_named(target.name) or (
+            next(iter(snap.hosts.values())) if len(snap.hosts) == 1 else None
+        )
+        assert site.watcher is not None
+        state = site.watcher.state
+        planned = self.p.planned_vm_names()
+        left = [
+            vm
+            for vm in snap.vms.values()
+            if host is not None
+            and vm.host_ref == host.ref
+            and not vm.system
+            and vm.name not in planned
+            and vm_power(state.get(vm.ref, {})) is PowerState.ON
+        ]
+        if not left:
+            return
+        names = ", ".join(sorted(v.name for v in left))
+        if self.p.settings.unplanned_vms == "ignore":
+            log.warning("%s: VMs no resource covers are left running: %s", target.name, names)
+            return
+        log.warning("%s: shutting down VMs no resource covers: %s", target.name, names)
+        grace = min(res.guest_timeout.total_seconds() if res else 300.0, UNPLANNED_GRACE_S)
+        await asyncio.gather(*(self._shutdown_or_power_off(site, vm.ref) for vm in left))
+        still_on = [
+            vm
+            for vm, off in zip(
+                left,
+                await asyncio.gather(*(site.watcher.wait(vm.ref, _is_off, grace) for vm in left)),
+                strict=True,
+            )
+            if not off
+        ]
+        for vm in still_on:
+            await site.run(f"power off {vm.name}", _power_off_call(vm.ref))
+        await asyncio.gather(*(site.watcher.wait(vm.ref, _is_off, HARD_OFF_S) for vm in still_on))
+
+    async def _shutdown_or_power_off(self, site: Site, ref: str) -> None:
+        assert site.watcher is not None
+        props = site.watcher.state.get(ref, {})
+
+        def call(si: Any) -> None:
+            vm = _mo(vim.VirtualMachine, ref, si)
+            try:
+                if props.get("guest.toolsRunningStatus") == TOOLS_RUNNING:
+                    vm.ShutdownGuest()
+                else:
+                    vm.PowerOffVM_Task()
+            except vim.fault.ToolsUnavailable:
+                vm.PowerOffVM_Task()
+            except vim.fault.InvalidPowerState:
+                pass
+
+        await site.run(f"stop unplanned VM {ref}", call)
 
     async def _enter_maintenance(
         self, site: Site, ref: str, target: Target, res: ResourceConfig
@@ -317,6 +382,10 @@ class Operations:
         if state == "error" and error is not None:
             return fault_text(error)
         return None
+
+
+def _is_off(props: dict[str, Any]) -> bool:
+    return vm_power(props) is PowerState.OFF
 
 
 def _power_off_call(ref: str) -> Callable[[Any], Any]:
