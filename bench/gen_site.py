@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write a valid synthetic site: N VMs spread over H hosts, with dependencies, caches, two UPSes.
 
-    python3 bench/gen_site.py --vms 5000 --hosts 200 > /tmp/big.yaml
+Usage: ``python3 bench/gen_site.py --vms 5000 --hosts 200 > /tmp/big.yaml``
 """
 
 from __future__ import annotations
