@@ -15,7 +15,7 @@ from upsguard.models import PlatformName, PowerState
 from upsguard.plugins.platforms.vsphere import VspherePlatform
 from upsguard.plugins.platforms.vsphere.connection import Endpoint, fault_text
 from upsguard.plugins.platforms.vsphere.inventory import Snapshot, VmInfo, is_system_vm
-from upsguard.plugins.platforms.vsphere.tasks import host_power, vm_power
+from upsguard.plugins.platforms.vsphere.states import host_power, vm_power
 
 
 def vm(name: str, folder: str = "", **attributes: str) -> VmInfo:

@@ -147,7 +147,7 @@ class VspherePlatform:
             if self.settings.direct_hosts is None:
                 raise
             log.warning("%s; working with the ESXi hosts directly until it answers", exc)
-            self._unreachable_since = self._last_try = self._clock.monotonic()
+            self._unreachable_since = self._last_try = self.now()
 
     async def manager_usable(self) -> bool:
         """False while vCenter is down: stopped by us, or not answering (retried every 5 s)."""
@@ -155,7 +155,7 @@ class VspherePlatform:
             return False
         if self._unreachable_since is None:
             return True
-        now = self._clock.monotonic()
+        now = self.now()
         if now - self._last_try >= RECONNECT_S:
             self._last_try = now
             try:
@@ -176,7 +176,7 @@ class VspherePlatform:
 
     async def inventory(self, fresh: bool = True) -> Snapshot:
         """What vCenter sees now (for ``upsguard inventory`` and live plans)."""
-        return await self.manager.inventory(self._clock.monotonic(), fresh=fresh)
+        return await self.manager.inventory(self.now(), fresh=fresh)
 
     async def inventory_report(self) -> dict[str, Any]:
         """The inventory as plain data for ``upsguard inventory``: no pyvmomi types leak out."""
@@ -224,11 +224,11 @@ class VspherePlatform:
             targets = await self._resolve_direct(resource)
         else:
             tagged = await self._tagged(resource)
-            snap = await self.manager.inventory(self._clock.monotonic())
+            snap = await self.manager.inventory(self.now())
             try:
                 targets = self._resolve_in(snap, resource, tagged)
             except PermanentError:  # perhaps made since the last read: look once more
-                snap = await self.manager.inventory(self._clock.monotonic(), fresh=True)
+                snap = await self.manager.inventory(self.now(), fresh=True)
                 targets = self._resolve_in(snap, resource, tagged)
         if direct:
             targets = [replace(t, direct=True) for t in targets]
@@ -309,7 +309,7 @@ class VspherePlatform:
         targets: list[Target] = []
         for host_name in self.settings.direct_addresses:
             site = self.direct_site(host_name)
-            snap = await site.inventory(self._clock.monotonic())
+            snap = await site.inventory(self.now())
             if res.kind is ResourceKind.HOST and res.target_name == host_name:
                 return [Target(self.name, ResourceKind.HOST, host_name)]
             if res.kind is ResourceKind.VM:
@@ -322,6 +322,10 @@ class VspherePlatform:
                 f"resource '{res.id}': not found on any ESXi host in direct_addresses"
             )
         return targets
+
+    def now(self) -> float:
+        """Seconds on the injected clock (the inventory cache and reconnects use it)."""
+        return self._clock.monotonic()
 
     def planned_vm_names(self) -> set[str]:
         """VMs some resource resolved to on this platform (the rest are unplanned)."""

@@ -1,0 +1,51 @@
+"""How vSphere's property values read as upsguard power states, and small call helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pyVmomi import vim as _vim
+
+from upsguard.models import PowerState, ResourceKind, Target
+
+vim: Any = _vim  # untyped in pyVmomi
+TOOLS_RUNNING = "guestToolsRunning"
+
+
+def vm_power(props: dict[str, Any]) -> PowerState:
+    return {
+        "poweredOn": PowerState.ON,
+        "poweredOff": PowerState.OFF,
+        "suspended": PowerState.OFF,
+    }.get(str(props.get("runtime.powerState")), PowerState.UNKNOWN)
+
+
+def host_power(props: dict[str, Any]) -> PowerState:
+    """vCenter shows a host it lost (shut down, unplugged) as notResponding: that is off."""
+    power = str(props.get("runtime.powerState"))
+    connection = str(props.get("runtime.connectionState"))
+    if power == "standBy":
+        return PowerState.STANDBY
+    if power == "poweredOff" or connection == "notResponding":
+        return PowerState.OFF
+    if power == "poweredOn" and connection == "connected":
+        return PowerState.ON
+    return PowerState.UNKNOWN
+
+
+def power_of(target: Target, props: dict[str, Any]) -> PowerState:
+    return host_power(props) if target.kind is ResourceKind.HOST else vm_power(props)
+
+
+def is_off(props: dict[str, Any]) -> bool:
+    return vm_power(props) is PowerState.OFF
+
+
+def mo(kind: Any, ref: str, si: Any) -> Any:
+    """A managed object stub for ``ref`` on ``si``'s connection (no request is made)."""
+    return kind(ref, si._stub)
+
+
+def power_off_call(ref: str) -> Callable[[Any], Any]:
+    return lambda si: mo(vim.VirtualMachine, ref, si).PowerOffVM_Task()
