@@ -43,6 +43,7 @@ WATCHED = {
 MAX_WAIT_S = 2  # how long one long-poll may stay open; bounds how long close() takes
 IDLE_POLLS = 10  # with nobody waiting, polls are this many intervals apart
 FULL_EVERY = 20  # while some wait, every this many polls reads everything, else only them
+BACKOFF = 4  # while nothing changes, polls slow down to this many intervals apart
 #: What a poll reads of the objects being waited for: the states wait_for decides on.
 BUSY = {
     vim.VirtualMachine: ["runtime.powerState"],
@@ -158,25 +159,33 @@ class Watcher:
             spec = _filter_spec(view)
             kinds: dict[str, Any] = {}
             polls = 0
+            delay = interval
             while not self._stop.is_set():
                 self.round_trips += 1
                 polls += 1
+                before = self.state
                 waited = [(ref, kinds.get(ref)) for ref, _, _ in list(self._waiters)]
                 if not waited or polls % FULL_EVERY == 0 or any(k is None for _, k in waited):
                     self.state, kinds = _read_all(content.propertyCollector, spec)
                 else:
                     fresh = _read_some(content.propertyCollector, waited, view._stub)
-                    merged = dict(self.state)
+                    merged = dict(before)
                     for ref, props in fresh.items():
                         merged[ref] = {**merged.get(ref, {}), **props}
                     self.state = merged
                 self._loop.call_soon_threadsafe(self._wake)
                 self._ready.set()
-                if self._waiters:
-                    self._stop.wait(interval)
-                else:  # idle: read seldom, but at once when someone starts waiting
+                if not self._waiters:  # idle: read seldom, but at once when someone waits
                     self._kick.wait(interval * IDLE_POLLS)
                     self._kick.clear()
+                    delay = interval
+                    continue
+                # nothing moved: back off (up to BACKOFF x), a change or a new waiter resets
+                moved = any(before.get(r) != self.state.get(r) for r, _ in waited)
+                delay = interval if moved else min(delay * 1.5, interval * BACKOFF)
+                if self._kick.wait(delay):
+                    self._kick.clear()
+                    delay = interval
         finally:
             try:
                 view.Destroy()
