@@ -55,7 +55,7 @@ def nut(nut_factory: Any) -> NutServer:
 
 @pytest.fixture
 def bcache(tmp_path: Path) -> Iterator[FakeBcacheSysfs]:
-    devices = {"bcache0": Device(dirty=500 * MiB, full_rate=100 * MiB)}
+    devices = {"bcache0": Device(dirty=1000 * MiB, full_rate=100 * MiB)}  # 10 s to destage
     with FakeBcacheSysfs(tmp_path / "sys", devices) as fake:
         yield fake
 
@@ -223,7 +223,7 @@ def test_power_back_after_the_point_of_no_return_finishes_then_starts_up(
     try:
         svc.start()
         svc.wait(lambda: svc.status()["ups"][0].get("status") == "OL", "the first reading")
-        nut.write("ups1", outage_then_back(3))
+        nut.write("ups1", outage_then_back(5))  # esx0 is down by then, esx1 still waits
         svc.wait(
             lambda: svc.status()["phase"] == "normal" and "recovering" in phases(svc),
             "the site to be back",
