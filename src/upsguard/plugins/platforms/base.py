@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Protocol, runtime_checkable
 
 from upsguard.clock import Clock
@@ -68,3 +69,22 @@ class Platform(Protocol):
 
 class PlatformFactory(Protocol):
     def __call__(self, name: PlatformName, settings: Any, clock: Clock) -> Platform: ...
+
+
+async def poll_for_state(
+    platform: Platform,
+    target: Target,
+    state: PowerState,
+    timeout: float,
+    interval: float,
+    clock: Clock,
+) -> bool:
+    """``wait_for`` for APIs that cannot push changes: read the state every ``interval``."""
+    deadline = clock.monotonic() + timeout
+    while True:
+        if await platform.power_state(target) is state:
+            return True
+        left = deadline - clock.monotonic()
+        if left <= 0:
+            return False
+        await asyncio.sleep(min(interval, left))

@@ -14,7 +14,6 @@ a command can only do what it does.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from upsguard.clock import Clock
@@ -23,6 +22,7 @@ from upsguard.config.resources import ResourceConfig
 from upsguard.errors import PermanentError, UpsguardError
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
 from upsguard.plugins import remote
+from upsguard.plugins.platforms.base import poll_for_state
 
 __all__ = ["CommandPlatform"]
 
@@ -77,15 +77,8 @@ class CommandPlatform:
         res = self._resource(target)
         if res.status is None:
             return self._known.get(str(res.id)) is state
-        deadline = self._clock.monotonic() + timeout
         interval = self._settings.poll_interval.total_seconds()
-        while True:
-            if await self.power_state(target) is state:
-                return True
-            left = deadline - self._clock.monotonic()
-            if left <= 0:
-                return False
-            await asyncio.sleep(min(interval, left))
+        return await poll_for_state(self, target, state, timeout, interval, self._clock)
 
     async def healthy(self, target: Target) -> bool:
         res = self._resource(target)

@@ -28,6 +28,7 @@ from upsguard.errors import (
     UpsguardError,
 )
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
+from upsguard.plugins.platforms.base import poll_for_state
 
 __all__ = ["IpmiPlatform"]
 
@@ -78,15 +79,8 @@ class IpmiPlatform:
         await self._call("power on", "set_power", "on")
 
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
-        deadline = self._clock.monotonic() + timeout
         interval = self._settings.poll_interval.total_seconds()
-        while True:
-            if await self.power_state(target) is state:
-                return True
-            left = deadline - self._clock.monotonic()
-            if left <= 0:
-                return False
-            await asyncio.sleep(min(interval, left))
+        return await poll_for_state(self, target, state, timeout, interval, self._clock)
 
     async def healthy(self, target: Target) -> bool:
         """A BMC only knows the chassis has power; the OS is the health check's business."""

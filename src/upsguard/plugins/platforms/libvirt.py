@@ -30,6 +30,7 @@ from upsguard.errors import (
     UpsguardError,
 )
 from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod, Target
+from upsguard.plugins.platforms.base import poll_for_state
 
 __all__ = ["LibvirtPlatform"]
 
@@ -126,15 +127,8 @@ class LibvirtPlatform:
         await self._call(f"start {target.name}", _create, _ref(target))
 
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
-        deadline = self._clock.monotonic() + timeout
         interval = self._settings.poll_interval.total_seconds()
-        while True:
-            if await self.power_state(target) is state:
-                return True
-            left = deadline - self._clock.monotonic()
-            if left <= 0:
-                return False
-            await asyncio.sleep(min(interval, left))
+        return await poll_for_state(self, target, state, timeout, interval, self._clock)
 
     async def healthy(self, target: Target) -> bool:
         """Running, and its guest agent answering where the domain has one."""

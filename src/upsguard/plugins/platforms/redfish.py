@@ -30,6 +30,7 @@ from upsguard.errors import (
     UpsguardError,
 )
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
+from upsguard.plugins.platforms.base import poll_for_state
 
 __all__ = ["RedfishPlatform"]
 
@@ -105,15 +106,8 @@ class RedfishPlatform:
         await self._call(f"reset {wanted.value}", _reset, _ref(target), wanted)
 
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
-        deadline = self._clock.monotonic() + timeout
         interval = self._settings.poll_interval.total_seconds()
-        while True:
-            if await self.power_state(target) is state:
-                return True
-            left = deadline - self._clock.monotonic()
-            if left <= 0:
-                return False
-            await asyncio.sleep(min(interval, left))
+        return await poll_for_state(self, target, state, timeout, interval, self._clock)
 
     async def healthy(self, target: Target) -> bool:
         """The BMC knows the system has power; the OS is the health check's business."""

@@ -21,6 +21,7 @@ from upsguard.config.platforms import WolSettings
 from upsguard.config.resources import ResourceConfig
 from upsguard.errors import PermanentError, PlatformUnreachable
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
+from upsguard.plugins.platforms.base import poll_for_state
 
 __all__ = ["WolPlatform", "magic_packet"]
 
@@ -95,15 +96,8 @@ class WolPlatform:
             ) from exc
 
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
-        deadline = self._clock.monotonic() + timeout
         interval = self._settings.poll_interval.total_seconds()
-        while True:
-            if await self.power_state(target) is state:
-                return True
-            left = deadline - self._clock.monotonic()
-            if left <= 0:
-                return False
-            await asyncio.sleep(min(interval, left))
+        return await poll_for_state(self, target, state, timeout, interval, self._clock)
 
     async def healthy(self, target: Target) -> bool:
         return await self.power_state(target) is PowerState.ON
