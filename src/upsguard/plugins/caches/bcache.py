@@ -19,8 +19,6 @@ process) restore them too.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import re
 import shlex
@@ -30,6 +28,7 @@ from upsguard.clock import Clock
 from upsguard.config.caches import BcacheSettings
 from upsguard.errors import PermanentError, TemporaryError
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
+from upsguard.plugins.caches.base import SavedState, require_targets
 from upsguard.plugins.remote import Runner
 
 log = logging.getLogger(__name__)
@@ -75,13 +74,17 @@ class BcacheProvider:
         self._clock = clock
         self._runner = Runner(settings.ssh)
         self._root = PurePosixPath(settings.sysfs_root)
-        self._saved = _SavedKnobs(settings.state_dir / f"{settings.name}.bcache.json")
+        self._saved: SavedState[dict[str, str]] = SavedState(
+            settings.state_dir / f"{settings.name}.bcache.json", "saved bcache settings"
+        )
 
     async def targets(self) -> list[CacheTarget]:
         if self._settings.targets:
             return [CacheTarget(self.name, name) for name in self._settings.targets]
         found = [CacheTarget(self.name, name) for name in await self._list_devices()]
-        return _some(found, f"cache '{self.name}': no bcache device under {self._root}/block")
+        return require_targets(
+            found, f"cache '{self.name}': no bcache device under {self._root}/block"
+        )
 
     async def read(self, target: CacheTarget) -> CacheState:
         mode_text, state, dirty_text = await self._get_many(
@@ -128,7 +131,7 @@ class BcacheProvider:
             await self._put(target, knob, value)
 
     async def _restore_knobs(self, target: CacheTarget) -> None:
-        for knob, value in self._saved.get(target.name).items():
+        for knob, value in self._saved.get(target.name, {}).items():
             await self._put(target, knob, value)
         self._saved.drop(target.name)
         log.info("%s: restored the user's writeback settings", self._where(target))
@@ -169,43 +172,3 @@ class BcacheProvider:
 
     async def _put(self, target: CacheTarget, attr: str, value: str) -> None:
         await self._runner.write_text(self._attr(target, attr), value, timeout=TIMEOUT)
-
-
-class _SavedKnobs:
-    """The user's writeback settings per device, kept in memory and in a JSON file."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._values: dict[str, dict[str, str]] = {}
-        with contextlib.suppress(OSError, ValueError):
-            self._values = json.loads(path.read_text())
-
-    def has(self, device: str) -> bool:
-        return device in self._values
-
-    def get(self, device: str) -> dict[str, str]:
-        return dict(self._values[device])
-
-    def put(self, device: str, values: dict[str, str]) -> None:
-        self._values[device] = values
-        self._save()
-
-    def drop(self, device: str) -> None:
-        self._values.pop(device, None)
-        self._save()
-
-    def _save(self) -> None:
-        try:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self._path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self._values, indent=1, sort_keys=True))
-            tmp.replace(self._path)
-        except OSError as exc:
-            log.warning("cannot keep saved bcache settings in %s: %s", self._path, exc.strerror)
-
-
-def _some(found: list[CacheTarget], nothing: str) -> list[CacheTarget]:
-    """Found targets; none at all is an error, never "nothing dirty, all clean"."""
-    if not found:
-        raise PermanentError(f"{nothing}: set 'targets' or check the settings")
-    return found

@@ -16,11 +16,9 @@ and the detail carries the time to destage.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import shlex
-from pathlib import Path
 from typing import Any
 
 from upsguard.clock import Clock
@@ -28,6 +26,7 @@ from upsguard.config.caches import FvpSettings
 from upsguard.config.types import resolve_secret
 from upsguard.errors import AuthenticationError, PermanentError, TemporaryError
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
+from upsguard.plugins.caches.base import SavedState, require_targets
 from upsguard.plugins.remote import Runner
 
 log = logging.getLogger(__name__)
@@ -59,7 +58,9 @@ class FvpProvider:
         self._clock = clock
         self._runner = Runner(settings.ssh)
         self._pwsh = shlex.split(settings.pwsh_command)
-        self._peers = _SavedPeers(settings.state_dir / f"{settings.name}.fvp.json")
+        self._peers: SavedState[list[int]] = SavedState(
+            settings.state_dir / f"{settings.name}.fvp.json", "FVP peer counts"
+        )
 
     async def targets(self) -> list[CacheTarget]:
         if self._settings.targets:
@@ -69,7 +70,7 @@ class FvpProvider:
         if isinstance(policies, dict):
             policies = [policies]
         found = [CacheTarget(self.name, str(_field(p, "Name"))) for p in policies]
-        return _some(found, f"cache '{self.name}': FVP reports no accelerated VM")
+        return require_targets(found, f"cache '{self.name}': FVP reports no accelerated VM")
 
     async def read(self, target: CacheTarget) -> CacheState:
         vm = ps_quote(target.name)
@@ -93,7 +94,7 @@ class FvpProvider:
             await self._remember_peers(target)
             await self._script(f"Set-PrnxAccelerationPolicy -Name {vm} -WriteThrough", None)
         elif mode is CacheMode.WRITE_BACK:
-            peers, external = self._peers.get(target.name)
+            peers, external = self._peers.get(target.name, [1, 0])  # FVP's default
             await self._script(
                 f"Set-PrnxAccelerationPolicy -Name {vm} -WriteBack "
                 f"-NumWBPeers {peers} -NumWBExternalPeers {external}",
@@ -120,7 +121,7 @@ class FvpProvider:
         if _mode(str(_field(policy, "WritePolicy", "WriteMode") or "")) is CacheMode.WRITE_BACK:
             peers = int(_field(policy, "NumWBPeers") or 0)
             external = int(_field(policy, "NumWBExternalPeers") or 0)
-            self._peers.put(target.name, peers, external)
+            self._peers.put(target.name, [peers, external])
 
     async def _script(self, body: str, result: str | None) -> dict[str, Any]:
         lines = ["$ErrorActionPreference = 'Stop'", f"Import-Module {MODULE}"]
@@ -167,45 +168,3 @@ def _time_to_destage(stats: Any) -> float | None:
         if value is not None:
             return float(value)
     return None
-
-
-class _SavedPeers:
-    """Each VM's write-back peer counts while it is in write-through, in a JSON file."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._values: dict[str, list[int]] = {}
-        with contextlib.suppress(OSError, ValueError):
-            self._values = json.loads(path.read_text())
-
-    def has(self, vm: str) -> bool:
-        return vm in self._values
-
-    def get(self, vm: str) -> tuple[int, int]:
-        """Saved counts, or FVP's default of one peer when nothing was saved."""
-        peers, external = self._values.get(vm, [1, 0])
-        return peers, external
-
-    def put(self, vm: str, peers: int, external: int) -> None:
-        self._values[vm] = [peers, external]
-        self._save()
-
-    def drop(self, vm: str) -> None:
-        if self._values.pop(vm, None) is not None:
-            self._save()
-
-    def _save(self) -> None:
-        try:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self._path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self._values, indent=1, sort_keys=True))
-            tmp.replace(self._path)
-        except OSError as exc:
-            log.warning("cannot keep FVP peer counts in %s: %s", self._path, exc.strerror)
-
-
-def _some(found: list[CacheTarget], nothing: str) -> list[CacheTarget]:
-    """Found targets; none at all is an error, never "nothing dirty, all clean"."""
-    if not found:
-        raise PermanentError(f"{nothing}: set 'targets' or check the settings")
-    return found

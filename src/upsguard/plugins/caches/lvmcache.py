@@ -25,6 +25,7 @@ from upsguard.clock import Clock
 from upsguard.config.caches import LvmcacheSettings
 from upsguard.errors import PermanentError, TemporaryError
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
+from upsguard.plugins.caches.base import require_targets
 from upsguard.plugins.remote import Detached, Runner
 
 TIMEOUT = 30.0
@@ -66,7 +67,9 @@ class LvmcacheProvider:
             return [CacheTarget(self.name, name) for name in self._settings.targets]
         rows = await self._report(["-o", "vg_name,lv_name", "-S", "segtype=cache"])
         found = [CacheTarget(self.name, f"{r['vg_name']}/{r['lv_name']}") for r in rows]
-        return _some(found, f"cache '{self.name}': lvs reports no cached LV (segtype cache)")
+        return require_targets(
+            found, f"cache '{self.name}': lvs reports no cached LV (segtype cache)"
+        )
 
     async def read(self, target: CacheTarget) -> CacheState:
         rows = await self._report(["-o", FIELDS, target.name])
@@ -158,10 +161,3 @@ def _job_detail(job: Detached) -> str:
     if job.exit_status == 0:
         return "lvchange done"
     return f"lvchange failed (exit status {job.exit_status}): {last or 'no output'}"
-
-
-def _some(found: list[CacheTarget], nothing: str) -> list[CacheTarget]:
-    """Found targets; none at all is an error, never "nothing dirty, all clean"."""
-    if not found:
-        raise PermanentError(f"{nothing}: set 'targets' or check the settings")
-    return found

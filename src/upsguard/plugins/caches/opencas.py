@@ -24,6 +24,7 @@ from upsguard.clock import Clock
 from upsguard.config.caches import OpencasSettings
 from upsguard.errors import PermanentError, TemporaryError
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
+from upsguard.plugins.caches.base import require_targets
 from upsguard.plugins.remote import Detached, Runner
 
 TIMEOUT = 30.0
@@ -73,7 +74,7 @@ class OpencasProvider:
         found = [
             CacheTarget(self.name, f"cache{r['id']}") for r in rows if r.get("type") == "cache"
         ]
-        return _some(found, f"cache '{self.name}': casadm lists no running cache")
+        return require_targets(found, f"cache '{self.name}': casadm lists no running cache")
 
     async def read(self, target: CacheTarget) -> CacheState:
         cid = cache_id(target)
@@ -155,10 +156,3 @@ def _job_detail(job: Detached) -> str:
         return "casadm done"
     last = next((line.strip() for line in reversed(job.lines) if line.strip()), "no output")
     return f"casadm failed (exit status {job.exit_status}): {last}"
-
-
-def _some(found: list[CacheTarget], nothing: str) -> list[CacheTarget]:
-    """Found targets; none at all is an error, never "nothing dirty, all clean"."""
-    if not found:
-        raise PermanentError(f"{nothing}: set 'targets' or check the settings")
-    return found

@@ -25,6 +25,7 @@ from upsguard.clock import Clock
 from upsguard.config.caches import StorcliSettings
 from upsguard.errors import PermanentError, TemporaryError
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
+from upsguard.plugins.caches.base import require_targets
 from upsguard.plugins.remote import Runner
 
 TIMEOUT = 30.0
@@ -69,7 +70,7 @@ class StorcliProvider:
             return [CacheTarget(self.name, name) for name in self._settings.targets]
         rows = await self._drives(f"{self._ctl}/vall")
         found = [CacheTarget(self.name, "v" + row["DG/VD"].split("/")[1]) for row in rows]
-        return _some(found, f"cache '{self.name}': {self._ctl} has no virtual drive")
+        return require_targets(found, f"cache '{self.name}': {self._ctl} has no virtual drive")
 
     async def read(self, target: CacheTarget) -> CacheState:
         [row] = await self._drives(self._vd(target))
@@ -145,10 +146,3 @@ class StorcliProvider:
     def _where(self, target: CacheTarget) -> str:
         host = f"{self._settings.ssh.host}:" if self._settings.ssh else ""
         return f"cache '{self.name}' {host}{target.name}"
-
-
-def _some(found: list[CacheTarget], nothing: str) -> list[CacheTarget]:
-    """Found targets; none at all is an error, never "nothing dirty, all clean"."""
-    if not found:
-        raise PermanentError(f"{nothing}: set 'targets' or check the settings")
-    return found

@@ -22,6 +22,7 @@ from upsguard.clock import Clock
 from upsguard.config.caches import WritecacheSettings
 from upsguard.errors import PermanentError, TemporaryError
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
+from upsguard.plugins.caches.base import require_targets
 from upsguard.plugins.remote import Runner
 
 TIMEOUT = 30.0
@@ -70,7 +71,7 @@ class WritecacheProvider:
         out = await self._dm(None, "status", "--target", "writecache")
         names = [line.split(":", 1)[0] for line in out.splitlines() if ":" in line]
         found = [CacheTarget(self.name, name) for name in names]
-        return _some(found, f"cache '{self.name}': dmsetup reports no writecache device")
+        return require_targets(found, f"cache '{self.name}': dmsetup reports no writecache device")
 
     async def read(self, target: CacheTarget) -> CacheState:
         error, blocks, free, writeback = parse_status(await self._dm(target, "status"))
@@ -121,10 +122,3 @@ class WritecacheProvider:
     def _where(self, target: CacheTarget) -> str:
         host = f"{self._settings.ssh.host}:" if self._settings.ssh else ""
         return f"cache '{self.name}' {host}{target.name}"
-
-
-def _some(found: list[CacheTarget], nothing: str) -> list[CacheTarget]:
-    """Found targets; none at all is an error, never "nothing dirty, all clean"."""
-    if not found:
-        raise PermanentError(f"{nothing}: set 'targets' or check the settings")
-    return found
