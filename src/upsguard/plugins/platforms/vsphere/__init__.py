@@ -61,10 +61,12 @@ class Site:
             self.watcher = Watcher(self.conn, loop, self.poll_s)
             await loop.run_in_executor(self.pool, self.watcher.start)
 
-    async def inventory(self, now: float, fresh: bool = False) -> Snapshot:
-        """The inventory, read again when older than ``SNAPSHOT_TTL_S`` or when ``fresh``."""
+    async def inventory(
+        self, now: float, fresh: bool = False, max_age: float = SNAPSHOT_TTL_S
+    ) -> Snapshot:
+        """The inventory, read again when older than ``max_age`` seconds or when ``fresh``."""
         async with self._reading:
-            stale = self.snapshot is None or now - self.snapshot_at > SNAPSHOT_TTL_S
+            stale = self.snapshot is None or now - self.snapshot_at > max_age
             if stale or (fresh and self.snapshot_at < now):
                 self.snapshot = await self.run("read the inventory", read_snapshot)
                 self.snapshot_at = now

@@ -35,6 +35,7 @@ MM_TIMEOUT_CAP_S = 110  # the executor gives one call 120 s
 UNPLANNED_GRACE_S = 60.0  # guest shutdown time for unplanned VMs inside a host step
 HARD_OFF_S = 30.0
 TASK_CHECK_S = 2.0
+PLACEMENT_TTL_S = 60.0  # placement read up to a minute ago will do: VMs seldom move in an outage
 
 
 class HostSteps:
@@ -69,7 +70,7 @@ class HostSteps:
         They were not in the plan, so nothing stopped them; without this a host in
         maintenance mode would wait for them, and a forced host shutdown would cut them off.
         """
-        snap = await site.inventory(self.p.now())
+        snap = await site.inventory(self.p.now(), max_age=PLACEMENT_TTL_S)
         host = snap.host_named(target.name) or (
             next(iter(snap.hosts.values())) if len(snap.hosts) == 1 else None
         )
@@ -147,7 +148,7 @@ class HostSteps:
 
     async def _retreat_system_vms(self, site: Site, target: Target) -> None:
         """vCLS agents on this host: retreat mode for its cluster, then power them off."""
-        snap = await site.inventory(self.p.now())
+        snap = await site.inventory(self.p.now(), max_age=PLACEMENT_TTL_S)
         host = snap.host_named(target.name)
         assert site.watcher is not None
         state = site.watcher.state

@@ -43,7 +43,7 @@ WATCHED = {
 MAX_WAIT_S = 2  # how long one long-poll may stay open; bounds how long close() takes
 IDLE_POLLS = 10  # with nobody waiting, polls are this many intervals apart
 FULL_EVERY = 20  # while some wait, every this many polls reads everything, else only them
-BACKOFF = 4  # while nothing changes, polls slow down to this many intervals apart
+BACKOFF = 2  # while nothing changes, polls slow down to this many intervals apart
 #: What a poll reads of the objects being waited for: the states wait_for decides on.
 BUSY = {
     vim.VirtualMachine: ["runtime.powerState"],
