@@ -202,8 +202,12 @@ def test_outage_caches_vms_hosts_then_power_back_and_startup_in_order(
     connected = [i for i, (kind, _) in enumerate(later) if kind == "HostConnectedEvent"]
     powered = [name for kind, name in later if kind == "VmPoweredOnEvent"]
     assert sorted(later[i][1] for i in connected) == sorted(HOSTS.values())
-    first_vm = min(i for i, (kind, _) in enumerate(later) if kind == "VmPoweredOnEvent")
-    assert max(connected) < first_vm
+    at = {name: i for i, (kind, name) in enumerate(later) if kind == "VmPoweredOnEvent"}
+    host_up = {name: i for i, (kind, name) in enumerate(later) if kind == "HostConnectedEvent"}
+    # each VM starts only once the host it runs on is connected again
+    assert host_up[HOSTS["esx0"]] < at["dc01"]
+    assert host_up[HOSTS["esx1"]] < at["sql01"]
+    assert max(host_up.values()) < min(at["web-01"], at["web-02"])
     assert powered[:2] == ["dc01", "sql01"] and sorted(powered[2:]) == ["web-01", "web-02"]
     assert bcache.attr("bcache0", "cache_mode").startswith("writethrough [writeback]")
     journal = svc.read_journal()
