@@ -29,6 +29,7 @@ class PowerWorld:
             self._add_load(res.id, res.watts)
         self._last = clock.monotonic()
         self.depleted_at: dict[UpsName, float] = {}
+        self._snapshot: tuple[object, dict[UpsName, tuple[float, float, float]]] | None = None
 
     @staticmethod
     def _battery(site: SiteConfig, scenario: Scenario, name: UpsName) -> Battery:
@@ -117,9 +118,17 @@ class PowerWorld:
         )
 
     def snapshot(self) -> dict[UpsName, tuple[float, float, float]]:
-        """Per UPS: charge %, runtime left (s), load (W), as of now."""
+        """Per UPS: charge %, runtime left (s), load (W), as of now.
+
+        Many events share one virtual instant: the figures are computed once per
+        instant and load, not once per event.
+        """
         self.advance()
-        return {
-            name: (b.charge_pct, self.runtime_s(name), self.load[name])
-            for name, b in self.batteries.items()
-        }
+        key = (self._last, tuple(self.load.values()))
+        if self._snapshot is None or self._snapshot[0] != key:
+            figures = {
+                name: (b.charge_pct, self.runtime_s(name), self.load[name])
+                for name, b in self.batteries.items()
+            }
+            self._snapshot = (key, figures)
+        return self._snapshot[1]
