@@ -233,13 +233,15 @@ def test_home_lab_starts_in_the_planned_order(
         [(action, at)] = bmc.timed_actions()
         assert action == "on" and nas_times["ready"] < at
 
-    # In vCenter: both hosts connected before any VM powered on; VMs in dependency order.
+    # In vCenter: each VM powered on after its own host connected; VMs in dependency order.
     seen = recorder.read()
-    connected = [i for i, (kind, _) in enumerate(seen) if kind == "HostConnectedEvent"]
     powered = [name for kind, name in seen if kind == "VmPoweredOnEvent"]
     assert sorted(name for kind, name in seen if kind == "HostConnectedEvent") == sorted(
         HOSTS.values()
     )
-    first_vm = min(i for i, (kind, _) in enumerate(seen) if kind == "VmPoweredOnEvent")
-    assert max(connected) < first_vm
+    at = {name: i for i, (kind, name) in enumerate(seen) if kind == "VmPoweredOnEvent"}
+    host_up = {name: i for i, (kind, name) in enumerate(seen) if kind == "HostConnectedEvent"}
+    assert host_up[HOSTS["esx0"]] < at["dc01"]
+    assert host_up[HOSTS["esx1"]] < at["sql01"]
+    assert max(host_up.values()) < min(at["web-01"], at["web-02"])
     assert powered[:2] == ["dc01", "sql01"] and sorted(powered[2:]) == ["web-01", "web-02"]

@@ -13,7 +13,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from upsguard.config.resources import ResourceConfig
-from upsguard.errors import GracefulUnavailable, PermanentError, PlatformUnreachable, StepFailed
+from upsguard.errors import (
+    GracefulUnavailable,
+    PermanentError,
+    PlatformUnreachable,
+    StepFailed,
+    UpsguardError,
+)
 from upsguard.models import PowerState, ResourceKind, StopMethod, Target
 from upsguard.plugins.platforms.vsphere.connection import fault_text
 from upsguard.plugins.platforms.vsphere.hosts import HostSteps
@@ -176,10 +182,14 @@ class Operations:
         if props.get("runtime.inMaintenanceMode"):
             if target not in self._leaving_mm:
                 self._leaving_mm.add(target)
-                await site.run(
-                    f"take {target.name} out of maintenance mode",
-                    lambda si: mo(vim.HostSystem, ref, si).ExitMaintenanceMode_Task(timeout=0),
-                )
+                try:
+                    await site.run(
+                        f"take {target.name} out of maintenance mode",
+                        lambda si: mo(vim.HostSystem, ref, si).ExitMaintenanceMode_Task(timeout=0),
+                    )
+                except UpsguardError:
+                    self._leaving_mm.discard(target)  # asked again on the next health round
+                    raise
             return False
         self._leaving_mm.discard(target)
         return True
