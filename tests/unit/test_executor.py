@@ -153,3 +153,35 @@ def test_cancel_marks_unfinished_steps(tmp_path: Path) -> None:
     assert states["stop:web"] is StepState.DONE  # 40 s guest shutdowns
     assert states["stop:app"] is StepState.CANCELLED
     assert states["stop:nas"] is StepState.CANCELLED
+
+
+def test_vsphere_without_tools_skip_leaves_the_vm_running(tmp_path: Path) -> None:
+    """The platform setting applies only when there is no graceful path (no VMware Tools)."""
+    data = {
+        "site": "t",
+        "ups": [{"name": "u", "simulated": {}}],
+        "platforms": {
+            "vc": {
+                "type": "vsphere",
+                "host": "vc.lab",
+                "user": "u",
+                "password_env": "X",
+                "without_tools": "skip",
+            },
+        },
+        "resources": [{"id": "db", "kind": "vm", "platform": "vc"}],
+    }
+    site = site_from(tmp_path, data)
+
+    async def main() -> RunResult:
+        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        no_tools = SimulatedPlatformSettings(type="simulated", tools_running=False)
+        vc = SimulatedPlatform(PlatformName("vc"), no_tools, clock)
+        plan = build_plan(site, "shutdown")
+        return await Executor(
+            site, plan, {PlatformName("vc"): vc}, clock=clock, events=lambda e: None, run_id="r"
+        ).run()
+
+    outcome = run_virtual(main()).outcomes["stop:db"]  # type: ignore[index]
+    assert outcome.state is StepState.SKIPPED
+    assert outcome.detail == "db: VMware Tools not running; left running"

@@ -107,22 +107,29 @@ class StepRunner:
                 return TargetResult(target, StepState.DONE, f"{target.name} shut down")
             why = f"still on after {format_duration(grace)}"
         except GracefulUnavailable as exc:
-            why = str(exc)
-        return await self._fallback(res, platform, target, why)
+            return await self._fallback(res, platform, target, str(exc), self._no_graceful(res))
+        return await self._fallback(res, platform, target, why, res.fallback)
+
+    def _no_graceful(self, res: ResourceConfig) -> str:
+        """Without a graceful path (no VMware Tools) the platform's ``without_tools`` may
+        say to leave the VM running; otherwise the resource's own fallback applies."""
+        settings = self._site.platform(res.platform) if res.platform else None
+        return "skip" if getattr(settings, "without_tools", None) == "skip" else res.fallback
 
     async def _fallback(
-        self, res: ResourceConfig, platform: Platform, target: Target, why: str
+        self, res: ResourceConfig, platform: Platform, target: Target, why: str, fallback: str
     ) -> TargetResult:
-        if res.fallback == "skip":
-            log.warning("%s: %s; left running (fallback: skip)", target.name, why)
-            return TargetResult(target, StepState.SKIPPED, f"{target.name}: {why}; left running")
-        if res.fallback == "fail":
-            return TargetResult(target, StepState.FAILED, f"{target.name}: {why}")
+        why = why if why.startswith(f"{target.name}:") else f"{target.name}: {why}"
+        if fallback == "skip":
+            log.warning("%s; left running (fallback: skip)", why)
+            return TargetResult(target, StepState.SKIPPED, f"{why}; left running")
+        if fallback == "fail":
+            return TargetResult(target, StepState.FAILED, why)
         await self._retry(res, lambda: platform.stop(target, StopMethod.HARD))
         if await platform.wait_for(target, PowerState.OFF, HARD_OFF_WAIT_S):
-            detail = f"{target.name}: {why}; powered off"
+            detail = f"{why}; powered off"
             return TargetResult(target, StepState.DONE, detail, fallback_used=True)
-        return TargetResult(target, StepState.FAILED, f"{target.name}: {why}; power-off failed")
+        return TargetResult(target, StepState.FAILED, f"{why}; power-off failed")
 
     async def _start(self, res: ResourceConfig, platform: Platform, target: Target) -> TargetResult:
         timeout = res.health.timeout.total_seconds() if res.health else 600.0
