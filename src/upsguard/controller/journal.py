@@ -208,17 +208,8 @@ class Journal:
         )
 
     def _step_started(self, event: StepStarted) -> None:
-        (attempt,) = self.db.execute(
-            "SELECT COUNT(*) FROM steps WHERE run = ? AND step = ?", (event.run, event.step)
-        ).fetchone()
-        self._insert(
-            "steps",
-            run=event.run,
-            step=event.step,
-            action=event.action,
-            attempt=attempt + 1,
-            started=iso(event.at),
-            state=StepState.RUNNING.value,
+        self._new_attempt(
+            event.run, event.step, event.action, event.at, state=StepState.RUNNING.value
         )
 
     def _step_finished(self, event: StepFinished) -> None:
@@ -230,31 +221,36 @@ class Journal:
             " ORDER BY id DESC LIMIT 1",
             (event.run, event.step),
         ).fetchone()
-        fallback = int(event.fallback_used)
-        values = (iso(event.at), state.value, event.detail, event.attempts, fallback)
+        ended = {
+            "ended": iso(event.at),
+            "state": state.value,
+            "detail": event.detail,
+            "tries": event.attempts,
+            "fallback_used": int(event.fallback_used),
+        }
         if row is not None:
             self.db.execute(
                 "UPDATE steps SET ended = ?, state = ?, detail = ?, tries = ?, fallback_used = ?"
                 " WHERE id = ?",
-                (*values, row[0]),
+                (*ended.values(), row[0]),
             )
         elif state is not StepState.ABANDONED:  # never started: nothing to resume from it
-            (attempt,) = self.db.execute(
-                "SELECT COUNT(*) FROM steps WHERE run = ? AND step = ?", (event.run, event.step)
-            ).fetchone()
-            self._insert(
-                "steps",
-                run=event.run,
-                step=event.step,
-                action="-",
-                attempt=attempt + 1,
-                started=iso(event.at),
-                ended=values[0],
-                state=values[1],
-                detail=values[2],
-                tries=values[3],
-                fallback_used=values[4],
-            )
+            self._new_attempt(event.run, event.step, "-", event.at, **ended)
+
+    def _new_attempt(self, run: str, step: str, action: str, at: datetime, **columns: Any) -> None:
+        """A row for the next attempt of a step (attempts count from 1 per run and step)."""
+        (attempt,) = self.db.execute(
+            "SELECT COUNT(*) FROM steps WHERE run = ? AND step = ?", (run, step)
+        ).fetchone()
+        self._insert(
+            "steps",
+            run=run,
+            step=step,
+            action=action,
+            attempt=attempt + 1,
+            started=iso(at),
+            **columns,
+        )
 
     # -- overrides ------------------------------------------------------------------------------
 
