@@ -18,8 +18,6 @@ If sushy-emulator is missing the fixture fails and says to run scripts/setup.
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import shutil
 import ssl
@@ -34,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from tests.peers.ports import free_port
+from tests.peers.tls import self_signed
 
 USER = "redfish-admin"
 PASSWORD = "redfish-s3cret"
@@ -74,40 +73,8 @@ class RedfishBmc:
 
 
 def make_certificate(directory: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (IP SAN) and its key; the cert is its own CA."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "upsguard test BMC")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = directory / "bmc.crt", directory / "bmc.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file
+    """A self-signed certificate for the BMC and its key; the cert is its own CA."""
+    return self_signed(directory, "bmc", "upsguard test BMC")
 
 
 def _write_config(base: Path, port: int) -> Path:

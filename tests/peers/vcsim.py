@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime as dt
-import ipaddress
 import json
 import os
 import shutil
@@ -31,6 +29,7 @@ from pyVim.connect import Disconnect, SmartConnect
 from pyVmomi import vim
 
 from tests.peers.ports import free_port
+from tests.peers.tls import self_signed
 
 EXT_DIR = Path(__file__).resolve().parent.parent / "vcsim_ext"
 BINARY = "upsguard-vcsim"
@@ -72,42 +71,7 @@ class Tls:
 
 def make_tls(directory: Path) -> Tls:
     """A self-signed certificate for 127.0.0.1 that doubles as its own CA bundle."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "vcsim.test")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=2))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    directory.mkdir(parents=True, exist_ok=True)
-    cert_path, key_path = directory / "vcsim.crt", directory / "vcsim.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return Tls(cert_path, key_path)
+    return Tls(*self_signed(directory, "vcsim", "vcsim.test"))
 
 
 @dataclass
