@@ -10,6 +10,8 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from tests.sites import simple_site, site_from
 from upsguard.clock import LoopClock, run_virtual
 from upsguard.config.platforms import SimulatedPlatformSettings
@@ -20,6 +22,7 @@ from upsguard.models import PlatformName, PowerState, ResourceId, StepState, Sto
 from upsguard.plugins.platforms.simulated import Behaviour, Fleet, SimulatedPlatform
 from upsguard.runbooks.executor import Executor, RunResult
 from upsguard.runbooks.planner import build_plan
+from upsguard.runbooks.slots import Slots
 
 
 class FlakyPlatform(SimulatedPlatform):
@@ -185,3 +188,48 @@ def test_vsphere_without_tools_skip_leaves_the_vm_running(tmp_path: Path) -> Non
     outcome = run_virtual(main()).outcomes["stop:db"]  # type: ignore[index]
     assert outcome.state is StepState.SKIPPED
     assert outcome.detail == "db: VMware Tools not running; left running"
+
+
+def test_a_failing_event_sink_ends_the_run_with_its_error_instead_of_hanging(
+    tmp_path: Path,
+) -> None:
+    site = site_from(tmp_path, simple_site())
+
+    def sink(event: Event) -> None:
+        if isinstance(event, StepFinished) and event.step == "stop:app":
+            raise OSError("journal: disk full")
+
+    async def main() -> None:
+        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        fleet = Fleet()
+        platforms = {
+            PlatformName(n): SimulatedPlatform(PlatformName(n), s, clock, fleet)
+            for n, s in site.platforms.items()
+            if isinstance(s, SimulatedPlatformSettings)
+        }
+        plan = build_plan(site, "shutdown")
+        await Executor(site, plan, platforms, clock=clock, events=sink, run_id="r1").run()
+
+    with pytest.raises(OSError, match="disk full"):
+        run_virtual(main())
+
+
+def test_platform_slots_go_first_come_first_served_and_a_cancelled_waiter_passes_its_turn() -> None:
+    async def main() -> list[str]:
+        slots = Slots(1)
+        order: list[str] = []
+
+        async def use(name: str, hold: float) -> None:
+            async with slots:
+                order.append(name)
+                await asyncio.sleep(hold)
+
+        first = asyncio.create_task(use("a", 10))
+        await asyncio.sleep(0)
+        waiting = [asyncio.create_task(use(n, 1)) for n in ("b", "c", "d")]
+        await asyncio.sleep(1)
+        waiting[0].cancel()  # b gives up before its turn
+        await asyncio.gather(first, *waiting, return_exceptions=True)
+        return order
+
+    assert run_virtual(main()) == ["a", "c", "d"]

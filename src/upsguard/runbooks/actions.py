@@ -22,6 +22,7 @@ from upsguard.models import PlatformName, PowerState, StepOutcome, StepState, St
 from upsguard.plugins.platforms.base import Platform
 from upsguard.runbooks.health import wait_healthy
 from upsguard.runbooks.plan import Direction, Step
+from upsguard.runbooks.slots import Slots
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -53,7 +54,7 @@ class StepRunner:
         self._platforms = platforms
         self._clock = clock
         self._direction = direction
-        self.slots: dict[PlatformName, asyncio.Semaphore] = {}
+        self.slots: dict[PlatformName, Slots] = {}
 
     async def run(self, step: Step, started: datetime) -> StepOutcome:
         res = self._resources[step.resource]

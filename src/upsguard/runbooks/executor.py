@@ -29,6 +29,7 @@ from upsguard.models import PlatformName, StepId, StepOutcome, StepState
 from upsguard.plugins.platforms.base import Platform
 from upsguard.runbooks.actions import StepRunner
 from upsguard.runbooks.plan import Action, Direction, Plan, Step
+from upsguard.runbooks.slots import Slots
 
 log = logging.getLogger(__name__)
 
@@ -77,13 +78,17 @@ class Executor:
         self._gate = cache_gate
         self._on_ponr = on_point_of_no_return
         self._runner = StepRunner(site, platforms, clock, plan.direction)
-        self._slots = {PlatformName(p): asyncio.Semaphore(n) for p, n in plan.limits.items()}
+        self._slots = {PlatformName(p): Slots(n) for p, n in plan.limits.items()}
         self._runner.slots = self._slots
-        self._finished: dict[StepId, asyncio.Event] = {s.id: asyncio.Event() for s in plan.steps}
         self.result = RunResult(run_id, plan.direction, "running")
-        self._already = set(already_done)
-        self._tasks: list[asyncio.Task[None]] = []
+        self._already = set(already_done) & {s.id for s in plan.steps}
+        self._steps = plan.by_id()
+        self._dependents = plan.dependents()
+        self._missing = {s.id: len(s.waits_for) for s in plan.steps}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._all_finished: asyncio.Future[None] | None = None
         self.running: set[StepId] = set()
+        self._cancelling = False
         self._unusable: set[StepId] = set()  # failed, or not started because of a failure
 
     @property
@@ -100,22 +105,20 @@ class Executor:
                 self._reason,
             )
         )
+        self._all_finished = asyncio.get_running_loop().create_future()
         for sid in self._already:
-            if sid in self._finished:
-                self._finished[sid].set()
-        self._tasks = [
-            asyncio.create_task(self._step(step), name=step.id)
-            for step in self.plan.steps
-            if step.id not in self._already
-        ]
+            for dep in self._dependents[sid]:
+                self._missing[dep] -= 1
+        for step in self.plan.steps:
+            if self._missing[step.id] == 0 and step.id not in self._already:
+                self._launch(step.id)
+        self._check_all_finished()
         cancelled = False
         try:
-            await asyncio.gather(*self._tasks)
+            await self._all_finished
         except asyncio.CancelledError:
             cancelled = True
-            for task in self._tasks:
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._cancel_all()
         self.result.state = self._final_state(cancelled)
         self._events(
             RunFinished(
@@ -127,6 +130,41 @@ class Executor:
             )
         )
         return self.result
+
+    def _launch(self, sid: StepId) -> None:
+        """A step gets a task only once everything it waits for is finished."""
+        task = asyncio.create_task(self._step(self._steps[sid]), name=sid)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        error = None if task.cancelled() else task.exception()
+        if error is not None and self._all_finished is not None and not self._all_finished.done():
+            self._all_finished.set_exception(error)  # a bug, or the journal failing: end loudly
+
+    def _release_dependents(self, sid: StepId) -> None:
+        for dep in self._dependents[sid]:
+            self._missing[dep] -= 1
+            if self._missing[dep] == 0 and dep not in self._already and not self._cancelling:
+                self._launch(dep)
+
+    def _check_all_finished(self) -> None:
+        pending = len(self.plan.steps) - len(self._already) - len(self.result.outcomes)
+        if pending <= 0 and self._all_finished is not None and not self._all_finished.done():
+            self._all_finished.set_result(None)
+
+    async def _cancel_all(self) -> None:
+        """Running steps end as cancelled; so do the ones that never started."""
+        self._cancelling = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        now = self._clock.now()
+        for step in self.plan.steps:
+            if step.id not in self.result.outcomes and step.id not in self._already:
+                self._finish(StepOutcome(step.id, StepState.CANCELLED, now, now, "run cancelled"))
 
     def _final_state(self, cancelled: bool) -> str:
         if cancelled:
@@ -141,8 +179,6 @@ class Executor:
 
     async def _step(self, step: Step) -> None:
         try:
-            for dep in step.waits_for:
-                await self._finished[dep].wait()
             blocked = self._blocked_by(step)
             if blocked:
                 self._finish(self._skipped(step, f"not started: {blocked} failed"))
@@ -220,4 +256,5 @@ class Executor:
                 outcome.fallback_used,
             )
         )
-        self._finished[outcome.step].set()
+        self._release_dependents(outcome.step)
+        self._check_all_finished()
