@@ -113,6 +113,34 @@ def test_bad_yaml_names_the_line(tmp_path: Path) -> None:
     assert "not valid YAML" in only
 
 
+def test_a_duplicated_key_is_an_error_not_a_silent_override(tmp_path: Path) -> None:
+    text = GOOD.replace("{id: dc01, kind: vm,", "{id: dc01, kind: vm, kind: host,")
+    (only,) = problems(tmp_path, text)
+    assert only == (
+        f'{tmp_path / "site.yaml"}:9: not valid YAML: resources[0]: duplicate entry with key "kind"'
+    )
+
+
+def test_a_yaml_tag_is_refused_with_its_path(tmp_path: Path) -> None:
+    text = GOOD.replace("platform: vcenter, depends_on: [dc01]}", "platform: !env VC}")
+    (only,) = problems(tmp_path, text)
+    assert only == (
+        f"resources[1].platform: YAML tag '!env' is not supported ({tmp_path / 'site.yaml'}:10)"
+    )
+
+
+def test_merge_keys_and_yaml_1_2_words(tmp_path: Path) -> None:
+    """``<<: *anchor`` shares settings; ``no`` is a name, not a boolean (YAML 1.2)."""
+    text = GOOD.replace(
+        "  - {id: esx01, kind: host, platform: vcenter}\n",
+        "  - &host {id: esx01, kind: host, platform: vcenter, maintenance_mode: true}\n"
+        "  - {<<: *host, id: no}\n",
+    )
+    site = load_site(write_site(tmp_path, text))
+    assert site.resource("no").kind == "host"
+    assert site.resource("no").maintenance_mode is True
+
+
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read the file"):
         load_site(tmp_path / "absent.yaml")

@@ -2,22 +2,30 @@
 
 Every error upsguard reports about a site file names the field path and the
 ``file:line`` it came from, so the loader keeps a map from path to line.
+
+Site files are read as YAML 1.2 by ryaml (Rust): a 5,000-VM site parses in
+50 ms where PyYAML takes 600 ms. YAML 1.2 also spares users 1.1's surprises
+(``no`` and ``on`` as booleans, ``1:30`` as a number) and duplicate keys are
+an error instead of the last one silently winning. Merge keys (``<<``) are
+applied here. PyYAML, only when an error is reported, maps paths to lines.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import ryaml
 import yaml
 
 from upsguard.errors import ConfigError
 
-try:  # libyaml is ten times faster on big sites; the pure loader gives the same result
+try:  # libyaml maps lines ten times faster; the pure loader gives the same result
     from yaml import CSafeLoader as _Loader
 except ImportError:  # pragma: no cover - depends on how PyYAML was built
     from yaml import SafeLoader as _Loader  # type: ignore[assignment]
@@ -87,13 +95,64 @@ def load_yaml(path: Path) -> SourceText:
 
 def parse_yaml(text: str, name: str) -> SourceText:
     try:
-        data = yaml.load(text, Loader=_Loader)
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else 1
-        raise ConfigError(f"{name}:{line}: not valid YAML: {exc.problem}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{name}: not valid YAML: {exc}") from exc
-    return SourceText(file=name, data=data, text=text)
+        data = ryaml.loads(text)
+    except ValueError as exc:  # ryaml's InvalidYamlError, or a key YAML allows and Python not
+        raise ConfigError(_yaml_problem(name, str(exc))) from None
+    source = SourceText(file=name, data=data, text=text)
+    if "<<" in text:
+        source.data = _merged(data)
+    if "!" in text:
+        tag = _custom_tag(source.data, ())
+        if tag is not None:
+            path, name_of_tag = tag
+            raise ConfigError(source.problem(path, f"YAML tag '{name_of_tag}' is not supported"))
+    return source
+
+
+_AT_LINE = re.compile(r" at line (\d+) column \d+")
+
+
+def _yaml_problem(name: str, message: str) -> str:
+    """``site.yaml:3: not valid YAML: <what>`` from ryaml's "<what> at line 3 column 5"."""
+    found = _AT_LINE.search(message)
+    line = found.group(1) if found else "1"
+    what = message[: found.start()] if found else message
+    if "unhashable type" in what:  # ``? [a, b]`` keys: valid YAML, no use in a site file
+        what = "a key must be a single word or number, not a list or mapping"
+    return f"{name}:{line}: not valid YAML: {what}"
+
+
+def _merged(value: Any) -> Any:
+    """Apply YAML merge keys: ``<<: *base`` (or a list of them; earlier ones win) under
+    the mapping's own keys."""
+    if isinstance(value, list):
+        return [_merged(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[Any, Any] = {}
+    bases = value.get("<<")
+    for base in reversed(bases if isinstance(bases, list) else [bases] if bases else []):
+        if isinstance(base, dict):
+            out.update(_merged(base))
+    out.update({k: _merged(v) for k, v in value.items() if k != "<<"})
+    return out
+
+
+def _custom_tag(value: Any, path: PathKey) -> tuple[PathKey, str] | None:
+    """ryaml turns ``!include x`` into ``{"!include": "x"}``; no site field is written so."""
+    if isinstance(value, dict):
+        if len(value) == 1 and str(next(iter(value))).startswith("!"):
+            return path, str(next(iter(value)))
+        items: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, child in items:
+        found = _custom_tag(child, (*path, key))
+        if found is not None:
+            return found
+    return None
 
 
 def _record_lines(node: yaml.Node, path: PathKey, lines: dict[PathKey, int]) -> None:
