@@ -99,11 +99,10 @@ class StepRunner:
         return await self._start(res, platform, target)
 
     async def _stop(self, res: ResourceConfig, platform: Platform, target: Target) -> TargetResult:
-        if await self._retry(res, lambda: platform.power_state(target)) is PowerState.OFF:
-            return TargetResult(target, StepState.DONE, f"{target.name} already off")
         grace = res.guest_timeout.total_seconds()
         try:
-            await self._retry(res, lambda: platform.stop(target, StopMethod.GRACEFUL))
+            if not await self._retry(res, lambda: _ask_to_stop(platform, target)):
+                return TargetResult(target, StepState.DONE, f"{target.name} already off")
             if await platform.wait_for(target, PowerState.OFF, grace):
                 return TargetResult(target, StepState.DONE, f"{target.name} shut down")
             why = f"still on after {format_duration(grace)}"
@@ -169,6 +168,15 @@ class StepRunner:
                 if attempt > res.retries:
                     raise
                 await asyncio.sleep(min(exc.retry_after * attempt, MAX_BACKOFF_S))
+
+
+async def _ask_to_stop(platform: Platform, target: Target) -> bool:
+    """Read the state, then ask for a graceful stop: one request allowance covers both, and
+    a retry reads the state again. False when the target is already off."""
+    if await platform.power_state(target) is PowerState.OFF:
+        return False
+    await platform.stop(target, StopMethod.GRACEFUL)
+    return True
 
 
 async def _call(awaitable: Awaitable[T]) -> T:

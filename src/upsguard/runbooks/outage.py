@@ -90,7 +90,9 @@ class OutageLoop:
         events: EventSink,
         inventory: Mapping[ResourceId, list[Target]] | None = None,
         journal: RunJournal | None = None,
+        shutdown_plan: Plan | None = None,
     ) -> None:
+        """``shutdown_plan``: one already built from this site and inventory, not built again."""
         self.site = site
         configs = {u.name: u for u in site.ups}
         self.watches = {
@@ -106,7 +108,7 @@ class OutageLoop:
         self._events = events
         self._inventory = inventory
         self.engine = PhaseEngine(site.policies, on_change=self._phase_changed)
-        self.shutdown_plan = build_plan(site, Direction.SHUTDOWN, inventory)
+        self.shutdown_plan = shutdown_plan or build_plan(site, Direction.SHUTDOWN, inventory)
         self.runs = RunState()
         self.executor: Executor | None = None
         self._task: asyncio.Task[RunResult] | None = None

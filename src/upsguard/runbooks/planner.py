@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import timedelta
+from typing import cast
 
 from upsguard.config.resources import ResourceConfig
 from upsguard.config.site import SiteConfig
@@ -54,12 +55,10 @@ def build_plan(
     if direction is Direction.STARTUP:
         order_edges = _reversed(order_edges)
     order = topological_order(order_edges, [n for n in graph.nodes if n in keep])
-    managers = _manager_descendants(site, graph)
-    gated = _cache_gates(site, graph)
-    steps = [
-        _step(site, resources, graph.nodes[n], direction, order_edges[n], managers, gated)
-        for n in order
-    ]
+    maker = _StepMaker(
+        site, direction, _manager_descendants(site, graph), _cache_gates(site, graph)
+    )
+    steps = [maker.step(graph.nodes[n], order_edges[n]) for n in order]
     limits = {name: site.platform(name).max_parallel for name in _platforms(steps)}
     path, path_s = critical_path(steps, limits)
     return Plan(
@@ -175,85 +174,109 @@ def _platforms(steps: list[Step]) -> list[str]:
     return sorted({s.platform for s in steps if s.platform is not None})
 
 
-def _step(
-    site: SiteConfig,
-    resources: dict[ResourceId, ResourceConfig],
-    node: Node,
-    direction: Direction,
-    waits: set[NodeId],
-    managers: dict[str, set[NodeId]],
-    gated: dict[NodeId, list[CacheName]],
-) -> Step:
-    prefix = "stop" if direction is Direction.SHUTDOWN else "start"
-    sid = StepId(f"{prefix}:{node.id}")
-    waits_for = tuple(sorted(StepId(f"{prefix}:{w}") for w in waits))
-    if node.barrier:
-        return Step(
-            sid,
-            node.resource,
-            node.kind,
-            None,
-            Action.BARRIER,
-            waits_for,
-            0.0,
-            "wait until every VM of unknown placement is down",
+class _StepMaker:
+    """Turns graph nodes into steps; what depends only on a platform is worked out once."""
+
+    def __init__(
+        self,
+        site: SiteConfig,
+        direction: Direction,
+        managers: dict[str, set[NodeId]],
+        gated: dict[NodeId, list[CacheName]],
+    ) -> None:
+        self._site = site
+        self._resources = site.resource_index()
+        self._direction = direction
+        self._prefix = "stop" if direction is Direction.SHUTDOWN else "start"
+        self._managers = managers
+        self._gated = gated if direction is Direction.SHUTDOWN else {}
+        self._limits: dict[str, int] = {}
+        self._timings: dict[tuple[str, ResourceKind], float | None] = {}
+
+    def step(self, node: Node, waits: set[NodeId]) -> Step:
+        prefix = self._prefix
+        sid = StepId(f"{prefix}:{node.id}")
+        waits_for = cast(tuple[StepId, ...], tuple(sorted([f"{prefix}:{w}" for w in waits])))
+        if node.barrier:
+            return Step(
+                sid,
+                node.resource,
+                node.kind,
+                None,
+                Action.BARRIER,
+                waits_for,
+                0.0,
+                "wait until every VM of unknown placement is down",
+            )
+        res = self._resources[node.resource]
+        direct = node.platform is not None and node.id in self._managers.get(node.platform, ())
+        action = _action(res, self._direction)
+        count = (
+            len(node.targets) if node.targets and node.kind is ResourceKind.VM_GROUP else node.count
         )
-    res = resources[node.resource]
-    direct = node.platform is not None and node.id in managers.get(node.platform, set())
-    action = _action(res, direction)
-    per_unit = _estimate(site, res, direction)
-    limit = site.platform(res.platform).max_parallel if res.platform else 1
-    count = len(node.targets) if node.targets and node.kind is ResourceKind.VM_GROUP else node.count
-    total = per_unit * math.ceil(max(count, 1) / limit) if count > 1 else per_unit
-    return Step(
-        id=sid,
-        resource=node.resource,
-        kind=node.kind,
-        platform=res.platform,
-        action=action,
-        waits_for=waits_for,
-        estimate_s=total,
-        description=_describe(res, node, action, count, direct),
-        targets=node.targets,
-        count=count,
-        caches=tuple(gated.get(node.id, ())) if direction is Direction.SHUTDOWN else (),
-        direct=direct,
-        power_via=res.power_on_via if direction is Direction.STARTUP else None,
-        timeout_s=_timeout(res, direction),
-    )
+        per_unit = self._estimate(res)
+        if count > 1:
+            per_unit *= math.ceil(count / self._limit(res.platform))
+        return Step(
+            id=sid,
+            resource=node.resource,
+            kind=node.kind,
+            platform=res.platform,
+            action=action,
+            waits_for=waits_for,
+            estimate_s=per_unit,
+            description=_describe(res, node, action, count, direct),
+            targets=node.targets,
+            count=count,
+            caches=tuple(self._gated.get(node.id, ())),
+            direct=direct,
+            power_via=res.power_on_via if self._direction is Direction.STARTUP else None,
+            timeout_s=_timeout(res, self._direction),
+        )
+
+    def _limit(self, platform: str | None) -> int:
+        if platform is None:
+            return 1
+        if platform not in self._limits:
+            self._limits[platform] = self._site.platform(platform).max_parallel
+        return self._limits[platform]
+
+    def _estimate(self, res: ResourceConfig) -> float:
+        given = res.estimate.stop if self._direction is Direction.SHUTDOWN else res.estimate.start
+        if given is not None:
+            return given.total_seconds()
+        simulated = self._simulated_timing(res) if res.platform else None
+        if simulated is not None:
+            return simulated
+        table = _STOP_DEFAULT_S if self._direction is Direction.SHUTDOWN else _START_DEFAULT_S
+        extra = 60.0 if res.maintenance_mode and self._direction is Direction.SHUTDOWN else 0.0
+        return table[res.kind] + extra
+
+    def _simulated_timing(self, res: ResourceConfig) -> float | None:
+        key = (res.platform or "", res.kind)
+        if key not in self._timings:
+            settings = self._site.platform(key[0])
+            timing = None
+            if getattr(settings, "type", None) == "simulated":
+                value = getattr(settings, _simulated_field(res.kind, self._direction))
+                assert isinstance(value, timedelta)
+                timing = value.total_seconds()
+            self._timings[key] = timing
+        return self._timings[key]
+
+
+_SHUTDOWN_ACTION = {
+    ResourceKind.VM: Action.GUEST_SHUTDOWN,
+    ResourceKind.VM_GROUP: Action.GUEST_SHUTDOWN,
+    ResourceKind.HOST: Action.HOST_SHUTDOWN,
+    ResourceKind.COMMAND: Action.COMMAND,
+}
 
 
 def _action(res: ResourceConfig, direction: Direction) -> Action:
     if direction is Direction.STARTUP:
         return Action.HOST_POWER_ON if res.kind is ResourceKind.HOST else Action.POWER_ON
-    return {
-        ResourceKind.VM: Action.GUEST_SHUTDOWN,
-        ResourceKind.VM_GROUP: Action.GUEST_SHUTDOWN,
-        ResourceKind.HOST: Action.HOST_SHUTDOWN,
-        ResourceKind.COMMAND: Action.COMMAND,
-    }.get(res.kind, Action.DEVICE_SHUTDOWN)
-
-
-def _estimate(site: SiteConfig, res: ResourceConfig, direction: Direction) -> float:
-    given = res.estimate.stop if direction is Direction.SHUTDOWN else res.estimate.start
-    if given is not None:
-        return given.total_seconds()
-    simulated = _simulated_timing(site, res, direction)
-    if simulated is not None:
-        return simulated
-    table = _STOP_DEFAULT_S if direction is Direction.SHUTDOWN else _START_DEFAULT_S
-    extra = 60.0 if res.maintenance_mode and direction is Direction.SHUTDOWN else 0.0
-    return table[res.kind] + extra
-
-
-def _simulated_timing(site: SiteConfig, res: ResourceConfig, direction: Direction) -> float | None:
-    settings = site.platform(res.platform) if res.platform else None
-    if settings is None or getattr(settings, "type", None) != "simulated":
-        return None
-    name = _simulated_field(res.kind, direction)
-    value = getattr(settings, name)
-    assert isinstance(value, timedelta)
-    return value.total_seconds()
+    return _SHUTDOWN_ACTION.get(res.kind, Action.DEVICE_SHUTDOWN)
 
 
 def _simulated_field(kind: ResourceKind, direction: Direction) -> str:
@@ -272,15 +295,9 @@ def _timeout(res: ResourceConfig, direction: Direction) -> float:
 
 def _describe(res: ResourceConfig, node: Node, action: Action, count: int, direct: bool) -> str:
     via = " (directly on the host: its manager is down)" if direct else ""
-    grace = format_duration(res.guest_timeout)
-    fallback = {
-        "power_off": f"power off after {grace} if still on",
-        "skip": f"leave it after {grace} (fallback: skip)",
-        "fail": f"fail after {grace}",
-    }[res.fallback]
     what = _what(res, node, count)
     if action is Action.GUEST_SHUTDOWN:
-        return f"guest shutdown of {what}, {fallback}{via}"
+        return f"guest shutdown of {what}, {_fallback_text(res)}{via}"
     if action is Action.HOST_SHUTDOWN:
         mm = "enter maintenance mode, then " if res.maintenance_mode else ""
         return f"{mm}shut down host {res.target_name}{via}"
@@ -292,6 +309,15 @@ def _describe(res: ResourceConfig, node: Node, action: Action, count: int, direc
         return f"power on host {res.target_name}{through}, wait until it is connected{via}"
     check = "health check" if res.health else "platform check"
     return f"start {what}, wait for its {check}{via}"
+
+
+def _fallback_text(res: ResourceConfig) -> str:
+    grace = format_duration(res.guest_timeout)
+    if res.fallback == "power_off":
+        return f"power off after {grace} if still on"
+    if res.fallback == "skip":
+        return f"leave it after {grace} (fallback: skip)"
+    return f"fail after {grace}"
 
 
 def _what(res: ResourceConfig, node: Node, count: int) -> str:
