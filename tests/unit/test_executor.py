@@ -233,3 +233,51 @@ def test_platform_slots_go_first_come_first_served_and_a_cancelled_waiter_passes
         return order
 
     assert run_virtual(main()) == ["a", "c", "d"]
+
+
+class HangingPlatform(SimulatedPlatform):
+    """Never answers the first ``hangs`` state reads of the VM ``db``: a request that hangs."""
+
+    def __init__(self, *args: object, hangs: int, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.hangs = hangs
+        self.reads = 0
+
+    async def power_state(self, target: Target) -> PowerState:
+        if target.name == "db":
+            self.reads += 1
+            if self.reads <= self.hangs:
+                await asyncio.Event().wait()
+        return await super().power_state(target)
+
+
+def run_with_hangs(site: SiteConfig, hangs: int) -> tuple[RunResult, HangingPlatform]:
+    async def main() -> tuple[RunResult, HangingPlatform]:
+        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        fleet = Fleet()
+        platforms: dict[PlatformName, SimulatedPlatform] = {}
+        for name, settings in site.platforms.items():
+            assert isinstance(settings, SimulatedPlatformSettings)
+            platforms[PlatformName(name)] = HangingPlatform(
+                PlatformName(name), settings, clock, fleet, hangs=hangs if name == "vc" else 0
+            )
+        plan = build_plan(site, "shutdown")
+        executor = Executor(site, plan, platforms, clock=clock, events=lambda e: None, run_id="r")
+        return await executor.run(), platforms[PlatformName("vc")]  # type: ignore[return-value]
+
+    return run_virtual(main())
+
+
+def test_a_request_that_hangs_is_abandoned_and_asked_again(tmp_path: Path) -> None:
+    result, vc = run_with_hangs(site_from(tmp_path, simple_site()), hangs=1)
+    assert vc.reads == 2
+    assert result.state == "done"
+    assert result.outcomes["stop:db"].detail == "db shut down"  # type: ignore[index]
+
+
+def test_a_platform_that_never_answers_fails_the_step_after_its_retries(tmp_path: Path) -> None:
+    result, vc = run_with_hangs(site_from(tmp_path, simple_site()), hangs=100)
+    assert vc.reads == 3  # the first request and two retries (retries: 2)
+    outcome = result.outcomes["stop:db"]  # type: ignore[index]
+    assert (outcome.state, outcome.detail) == (StepState.FAILED, "db: no answer within 2m")
+    assert result.outcomes["stop:nas"].state is StepState.DONE  # type: ignore[index]

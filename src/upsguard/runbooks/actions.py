@@ -23,6 +23,7 @@ from upsguard.plugins.platforms.base import Platform
 from upsguard.runbooks.health import wait_healthy
 from upsguard.runbooks.plan import Direction, Step
 from upsguard.runbooks.slots import Slots
+from upsguard.runbooks.watchdog import RequestWatchdog
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,6 +56,7 @@ class StepRunner:
         self._clock = clock
         self._direction = direction
         self.slots: dict[PlatformName, Slots] = {}
+        self._watchdog = RequestWatchdog(CALL_TIMEOUT_S)
 
     async def run(self, step: Step, started: datetime) -> StepOutcome:
         res = self._resources[step.resource]
@@ -163,7 +165,7 @@ class StepRunner:
         while True:
             attempt += 1
             try:
-                return await _call(call())
+                return await self._watchdog.request(call())
             except TemporaryError as exc:
                 if attempt > res.retries:
                     raise
@@ -177,14 +179,6 @@ async def _ask_to_stop(platform: Platform, target: Target) -> bool:
         return False
     await platform.stop(target, StopMethod.GRACEFUL)
     return True
-
-
-async def _call(awaitable: Awaitable[T]) -> T:
-    try:
-        async with asyncio.timeout(CALL_TIMEOUT_S):
-            return await awaitable
-    except TimeoutError:
-        raise TemporaryError(f"no answer within {format_duration(CALL_TIMEOUT_S)}") from None
 
 
 def _combine(
