@@ -131,6 +131,9 @@ class Target:
     where it has one (a vSphere managed object id); ``host`` is the host a VM
     runs on, when known; ``system`` marks platform-owned VMs (vCLS); ``direct``
     asks the platform to reach the target without its manager (vCenter down).
+    ``graceful`` says whether a graceful stop was possible when the target was
+    resolved (VMware Tools running), None when unknown; it is a hint for the plan
+    text, not part of the target's identity.
     """
 
     platform: PlatformName
@@ -140,6 +143,7 @@ class Target:
     host: str | None = None
     system: bool = False
     direct: bool = False
+    graceful: bool | None = field(default=None, compare=False)
 
 
 class CacheMode(enum.StrEnum):

@@ -183,6 +183,30 @@ def test_live_inventory_expands_groups_and_places_vms(tmp_path: Path) -> None:
     assert steps["stop:web/web-1"].waits_for == ()
 
 
+def test_plan_text_tells_vms_without_tools_from_the_rest(tmp_path: Path) -> None:
+    data = simple_site()
+    data["resources"][2].pop("runs_on")
+    data["resources"][1]["fallback"] = "fail"
+    site = site_from(tmp_path, data)
+    vm = ResourceKind.VM
+    inventory = {
+        ResourceId("db"): [Target("vc", vm, "db", host="h1", graceful=False)],  # type: ignore[arg-type]
+        ResourceId("app"): [Target("vc", vm, "app", host="h2", graceful=False)],  # type: ignore[arg-type]
+        ResourceId("web"): [
+            Target("vc", vm, "web-1", host="h1", graceful=True),  # type: ignore[arg-type]
+            Target("vc", vm, "web-2", host="h2"),  # type: ignore[arg-type]
+        ],
+    }
+    steps = build_plan(site, "shutdown", inventory).by_id()
+    assert steps["stop:db"].description.endswith("; no VMware Tools: powered off at once")
+    assert steps["stop:app"].description.endswith("; no VMware Tools: the step fails")
+    assert "VMware Tools" not in steps["stop:web/web-1"].description
+    assert "VMware Tools" not in steps["stop:web/web-2"].description  # not known: no claim
+    data["resources"][0]["fallback"] = "skip"
+    with_skip = build_plan(site_from(tmp_path, data), "shutdown", inventory).by_id()
+    assert with_skip["stop:db"].description.endswith("; no VMware Tools: left running (skip)")
+
+
 def test_vms_of_unknown_placement_go_down_before_any_host(tmp_path: Path) -> None:
     data = simple_site()
     data["resources"][0].pop("runs_on")

@@ -151,18 +151,15 @@ def _data_path(site: SiteConfig, graph: ResourceGraph, start: ResourceId) -> set
     """
     index = site.resource_index()
     host_by_name = {r.target_name: r.id for r in site.resources if r.kind is ResourceKind.HOST}
+    placed_on: dict[ResourceId, list[ResourceId]] = {}
+    for node in graph.nodes.values():
+        hosts = [host_by_name[t.host] for t in node.targets if t.host in host_by_name]
+        placed_on.setdefault(node.resource, []).extend(hosts)
     found: set[ResourceId] = set()
     stack = [start]
     while stack:
         res = index[stack.pop()]
-        nxt = [*res.depends_on, *res.runs_on]
-        nxt += [
-            host_by_name[t.host]
-            for n in graph.nodes.values()
-            if n.resource == res.id
-            for t in n.targets
-            if t.host in host_by_name
-        ]
+        nxt = [*res.depends_on, *res.runs_on, *placed_on.get(res.id, ())]
         for rid in nxt:
             if rid not in found and index[rid].kind.is_hardware:
                 found.add(rid)
@@ -225,7 +222,7 @@ class _StepMaker:
             action=action,
             waits_for=waits_for,
             estimate_s=per_unit,
-            description=_describe(res, node, action, count, direct),
+            description=_describe(res, node, action, count, direct) + self._tools_note(res, node),
             targets=node.targets,
             count=count,
             caches=tuple(self._gated.get(node.id, ())),
@@ -233,6 +230,23 @@ class _StepMaker:
             power_via=res.power_on_via if self._direction is Direction.STARTUP else None,
             timeout_s=_timeout(res, self._direction),
         )
+
+    def _tools_note(self, res: ResourceConfig, node: Node) -> str:
+        """What happens to VMs live inventory found without a graceful path (no VMware Tools)."""
+        if self._direction is Direction.STARTUP:
+            return ""
+        without = [t.name for t in node.targets if t.graceful is False]
+        if not without:
+            return ""
+        settings = self._site.platform(res.platform) if res.platform else None
+        if getattr(settings, "without_tools", None) == "skip" or res.fallback == "skip":
+            fate = "left running (skip)"
+        else:
+            fate = "powered off at once" if res.fallback == "power_off" else "the step fails"
+        if len(node.targets) == 1:
+            return f"; no VMware Tools: {fate}"
+        names = ", ".join(without[:3]) + (", ..." if len(without) > 3 else "")
+        return f"; {len(without)} without VMware Tools ({names}): {fate}"
 
     def _limit(self, platform: str | None) -> int:
         if platform is None:

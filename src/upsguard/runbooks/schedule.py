@@ -30,8 +30,11 @@ def critical_path(
     finish: dict[StepId, float] = {}
     via: dict[StepId, StepId | None] = {}
     for step in steps:
-        prev = max(step.waits_for, key=lambda w: finish[w], default=None)
-        start = finish[prev] if prev is not None else 0.0
+        prev: StepId | None = None
+        start = 0.0
+        for w in step.waits_for:
+            if prev is None or finish[w] > start:
+                prev, start = w, finish[w]
         finish[step.id] = start + step.estimate_s
         via[step.id] = prev
     if not finish:
