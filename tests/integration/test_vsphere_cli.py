@@ -141,3 +141,17 @@ def test_live_plan_places_vms_before_the_host_they_run_on(
     assert "stop:dc01" in steps["stop:DC0_C0_H0"]["waits_for"]  # dc01 runs on H0
     assert "stop:sql01" in steps["stop:DC0_C0_H1"]["waits_for"]  # sql01 runs on H1
     assert "stop:dc01" not in steps["stop:DC0_C0_H1"]["waits_for"]
+
+
+def test_live_plan_text_shows_unplanned_vms_and_vms_without_tools(
+    lab: Vcsim, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site = write_site(lab, tmp_path)
+    assert main(["plan", "shutdown", "-c", str(site), "--live", "--format", "json"]) == 0
+    steps = {s["id"]: s["description"] for s in json.loads(capsys.readouterr().out)["steps"]}
+    (host_step,) = [sid for sid, text in steps.items() if "stray-01" in text]
+    assert host_step.startswith("stop:DC0_C0_H")
+    assert steps[host_step].startswith("stop 1 VM(s) no resource covers (stray-01), ")
+    (app_01,) = [sid for sid in steps if sid.endswith("app-01")]
+    assert steps[app_01].endswith("; no VMware Tools: powered off at once")
+    assert "VMware Tools" not in steps["stop:sql01"]

@@ -13,6 +13,7 @@ from upsguard.cli.common import (
     run_async,
     site_of,
 )
+from upsguard.cli.inventory import unplanned_by_host
 from upsguard.clock import SystemClock
 from upsguard.config.scenario import load_scenario
 from upsguard.config.site import SiteConfig
@@ -76,8 +77,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     site = site_of(args)
-    inventory = run_async(_inventory(site)) if args.live else None
-    plan = build_plan(site, args.direction, inventory)
+    inventory, unplanned = run_async(_inventory(site)) if args.live else (None, None)
+    plan = build_plan(site, args.direction, inventory, unplanned=unplanned)
     output = {
         "text": render.plan_text,
         "json": render.plan_json,
@@ -88,12 +89,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _inventory(site: SiteConfig) -> dict[ResourceId, list[Target]]:
+async def _inventory(
+    site: SiteConfig,
+) -> tuple[dict[ResourceId, list[Target]], dict[str, list[str]]]:
     platforms = build_platforms(site, SystemClock())
     try:
         for platform in platforms.values():
             await platform.open()
-        return await live_inventory(site, platforms)
+        inventory = await live_inventory(site, platforms)
+        return inventory, await unplanned_by_host(platforms, inventory)
     finally:
         for platform in platforms.values():
             await platform.close()

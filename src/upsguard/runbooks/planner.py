@@ -8,7 +8,7 @@ done: there are no layer-by-layer barriers.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import cast
 
@@ -45,8 +45,13 @@ def build_plan(
     direction: Direction | str,
     inventory: Mapping[ResourceId, list[Target]] | None = None,
     only: set[ResourceId] | None = None,
+    unplanned: Mapping[str, Sequence[str]] | None = None,
 ) -> Plan:
-    """The ordered plan; ``only`` limits it to some resources and what must stop before them."""
+    """The ordered plan; ``only`` limits it to some resources and what must stop before them.
+
+    ``unplanned``: per host name, the running VMs live inventory found that no resource
+    covers; the host step stops them first, and its text says so.
+    """
     direction = Direction(direction)
     graph = build_graph(site, inventory)
     resources = site.resource_index()
@@ -58,6 +63,7 @@ def build_plan(
     maker = _StepMaker(
         site, direction, _manager_descendants(site, graph), _cache_gates(site, graph)
     )
+    maker.unplanned = unplanned or {}
     steps = [maker.step(graph.nodes[n], order_edges[n]) for n in order]
     limits = {name: site.platform(name).max_parallel for name in _platforms(steps)}
     path, path_s = critical_path(steps, limits)
@@ -187,6 +193,7 @@ class _StepMaker:
         self._prefix = "stop" if direction is Direction.SHUTDOWN else "start"
         self._managers = managers
         self._gated = gated if direction is Direction.SHUTDOWN else {}
+        self.unplanned: Mapping[str, Sequence[str]] = {}
         self._limits: dict[str, int] = {}
         self._timings: dict[tuple[str, ResourceKind], float | None] = {}
 
@@ -222,7 +229,9 @@ class _StepMaker:
             action=action,
             waits_for=waits_for,
             estimate_s=per_unit,
-            description=_describe(res, node, action, count, direct) + self._tools_note(res, node),
+            description=self._unplanned_note(res, action)
+            + _describe(res, node, action, count, direct)
+            + self._tools_note(res, node),
             targets=node.targets,
             count=count,
             caches=tuple(self._gated.get(node.id, ())),
@@ -230,6 +239,17 @@ class _StepMaker:
             power_via=res.power_on_via if self._direction is Direction.STARTUP else None,
             timeout_s=_timeout(res, self._direction),
         )
+
+    def _unplanned_note(self, res: ResourceConfig, action: Action) -> str:
+        """A host step stops the VMs no resource covers (or leaves them, per the platform)."""
+        vms = self.unplanned.get(res.target_name, ()) if action is Action.HOST_SHUTDOWN else ()
+        if not vms:
+            return ""
+        settings = self._site.platform(res.platform) if res.platform else None
+        names = f"{len(vms)} VM(s) no resource covers ({', '.join(sorted(vms))})"
+        if getattr(settings, "unplanned_vms", None) == "ignore":
+            return f"leave running {names}, "
+        return f"stop {names}, "
 
     def _tools_note(self, res: ResourceConfig, node: Node) -> str:
         """What happens to VMs live inventory found without a graceful path (no VMware Tools)."""

@@ -24,6 +24,7 @@ from upsguard.errors import ConfigError, PermanentError, PlatformUnreachable
 from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod, Target
 from upsguard.plugins.platforms.vsphere.connection import Connection, Endpoint
 from upsguard.plugins.platforms.vsphere.inventory import Snapshot, VmInfo, read_snapshot
+from upsguard.plugins.platforms.vsphere.states import TOOLS_RUNNING
 from upsguard.plugins.platforms.vsphere.tasks import Operations
 from upsguard.plugins.platforms.vsphere.waiter import Watcher
 
@@ -304,6 +305,7 @@ class VspherePlatform:
             ref=vm.ref,
             host=snap.host_name(vm.host_ref),
             system=vm.system,
+            graceful=vm.tools == TOOLS_RUNNING if vm.power == "poweredOn" else None,
         )
 
     async def _resolve_direct(self, res: ResourceConfig) -> list[Target]:
