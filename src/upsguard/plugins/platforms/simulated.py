@@ -47,7 +47,7 @@ class Fleet:
         self.state: dict[str, PowerState] = {}
         self.owner: dict[str, tuple[ResourceId, float]] = {}
         self.changed: dict[str, asyncio.Event] = {}
-        self.pending: dict[str, asyncio.TimerHandle] = {}
+        self.pending: dict[str, tuple[asyncio.TimerHandle, PowerState]] = {}
 
 
 class SimulatedPlatform:
@@ -73,7 +73,7 @@ class SimulatedPlatform:
         return None
 
     async def close(self) -> None:
-        for handle in self._pending.values():
+        for handle, _ in self._pending.values():
             handle.cancel()
 
     async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
@@ -129,14 +129,23 @@ class SimulatedPlatform:
         self._schedule(target.name, PowerState.ON, delay)
 
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
-        try:
-            async with asyncio.timeout(timeout):
-                while self._state.get(target.name, PowerState.ON) is not state:
-                    event = self._changed.setdefault(target.name, asyncio.Event())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._state.get(target.name, PowerState.ON) is not state:
+            event = self._changed.setdefault(target.name, asyncio.Event())
+            if self._lands_by(target.name, state, deadline):
+                await event.wait()  # the change already scheduled wakes us: no timer needed
+                continue
+            try:
+                async with asyncio.timeout_at(deadline):
                     await event.wait()
-        except TimeoutError:
-            return False
+            except TimeoutError:
+                return False
         return True
+
+    def _lands_by(self, name: str, state: PowerState, deadline: float) -> bool:
+        pending = self._pending.get(name)
+        return pending is not None and pending[1] is state and pending[0].when() <= deadline
 
     async def healthy(self, target: Target) -> bool:
         return self._state.get(target.name, PowerState.ON) is PowerState.ON
@@ -150,9 +159,11 @@ class SimulatedPlatform:
     def _schedule(self, name: str, state: PowerState, delay: float) -> None:
         old = self._pending.pop(name, None)
         if old is not None:
-            old.cancel()
+            old[0].cancel()
+            self._wake(name)  # a waiter counting on the cancelled change looks again
         loop = asyncio.get_running_loop()
-        self._pending[name] = loop.call_later(max(delay, 0.0), self._set, name, state)
+        handle = loop.call_later(max(delay, 0.0), self._set, name, state)
+        self._pending[name] = (handle, state)
 
     def _set(self, name: str, state: PowerState) -> None:
         self._pending.pop(name, None)
@@ -162,6 +173,9 @@ class SimulatedPlatform:
         if previous is not state and listener is not None and name in self._owner:
             rid, share = self._owner[name]
             listener(rid, share, state)
+        self._wake(name)
+
+    def _wake(self, name: str) -> None:
         event = self._changed.pop(name, None)
         if event is not None:
             event.set()
