@@ -50,27 +50,27 @@ def critical_path(
 
 def list_schedule(steps: Sequence[Step], limits: Mapping[str, int]) -> float:
     """Makespan when each step starts as soon as it may and a platform slot is free."""
-    by_id = {s.id: s for s in steps}
-    remaining = {s.id: len(s.waits_for) for s in steps}
-    dependents: dict[StepId, list[StepId]] = {s.id: [] for s in steps}
-    for s in steps:
+    index = {s.id: i for i, s in enumerate(steps)}
+    remaining = [len(s.waits_for) for s in steps]
+    dependents: list[list[int]] = [[] for _ in steps]
+    for i, s in enumerate(steps):
         for w in s.waits_for:
-            dependents[w].append(s.id)
+            dependents[index[w]].append(i)
     slots: dict[str, list[float]] = {p: [0.0] * max(1, n) for p, n in limits.items()}
-    ready_at = {s.id: 0.0 for s in steps}
-    ready = [(0.0, i, s.id) for i, s in enumerate(steps) if not s.waits_for]
+    ready_at = [0.0] * len(steps)
+    ready = [(0.0, i) for i, s in enumerate(steps) if not s.waits_for]
     heapq.heapify(ready)
-    order = {s.id: i for i, s in enumerate(steps)}
     makespan = 0.0
     while ready:
-        at, _, sid = heapq.heappop(ready)
-        end = _place(by_id[sid], at, slots, limits)
+        at, i = heapq.heappop(ready)
+        end = _place(steps[i], at, slots, limits)
         makespan = max(makespan, end)
-        for dep in dependents[sid]:
-            ready_at[dep] = max(ready_at[dep], end)
+        for dep in dependents[i]:
+            if end > ready_at[dep]:
+                ready_at[dep] = end
             remaining[dep] -= 1
             if remaining[dep] == 0:
-                heapq.heappush(ready, (ready_at[dep], order[dep], dep))
+                heapq.heappush(ready, (ready_at[dep], dep))
     return makespan
 
 
