@@ -6,6 +6,7 @@ time; nothing past ``config`` sees the raw text.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from datetime import timedelta
@@ -38,8 +39,10 @@ def parse_duration(value: Any) -> timedelta:
     raise ValueError(f"{value!r} is not a duration: write it like '30s', '5m', '1h30m'")
 
 
+@functools.lru_cache(maxsize=4096)
 def format_duration(value: timedelta | float) -> str:
-    """Short human form: ``45s``, ``12m30s``, ``2h05m``."""
+    """Short human form: ``45s``, ``12m30s``, ``2h05m``. Cached: plans and timelines of big
+    sites repeat the same few durations thousands of times."""
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
     sign = "-" if seconds < 0 else ""
     seconds = abs(seconds)

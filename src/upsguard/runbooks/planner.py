@@ -139,28 +139,38 @@ def _manager_descendants(site: SiteConfig, graph: ResourceGraph) -> dict[str, se
 def _cache_gates(site: SiteConfig, graph: ResourceGraph) -> dict[NodeId, list[CacheName]]:
     """Hardware nodes in the data path of each cache: they wait until it is clean."""
     gated: dict[NodeId, list[CacheName]] = {}
+    if not site.caches:
+        return gated
+    placed_on = _placement(site, graph)
     for cache in site.caches:
         path: set[ResourceId] = {cache.lives_on} if cache.lives_on is not None else set()
         for rid in cache.carries:
-            path |= _data_path(site, graph, rid)
+            path |= _data_path(site, placed_on, rid)
         for node in graph.nodes.values():
             if node.resource in path and node.kind.is_hardware:
                 gated.setdefault(node.id, []).append(cache.name)
     return gated
 
 
-def _data_path(site: SiteConfig, graph: ResourceGraph, start: ResourceId) -> set[ResourceId]:
+def _placement(site: SiteConfig, graph: ResourceGraph) -> dict[ResourceId, list[ResourceId]]:
+    """The hosts live inventory placed each resource's VMs on."""
+    host_by_name = {r.target_name: r.id for r in site.resources if r.kind is ResourceKind.HOST}
+    placed_on: dict[ResourceId, list[ResourceId]] = {}
+    for node in graph.nodes.values():
+        hosts = [host_by_name[t.host] for t in node.targets if t.host in host_by_name]
+        placed_on.setdefault(node.resource, []).extend(hosts)
+    return placed_on
+
+
+def _data_path(
+    site: SiteConfig, placed_on: dict[ResourceId, list[ResourceId]], start: ResourceId
+) -> set[ResourceId]:
     """The hardware a resource's writes go through: its hosts, and the storage they depend on.
 
     Only hardware is followed past the first hop: a VM that needs another VM
     (for DNS, say) does not put that VM's host in its data path.
     """
     index = site.resource_index()
-    host_by_name = {r.target_name: r.id for r in site.resources if r.kind is ResourceKind.HOST}
-    placed_on: dict[ResourceId, list[ResourceId]] = {}
-    for node in graph.nodes.values():
-        hosts = [host_by_name[t.host] for t in node.targets if t.host in host_by_name]
-        placed_on.setdefault(node.resource, []).extend(hosts)
     found: set[ResourceId] = set()
     stack = [start]
     while stack:
