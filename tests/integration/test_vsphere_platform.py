@@ -24,6 +24,8 @@ from tests.peers.vcsim import (
     host_names,
     start_vcsim,
     tag_vms,
+    wait_for_tools,
+    wait_task,
 )
 from upsguard.clock import SystemClock
 from upsguard.config.platforms import VsphereSettings
@@ -257,6 +259,28 @@ def test_many_waiters_share_one_watch(lab: Vcsim, tmp_path: Path, watch: str) ->
     done, requests_while_waiting, count = run_with(platform, body)
     assert count == len(names) and all(done)
     assert requests_while_waiting == 0
+
+
+def test_a_stale_watch_never_makes_a_vm_that_is_on_look_off(lab: Vcsim, tmp_path: Path) -> None:
+    """The watch reads seldom here (every 10 minutes while idle) and saw the VM off; it is
+    powered on behind upsguard's back: the check before stopping still sees it on, and the
+    guest is shut down instead of the VM being called already off."""
+    create_vm(lab, VmSpec("late-01", "DC0_C0_H0", power_on=False))
+    events = EventRecorder(lab, "VmGuestShutdownEvent")
+
+    async def body(p: VspherePlatform) -> tuple[PowerState, PowerState]:
+        (vm,) = await p.resolve(res("late", "vm", vm="late-01"))
+        watched = await p.power_state(vm)
+        wait_task(lab.vm("late-01").PowerOnVM_Task())
+        wait_for_tools(lab)
+        now = await p.power_state(vm)
+        await p.stop(vm, StopMethod.GRACEFUL)
+        return watched, now
+
+    platform = make(lab, tmp_path, watch="poll", poll_interval="60s")
+    before, after = run_with(platform, body)
+    assert (before, after) == (PowerState.OFF, PowerState.ON)
+    assert events.names("VmGuestShutdownEvent") == ["late-01"]
 
 
 # --- hosts --------------------------------------------------------------------------------

@@ -26,13 +26,14 @@ from upsguard.plugins.platforms.vsphere.connection import Connection, Endpoint
 from upsguard.plugins.platforms.vsphere.inventory import Snapshot, VmInfo, read_snapshot
 from upsguard.plugins.platforms.vsphere.states import TOOLS_RUNNING
 from upsguard.plugins.platforms.vsphere.tasks import Operations
-from upsguard.plugins.platforms.vsphere.waiter import Watcher
+from upsguard.plugins.platforms.vsphere.waiter import Fresh, Watcher
 
 __all__ = ["VspherePlatform"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 SNAPSHOT_TTL_S = 5.0
+NAMED_TTL_S = 60.0  # a read this recent finds a VM or host by name (ids stay put)
 RECONNECT_S = 5.0  # while vCenter does not answer, how often to try it again
 WORKERS_MAX = 16  # threads for pyVmomi's blocking calls; each call returns within milliseconds
 
@@ -43,10 +44,13 @@ class Site:
     def __init__(
         self, endpoint: Endpoint, pool: ThreadPoolExecutor, poll_s: float | None = None
     ) -> None:
-        self.conn = Connection(endpoint, WORKERS_MAX + 2)
+        # a kept-alive connection for every worker thread, the watch and the fresh reads:
+        # pyVmomi closes what is returned beyond its pool, and a new TLS handshake is dear
+        self.conn = Connection(endpoint, WORKERS_MAX + 4)
         self.pool = pool
         self.poll_s = poll_s
         self.watcher: Watcher | None = None
+        self.fresh: Fresh | None = None
         self.snapshot: Snapshot | None = None
         self.snapshot_at = float("-inf")
         self._reading = asyncio.Lock()  # concurrent callers share one read
@@ -60,6 +64,7 @@ class Site:
         await loop.run_in_executor(self.pool, self.conn.login)
         if self.watcher is None:
             self.watcher = Watcher(self.conn, loop, self.poll_s)
+            self.fresh = Fresh(self.watcher, self.run)
             await loop.run_in_executor(self.pool, self.watcher.start)
 
     async def inventory(
@@ -78,6 +83,7 @@ class Site:
         if self.watcher is not None:
             self.watcher.stop()
             self.watcher = None
+            self.fresh = None
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.pool, self.conn.close)
 
@@ -227,7 +233,11 @@ class VspherePlatform:
             targets = await self._resolve_direct(resource)
         else:
             tagged = await self._tagged(resource)
-            snap = await self.manager.inventory(self.now())
+            # a VM or host named by the site file keeps its id (a miss reads again below);
+            # a selector may match VMs made since, so a group wants a recent read
+            by_name = resource.kind in (ResourceKind.VM, ResourceKind.HOST)
+            max_age = NAMED_TTL_S if by_name else SNAPSHOT_TTL_S
+            snap = await self.manager.inventory(self.now(), max_age=max_age)
             try:
                 targets = self._resolve_in(snap, resource, tagged)
             except PermanentError:  # perhaps made since the last read: look once more

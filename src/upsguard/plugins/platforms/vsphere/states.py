@@ -13,12 +13,15 @@ vim: Any = _vim  # untyped in pyVmomi
 TOOLS_RUNNING = "guestToolsRunning"
 
 
+_VM_POWER = {
+    "poweredOn": PowerState.ON,
+    "poweredOff": PowerState.OFF,
+    "suspended": PowerState.OFF,
+}
+
+
 def vm_power(props: dict[str, Any]) -> PowerState:
-    return {
-        "poweredOn": PowerState.ON,
-        "poweredOff": PowerState.OFF,
-        "suspended": PowerState.OFF,
-    }.get(str(props.get("runtime.powerState")), PowerState.UNKNOWN)
+    return _VM_POWER.get(str(props.get("runtime.powerState")), PowerState.UNKNOWN)
 
 
 def host_power(props: dict[str, Any]) -> PowerState:

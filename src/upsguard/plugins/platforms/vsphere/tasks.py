@@ -23,6 +23,7 @@ from upsguard.errors import (
 from upsguard.models import PowerState, ResourceKind, StopMethod, Target
 from upsguard.plugins.platforms.vsphere.connection import fault_text
 from upsguard.plugins.platforms.vsphere.hosts import HostSteps
+from upsguard.plugins.platforms.vsphere.reads import invoke
 from upsguard.plugins.platforms.vsphere.states import (
     TOOLS_RUNNING,
     host_power,
@@ -87,8 +88,14 @@ class Operations:
     # --- Platform methods ------------------------------------------------------------------
 
     async def power_state(self, target: Target) -> PowerState:
-        _, _, props = await self.props(target)
-        return power_of(target, props)
+        """Read now, never from the watch alone: a stale "off" would skip a VM that is on.
+
+        Checks of many targets at once share one read (see ``Fresh``).
+        """
+        site, ref = await self.locate(target)
+        assert site.fresh is not None
+        kind = "HostSystem" if target.kind is ResourceKind.HOST else "VirtualMachine"
+        return power_of(target, await site.fresh.props(ref, kind))
 
     async def stop(self, target: Target, method: StopMethod) -> None:
         if target.kind is ResourceKind.HOST:
@@ -108,15 +115,12 @@ class Operations:
             self.p.manager_down = False  # usable again once it answers
 
     async def _shutdown_guest(self, target: Target) -> None:
-        site, ref, props = await self.props(target)
-        if vm_power(props) is PowerState.OFF:
-            return
-        if props.get("guest.toolsRunningStatus") != TOOLS_RUNNING:
-            raise GracefulUnavailable("VMware Tools are not running")
+        """vSphere itself says whether the VM is off or has no Tools (never a cached state)."""
+        site, ref = await self.locate(target)
 
         def call(si: Any) -> str:
             try:
-                mo(vim.VirtualMachine, ref, si).ShutdownGuest()
+                invoke(mo(vim.VirtualMachine, ref, si), "ShutdownGuest")
             except vim.fault.ToolsUnavailable:
                 return "no tools"
             except vim.fault.InvalidPowerState:
@@ -127,9 +131,7 @@ class Operations:
             raise GracefulUnavailable("VMware Tools are not running")
 
     async def _power_off(self, target: Target) -> None:
-        site, ref, props = await self.props(target)
-        if vm_power(props) is PowerState.OFF:
-            return
+        site, ref = await self.locate(target)
 
         def call(si: Any) -> None:
             with contextlib.suppress(vim.fault.InvalidPowerState):

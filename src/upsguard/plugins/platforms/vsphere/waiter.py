@@ -10,23 +10,33 @@ With ``poll_s`` set, the thread instead reads the same properties of the whole
 inventory with one ``RetrievePropertiesEx`` per interval. vcsim recomputes a
 collector's whole filter for every single change, which makes update waits
 quadratic there at a thousand VMs; one read per interval stays linear.
+
+Every value in ``state`` carries the start time of the read (or the return of
+the update) it came from, so an older answer never overwrites a newer one.
+``Fresh`` answers power-state checks with a read begun after the question, one
+read for every target asked about at once: a stale watch can never make a VM
+that is on look off.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
 
 from pyVmomi import vim, vmodl
 
 from upsguard.errors import UpsguardError
 from upsguard.plugins.platforms.vsphere.connection import Connection
+from upsguard.plugins.platforms.vsphere.reads import Props, read_objects, read_view
 
 PC: Any = vmodl.query.PropertyCollector  # pyVmomi's classes are untyped
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 WATCHED = {
     vim.VirtualMachine: [
@@ -44,12 +54,18 @@ MAX_WAIT_S = 2  # how long one long-poll may stay open; bounds how long close() 
 IDLE_POLLS = 10  # with nobody waiting, polls are this many intervals apart
 FULL_EVERY = 20  # while some wait, every this many polls reads everything, else only them
 BACKOFF = 2  # while nothing changes, polls slow down to this many intervals apart
+#: Fresh power-state checks per read: the first targets go on while the rest are read.
+FRESH_CHUNK = 100
 #: What a poll reads of the objects being waited for: the states wait_for decides on.
 BUSY = {
     vim.VirtualMachine: ["runtime.powerState"],
     vim.HostSystem: ["runtime.powerState", "runtime.connectionState", "runtime.inMaintenanceMode"],
 }
+#: The same, by the type names the lean reads use.
+WATCHED_PATHS = {kind._wsdlName: props for kind, props in WATCHED.items()}
+BUSY_PATHS = {kind._wsdlName: props for kind, props in BUSY.items()}
 Predicate = Callable[[dict[str, Any]], bool]
+Run = Callable[[str, Callable[[Any], T]], Awaitable[T]]
 
 
 class Watcher:
@@ -61,8 +77,12 @@ class Watcher:
         self._conn = conn
         self._loop = loop
         self._poll_s = poll_s
-        self.state: dict[str, dict[str, Any]] = {}
-        self._waiters: list[tuple[str, Predicate, asyncio.Future[None]]] = []
+        self.state: dict[str, Props] = {}
+        self._as_of: dict[str, float] = {}  # ref -> when the read behind state[ref] began
+        self._kinds: dict[str, str] = {}  # ref -> its type name, from the full reads
+        self._lock = threading.Lock()  # the watch thread and the fresh reads both write
+        self._waiters: dict[int, tuple[str, Predicate, asyncio.Future[None]]] = {}
+        self._ids = itertools.count()
         self._stop = threading.Event()
         self._kick = threading.Event()  # a new waiter: poll now
         self._ready = threading.Event()
@@ -88,8 +108,8 @@ class Watcher:
         if predicate(self.state.get(ref, {})):
             return True
         future: asyncio.Future[None] = self._loop.create_future()
-        entry = (ref, predicate, future)
-        self._waiters.append(entry)
+        key = next(self._ids)
+        self._waiters[key] = (ref, predicate, future)
         self._kick.set()
         try:
             async with asyncio.timeout(timeout):
@@ -98,13 +118,33 @@ class Watcher:
         except TimeoutError:
             return predicate(self.state.get(ref, {}))
         finally:
-            if entry in self._waiters:
-                self._waiters.remove(entry)
+            self._waiters.pop(key, None)
 
     def _wake(self) -> None:
-        for ref, predicate, future in list(self._waiters):
+        for ref, predicate, future in list(self._waiters.values()):
             if not future.done() and predicate(self.state.get(ref, {})):
                 future.set_result(None)
+
+    def merge(
+        self, found: dict[str, Props], began: float, gone: Iterable[str] = (), full: bool = False
+    ) -> None:
+        """Take what a read begun at ``began`` saw, where nothing newer is known.
+
+        A full read replaces each object's properties and drops the objects it
+        no longer saw; a partial one updates the properties it read.
+        """
+        with self._lock:
+            for ref, props in found.items():
+                if self._as_of.get(ref, float("-inf")) <= began:
+                    self.state[ref] = props if full else {**self.state.get(ref, {}), **props}
+                    self._as_of[ref] = began
+            left = set(gone)
+            if full:
+                left |= self.state.keys() - found.keys()
+            for ref in left:
+                if self._as_of.get(ref, float("-inf")) <= began:
+                    self.state.pop(ref, None)
+                    self._as_of.pop(ref, None)
 
     # --- the watching thread --------------------------------------------------------------
 
@@ -140,7 +180,7 @@ class Watcher:
                 update = collector.WaitForUpdatesEx(version, options)
                 if update is not None:
                     version = update.version
-                    self._apply(update)
+                    self._apply(update, time.monotonic())
                     self._loop.call_soon_threadsafe(self._wake)
                 if not self._ready.is_set() and not getattr(update, "truncated", False):
                     self._ready.set()
@@ -154,25 +194,26 @@ class Watcher:
     def _poll(self, interval: float) -> None:
         self._session = self._conn.si
         content = self._conn.call("read service content", lambda si: si.RetrieveContent())
+        collector = content.propertyCollector
         view = content.viewManager.CreateContainerView(content.rootFolder, list(WATCHED), True)
         try:
-            spec = _filter_spec(view)
-            kinds: dict[str, Any] = {}
             polls = 0
             delay = interval
             while not self._stop.is_set():
                 self.round_trips += 1
                 polls += 1
-                before = self.state
-                waited = [(ref, kinds.get(ref)) for ref, _, _ in list(self._waiters)]
-                if not waited or polls % FULL_EVERY == 0 or any(k is None for _, k in waited):
-                    self.state, kinds = _read_all(content.propertyCollector, spec)
+                waited = {ref for ref, _, _ in list(self._waiters.values())}
+                before = {ref: self.state.get(ref) for ref in waited}
+                began = time.monotonic()
+                if not waited or polls % FULL_EVERY == 0 or not waited <= self._kinds.keys():
+                    found, self._kinds = read_view(collector, view, WATCHED_PATHS)
+                    self.merge(found, began, full=True)
                 else:
-                    fresh = _read_some(content.propertyCollector, waited, view._stub)
-                    merged = dict(before)
-                    for ref, props in fresh.items():
-                        merged[ref] = {**merged.get(ref, {}), **props}
-                    self.state = merged
+                    objects = [(self._kinds[ref], ref) for ref in waited]
+                    found, gone = read_objects(collector, objects, BUSY_PATHS)
+                    self.merge(found, began, gone)
+                    for ref in gone:  # deleted meanwhile: the next full read settles it
+                        self._kinds.pop(ref, None)
                 self._loop.call_soon_threadsafe(self._wake)
                 self._ready.set()
                 if not self._waiters:  # idle: read seldom, but at once when someone waits
@@ -180,32 +221,103 @@ class Watcher:
                     self._kick.clear()
                     delay = interval
                     continue
-                # nothing moved: back off (up to BACKOFF x), a change or a new waiter resets
-                moved = any(before.get(r) != self.state.get(r) for r, _ in waited)
+                # nothing moved: back off (up to BACKOFF x), a change or a new waiter resets;
+                # never more than one poll per interval: while a thousand VMs are being asked
+                # to stop, each new waiter would otherwise start a read of all the others
+                moved = any(before[ref] != self.state.get(ref) for ref in waited)
                 delay = interval if moved else min(delay * 1.5, interval * BACKOFF)
                 if self._kick.wait(delay):
                     self._kick.clear()
                     delay = interval
+                    self._stop.wait(began + interval - time.monotonic())
         finally:
             try:
                 view.Destroy()
             except Exception as exc:  # best effort: the session may be gone
                 log.debug("cleanup of the poll view failed: %s", exc)
 
-    def _apply(self, update: Any) -> None:
-        for filter_update in update.filterSet or []:
-            for obj in filter_update.objectSet or []:
-                ref = obj.obj._moId
-                if obj.kind == "leave":
-                    self.state.pop(ref, None)
-                    continue
-                props = dict(self.state.get(ref, {}))
-                for change in obj.changeSet or []:
-                    if change.op == "remove":
-                        props.pop(change.name, None)
-                    else:
-                        props[change.name] = change.val
-                self.state[ref] = props
+    def _apply(self, update: Any, returned: float) -> None:
+        """Apply one WaitForUpdatesEx answer; it tells the state as of its return."""
+        with self._lock:
+            for filter_update in update.filterSet or []:
+                for obj in filter_update.objectSet or []:
+                    ref = obj.obj._moId
+                    if self._as_of.get(ref, float("-inf")) > returned:
+                        continue  # a read begun after this answer already told more
+                    self._as_of[ref] = returned
+                    if obj.kind == "leave":
+                        self.state.pop(ref, None)
+                        continue
+                    props = dict(self.state.get(ref, {}))
+                    for change in obj.changeSet or []:
+                        if change.op == "remove":
+                            props.pop(change.name, None)
+                        else:
+                            props[change.name] = change.val
+                    self.state[ref] = props
+
+
+class Fresh:
+    """Power-state checks answered by a read begun after the question, shared by all askers.
+
+    The executor checks every target before stopping it; a thousand checks
+    asked in the same moment become a few lean reads of just those objects (run
+    in the platform's threads, ``FRESH_CHUNK`` objects each, so that the first
+    targets are stopped while the others are still read), whose answers also
+    refresh the watch's ``state``.
+    """
+
+    def __init__(self, watcher: Watcher, run: Run[Any]) -> None:
+        self._watcher = watcher
+        self._run = run
+        self._asked: dict[str, tuple[str, list[asyncio.Future[Props]]]] = {}
+        self._reading: asyncio.Task[None] | None = None
+        self._collector: tuple[Any, Any] | None = None  # (stub, its PropertyCollector)
+        self.reads = 0
+
+    async def props(self, ref: str, kind: str) -> Props:
+        """The watched properties of ``ref`` (of type ``kind``) as vSphere has them now."""
+        future: asyncio.Future[Props] = asyncio.get_running_loop().create_future()
+        self._asked.setdefault(ref, (kind, []))[1].append(future)
+        if self._reading is None or self._reading.done():
+            # a task starts after the callbacks already queued: askers of this moment join
+            self._reading = asyncio.create_task(self._read_all_asked())
+        return await future
+
+    async def _read_all_asked(self) -> None:
+        while self._asked:
+            asked, self._asked = self._asked, {}
+            refs = list(asked)
+            chunks = [refs[i : i + FRESH_CHUNK] for i in range(0, len(refs), FRESH_CHUNK)]
+            await asyncio.gather(*(self._read({r: asked[r] for r in chunk}) for chunk in chunks))
+
+    async def _read(self, asked: dict[str, tuple[str, list[asyncio.Future[Props]]]]) -> None:
+        """One read for these askers; each gets its answer, or the error (the executor retries)."""
+        objects = [(kind, ref) for ref, (kind, _) in asked.items()]
+        began = time.monotonic()
+        self.reads += 1
+        try:
+            found, gone = await self._run(
+                f"read the power state of {len(objects)} objects",
+                lambda si: read_objects(self._collector_of(si), objects, BUSY_PATHS),
+            )
+        except Exception as exc:
+            for _, futures in asked.values():
+                for future in futures:
+                    if not future.done():
+                        future.set_exception(exc)
+            return
+        self._watcher.merge(found, began, gone)
+        for ref, (_, futures) in asked.items():
+            for future in futures:
+                if not future.done():
+                    future.set_result(found.get(ref, {}))
+
+    def _collector_of(self, si: Any) -> Any:
+        """The session's PropertyCollector, read once per login."""
+        if self._collector is None or self._collector[0] is not si._stub:
+            self._collector = (si._stub, si.RetrieveContent().propertyCollector)
+        return self._collector[1]
 
 
 def _filter_spec(view: Any) -> Any:
@@ -222,36 +334,3 @@ def _make_collector(si: Any) -> tuple[Any, Any]:
     view = content.viewManager.CreateContainerView(content.rootFolder, list(WATCHED), True)
     collector.CreateFilter(_filter_spec(view), partialUpdates=True)
     return collector, view
-
-
-def _read_all(collector: Any, spec: Any) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """Every watched object's properties, and its type, in one RetrievePropertiesEx."""
-    state: dict[str, dict[str, Any]] = {}
-    kinds: dict[str, Any] = {}
-    for obj in _retrieve(collector, spec):
-        state[obj.obj._moId] = {p.name: p.val for p in obj.propSet or []}
-        kinds[obj.obj._moId] = type(obj.obj)
-    return state, kinds
-
-
-def _read_some(collector: Any, refs: list[tuple[str, Any]], stub: Any) -> dict[str, dict[str, Any]]:
-    """The deciding states of just the waited-for objects, in one RetrievePropertiesEx."""
-    spec = PC.FilterSpec(
-        objectSet=[PC.ObjectSpec(obj=kind(ref, stub), skip=False) for ref, kind in set(refs)],
-        propSet=[PC.PropertySpec(type=kind, pathSet=props) for kind, props in BUSY.items()],
-    )
-    return {
-        obj.obj._moId: {p.name: p.val for p in obj.propSet or []}
-        for obj in _retrieve(collector, spec)
-    }
-
-
-def _retrieve(collector: Any, spec: Any) -> list[Any]:
-    objects: list[Any] = []
-    result = collector.RetrievePropertiesEx([spec], PC.RetrieveOptions(maxObjects=5000))
-    while result is not None:
-        objects.extend(result.objects or [])
-        if not result.token:
-            break
-        result = collector.ContinueRetrievePropertiesEx(result.token)
-    return objects
