@@ -54,6 +54,7 @@ MAX_WAIT_S = 2  # how long one long-poll may stay open; bounds how long close() 
 IDLE_POLLS = 10  # with nobody waiting, polls are this many intervals apart
 FULL_EVERY = 20  # while some wait, every this many polls reads everything, else only them
 BACKOFF = 2  # while nothing changes, polls slow down to this many intervals apart
+SMALL_POLL = 100  # ... unless they read this many objects or fewer
 #: Fresh power-state checks per read: the first targets go on while the rest are read.
 FRESH_CHUNK = 100
 #: What a poll reads of the objects being waited for: the states wait_for decides on.
@@ -194,22 +195,26 @@ class Watcher:
     def _poll(self, interval: float) -> None:
         self._session = self._conn.si
         content = self._conn.call("read service content", lambda si: si.RetrieveContent())
-        collector = content.propertyCollector
+        collector = content.propertyCollector.CreatePropertyCollector()  # see Fresh
         view = content.viewManager.CreateContainerView(content.rootFolder, list(WATCHED), True)
         try:
             polls = 0
             delay = interval
             while not self._stop.is_set():
-                self.round_trips += 1
                 polls += 1
                 waited = {ref for ref, _, _ in list(self._waiters.values())}
                 before = {ref: self.state.get(ref) for ref in waited}
                 began = time.monotonic()
+                # what a read less than an interval ago told (a fresh power-state check just
+                # before the stop) need not be read again yet
+                due = {r for r in waited if self._as_of.get(r, -1e9) <= began - interval * 0.9}
                 if not waited or polls % FULL_EVERY == 0 or not waited <= self._kinds.keys():
+                    self.round_trips += 1
                     found, self._kinds = read_view(collector, view, WATCHED_PATHS)
                     self.merge(found, began, full=True)
-                else:
-                    objects = [(self._kinds[ref], ref) for ref in waited]
+                elif due:
+                    self.round_trips += 1
+                    objects = [(self._kinds[ref], ref) for ref in due]
                     found, gone = read_objects(collector, objects, BUSY_PATHS)
                     self.merge(found, began, gone)
                     for ref in gone:  # deleted meanwhile: the next full read settles it
@@ -224,17 +229,20 @@ class Watcher:
                 # nothing moved: back off (up to BACKOFF x), a change or a new waiter resets;
                 # never more than one poll per interval: while a thousand VMs are being asked
                 # to stop, each new waiter would otherwise start a read of all the others
+                # (a poll of a few objects costs next to nothing: it never backs off)
                 moved = any(before[ref] != self.state.get(ref) for ref in waited)
-                delay = interval if moved else min(delay * 1.5, interval * BACKOFF)
+                cap = interval * (BACKOFF if len(waited) > SMALL_POLL else 1)
+                delay = interval if moved else min(delay * 1.5, cap)
                 if self._kick.wait(delay):
                     self._kick.clear()
                     delay = interval
                     self._stop.wait(began + interval - time.monotonic())
         finally:
-            try:
-                view.Destroy()
-            except Exception as exc:  # best effort: the session may be gone
-                log.debug("cleanup of the poll view failed: %s", exc)
+            for obj in (collector, view):
+                try:
+                    obj.Destroy()
+                except Exception as exc:  # best effort: the session may be gone
+                    log.debug("cleanup of the poll objects failed: %s", exc)
 
     def _apply(self, update: Any, returned: float) -> None:
         """Apply one WaitForUpdatesEx answer; it tells the state as of its return."""
@@ -272,7 +280,7 @@ class Fresh:
         self._run = run
         self._asked: dict[str, tuple[str, list[asyncio.Future[Props]]]] = {}
         self._reading: asyncio.Task[None] | None = None
-        self._collector: tuple[Any, Any] | None = None  # (stub, its PropertyCollector)
+        self._local = threading.local()  # each worker thread's (stub, PropertyCollector)
         self.reads = 0
 
     async def props(self, ref: str, kind: str) -> Props:
@@ -314,10 +322,18 @@ class Fresh:
                     future.set_result(found.get(ref, {}))
 
     def _collector_of(self, si: Any) -> Any:
-        """The session's PropertyCollector, read once per login."""
-        if self._collector is None or self._collector[0] is not si._stub:
-            self._collector = (si._stub, si.RetrieveContent().propertyCollector)
-        return self._collector[1]
+        """A PropertyCollector of this thread's own, made once per login.
+
+        vCenter (and vcsim) serve one collector's requests one at a time: reads
+        sharing the session's default collector would queue behind each other
+        and behind the watch. The collectors end with the session.
+        """
+        mine: tuple[Any, Any] | None = getattr(self._local, "collector", None)
+        if mine is None or mine[0] is not si._stub:
+            default = si.RetrieveContent().propertyCollector
+            mine = (si._stub, default.CreatePropertyCollector())
+            self._local.collector = mine
+        return mine[1]
 
 
 def _filter_spec(view: Any) -> Any:
