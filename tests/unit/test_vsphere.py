@@ -1,8 +1,12 @@
-"""The vsphere platform's pure parts: selectors, system VMs, states, fault lines, settings."""
+"""The vsphere platform's pure parts: selectors, system VMs, states, fault lines, settings,
+and the lean reads' HTTP framing (over a local socket pair)."""
 
 from __future__ import annotations
 
+import socket
+import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyVmomi import vim
@@ -15,6 +19,7 @@ from upsguard.models import PlatformName, PowerState
 from upsguard.plugins.platforms.vsphere import VspherePlatform
 from upsguard.plugins.platforms.vsphere.connection import Endpoint, fault_text
 from upsguard.plugins.platforms.vsphere.inventory import Snapshot, VmInfo, is_system_vm
+from upsguard.plugins.platforms.vsphere.reads import _read_chunked, _value
 from upsguard.plugins.platforms.vsphere.states import host_power, vm_power
 
 
@@ -114,3 +119,50 @@ def test_inline_password_is_refused() -> None:
         VsphereSettings.model_validate(
             {"type": "vsphere", "host": "vc", "user": "u", "password": "x"}
         )
+
+
+# --- the lean SOAP reads: HTTP framing and values ----------------------------------------
+
+
+def _served(payload: bytes) -> tuple[Any, Any]:
+    """A connected socket pair whose far end has sent ``payload`` in small pieces."""
+    near, far = socket.socketpair()
+    for i in range(0, len(payload), 7):  # pieces that split sizes, data and line ends
+        far.sendall(payload[i : i + 7])
+    return near, far
+
+
+def test_a_chunked_answer_is_put_together_across_reads() -> None:
+    """RFC 9112 7.1: hex sizes (with an extension), chunks, a last empty chunk, trailers."""
+    body = b"4;ext=1\r\nWiki\r\n7\r\npedia i\r\nB\r\nn \r\nchunks.\r\n0\r\nX-Trailer: 1\r\n\r\n"
+    near, far = _served(body)
+    with near, far:
+        assert _read_chunked(near, b"") == b"Wikipedia in \r\nchunks."
+
+
+def test_a_chunked_answer_without_trailers_ends_at_the_empty_line() -> None:
+    near, far = _served(b"3\r\nabc\r\n0\r\n\r\n")
+    with near, far:
+        assert _read_chunked(near, b"") == b"abc"
+
+
+def test_an_answer_cut_short_is_an_error_not_a_short_value() -> None:
+    near, far = _served(b"10\r\nshort")
+    far.close()
+    with near, pytest.raises(ConnectionError):
+        _read_chunked(near, b"")
+
+
+def test_property_values_keep_their_types() -> None:
+    """The shapes vCenter sends (seen from vcsim): xsi:type on each val, enums as text."""
+    xsi = "{http://www.w3.org/2001/XMLSchema-instance}type"
+    assert _value(ET.Element("val", {xsi: "xsd:boolean"})) is False
+    flag = ET.Element("val", {xsi: "xsd:boolean"})
+    flag.text = "true"
+    assert _value(flag) is True
+    count = ET.Element("val", {xsi: "xsd:int"})
+    count.text = "42"
+    assert _value(count) == 42
+    power = ET.Element("val", {xsi: "VirtualMachinePowerState"})
+    power.text = "poweredOn"
+    assert vm_power({"runtime.powerState": _value(power)}) is PowerState.ON
