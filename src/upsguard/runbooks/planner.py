@@ -252,7 +252,9 @@ class _StepMaker:
 
     def _unplanned_note(self, res: ResourceConfig, action: Action) -> str:
         """A host step stops the VMs no resource covers (or leaves them, per the platform)."""
-        vms = self.unplanned.get(res.target_name, ()) if action is Action.HOST_SHUTDOWN else ()
+        if not self.unplanned or action is not Action.HOST_SHUTDOWN:
+            return ""
+        vms = self.unplanned.get(res.target_name, ())
         if not vms:
             return ""
         settings = self._site.platform(res.platform) if res.platform else None
@@ -263,7 +265,7 @@ class _StepMaker:
 
     def _tools_note(self, res: ResourceConfig, node: Node) -> str:
         """What happens to VMs live inventory found without a graceful path (no VMware Tools)."""
-        if self._direction is Direction.STARTUP:
+        if not node.targets or self._direction is Direction.STARTUP:
             return ""
         without = [t.name for t in node.targets if t.graceful is False]
         if not without:
