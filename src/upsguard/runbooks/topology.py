@@ -20,6 +20,9 @@ def contract(graph: ResourceGraph, keep: set[NodeId]) -> dict[NodeId, set[NodeId
         found = memo.get(node)
         if found is not None:
             return found
+        if before[node] <= keep:  # the usual case: nothing to pass through
+            memo[node] = set(before[node])
+            return memo[node]
         result: set[NodeId] = set()
         stack = list(before[node])
         seen: set[NodeId] = set()

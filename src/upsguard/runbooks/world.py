@@ -7,6 +7,7 @@ runtime left, follow the runbook as it runs.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 from upsguard.clock import LoopClock
@@ -24,6 +25,7 @@ class PowerWorld:
         self.batteries = {u.name: self._battery(site, scenario, u.name) for u in site.ups}
         self.mains = {u.name: True for u in site.ups}
         self.load = {u.name: u.other_load_watts for u in site.ups}
+        self._all_ups = tuple(u.name for u in site.ups)
         self._shares = {r.id: self._shares_of(r.id) for r in site.resources}
         for res in site.resources:
             self._add_load(res.id, res.watts)
@@ -51,17 +53,17 @@ class PowerWorld:
             recharge_s=scenario.recharge.total_seconds(),
         )
 
-    def _shares_of(self, rid: ResourceId) -> list[tuple[UpsName, float]]:
+    def _shares_of(self, rid: ResourceId) -> tuple[tuple[UpsName, float], ...]:
         """Which UPSes carry a resource's watts, and what part each carries."""
         feeds = self._site.feeds_of(rid)
         res = self._site.resource(rid)
         if not feeds and res.runs_on:
             feeds = [f for host in res.runs_on for f in self._site.feeds_of(host)]
-        names: list[UpsName] = [u for f in feeds for u in f.ups] or [u.name for u in self._site.ups]
-        return [(u, 1.0 / len(names)) for u in names]
+        names = tuple(u for f in feeds for u in f.ups) or self._all_ups
+        return _equal_shares(names)
 
     def _add_load(self, rid: ResourceId, watts: float) -> None:
-        for ups, share in self._shares.get(rid, []):
+        for ups, share in self._shares.get(rid, ()):
             self.load[ups] = max(0.0, self.load[ups] + watts * share)
 
     # -- what the simulated plugins call ----------------------------------------------------
@@ -132,3 +134,9 @@ class PowerWorld:
             }
             self._snapshot = (key, figures)
         return self._snapshot[1]
+
+
+@functools.lru_cache(maxsize=256)
+def _equal_shares(names: tuple[UpsName, ...]) -> tuple[tuple[UpsName, float], ...]:
+    """Thousands of VMs share the same few UPS sets: worked out once per set."""
+    return tuple((u, 1.0 / len(names)) for u in names)
