@@ -44,9 +44,14 @@ class LoopClock:
         self._loop = loop
         self._origin = origin
         self._start = loop.time()
+        self._last: tuple[float, datetime] = (self._start, origin)
 
     def now(self) -> datetime:
-        return self._origin + timedelta(seconds=self._loop.time() - self._start)
+        """Worked out once per loop instant: under virtual time thousands of steps share one."""
+        at = self._loop.time()
+        if at != self._last[0]:
+            self._last = (at, self._origin + timedelta(seconds=at - self._start))
+        return self._last[1]
 
     def monotonic(self) -> float:
         return self._loop.time() - self._start
