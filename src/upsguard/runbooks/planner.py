@@ -53,16 +53,14 @@ def build_plan(
     covers; the host step stops them first, and its text says so.
     """
     direction = Direction(direction)
-    graph = build_graph(site, inventory)
+    graph, managers, gated = _graph_facts(site, inventory)
     resources = site.resource_index()
     keep, left_to_ups = _select_nodes(site, graph, direction, resources, only)
     order_edges = contract(graph, keep)
     if direction is Direction.STARTUP:
         order_edges = _reversed(order_edges)
     order = topological_order(order_edges, [n for n in graph.nodes if n in keep])
-    maker = _StepMaker(
-        site, direction, _manager_descendants(site, graph), _cache_gates(site, graph)
-    )
+    maker = _StepMaker(site, direction, managers, gated)
     maker.unplanned = unplanned or {}
     steps = [maker.step(graph.nodes[n], order_edges[n]) for n in order]
     limits = {name: site.platform(name).max_parallel for name in _platforms(steps)}
@@ -77,6 +75,28 @@ def build_plan(
         left_to_ups=tuple(left_to_ups),
         notes=tuple(_notes(site, left_to_ups, direction)),
     )
+
+
+_GraphFacts = tuple[ResourceGraph, dict[str, set[NodeId]], dict[NodeId, list[CacheName]]]
+_last_facts: tuple[SiteConfig, _GraphFacts] | None = None
+
+
+def _graph_facts(
+    site: SiteConfig, inventory: Mapping[ResourceId, list[Target]] | None
+) -> _GraphFacts:
+    """The graph, managers' descendants and cache gates: the same for both directions.
+
+    A loaded site is immutable, so what was worked out for the last one planned
+    without live inventory is kept: planning shutdown then startup builds it once.
+    """
+    global _last_facts
+    if inventory is None and _last_facts is not None and _last_facts[0] is site:
+        return _last_facts[1]
+    graph = build_graph(site, inventory)
+    facts = (graph, _manager_descendants(site, graph), _cache_gates(site, graph))
+    if inventory is None:
+        _last_facts = (site, facts)
+    return facts
 
 
 def _select_nodes(
