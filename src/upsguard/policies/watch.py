@@ -32,6 +32,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections import deque
 
@@ -66,8 +67,6 @@ class UpsWatch:
         self.min_span_s = min_span_s
         self.link_grace_s = link_grace_s
         self._samples: deque[tuple[float, float]] = deque()
-        self._depletion: tuple[int, float | None] = (-1, None)  # (samples seen, its value)
-        self._seen = 0
         self.last: UpsReading | None = None
         self.last_ok: UpsReading | None = None
         self.last_error: str | None = None
@@ -154,24 +153,19 @@ class UpsWatch:
             return  # keep the window: the outage goes on while we cannot see it
         if not reading.on_battery or UpsFlag.CAL in reading.flags:
             self._samples.clear()
-            self._seen += 1
+            self.__dict__.pop("depletion_pct_per_min", None)
             return
         if reading.charge_pct is None:
             return
-        self._seen += 1
         self._samples.append((now, reading.charge_pct))
+        self.__dict__.pop("depletion_pct_per_min", None)
         while self._samples and now - self._samples[0][0] > self._window_s:
             self._samples.popleft()
 
-    @property
+    @functools.cached_property
     def depletion_pct_per_min(self) -> float | None:
         """Charge lost per minute over the window (least squares); None until the samples
-        span ``min_span_s``. Worked out once per change of the window: each poll asks twice."""
-        if self._depletion[0] != self._seen:
-            self._depletion = (self._seen, self._least_squares_depletion())
-        return self._depletion[1]
-
-    def _least_squares_depletion(self) -> float | None:
+        span ``min_span_s``. Kept until the window changes: each poll asks twice."""
         if len(self._samples) < 2 or self._samples[-1][0] - self._samples[0][0] < self.min_span_s:
             return None
         times = [t for t, _ in self._samples]

@@ -109,14 +109,9 @@ class StepRunner:
                 return TargetResult(target, StepState.DONE, f"{target.name} shut down")
             why = f"still on after {format_duration(grace)}"
         except GracefulUnavailable as exc:
-            return await self._fallback(res, platform, target, str(exc), self._no_graceful(res))
+            fallback = fallback_without_graceful(self._site, res)
+            return await self._fallback(res, platform, target, str(exc), fallback)
         return await self._fallback(res, platform, target, why, res.fallback)
-
-    def _no_graceful(self, res: ResourceConfig) -> str:
-        """Without a graceful path (no VMware Tools) the platform's ``without_tools`` may
-        say to leave the VM running; otherwise the resource's own fallback applies."""
-        settings = self._site.platform(res.platform) if res.platform else None
-        return "skip" if getattr(settings, "without_tools", None) == "skip" else res.fallback
 
     async def _fallback(
         self, res: ResourceConfig, platform: Platform, target: Target, why: str, fallback: str
@@ -170,6 +165,13 @@ class StepRunner:
                 if attempt > res.retries:
                     raise
                 await asyncio.sleep(min(exc.retry_after * attempt, MAX_BACKOFF_S))
+
+
+def fallback_without_graceful(site: SiteConfig, res: ResourceConfig) -> str:
+    """Without a graceful path (no VMware Tools) the platform's ``without_tools`` may
+    say to leave the VM running; otherwise the resource's own fallback applies."""
+    settings = site.platform(res.platform) if res.platform else None
+    return "skip" if getattr(settings, "without_tools", None) == "skip" else res.fallback
 
 
 async def _ask_to_stop(platform: Platform, target: Target) -> bool:

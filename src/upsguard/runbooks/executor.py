@@ -81,8 +81,8 @@ class Executor:
         self._slots = {PlatformName(p): Slots(n) for p, n in plan.limits.items()}
         self._runner.slots = self._slots
         self.result = RunResult(run_id, plan.direction, "running")
-        self._already = set(already_done) & {s.id for s in plan.steps}
         self._steps = plan.by_id()
+        self._already = set(already_done) & self._steps.keys()
         self._dependents = plan.dependents()
         self._missing = {s.id: len(s.waits_for) for s in plan.steps}
         self._tasks: set[asyncio.Task[None]] = set()

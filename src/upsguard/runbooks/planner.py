@@ -16,6 +16,7 @@ from upsguard.config.resources import ResourceConfig
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
 from upsguard.models import CacheName, ResourceId, ResourceKind, StepId, Target
+from upsguard.runbooks.actions import fallback_without_graceful
 from upsguard.runbooks.graph import Node, NodeId, ResourceGraph, build_graph
 from upsguard.runbooks.plan import Action, Direction, Plan, Step
 from upsguard.runbooks.schedule import critical_path, list_schedule
@@ -290,11 +291,11 @@ class _StepMaker:
         without = [t.name for t in node.targets if t.graceful is False]
         if not without:
             return ""
-        settings = self._site.platform(res.platform) if res.platform else None
-        if getattr(settings, "without_tools", None) == "skip" or res.fallback == "skip":
-            fate = "left running (skip)"
-        else:
-            fate = "powered off at once" if res.fallback == "power_off" else "the step fails"
+        fate = {
+            "skip": "left running (skip)",
+            "power_off": "powered off at once",
+            "fail": "the step fails",
+        }[fallback_without_graceful(self._site, res)]
         if len(node.targets) == 1:
             return f"; no VMware Tools: {fate}"
         names = ", ".join(without[:3]) + (", ..." if len(without) > 3 else "")

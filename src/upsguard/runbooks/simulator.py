@@ -31,6 +31,7 @@ from upsguard.plugins.ups.simulated import SimulatedUps
 from upsguard.runbooks.destage import DestageWatch
 from upsguard.runbooks.outage import OutageLoop
 from upsguard.runbooks.plan import Plan
+from upsguard.runbooks.plugins import used_platform_names
 from upsguard.runbooks.timeline import describe
 from upsguard.runbooks.world import PowerWorld
 
@@ -154,10 +155,7 @@ class Simulation:
         }
         fleet = Fleet(self.world.power_changed, behaviour)
         out: dict[PlatformName, SimulatedPlatform] = {}
-        names = {r.platform for r in self.site.resources if r.platform} | {
-            r.power_on_via for r in self.site.resources if r.power_on_via
-        }
-        for name in sorted(names):
+        for name in sorted(used_platform_names(self.site)):
             settings = self._simulated_settings(name)
             out[PlatformName(name)] = SimulatedPlatform(
                 PlatformName(name), settings, self.clock, fleet
