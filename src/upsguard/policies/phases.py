@@ -208,6 +208,11 @@ class PhaseEngine:
         online_for = values["online_for"]
         return online_for is not None and online_for >= span_s
 
+    def _power_back(self, view: PowerView, values: dict[str, float | None]) -> bool:
+        """Mains back long enough (``power_returns.online_for``) to count as returned."""
+        span_s = self.policies.power_returns.online_for.total_seconds()
+        return not view.on_battery and self._online_enough(values, span_s)
+
     # -- phases ---------------------------------------------------------------------------
 
     def _normal(
@@ -240,7 +245,7 @@ class PhaseEngine:
         out: list[Decision],
     ) -> None:
         if not view.on_battery:
-            if self._online_enough(values, self.policies.power_returns.online_for.total_seconds()):
+            if self._power_back(view, values):
                 self._move(Phase.RECOVERING, "power back")
             return
         trigger = self._first(self.policies.shutdown.when_any, values, flags, plan_s)
@@ -268,9 +273,7 @@ class PhaseEngine:
         plan_s: float,
         out: list[Decision],
     ) -> None:
-        back = not view.on_battery and self._online_enough(
-            values, self.policies.power_returns.online_for.total_seconds()
-        )
+        back = self._power_back(view, values)
         cancel = self.policies.power_returns.before_point_of_no_return == "cancel"
         automatic = runs.shutdown_running and not runs.shutdown_manual
         if back and cancel and automatic and not runs.point_of_no_return:
@@ -291,9 +294,7 @@ class PhaseEngine:
     ) -> None:
         if runs.shutdown_manual:
             return  # a person shut the site down: a person starts it
-        if not view.on_battery and self._online_enough(
-            values, self.policies.power_returns.online_for.total_seconds()
-        ):
+        if self._power_back(view, values):
             self._move(Phase.RECOVERING, "power back")
 
     def _recovering(
