@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any, Protocol, runtime_checkable
 
 from upsguard.clock import Clock
 from upsguard.config.resources import ResourceConfig
+from upsguard.errors import PermanentError
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
 
 
@@ -88,3 +90,37 @@ async def poll_for_state(
         if left <= 0:
             return False
         await asyncio.sleep(min(interval, left))
+
+
+async def port_state(host: str, port: int, timeout: float) -> PowerState:
+    """ON when ``host`` accepts a TCP connection on ``port`` within ``timeout``, else OFF."""
+    try:
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_connection(host, port)
+    except (OSError, TimeoutError):
+        return PowerState.OFF
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return PowerState.ON
+
+
+class ResourceTargets:
+    """For platforms that act per resource (its commands, its status check): one target per
+    resource, keyed by the resource's id, since two devices may share an address."""
+
+    def __init__(self, platform: PlatformName) -> None:
+        self._platform = platform
+        self._by_id: dict[str, ResourceConfig] = {}
+
+    def target(self, resource: ResourceConfig) -> Target:
+        self._by_id[str(resource.id)] = resource
+        return Target(self._platform, resource.kind, resource.target_name, ref=str(resource.id))
+
+    def resource(self, target: Target) -> ResourceConfig:
+        res = self._by_id.get(target.ref or "")
+        if res is None:
+            raise PermanentError(
+                f"target {target.name} was not resolved by platform {self._platform}"
+            )
+        return res

@@ -22,7 +22,7 @@ from upsguard.config.resources import ResourceConfig
 from upsguard.errors import PermanentError, UpsguardError
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
 from upsguard.plugins import remote
-from upsguard.plugins.platforms.base import poll_for_state
+from upsguard.plugins.platforms.base import ResourceTargets, poll_for_state
 
 __all__ = ["CommandPlatform"]
 
@@ -36,7 +36,7 @@ class CommandPlatform:
         self.name = name
         self._settings = settings
         self._clock = clock
-        self._resources: dict[str, ResourceConfig] = {}
+        self._targets = ResourceTargets(name)
         self._known: dict[str, PowerState] = {}
 
     async def open(self) -> None:
@@ -46,13 +46,11 @@ class CommandPlatform:
         return None
 
     async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
-        target = Target(self.name, resource.kind, resource.target_name, ref=str(resource.id))
-        self._resources[str(resource.id)] = resource  # two devices may share an address
-        return [target]
+        return [self._targets.target(resource)]
 
     async def power_state(self, target: Target) -> PowerState:
         """From ``status`` (exit 0 = on) when given, else what the last command achieved."""
-        res = self._resource(target)
+        res = self._targets.resource(target)
         if res.status is None:
             return self._known.get(str(res.id), PowerState.UNKNOWN)
         result = await self._run(res.status, res)
@@ -60,7 +58,7 @@ class CommandPlatform:
 
     async def stop(self, target: Target, method: StopMethod) -> None:
         """Run ``shutdown`` to its end; there is no hard variant to fall back to."""
-        res = self._resource(target)
+        res = self._targets.resource(target)
         if method is StopMethod.HARD:
             raise PermanentError(
                 f"resource '{res.id}': a command resource has no hard power-off; "
@@ -69,19 +67,19 @@ class CommandPlatform:
         await self._act(res, target, res.shutdown, "shutdown", PowerState.OFF)
 
     async def start(self, target: Target) -> None:
-        res = self._resource(target)
+        res = self._targets.resource(target)
         await self._act(res, target, res.startup, "startup", PowerState.ON)
 
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
         """Poll ``status`` until it says ``state``; without one, the last command's result."""
-        res = self._resource(target)
+        res = self._targets.resource(target)
         if res.status is None:
             return self._known.get(str(res.id)) is state
         interval = self._settings.poll_interval.total_seconds()
         return await poll_for_state(self, target, state, timeout, interval, self._clock)
 
     async def healthy(self, target: Target) -> bool:
-        res = self._resource(target)
+        res = self._targets.resource(target)
         if res.status is None:
             return self._known.get(str(res.id)) is not PowerState.OFF
         return await self.power_state(target) is PowerState.ON
@@ -113,9 +111,3 @@ class CommandPlatform:
             )
         except UpsguardError as exc:
             raise type(exc)(f"resource '{res.id}': {exc}") from exc
-
-    def _resource(self, target: Target) -> ResourceConfig:
-        res = self._resources.get(target.ref or "")
-        if res is None:
-            raise PermanentError(f"target {target.name} was not resolved by platform {self.name}")
-        return res

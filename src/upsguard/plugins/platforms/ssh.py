@@ -18,8 +18,6 @@ drops the connection while running ``shutdown`` has accepted it.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import shlex
 
@@ -29,7 +27,7 @@ from upsguard.config.resources import ResourceConfig
 from upsguard.errors import PermanentError, PlatformUnreachable, TemporaryError
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
 from upsguard.plugins import remote
-from upsguard.plugins.platforms.base import poll_for_state
+from upsguard.plugins.platforms.base import ResourceTargets, poll_for_state, port_state
 
 __all__ = ["SshPlatform", "command_argv"]
 
@@ -52,7 +50,7 @@ class SshPlatform:
         self.name = name
         self._settings = settings
         self._clock = clock
-        self._resources: dict[str, ResourceConfig] = {}
+        self._targets = ResourceTargets(name)
         self._runners: dict[str, remote.Runner] = {}
 
     async def open(self) -> None:
@@ -64,15 +62,14 @@ class SshPlatform:
             await runner.close()
 
     async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
-        target = Target(self.name, resource.kind, resource.target_name, ref=str(resource.id))
-        self._resources[str(resource.id)] = resource  # two devices may share an address
-        return [target]
+        return [self._targets.target(resource)]
 
     async def power_state(self, target: Target) -> PowerState:
         """ON while it answers (its ``status`` exits 0, or its SSH port accepts), else OFF."""
-        res = self._resource(target)
+        res = self._targets.resource(target)
         if res.status is None:
-            return await self._port_state(target.name)
+            timeout = min(self._settings.timeout.total_seconds(), 5.0)
+            return await port_state(target.name, self._settings.port, timeout)
         try:
             result = await self._run(target, res.status)
         except TemporaryError:  # no answer, connection lost: a device going down does that
@@ -82,7 +79,7 @@ class SshPlatform:
 
     async def stop(self, target: Target, method: StopMethod) -> None:
         """Run ``shutdown`` on the device; return once it accepted the command."""
-        res = self._resource(target)
+        res = self._targets.resource(target)
         if method is StopMethod.HARD:
             raise PermanentError(
                 f"resource '{res.id}': SSH has no hard power-off for {target.name}; "
@@ -106,7 +103,7 @@ class SshPlatform:
 
     async def start(self, target: Target) -> None:
         """Run ``startup`` on a reachable device; power-on itself needs ``power_on_via``."""
-        res = self._resource(target)
+        res = self._targets.resource(target)
         if res.startup is None:
             raise PermanentError(
                 f"resource '{res.id}': SSH cannot power {target.name} on: "
@@ -144,24 +141,6 @@ class SshPlatform:
         runner = self._runners.pop(host, None)
         if runner is not None:
             await runner.close()
-
-    async def _port_state(self, host: str) -> PowerState:
-        timeout = min(self._settings.timeout.total_seconds(), 5.0)
-        try:
-            async with asyncio.timeout(timeout):
-                _, writer = await asyncio.open_connection(host, self._settings.port)
-        except (OSError, TimeoutError):
-            return PowerState.OFF
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-        return PowerState.ON
-
-    def _resource(self, target: Target) -> ResourceConfig:
-        res = self._resources.get(target.ref or "")
-        if res is None:
-            raise PermanentError(f"target {target.name} was not resolved by platform {self.name}")
-        return res
 
 
 def _dropped(result: remote.CommandResult) -> bool:

@@ -12,7 +12,6 @@ Magic packets are UDP datagrams, which can be lost: ``start`` sends three.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import socket
 
@@ -21,7 +20,7 @@ from upsguard.config.platforms import WolSettings
 from upsguard.config.resources import ResourceConfig
 from upsguard.errors import PermanentError, PlatformUnreachable
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
-from upsguard.plugins.platforms.base import poll_for_state
+from upsguard.plugins.platforms.base import poll_for_state, port_state
 
 __all__ = ["WolPlatform", "magic_packet"]
 
@@ -66,16 +65,7 @@ class WolPlatform:
 
     async def power_state(self, target: Target) -> PowerState:
         """ON when the machine's check port accepts a connection, else OFF."""
-        address = self._address(target)
-        try:
-            async with asyncio.timeout(_CONNECT_TIMEOUT):
-                _, writer = await asyncio.open_connection(address, self._settings.check_port)
-        except (OSError, TimeoutError):
-            return PowerState.OFF
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-        return PowerState.ON
+        return await port_state(self._address(target), self._settings.check_port, _CONNECT_TIMEOUT)
 
     async def stop(self, target: Target, method: StopMethod) -> None:
         raise PermanentError(
