@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from tests.peers.ports import free_port
+from tests.peers.process import wait_started
 
 USER = "admin"
 
@@ -78,18 +79,6 @@ class FakeBmc:
             self.proc.wait()
 
 
-def _wait_ready(ready: Path, proc: subprocess.Popen[bytes], err: Path) -> None:
-    """Ready once the BMC process has bound its UDP socket and says so in ``ready``."""
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"fake BMC exited at start: {err.read_text()[-2000:]}")
-        if ready.exists():
-            return
-        time.sleep(0.02)
-    pytest.fail(f"fake BMC did not start within 15s: {err.read_text()[-2000:]}")
-
-
 @pytest.fixture
 def fake_bmc_factory(tmp_path: Path) -> Iterator[object]:
     started: list[FakeBmc] = []
@@ -124,7 +113,8 @@ def fake_bmc_factory(tmp_path: Path) -> Iterator[object]:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err.open("wb"))
         bmc = FakeBmc("127.0.0.1", port, USER, pw, log, proc)
         started.append(bmc)
-        _wait_ready(base / "ready", proc, err)
+        # ready once the BMC process has bound its UDP socket and says so in the file
+        wait_started(proc, err, (base / "ready").exists, "fake BMC", 15, pause=0.02)
         return bmc
 
     yield start

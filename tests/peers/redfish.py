@@ -22,7 +22,6 @@ import os
 import shutil
 import ssl
 import subprocess
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.peers.ports import free_port
+from tests.peers.process import wait_started
 from tests.peers.tls import self_signed
 
 USER = "redfish-admin"
@@ -110,18 +110,13 @@ def _write_config(base: Path, port: int) -> Path:
     return config
 
 
-def _wait_ready(url: str, ca: Path, proc: subprocess.Popen[bytes], log: Path) -> None:
+def _answers(url: str, ca: Path) -> bool:
     context = ssl.create_default_context(cafile=str(ca))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"sushy-emulator exited at start: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/redfish/v1/", context=context, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.1)
-    pytest.fail(f"sushy-emulator did not answer on {url} within 30s: {log.read_text()[-2000:]}")
+    try:
+        with urllib.request.urlopen(f"{url}/redfish/v1/", context=context, timeout=2):
+            return True
+    except OSError:
+        return False
 
 
 @pytest.fixture(scope="session")
@@ -143,7 +138,9 @@ def redfish_bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedfishBmc
     proc = subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
     url = f"https://127.0.0.1:{port}"
     try:
-        _wait_ready(url, cert, proc, log)
+        wait_started(
+            proc, log, lambda: _answers(url, cert), f"sushy-emulator on {url}", 30, pause=0.1
+        )
         yield RedfishBmc(url, USER, password_file, cert, SYSTEMS, log)
     finally:
         proc.terminate()

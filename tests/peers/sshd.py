@@ -22,13 +22,14 @@ import os
 import pwd
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.peers.ports import free_port
+from tests.peers.process import wait_started
 from upsguard.plugins.remote import SshEndpoint
 
 SSHD = Path("/usr/sbin/sshd")
@@ -64,12 +65,6 @@ class Sshd:
         }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _keygen(path: Path) -> None:
     subprocess.run(
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "upsguard-test", "-f", str(path)],
@@ -77,18 +72,12 @@ def _keygen(path: Path) -> None:
     )
 
 
-def _wait_listening(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"sshd exited at start: {log.read_text()[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-                if sock.recv(64).startswith(b"SSH-"):
-                    return
-        except OSError:
-            time.sleep(0.05)
-    pytest.fail(f"sshd did not listen on 127.0.0.1:{port} within 10s: {log.read_text()[-2000:]}")
+def _greets(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            return sock.recv(64).startswith(b"SSH-")
+    except OSError:
+        return False
 
 
 @pytest.fixture(scope="session")
@@ -100,7 +89,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     for key in (host_key, other_key, user_key):
         _keygen(key)
     user = pwd.getpwuid(os.getuid()).pw_name
-    port = _free_port()
+    port = free_port()
     authorized = base / "authorized_keys"
     authorized.write_text(user_key.with_suffix(".pub").read_text())
     authorized.chmod(0o600)
@@ -133,7 +122,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
         stderr=subprocess.STDOUT,
     )
     try:
-        _wait_listening(port, proc, log)
+        wait_started(proc, log, lambda: _greets(port), f"sshd on 127.0.0.1:{port}", 10)
         entry = f"[127.0.0.1]:{port}"
         pub = host_key.with_suffix(".pub").read_text().split()
         other = other_key.with_suffix(".pub").read_text().split()
