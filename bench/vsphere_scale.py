@@ -73,24 +73,15 @@ def power_on_all(sim: Vcsim) -> int:
 
 
 def write_site(sim: Vcsim, directory: Path, guest_s: float, host_s: float, watch: str) -> Path:
-    (directory / "pw").write_text(sim.password)
     hosts = sorted(h.name for h in sim.all(vim.HostSystem))
     site = {
         "site": "scale",
         "journal": str(directory / "journal.sqlite"),
         "ups": [{"name": "ups-a", "simulated": {}}],
         "platforms": {
-            "vc": {
-                "type": "vsphere",
-                "host": sim.host,
-                "port": sim.port,
-                "user": sim.user,
-                "password_file": str(directory / "pw"),
-                "ca_file": str(sim.tls.ca_file),
-                "max_parallel": 1000,
-                "watch": watch,
-                "poll_interval": "100ms",
-            }
+            "vc": sim.settings_dict(
+                directory, max_parallel=1000, watch=watch, poll_interval="100ms"
+            )
         },
         "resources": [
             {

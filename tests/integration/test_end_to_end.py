@@ -68,18 +68,7 @@ def chain_site(
     bcache: FakeBcacheSysfs,
     **policies: Any,
 ) -> ServiceProcess:
-    vc_password = tmp_path / "vc.pw"
-    vc_password.write_text(lab.password + "\n")
-    platforms: dict[str, Any] = {
-        "vc": {
-            "type": "vsphere",
-            "host": lab.host,
-            "port": lab.port,
-            "user": lab.user,
-            "password_file": str(vc_password),
-            "ca_file": str(lab.tls.ca_file),
-        }
-    }
+    platforms: dict[str, Any] = {"vc": lab.settings_dict(tmp_path)}
     health = {"timeout": "60s", "interval": "0.3s"}
     resources: list[dict[str, Any]] = []
     for rid, host in HOSTS.items():

@@ -93,8 +93,6 @@ def _vm(name: str) -> ResourceConfig:
 def homelab_site(
     tmp_path: Path, lab: Vcsim, sshd: Sshd, bmcs: dict[str, FakeBmc], sw: Device, nas: Device
 ) -> SiteConfig:
-    vc_password = tmp_path / "vc.pw"
-    vc_password.write_text(lab.password + "\n")
     ssh = {
         "type": "ssh",
         "user": sshd.user,
@@ -103,14 +101,7 @@ def homelab_site(
         "known_hosts": str(sshd.known_hosts),
         "poll_interval": "0.1s",
     }
-    vc = {
-        "type": "vsphere",
-        "host": lab.host,
-        "port": lab.port,
-        "user": lab.user,
-        "password_file": str(vc_password),
-        "ca_file": str(lab.tls.ca_file),
-    }
+    vc = lab.settings_dict(tmp_path)
 
     def device(rid: str, kind: str, dev: Device, **extra: Any) -> dict[str, Any]:
         return {

@@ -48,22 +48,12 @@ def write_site(
     **platform: Any,
 ) -> Path:
     """A site file whose vsphere platform 'vc' is the simulator (the UPS is never contacted)."""
-    secret = directory / "vc.pw"
-    secret.write_text((password or sim.password) + "\n")
     site = {
         "site": "lab",
         "journal": str(directory / "journal.sqlite"),
         "ups": [{"name": "ups-a", "nut": {"host": "127.0.0.1", "port": free_port(), "ups": "x"}}],
         "platforms": {
-            "vc": {
-                "type": "vsphere",
-                "host": sim.host,
-                "port": sim.port,
-                "user": sim.user,
-                "password_file": str(secret),
-                "ca_file": str(sim.tls.ca_file),
-                **platform,
-            },
+            "vc": sim.settings_dict(directory, password, **platform),
             **(extra_platforms or {}),
         },
         "resources": LAB_RESOURCES if resources is None else resources,

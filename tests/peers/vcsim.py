@@ -88,6 +88,22 @@ class Vcsim:
 
     host = "127.0.0.1"
 
+    def settings_dict(
+        self, directory: Path, password: str | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        """A ``vsphere`` platform entry for a site file; the password goes to a file."""
+        secret = directory / "vc.pw"
+        secret.write_text((password or self.password) + "\n")
+        return {
+            "type": "vsphere",
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password_file": str(secret),
+            "ca_file": str(self.tls.ca_file),
+            **extra,
+        }
+
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.tls.ca_file))
 
