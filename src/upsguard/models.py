@@ -11,7 +11,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NewType
+from typing import NamedTuple, NewType
 
 ResourceId = NewType("ResourceId", str)
 UpsName = NewType("UpsName", str)
@@ -197,8 +197,7 @@ class StepState(enum.StrEnum):
         return self in (StepState.DONE, StepState.FAILED, StepState.SKIPPED, StepState.CANCELLED)
 
 
-@dataclass(frozen=True, slots=True)
-class StepOutcome:
+class StepOutcome(NamedTuple):
     """How one step ended, in words a person can read at 3 a.m."""
 
     step: StepId

@@ -92,7 +92,7 @@ def test_steps_wait_only_for_what_they_need(tmp_path: Path) -> None:
     assert steps["stop:h1"].waits_for == ("stop:db",)
     assert set(steps["stop:h2"].waits_for) == {"stop:app", "stop:web"}
     assert steps["stop:web"].waits_for == ()
-    assert steps["stop:web"].count == 4
+    assert steps["stop:web"].members == 4
 
 
 def test_switch_with_a_platform_goes_last_and_comes_up_first(tmp_path: Path) -> None:

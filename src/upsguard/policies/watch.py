@@ -32,7 +32,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from collections import deque
 
@@ -67,6 +66,7 @@ class UpsWatch:
         self.min_span_s = min_span_s
         self.link_grace_s = link_grace_s
         self._samples: deque[tuple[float, float]] = deque()
+        self._fit = _LineFit()
         self.last: UpsReading | None = None
         self.last_ok: UpsReading | None = None
         self.last_error: str | None = None
@@ -153,30 +153,23 @@ class UpsWatch:
             return  # keep the window: the outage goes on while we cannot see it
         if not reading.on_battery or UpsFlag.CAL in reading.flags:
             self._samples.clear()
-            self.__dict__.pop("depletion_pct_per_min", None)
+            self._fit = _LineFit()
             return
         if reading.charge_pct is None:
             return
         self._samples.append((now, reading.charge_pct))
-        self.__dict__.pop("depletion_pct_per_min", None)
+        self._fit.add(now, reading.charge_pct, 1)
         while self._samples and now - self._samples[0][0] > self._window_s:
-            self._samples.popleft()
+            self._fit.add(*self._samples.popleft(), -1)
 
-    @functools.cached_property
+    @property
     def depletion_pct_per_min(self) -> float | None:
         """Charge lost per minute over the window (least squares); None until the samples
-        span ``min_span_s``. Kept until the window changes: each poll asks twice."""
+        span ``min_span_s``."""
         if len(self._samples) < 2 or self._samples[-1][0] - self._samples[0][0] < self.min_span_s:
             return None
-        times = [t for t, _ in self._samples]
-        charges = [c for _, c in self._samples]
-        mean_t = sum(times) / len(times)
-        mean_c = sum(charges) / len(charges)
-        spread = sum((t - mean_t) ** 2 for t in times)
-        if spread <= 0:
-            return None
-        slope = sum((t - mean_t) * (c - mean_c) for t, c in self._samples) / spread
-        return max(0.0, -slope * 60.0)
+        slope = self._fit.slope()
+        return None if slope is None else max(0.0, -slope * 60.0)
 
     @property
     def observed_runtime_s(self) -> float | None:
@@ -215,3 +208,33 @@ class UpsWatch:
             held_online=self.held_online,
             off_line_for_s=self.off_line_for_s,
         )
+
+
+class _LineFit:
+    """A least-squares line through samples added and dropped one at a time.
+
+    It keeps running sums, so a poll costs the same with 5 samples in the window
+    as with 300; times are taken from the first sample so the sums stay small.
+    """
+
+    def __init__(self) -> None:
+        self.origin: float | None = None
+        self.n = 0
+        self.sum_t = self.sum_y = self.sum_tt = self.sum_ty = 0.0
+
+    def add(self, t: float, y: float, sign: int) -> None:
+        """``sign`` 1 adds a sample, -1 drops one added before."""
+        if self.origin is None:
+            self.origin = t
+        t -= self.origin
+        self.n += sign
+        self.sum_t += sign * t
+        self.sum_y += sign * y
+        self.sum_tt += sign * t * t
+        self.sum_ty += sign * t * y
+
+    def slope(self) -> float | None:
+        spread = self.n * self.sum_tt - self.sum_t * self.sum_t
+        if self.n < 2 or spread <= 0:
+            return None
+        return (self.n * self.sum_ty - self.sum_t * self.sum_y) / spread

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import datetime
-from typing import TypeVar
+from typing import NamedTuple
 
 from upsguard.clock import Clock
 from upsguard.config.resources import ResourceConfig
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
-from upsguard.errors import GracefulUnavailable, StepTimeout, TemporaryError, UpsguardError
+from upsguard.errors import GracefulUnavailable, StepTimeout, UpsguardError
 from upsguard.models import PlatformName, PowerState, StepOutcome, StepState, StopMethod, Target
 from upsguard.plugins.platforms.base import Platform
 from upsguard.runbooks.health import wait_healthy
@@ -26,15 +25,12 @@ from upsguard.runbooks.slots import Slots
 from upsguard.runbooks.watchdog import RequestWatchdog
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 CALL_TIMEOUT_S = 120.0  # one request to a platform; waiting for a state has its own timeout
 HARD_OFF_WAIT_S = 60.0
-MAX_BACKOFF_S = 30.0
 
 
-@dataclass(frozen=True, slots=True)
-class TargetResult:
+class TargetResult(NamedTuple):
     target: Target
     state: StepState
     detail: str
@@ -62,8 +58,8 @@ class StepRunner:
         res = self._resources[step.resource]
         try:
             platform = self._platform(step.platform)
-            targets = list(step.targets) or await self._retry(
-                res, lambda: platform.resolve(res, direct=step.direct)
+            targets = list(step.targets) or await self._watchdog.ask(
+                lambda: platform.resolve(res, direct=step.direct), res.retries
             )
             if len(targets) == 1:
                 results = [await self._one(step, res, platform, targets[0])]
@@ -84,26 +80,25 @@ class StepRunner:
         self, step: Step, res: ResourceConfig, platform: Platform, target: Target
     ) -> TargetResult:
         slot = self.slots.get(PlatformName(step.platform or ""))
+        if slot is not None and not slot.take_now():
+            await slot.wait_turn()
         try:
-            if slot is None:
-                return await self._act(res, platform, target)
-            async with slot:
-                return await self._act(res, platform, target)
+            if self._direction is Direction.SHUTDOWN:
+                return await self._stop(res, platform, target)
+            return await self._start(res, platform, target)
         except UpsguardError as exc:
             return TargetResult(target, StepState.FAILED, f"{target.name}: {exc}")
         except Exception as exc:  # a plugin bug must not stop the other steps at 3 a.m.
             log.exception("step %s on %s failed unexpectedly", step.id, target.name)
             return TargetResult(target, StepState.FAILED, f"{target.name}: internal error: {exc!r}")
-
-    async def _act(self, res: ResourceConfig, platform: Platform, target: Target) -> TargetResult:
-        if self._direction is Direction.SHUTDOWN:
-            return await self._stop(res, platform, target)
-        return await self._start(res, platform, target)
+        finally:
+            if slot is not None:
+                slot.release()
 
     async def _stop(self, res: ResourceConfig, platform: Platform, target: Target) -> TargetResult:
         grace = res.guest_timeout.total_seconds()
         try:
-            if not await self._retry(res, lambda: _ask_to_stop(platform, target)):
+            if not await self._watchdog.ask(lambda: _ask_to_stop(platform, target), res.retries):
                 return TargetResult(target, StepState.DONE, f"{target.name} already off")
             if await platform.wait_for(target, PowerState.OFF, grace):
                 return TargetResult(target, StepState.DONE, f"{target.name} shut down")
@@ -122,7 +117,7 @@ class StepRunner:
             return TargetResult(target, StepState.SKIPPED, f"{why}; left running")
         if fallback == "fail":
             return TargetResult(target, StepState.FAILED, why)
-        await self._retry(res, lambda: platform.stop(target, StopMethod.HARD))
+        await self._watchdog.ask(lambda: platform.stop(target, StopMethod.HARD), res.retries)
         if await platform.wait_for(target, PowerState.OFF, HARD_OFF_WAIT_S):
             detail = f"{why}; powered off"
             return TargetResult(target, StepState.DONE, detail, fallback_used=True)
@@ -130,7 +125,7 @@ class StepRunner:
 
     async def _start(self, res: ResourceConfig, platform: Platform, target: Target) -> TargetResult:
         timeout = res.health.timeout.total_seconds() if res.health else 600.0
-        state = await self._retry(res, lambda: platform.power_state(target))
+        state = await self._watchdog.ask(lambda: platform.power_state(target), res.retries)
         if state is not PowerState.ON:
             await self._power_on(res, platform, target)
             if not await platform.wait_for(target, PowerState.ON, timeout):
@@ -148,23 +143,12 @@ class StepRunner:
 
     async def _power_on(self, res: ResourceConfig, platform: Platform, target: Target) -> None:
         if res.power_on_via is None:
-            await self._retry(res, lambda: platform.start(target))
+            await self._watchdog.ask(lambda: platform.start(target), res.retries)
             return
         bmc = self._platform(res.power_on_via)
-        bmc_targets = await self._retry(res, lambda: bmc.resolve(res))
+        bmc_targets = await self._watchdog.ask(lambda: bmc.resolve(res), res.retries)
         for bmc_target in bmc_targets:
-            await self._retry(res, lambda t=bmc_target: bmc.start(t))  # type: ignore[misc]
-
-    async def _retry(self, res: ResourceConfig, call: Callable[[], Awaitable[T]]) -> T:
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return await self._watchdog.request(call())
-            except TemporaryError as exc:
-                if attempt > res.retries:
-                    raise
-                await asyncio.sleep(min(exc.retry_after * attempt, MAX_BACKOFF_S))
+            await self._watchdog.ask(lambda t=bmc_target: bmc.start(t), res.retries)  # type: ignore[misc]
 
 
 def fallback_without_graceful(site: SiteConfig, res: ResourceConfig) -> str:

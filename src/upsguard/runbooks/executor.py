@@ -85,7 +85,7 @@ class Executor:
         self._already = set(already_done) & self._steps.keys()
         self._dependents = plan.dependents()
         self._missing = {s.id: len(s.waits_for) for s in plan.steps}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[StepId, asyncio.Task[None]] = {}
         self._all_finished: asyncio.Future[None] | None = None
         self.running: set[StepId] = set()
         self._cancelling = False
@@ -133,15 +133,7 @@ class Executor:
 
     def _launch(self, sid: StepId) -> None:
         """A step gets a task only once everything it waits for is finished."""
-        task = asyncio.create_task(self._step(self._steps[sid]), name=sid)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        error = None if task.cancelled() else task.exception()
-        if error is not None and self._all_finished is not None and not self._all_finished.done():
-            self._all_finished.set_exception(error)  # a bug, or the journal failing: end loudly
+        self._tasks[sid] = asyncio.create_task(self._step(self._steps[sid]), name=sid)
 
     def _release_dependents(self, sid: StepId) -> None:
         for dep in self._dependents[sid]:
@@ -157,7 +149,7 @@ class Executor:
     async def _cancel_all(self) -> None:
         """Running steps end as cancelled; so do the ones that never started."""
         self._cancelling = True
-        tasks = list(self._tasks)
+        tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -183,13 +175,19 @@ class Executor:
             if blocked:
                 self._finish(self._skipped(step, f"not started: {blocked} failed"))
                 return
-            await self._gate_caches(step)
+            if step.caches and self._gate is not None:
+                await self._gate_caches(step, self._gate)
             self._mark_point_of_no_return(step)
             self._finish(await self._perform(step))
         except asyncio.CancelledError:
             now = self._clock.now()
             self._finish(StepOutcome(step.id, StepState.CANCELLED, now, now, "run cancelled"))
             raise
+        except Exception as exc:  # a bug, or the journal failing: end the run loudly
+            if self._all_finished is not None and not self._all_finished.done():
+                self._all_finished.set_exception(exc)
+        finally:
+            del self._tasks[step.id]
 
     def _blocked_by(self, step: Step) -> StepId | None:
         """Startup steps (and shutdown with step_failure: stop) do not run after a failure."""
@@ -203,17 +201,16 @@ class Executor:
                     return dep
         return None
 
-    async def _gate_caches(self, step: Step) -> None:
-        if step.caches and self._gate is not None:
-            self._events(
-                StepWaiting(
-                    self._clock.now(),
-                    self.run_id,
-                    step.id,
-                    "waiting for " + ", ".join(step.caches) + " to be clean",
-                )
+    async def _gate_caches(self, step: Step, gate: CacheGate) -> None:
+        self._events(
+            StepWaiting(
+                self._clock.now(),
+                self.run_id,
+                step.id,
+                "waiting for " + ", ".join(step.caches) + " to be clean",
             )
-            await self._gate.wait_clean(step, self.run_id)
+        )
+        await gate.wait_clean(step, self.run_id)
 
     def _mark_point_of_no_return(self, step: Step) -> None:
         if self.plan.direction is not Direction.SHUTDOWN or self.point_of_no_return_passed:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from upsguard.models import CacheName, ResourceId, ResourceKind, StepId, Target
 
@@ -23,8 +24,10 @@ class Action(enum.StrEnum):
     BARRIER = "barrier"
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(NamedTuple):
+    """One step of a runbook. A named tuple rather than a frozen dataclass: as
+    immutable, and four times cheaper to build (a 5,000-VM site plans 10,000 steps)."""
+
     id: StepId
     resource: ResourceId
     kind: ResourceKind
@@ -34,7 +37,7 @@ class Step:
     estimate_s: float
     description: str
     targets: tuple[Target, ...] = ()
-    count: int = 1
+    members: int = 1  # the VMs a group step covers
     caches: tuple[CacheName, ...] = ()
     direct: bool = False
     power_via: str | None = None

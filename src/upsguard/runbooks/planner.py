@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import cast
 
 from upsguard.config.resources import ResourceConfig
 from upsguard.config.site import SiteConfig
@@ -61,7 +60,7 @@ def build_plan(
     if direction is Direction.STARTUP:
         order_edges = _reversed(order_edges)
     order = topological_order(order_edges, [n for n in graph.nodes if n in keep])
-    maker = _StepMaker(site, direction, managers, gated)
+    maker = _StepMaker(site, direction, managers, gated, order)
     maker.unplanned = unplanned or {}
     steps = [maker.step(graph.nodes[n], order_edges[n]) for n in order]
     limits = {name: site.platform(name).max_parallel for name in _platforms(steps)}
@@ -217,6 +216,7 @@ class _StepMaker:
         direction: Direction,
         managers: dict[str, set[NodeId]],
         gated: dict[NodeId, list[CacheName]],
+        nodes: Sequence[NodeId],
     ) -> None:
         self._site = site
         self._resources = site.resource_index()
@@ -227,11 +227,12 @@ class _StepMaker:
         self.unplanned: Mapping[str, Sequence[str]] = {}
         self._limits: dict[str, int] = {}
         self._timings: dict[tuple[str, ResourceKind], float | None] = {}
+        self._ids = {n: StepId(f"{self._prefix}:{n}") for n in nodes}
 
     def step(self, node: Node, waits: set[NodeId]) -> Step:
-        prefix = self._prefix
-        sid = StepId(f"{prefix}:{node.id}")
-        waits_for = cast(tuple[StepId, ...], tuple(sorted([f"{prefix}:{w}" for w in waits])))
+        ids = self._ids
+        sid = ids[node.id]
+        waits_for = tuple(sorted([ids[w] for w in waits]))
         if node.barrier:
             return Step(
                 sid,
@@ -264,7 +265,7 @@ class _StepMaker:
             + _describe(res, node, action, count, direct)
             + self._tools_note(res, node),
             targets=node.targets,
-            count=count,
+            members=count,
             caches=tuple(self._gated.get(node.id, ())),
             direct=direct,
             power_via=res.power_on_via if self._direction is Direction.STARTUP else None,

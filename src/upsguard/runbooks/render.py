@@ -72,7 +72,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
                 "action": s.action.value,
                 "waits_for": list(s.waits_for),
                 "estimate_s": s.estimate_s,
-                "count": s.count,
+                "count": s.members,
                 "caches": list(s.caches),
                 "direct": s.direct,
                 "power_via": s.power_via,

@@ -17,9 +17,9 @@ from upsguard.runbooks.plan import Step
 
 def _unit_seconds(step: Step, limits: Mapping[str, int]) -> float:
     """One member's duration (a group's estimate covers ceil(count/limit) rounds)."""
-    if step.count <= 1 or step.platform is None:
+    if step.members <= 1 or step.platform is None:
         return step.estimate_s
-    rounds = math.ceil(step.count / max(1, limits.get(step.platform, 1)))
+    rounds = math.ceil(step.members / max(1, limits.get(step.platform, 1)))
     return step.estimate_s / rounds
 
 
@@ -82,7 +82,7 @@ def _place(
     heap = slots[step.platform]
     unit = _unit_seconds(step, limits)
     end = at
-    for _ in range(max(1, step.count)):
+    for _ in range(max(1, step.members)):
         free = heapq.heappop(heap)
         finish = max(free, at) + unit
         heapq.heappush(heap, finish)

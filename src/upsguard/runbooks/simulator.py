@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from upsguard.clock import LoopClock, run_virtual
 from upsguard.config.caches import SimulatedCacheSettings
@@ -38,8 +39,7 @@ from upsguard.runbooks.world import PowerWorld
 ORIGIN = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-@dataclass(frozen=True, slots=True)
-class Moment:
+class Moment(NamedTuple):
     at_s: float
     text: str
     kind: str

@@ -2,7 +2,9 @@
 
 ``asyncio.Semaphore`` rescans its waiters on every release, which turns
 5,000 VMs queued behind a limit of 200 into millions of checks; this queue
-hands a freed slot to the oldest waiter in constant time.
+hands a freed slot to the oldest waiter in constant time. The executor takes a
+free slot without a coroutine (``take_now``) and awaits ``wait_turn`` only when
+it must queue: a coroutine per target for nothing is measurable at 5,000.
 """
 
 from __future__ import annotations
@@ -17,18 +19,27 @@ class Slots:
         self._free = max(1, size)
         self._waiters: deque[asyncio.Future[None]] = deque()
 
-    async def __aenter__(self) -> None:
+    def take_now(self) -> bool:
+        """Take a slot if one is free and nobody queues before us."""
         if self._free > 0 and not self._waiters:
             self._free -= 1
-            return
+            return True
+        return False
+
+    async def wait_turn(self) -> None:
+        """Queue for a slot; on cancellation the turn passes to the next in line."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
             await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
-                self._release()  # handed a slot just as it was cancelled: pass it on
+                self.release()  # handed a slot just as it was cancelled: pass it on
             raise
+
+    async def __aenter__(self) -> None:
+        if not self.take_now():
+            await self.wait_turn()
 
     async def __aexit__(
         self,
@@ -36,9 +47,9 @@ class Slots:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._release()
+        self.release()
 
-    def _release(self) -> None:
+    def release(self) -> None:
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():

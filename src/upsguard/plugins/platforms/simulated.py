@@ -46,7 +46,7 @@ class Fleet:
         self.behaviour = behaviour or {}
         self.state: dict[str, PowerState] = {}
         self.owner: dict[str, tuple[ResourceId, float]] = {}
-        self.changed: dict[str, asyncio.Event] = {}
+        self.changed: dict[str, list[asyncio.Future[None]]] = {}  # waiters per target
         self.pending: dict[str, tuple[asyncio.TimerHandle, PowerState]] = {}
 
 
@@ -132,13 +132,14 @@ class SimulatedPlatform:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while self._state.get(target.name, PowerState.ON) is not state:
-            event = self._changed.setdefault(target.name, asyncio.Event())
+            changed = loop.create_future()
+            self._changed.setdefault(target.name, []).append(changed)
             if self._lands_by(target.name, state, deadline):
-                await event.wait()  # the change already scheduled wakes us: no timer needed
+                await changed  # the change already scheduled wakes us: no timer needed
                 continue
             try:
                 async with asyncio.timeout_at(deadline):
-                    await event.wait()
+                    await changed
             except TimeoutError:
                 return False
         return True
@@ -176,6 +177,6 @@ class SimulatedPlatform:
         self._wake(name)
 
     def _wake(self, name: str) -> None:
-        event = self._changed.pop(name, None)
-        if event is not None:
-            event.set()
+        for changed in self._changed.pop(name, ()):
+            if not changed.done():
+                changed.set_result(None)
