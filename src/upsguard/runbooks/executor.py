@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
@@ -164,10 +165,8 @@ class Executor:
         return "failed" if self.result.failed else "done"
 
     def _summary(self) -> str:
-        counts: dict[str, int] = {}
-        for outcome in self.result.outcomes.values():
-            counts[outcome.state.value] = counts.get(outcome.state.value, 0) + 1
-        return ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        counts = Counter(outcome.state for outcome in self.result.outcomes.values())
+        return ", ".join(f"{n} {state.value}" for state, n in sorted(counts.items()))
 
     async def _step(self, step: Step) -> None:
         try:
@@ -226,7 +225,7 @@ class Executor:
         if step.action is Action.BARRIER:
             return StepOutcome(step.id, StepState.DONE, started, started, "barrier passed")
         self.running.add(step.id)
-        self._events(StepStarted(started, self.run_id, step.id, step.action.value))
+        self._events(StepStarted(started, self.run_id, step.id, step.action))
         try:
             return await self._runner.run(step, started)
         finally:

@@ -11,6 +11,7 @@ import functools
 from collections.abc import Iterable
 
 from upsguard.clock import LoopClock
+from upsguard.config.resources import ResourceConfig
 from upsguard.config.scenario import Scenario
 from upsguard.config.site import SiteConfig
 from upsguard.errors import ConfigError
@@ -26,12 +27,15 @@ class PowerWorld:
         self.mains = {u.name: True for u in site.ups}
         self.load = {u.name: u.other_load_watts for u in site.ups}
         self._all_ups = tuple(u.name for u in site.ups)
-        self._shares = {r.id: self._shares_of(r.id) for r in site.resources}
+        self._changes = 0  # counts moves of the clock and of the load, for snapshot()
+        self._by_hosts: dict[tuple[ResourceId, ...], tuple[tuple[UpsName, float], ...]] = {}
+        self._shares = {r.id: self._shares_of(r) for r in site.resources}
+        self._watts = {r.id: r.watts for r in site.resources}
         for res in site.resources:
             self._add_load(res.id, res.watts)
         self._last = clock.monotonic()
         self.depleted_at: dict[UpsName, float] = {}
-        self._snapshot: tuple[object, dict[UpsName, tuple[float, float, float]]] | None = None
+        self._snapshot: tuple[int, dict[UpsName, tuple[float, float, float]]] | None = None
 
     @staticmethod
     def _battery(site: SiteConfig, scenario: Scenario, name: UpsName) -> Battery:
@@ -53,16 +57,21 @@ class PowerWorld:
             recharge_s=scenario.recharge.total_seconds(),
         )
 
-    def _shares_of(self, rid: ResourceId) -> tuple[tuple[UpsName, float], ...]:
-        """Which UPSes carry a resource's watts, and what part each carries."""
-        feeds = self._site.feeds_of(rid)
-        res = self._site.resource(rid)
-        if not feeds and res.runs_on:
-            feeds = [f for host in res.runs_on for f in self._site.feeds_of(host)]
-        names = tuple(u for f in feeds for u in f.ups) or self._all_ups
-        return _equal_shares(names)
+    def _shares_of(self, res: ResourceConfig) -> tuple[tuple[UpsName, float], ...]:
+        """Which UPSes carry a resource's watts, and what part each carries: its own feeds,
+        or those of the hosts it runs on (worked out once per set of hosts)."""
+        feeds = self._site.feeds_of(res.id)
+        if feeds or not res.runs_on:
+            return _equal_shares(tuple(u for f in feeds for u in f.ups) or self._all_ups)
+        hosts = tuple(res.runs_on)
+        if hosts not in self._by_hosts:
+            feeds = [f for host in hosts for f in self._site.feeds_of(host)]
+            names = tuple(u for f in feeds for u in f.ups) or self._all_ups
+            self._by_hosts[hosts] = _equal_shares(names)
+        return self._by_hosts[hosts]
 
     def _add_load(self, rid: ResourceId, watts: float) -> None:
+        self._changes += 1
         for ups, share in self._shares.get(rid, ()):
             self.load[ups] = max(0.0, self.load[ups] + watts * share)
 
@@ -70,7 +79,7 @@ class PowerWorld:
 
     def power_changed(self, rid: ResourceId, fraction: float, state: PowerState) -> None:
         self.advance()
-        watts = self._site.resource(rid).watts * fraction
+        watts = self._watts[rid] * fraction
         self._add_load(rid, watts if state is PowerState.ON else -watts)
 
     def set_mains(self, names: Iterable[UpsName] | None, on: bool) -> None:
@@ -84,6 +93,7 @@ class PowerWorld:
         self._last = now
         if elapsed <= 0:
             return
+        self._changes += 1
         for name, battery in self.batteries.items():
             if self.mains[name]:
                 battery.charge(elapsed)
@@ -126,7 +136,7 @@ class PowerWorld:
         instant and load, not once per event.
         """
         self.advance()
-        key = (self._last, tuple(self.load.values()))
+        key = self._changes
         if self._snapshot is None or self._snapshot[0] != key:
             figures = {
                 name: (b.charge_pct, self.runtime_s(name), self.load[name])
