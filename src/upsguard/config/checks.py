@@ -88,12 +88,13 @@ def _platform_refs(site: SiteConfig) -> Iterator[Problem]:
 def _feeds(site: SiteConfig) -> Iterator[Problem]:
     ups_names = [u.name for u in site.ups]
     ids = [r.id for r in site.resources]
+    known = set(ids)
     for i, feed in enumerate(site.feeds):
         for j, ups in enumerate(feed.ups):
             if ups not in ups_names:
                 yield ("feeds", i, "ups", j), _unknown("UPS", ups, ups_names)
         for j, rid in enumerate(feed.powers):
-            if rid not in ids:
+            if rid not in known:
                 yield ("feeds", i, "powers", j), _unknown("resource", rid, ids)
         if feed.min_supplies > len(feed.ups):
             yield (
@@ -104,11 +105,12 @@ def _feeds(site: SiteConfig) -> Iterator[Problem]:
 
 def _caches(site: SiteConfig) -> Iterator[Problem]:
     ids = [r.id for r in site.resources]
+    known = set(ids)
     for i, cache in enumerate(site.caches):
-        if cache.lives_on is not None and cache.lives_on not in ids:
+        if cache.lives_on is not None and cache.lives_on not in known:
             yield ("caches", i, "lives_on"), _unknown("resource", cache.lives_on, ids)
         for j, rid in enumerate(cache.carries):
-            if rid not in ids:
+            if rid not in known:
                 yield ("caches", i, "carries", j), _unknown("resource", rid, ids)
 
 
@@ -124,6 +126,9 @@ def _cycles(site: SiteConfig) -> Iterator[Problem]:
 
 def find_cycles(graph: dict[ResourceId, list[ResourceId]]) -> list[list[ResourceId]]:
     """One representative cycle per strongly connected component with a loop (iterative Tarjan)."""
+    children_of = {n: [c for c in children if c in graph] for n, children in graph.items()}
+    if _acyclic(children_of):
+        return []  # the usual case, told in one pass
     index: dict[ResourceId, int] = {}
     low: dict[ResourceId, int] = {}
     on_stack: set[ResourceId] = set()
@@ -141,7 +146,7 @@ def find_cycles(graph: dict[ResourceId, list[ResourceId]]) -> list[list[Resource
                 counter += 1
                 stack.append(node)
                 on_stack.add(node)
-            children = [c for c in graph.get(node, []) if c in graph]
+            children = children_of[node]
             if child_i < len(children):
                 work.append((node, child_i + 1))
                 child = children[child_i]
@@ -164,6 +169,23 @@ def find_cycles(graph: dict[ResourceId, list[ResourceId]]) -> list[list[Resource
                 parent = work[-1][0]
                 low[parent] = min(low[parent], low[node])
     return cycles
+
+
+def _acyclic(children_of: dict[ResourceId, list[ResourceId]]) -> bool:
+    """Kahn's peeling: every node comes off when nothing leads into it any more."""
+    waiting = dict.fromkeys(children_of, 0)
+    for children in children_of.values():
+        for child in children:
+            waiting[child] += 1
+    free = [n for n, count in waiting.items() if count == 0]
+    peeled = 0
+    while free:
+        peeled += 1
+        for child in children_of[free.pop()]:
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                free.append(child)
+    return peeled == len(children_of)
 
 
 def _cycle_through(

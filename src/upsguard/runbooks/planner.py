@@ -14,6 +14,7 @@ from datetime import timedelta
 from upsguard.config.resources import ResourceConfig
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
+from upsguard.memory import collector_paused
 from upsguard.models import CacheName, ResourceId, ResourceKind, StepId, Target
 from upsguard.runbooks.actions import fallback_without_graceful
 from upsguard.runbooks.graph import Node, NodeId, ResourceGraph, build_graph
@@ -40,6 +41,7 @@ _START_DEFAULT_S = {
 }
 
 
+@collector_paused()  # a plan keeps nearly all it builds: see upsguard.memory
 def build_plan(
     site: SiteConfig,
     direction: Direction | str,

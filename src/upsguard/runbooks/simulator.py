@@ -8,9 +8,6 @@ virtual, so a day-long scenario takes well under a second and never sleeps.
 from __future__ import annotations
 
 import asyncio
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NamedTuple
@@ -23,6 +20,7 @@ from upsguard.config.scenario import Scenario
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
 from upsguard.events import Event, RiskAccepted, RunFinished, RunStarted, StepFinished
+from upsguard.memory import collector_paused
 from upsguard.models import CacheName, Phase, PlatformName, StepState, UpsName
 from upsguard.plugins.caches.base import CacheProvider
 from upsguard.plugins.caches.simulated import SimulatedCache
@@ -73,22 +71,8 @@ def simulate(
     site: SiteConfig, scenario: Scenario, shutdown_plan: Plan | None = None
 ) -> SimulationReport:
     """``shutdown_plan``: the site's plan when the caller has built it already."""
-    with _cyclic_collector_paused():
+    with collector_paused():
         return run_virtual(Simulation(site, scenario, shutdown_plan).run())
-
-
-@contextmanager
-def _cyclic_collector_paused() -> Iterator[None]:
-    """A run creates a few objects per step and keeps most of them (outcomes, the timeline),
-    so the cyclic collector would rescan the whole site model several times for almost no
-    garbage: a fifth of a 5,000-VM simulation. Reference counting still frees the rest."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def dry_run_site(site: SiteConfig) -> SiteConfig:
