@@ -7,6 +7,7 @@ done: there are no layer-by-layer barriers.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -263,9 +264,7 @@ class _StepMaker:
             action=action,
             waits_for=waits_for,
             estimate_s=per_unit,
-            description=self._unplanned_note(res, action)
-            + _describe(res, node, action, count, direct)
-            + self._tools_note(res, node),
+            description=self._describe(res, node, action, count, direct),
             targets=node.targets,
             members=count,
             caches=tuple(self._gated.get(node.id, ())),
@@ -274,10 +273,18 @@ class _StepMaker:
             timeout_s=_timeout(res, self._direction),
         )
 
-    def _unplanned_note(self, res: ResourceConfig, action: Action) -> str:
+    def _describe(
+        self, res: ResourceConfig, node: Node, action: Action, count: int, direct: bool
+    ) -> str:
+        text = _describe(res, node, action, count, direct)
+        if self.unplanned and action is Action.HOST_SHUTDOWN:
+            text = self._unplanned_note(res) + text
+        if node.targets and self._direction is Direction.SHUTDOWN:
+            text += self._tools_note(res, node)
+        return text
+
+    def _unplanned_note(self, res: ResourceConfig) -> str:
         """A host step stops the VMs no resource covers (or leaves them, per the platform)."""
-        if not self.unplanned or action is not Action.HOST_SHUTDOWN:
-            return ""
         vms = self.unplanned.get(res.target_name, ())
         if not vms:
             return ""
@@ -289,8 +296,6 @@ class _StepMaker:
 
     def _tools_note(self, res: ResourceConfig, node: Node) -> str:
         """What happens to VMs live inventory found without a graceful path (no VMware Tools)."""
-        if not node.targets or self._direction is Direction.STARTUP:
-            return ""
         without = [t.name for t in node.targets if t.graceful is False]
         if not without:
             return ""
@@ -382,10 +387,16 @@ def _describe(res: ResourceConfig, node: Node, action: Action, count: int, direc
 
 
 def _fallback_text(res: ResourceConfig) -> str:
-    grace = format_duration(res.guest_timeout)
-    if res.fallback == "power_off":
+    return _fallback_phrase(res.fallback, res.guest_timeout)
+
+
+@functools.lru_cache(maxsize=256)
+def _fallback_phrase(fallback: str, guest_timeout: timedelta) -> str:
+    """Thousands of VMs share a few fallback settings: each phrase is built once."""
+    grace = format_duration(guest_timeout)
+    if fallback == "power_off":
         return f"power off after {grace} if still on"
-    if res.fallback == "skip":
+    if fallback == "skip":
         return f"leave it after {grace} (fallback: skip)"
     return f"fail after {grace}"
 

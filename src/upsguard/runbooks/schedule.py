@@ -64,7 +64,8 @@ def list_schedule(steps: Sequence[Step], limits: Mapping[str, int]) -> float:
     while ready:
         at, i = heapq.heappop(ready)
         end = _place(steps[i], at, slots, limits)
-        makespan = max(makespan, end)
+        if end > makespan:
+            makespan = end
         for dep in dependents[i]:
             if end > ready_at[dep]:
                 ready_at[dep] = end
@@ -77,12 +78,16 @@ def list_schedule(steps: Sequence[Step], limits: Mapping[str, int]) -> float:
 def _place(
     step: Step, at: float, slots: dict[str, list[float]], limits: Mapping[str, int]
 ) -> float:
-    if step.platform is None or step.platform not in slots:
+    heap = slots.get(step.platform) if step.platform is not None else None
+    if heap is None:
         return at + step.estimate_s
-    heap = slots[step.platform]
+    if step.members <= 1:  # most steps: one target, one slot
+        finish = max(heap[0], at) + step.estimate_s
+        heapq.heapreplace(heap, finish)
+        return finish
     unit = _unit_seconds(step, limits)
     end = at
-    for _ in range(max(1, step.members)):
+    for _ in range(step.members):
         free = heapq.heappop(heap)
         finish = max(free, at) + unit
         heapq.heappush(heap, finish)

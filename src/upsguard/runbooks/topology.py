@@ -53,16 +53,16 @@ def topological_order(
     for node, ws in waits.items():
         for w in ws:
             dependents[w].append(node)
-    ready = [(rank[n], n) for n, count in missing.items() if count == 0]
+    ready = [rank[n] for n, count in missing.items() if count == 0]  # ranks: cheap to compare
     heapq.heapify(ready)
     order: list[NodeId] = []
     while ready:
-        _, node = heapq.heappop(ready)
+        node = preference[heapq.heappop(ready)]
         order.append(node)
         for dep in dependents[node]:
             missing[dep] -= 1
             if missing[dep] == 0:
-                heapq.heappush(ready, (rank[dep], dep))
+                heapq.heappush(ready, rank[dep])
     if len(order) != len(waits):
         stuck = sorted(n for n, c in missing.items() if c > 0)
         raise ValueError(f"the plan has a cycle through {', '.join(stuck[:5])}")
