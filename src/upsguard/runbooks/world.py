@@ -31,8 +31,9 @@ class PowerWorld:
         self._by_hosts: dict[tuple[ResourceId, ...], tuple[tuple[UpsName, float], ...]] = {}
         self._shares = {r.id: self._shares_of(r) for r in site.resources}
         self._watts = {r.id: r.watts for r in site.resources}
-        for res in site.resources:
-            self._add_load(res.id, res.watts)
+        for rid, watts in self._watts.items():
+            for ups, share in self._shares[rid]:
+                self.load[ups] += watts * share
         self._last = clock.monotonic()
         self.depleted_at: dict[UpsName, float] = {}
         self._snapshot: tuple[int, dict[UpsName, tuple[float, float, float]]] | None = None
