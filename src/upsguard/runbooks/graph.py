@@ -72,7 +72,7 @@ class ResourceGraph:
         later = self.descendants(node)
         candidates = {n for n in among if n not in later and n != node}
         for cand in candidates:
-            if not (self.after[cand] & candidates):
+            if candidates.isdisjoint(self.after[cand]):
                 self.edge(cand, node)
 
 
@@ -81,9 +81,10 @@ def build_graph(
 ) -> ResourceGraph:
     graph = ResourceGraph()
     members: dict[ResourceId, list[NodeId]] = {}
+    found = inventory or {}
     for res in site.resources:
         members[res.id] = _add_resource_nodes(
-            graph, res.id, res.kind, res.platform, res.count, (inventory or {}).get(res.id)
+            graph, res.id, res.kind, res.platform, res.count, found.get(res.id)
         )
     _dependency_edges(site, graph, members)
     _placement_edges(site, graph, members)

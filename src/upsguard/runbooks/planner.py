@@ -181,7 +181,8 @@ def _placement(site: SiteConfig, graph: ResourceGraph) -> dict[ResourceId, list[
     placed_on: dict[ResourceId, list[ResourceId]] = {}
     for node in graph.nodes.values():
         hosts = [host_by_name[t.host] for t in node.targets if t.host in host_by_name]
-        placed_on.setdefault(node.resource, []).extend(hosts)
+        if hosts:
+            placed_on.setdefault(node.resource, []).extend(hosts)
     return placed_on
 
 

@@ -20,17 +20,17 @@ from upsguard.events import (
 
 def describe(event: Event) -> str | None:
     """The line a person reads for this event; None for events too frequent to list."""
-    match event:
+    match event:  # the step events first: a big site makes thousands of them
+        case StepStarted(step=step, action=action):
+            return f"  start {step} ({action})"
+        case StepFinished(step=step, state=state, detail=detail):
+            return f"  {state:<9} {step}: {detail}"
         case PhaseChanged(old=old, new=new, reason=reason):
             return f"phase {old} -> {new}: {reason}"
         case RunStarted(run=run, direction=direction, steps=steps, reason=reason):
             return f"{direction} runbook started ({steps} steps): {reason}  [{run}]"
         case RunFinished(direction=direction, state=state, detail=detail):
             return f"{direction} runbook {state}: {detail}"
-        case StepStarted(step=step, action=action):
-            return f"  start {step} ({action})"
-        case StepFinished(step=step, state=state, detail=detail):
-            return f"  {state:<9} {step}: {detail}"
         case StepWaiting(step=step, reason=reason):
             return f"  waiting  {step}: {reason}"
         case PointOfNoReturn(step=step):
