@@ -172,14 +172,14 @@ def _combine(
 ) -> StepOutcome:
     if not results:
         return StepOutcome(step.id, StepState.DONE, started, ended, "nothing to do: no targets")
-    failed = [r for r in results if r.state is StepState.FAILED]
-    skipped = [r for r in results if r.state is StepState.SKIPPED]
-    fallback = any(r.fallback_used for r in results)
     if len(results) == 1:
         only = results[0]
         return StepOutcome(
             step.id, only.state, started, ended, only.detail, only.attempts, only.fallback_used
         )
+    failed = [r for r in results if r.state is StepState.FAILED]
+    skipped = [r for r in results if r.state is StepState.SKIPPED]
+    fallback = any(r.fallback_used for r in results)
     state = StepState.FAILED if failed else StepState.DONE
     if not failed and len(skipped) == len(results):
         state = StepState.SKIPPED

@@ -91,6 +91,9 @@ class Executor:
         self.running: set[StepId] = set()
         self._cancelling = False
         self._unusable: set[StepId] = set()  # failed, or not started because of a failure
+        self._stop_on_failure = (
+            plan.direction is Direction.STARTUP or site.policies.step_failure == "stop"
+        )
 
     @property
     def point_of_no_return_passed(self) -> bool:
@@ -190,10 +193,7 @@ class Executor:
 
     def _blocked_by(self, step: Step) -> StepId | None:
         """Startup steps (and shutdown with step_failure: stop) do not run after a failure."""
-        stop_on_failure = (
-            self.plan.direction is Direction.STARTUP or self._site.policies.step_failure == "stop"
-        )
-        if stop_on_failure:
+        if self._unusable and self._stop_on_failure:
             for dep in step.waits_for:
                 if dep in self._unusable:
                     self._unusable.add(step.id)
