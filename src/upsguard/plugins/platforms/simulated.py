@@ -34,6 +34,9 @@ class Behaviour:
     no_tools: bool = False
 
 
+_AS_CONFIGURED = Behaviour()
+
+
 class Fleet:
     """The power state of every simulated target, shared by the simulated platforms."""
 
@@ -101,7 +104,7 @@ class SimulatedPlatform:
 
     async def stop(self, target: Target, method: StopMethod) -> None:
         rid, _ = self._owner[target.name]
-        act = self._behaviour.get(rid, Behaviour())
+        act = self._behaviour.get(rid, _AS_CONFIGURED)
         if act.fail == "stop":
             raise PermanentError(f"{target.name}: the platform refused the shutdown (scenario)")
         if method is StopMethod.HARD:
@@ -123,7 +126,7 @@ class SimulatedPlatform:
 
     async def start(self, target: Target) -> None:
         rid, _ = self._owner[target.name]
-        act = self._behaviour.get(rid, Behaviour())
+        act = self._behaviour.get(rid, _AS_CONFIGURED)
         if act.fail == "start":
             raise PermanentError(f"{target.name}: the platform refused the power-on (scenario)")
         on: timedelta = (
