@@ -36,22 +36,30 @@ class Node:
 class ResourceGraph:
     nodes: dict[NodeId, Node] = field(default_factory=dict)
     after: dict[NodeId, set[NodeId]] = field(default_factory=dict)  # a -> {b: stop b after a}
+    _before: dict[NodeId, set[NodeId]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def add(self, node: Node) -> None:
         self.nodes[node.id] = node
         self.after.setdefault(node.id, set())
+        self._before = None
 
     def edge(self, first: NodeId, then: NodeId) -> None:
         if first != then:
             self.after[first].add(then)
+            self._before = None
 
     def before(self) -> dict[NodeId, set[NodeId]]:
-        """The reverse map: for each node, the nodes that must stop before it."""
-        rev: dict[NodeId, set[NodeId]] = {n: set() for n in self.nodes}
-        for first, thens in self.after.items():
-            for then in thens:
-                rev[then].add(first)
-        return rev
+        """The reverse map: for each node, the nodes that must stop before it. Kept until the
+        graph changes, as both plans of a site ask for it; callers only read it."""
+        if self._before is None:
+            rev: dict[NodeId, set[NodeId]] = {n: set() for n in self.nodes}
+            for first, thens in self.after.items():
+                for then in thens:
+                    rev[then].add(first)
+            self._before = rev
+        return self._before
 
     def descendants(self, start: NodeId) -> set[NodeId]:
         seen = {start}
