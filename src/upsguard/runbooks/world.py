@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from upsguard.clock import LoopClock
 from upsguard.config.resources import ResourceConfig
 from upsguard.config.scenario import Scenario
-from upsguard.config.site import SiteConfig
+from upsguard.config.site import FeedConfig, SiteConfig
 from upsguard.errors import ConfigError
 from upsguard.models import PowerState, ResourceId, UpsFlag, UpsName, UpsReading
 from upsguard.runbooks.battery import Battery
@@ -63,13 +63,16 @@ class PowerWorld:
         or those of the hosts it runs on (worked out once per set of hosts)."""
         feeds = self._site.feeds_of(res.id)
         if feeds or not res.runs_on:
-            return _equal_shares(tuple(u for f in feeds for u in f.ups) or self._all_ups)
+            return self._shares_among(feeds)
         hosts = tuple(res.runs_on)
         if hosts not in self._by_hosts:
-            feeds = [f for host in hosts for f in self._site.feeds_of(host)]
-            names = tuple(u for f in feeds for u in f.ups) or self._all_ups
-            self._by_hosts[hosts] = _equal_shares(names)
+            host_feeds = [f for host in hosts for f in self._site.feeds_of(host)]
+            self._by_hosts[hosts] = self._shares_among(host_feeds)
         return self._by_hosts[hosts]
+
+    def _shares_among(self, feeds: list[FeedConfig]) -> tuple[tuple[UpsName, float], ...]:
+        """Equal parts for the UPSes of ``feeds``; every UPS when no feed says."""
+        return _equal_shares(tuple(u for f in feeds for u in f.ups) or self._all_ups)
 
     def _add_load(self, rid: ResourceId, watts: float) -> None:
         self._changes += 1
