@@ -44,6 +44,7 @@ class _Host:
     address: str
     boot_delay: float
     server: socket.socket | None = None
+    booting: bool = False  # a burst of magic packets boots it once
 
 
 @dataclass
@@ -82,12 +83,12 @@ class WolNetwork:
                     continue
                 self.woken.append(mac)
                 host = self._hosts.get(mac)
-            if host is not None and host.server is None:
-                threading.Timer(host.boot_delay, self._boot, args=(host,)).start()
+                if host is None or host.booting:
+                    continue
+                host.booting = True
+            threading.Timer(host.boot_delay, self._boot, args=(host,)).start()
 
     def _boot(self, host: _Host) -> None:
-        if host.server is not None:
-            return
         server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind((host.address, self.check_port))
