@@ -373,7 +373,7 @@ def _describe(res: ResourceConfig, node: Node, action: Action, count: int, direc
     via = " (directly on the host: its manager is down)" if direct else ""
     what = _what(res, node, count)
     if action is Action.GUEST_SHUTDOWN:
-        return f"guest shutdown of {what}, {_fallback_text(res)}{via}"
+        return f"guest shutdown of {what}, {_fallback_phrase(res.fallback, res.guest_timeout)}{via}"
     if action is Action.HOST_SHUTDOWN:
         mm = "enter maintenance mode, then " if res.maintenance_mode else ""
         return f"{mm}shut down host {res.target_name}{via}"
@@ -385,10 +385,6 @@ def _describe(res: ResourceConfig, node: Node, action: Action, count: int, direc
         return f"power on host {res.target_name}{through}, wait until it is connected{via}"
     check = "health check" if res.health else "platform check"
     return f"start {what}, wait for its {check}{via}"
-
-
-def _fallback_text(res: ResourceConfig) -> str:
-    return _fallback_phrase(res.fallback, res.guest_timeout)
 
 
 @functools.lru_cache(maxsize=256)

@@ -98,7 +98,6 @@ class Simulation:
         )
         self._min_runtime_s: float | None = None
         self._shedding_runs: set[str] = set()
-        self._battery: tuple[object, dict[UpsName, tuple[float, float]]] = (None, {})
 
     async def run(self) -> SimulationReport:
         loop = asyncio.get_running_loop()
@@ -280,10 +279,7 @@ class Simulation:
             self.report.margin_s = margin
 
     def _note(self, at: float, text: str, kind: str) -> None:
-        snapshot = self.world.snapshot()
-        if self._battery[0] is not snapshot:  # moments of one instant share their figures
-            self._battery = (snapshot, {n: (c, r) for n, (c, r, _) in snapshot.items()})
-        self.report.timeline.append(Moment(at, text, kind, self._battery[1]))
+        self.report.timeline.append(Moment(at, text, kind, self.world.snapshot()))
 
     # -- the verdict -----------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ class PowerWorld:
                 self.load[ups] += watts * share
         self._last = clock.monotonic()
         self.depleted_at: dict[UpsName, float] = {}
-        self._snapshot: tuple[int, dict[UpsName, tuple[float, float, float]]] | None = None
+        self._snapshot: tuple[int, dict[UpsName, tuple[float, float]]] | None = None
 
     @staticmethod
     def _battery(site: SiteConfig, scenario: Scenario, name: UpsName) -> Battery:
@@ -133,20 +133,19 @@ class PowerWorld:
             load_pct=None,
         )
 
-    def snapshot(self) -> dict[UpsName, tuple[float, float, float]]:
-        """Per UPS: charge %, runtime left (s), load (W), as of now.
+    def snapshot(self) -> dict[UpsName, tuple[float, float]]:
+        """Per UPS: charge %, runtime left (s), as of now.
 
         Many events share one virtual instant: the figures are computed once per
-        instant and load, not once per event.
+        instant and load, not once per event, and the same dict is returned until
+        they change (it is never changed in place, so timeline moments share it).
         """
         self.advance()
-        key = self._changes
-        if self._snapshot is None or self._snapshot[0] != key:
+        if self._snapshot is None or self._snapshot[0] != self._changes:
             figures = {
-                name: (b.charge_pct, self.runtime_s(name), self.load[name])
-                for name, b in self.batteries.items()
+                name: (b.charge_pct, self.runtime_s(name)) for name, b in self.batteries.items()
             }
-            self._snapshot = (key, figures)
+            self._snapshot = (self._changes, figures)
         return self._snapshot[1]
 
 

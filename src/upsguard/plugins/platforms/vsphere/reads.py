@@ -21,7 +21,6 @@ from xml.sax.saxutils import escape, quoteattr
 
 from pyVmomi import SoapAdapter, vmodl
 
-PC: Any = vmodl.query.PropertyCollector  # pyVmomi's classes are untyped
 Deserializer: Any = SoapAdapter.SoapResponseDeserializer
 Props = dict[str, Any]
 _V = "{urn:vim25}"
