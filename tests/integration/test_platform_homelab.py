@@ -25,11 +25,11 @@ from tests.sites import site_from
 from upsguard.clock import SystemClock
 from upsguard.config.resources import ResourceConfig
 from upsguard.config.site import SiteConfig
+from upsguard.engine.executor import Executor
 from upsguard.events import Event, StepFinished, StepStarted
 from upsguard.models import PlatformName, PowerState, StopMethod
-from upsguard.runbooks.executor import Executor
+from upsguard.plugins.registry import build_platforms
 from upsguard.runbooks.planner import build_plan
-from upsguard.runbooks.plugins import build_platforms
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.sshd, pytest.mark.timeout(240)]
 

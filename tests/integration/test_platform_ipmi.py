@@ -12,10 +12,10 @@ from tests.peers.bmc import FakeBmc
 from upsguard.clock import SystemClock
 from upsguard.config.platforms import IpmiSettings
 from upsguard.config.resources import ResourceConfig
+from upsguard.engine.health import wait_healthy
 from upsguard.errors import AuthenticationError, PlatformUnreachable
 from upsguard.models import PlatformName, PowerState, StopMethod
 from upsguard.plugins import registry
-from upsguard.runbooks.health import wait_healthy
 
 HOST = ResourceConfig.model_validate(
     {"id": "esx01", "kind": "host", "platform": "vcenter", "power_on_via": "bmc-esx01"}

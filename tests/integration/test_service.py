@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from tests.peers.ports import free_port
-from upsguard.controller.client import ApiClient
+from upsguard.cli.client import ApiClient
 from upsguard.controller.journal import Journal
 
 CLI = [sys.executable, "-c", "import sys; from upsguard.cli import main; sys.exit(main())"]

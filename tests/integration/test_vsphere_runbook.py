@@ -29,12 +29,12 @@ from tests.peers.vcsim import (
 )
 from upsguard.clock import SystemClock
 from upsguard.config.loading import load_site
+from upsguard.engine.executor import Executor, RunResult
+from upsguard.engine.inventory import live_inventory
 from upsguard.events import Event
 from upsguard.models import StepState
-from upsguard.runbooks.executor import Executor, RunResult
-from upsguard.runbooks.inventory import live_inventory
+from upsguard.plugins.registry import build_platforms
 from upsguard.runbooks.planner import build_plan
-from upsguard.runbooks.plugins import build_platforms
 
 pytestmark = pytest.mark.vcsim
 

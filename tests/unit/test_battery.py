@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from upsguard.runbooks.battery import Battery
+from upsguard.simulation.battery import Battery
 
 
 def test_reference_point_is_honoured() -> None:

@@ -5,14 +5,17 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from upsguard.controller.demo import run_demo
 from upsguard.controller.journal import Journal
+from upsguard.simulation.demo import run_demo
 
 
 def test_the_demo_goes_down_and_comes_back_in_order(tmp_path: Path) -> None:
     out = io.StringIO()
     path = tmp_path / "demo.sqlite"
-    assert run_demo(speed=0, journal=path, out=out) == 0
+    journal = Journal(path)
+    report = run_demo(speed=0, out=out, observers=[journal.record])
+    journal.close()
+    assert report.final_phase == "normal"
     text = out.getvalue()
     order = [
         "phase normal -> on_battery",

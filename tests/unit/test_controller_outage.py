@@ -15,6 +15,8 @@ from upsguard.config.site import SiteConfig
 from upsguard.config.source import parse_yaml
 from upsguard.controller.journal import Journal
 from upsguard.controller.resume import reap_and_resume
+from upsguard.engine.destage import DestageWatch
+from upsguard.engine.outage_controller import OutageLoop
 from upsguard.errors import UpsUnreachable
 from upsguard.events import Event, EventBus, PhaseChanged, RunFinished, StepStarted
 from upsguard.models import (
@@ -26,8 +28,6 @@ from upsguard.models import (
     UpsReading,
 )
 from upsguard.plugins.platforms.simulated import SimulatedPlatform
-from upsguard.runbooks.destage import DestageWatch
-from upsguard.runbooks.outage import OutageLoop
 from upsguard.runbooks.plan import Direction
 
 SITE = """

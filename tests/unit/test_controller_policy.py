@@ -10,7 +10,7 @@ from upsguard.config.loading import validate
 from upsguard.config.scenario import parse_scenario
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import parse_yaml
-from upsguard.runbooks.simulator import Moment, SimulationReport, simulate
+from upsguard.simulation.simulator import Moment, SimulationReport, simulate
 
 SITE = """
 site: lab

@@ -16,13 +16,13 @@ from tests.sites import simple_site, site_from
 from upsguard.clock import LoopClock, run_virtual
 from upsguard.config.platforms import SimulatedPlatformSettings
 from upsguard.config.site import SiteConfig
+from upsguard.engine.executor import Executor, RunResult
+from upsguard.engine.slots import Slots
 from upsguard.errors import PlatformUnreachable
 from upsguard.events import Event, PointOfNoReturn, StepFinished, StepStarted
 from upsguard.models import PlatformName, PowerState, ResourceId, StepState, StopMethod, Target
 from upsguard.plugins.platforms.simulated import Behaviour, Fleet, SimulatedPlatform
-from upsguard.runbooks.executor import Executor, RunResult
 from upsguard.runbooks.planner import build_plan
-from upsguard.runbooks.slots import Slots
 
 
 class FlakyPlatform(SimulatedPlatform):

@@ -11,6 +11,7 @@ import pytest
 
 from upsguard.controller.journal import Journal
 from upsguard.controller.schema import VERSION
+from upsguard.engine.outage_controller import RunSpec
 from upsguard.errors import PermanentError
 from upsguard.events import (
     CacheModeChanged,
@@ -23,7 +24,6 @@ from upsguard.events import (
     StepStarted,
 )
 from upsguard.models import CacheMode, Phase, StepId, StepState, UpsFlag, UpsName, UpsReading
-from upsguard.runbooks.outage import RunSpec
 from upsguard.runbooks.plan import Direction
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

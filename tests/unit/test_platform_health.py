@@ -13,9 +13,9 @@ import pytest
 
 from tests.peers.ports import free_port
 from upsguard.config.resources import ResourceConfig
+from upsguard.engine.health import wait_healthy
 from upsguard.errors import StepTimeout
 from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod, Target
-from upsguard.runbooks.health import wait_healthy
 
 
 def aio(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:

@@ -13,7 +13,7 @@ from tests.sites import EXAMPLES, simple_site, site_from, write_site
 from upsguard.config import SiteConfig, load_site
 from upsguard.config.scenario import DEFAULT_SCENARIO, load_scenario, parse_scenario
 from upsguard.errors import ConfigError
-from upsguard.runbooks.simulator import SimulationReport, simulate
+from upsguard.simulation.simulator import SimulationReport, simulate
 
 
 def run(site: SiteConfig, scenario: str) -> SimulationReport:

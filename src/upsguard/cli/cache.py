@@ -28,12 +28,12 @@ from upsguard.cli.common import site_of as load_site_of
 from upsguard.clock import SystemClock
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_bytes, format_duration, parse_duration
+from upsguard.engine.destage import CacheStatus, DestageWatch, ModeResult
 from upsguard.errors import ConfigError, StepTimeout
 from upsguard.events import Event
 from upsguard.models import CacheMode, CacheName
 from upsguard.plugins.caches.base import CacheProvider
-from upsguard.runbooks.destage import CacheStatus, DestageWatch, ModeResult
-from upsguard.runbooks.plugins import build_cache_providers
+from upsguard.plugins.registry import build_cache_providers
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

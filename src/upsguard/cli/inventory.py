@@ -23,7 +23,7 @@ from upsguard.config.site import SiteConfig
 from upsguard.errors import PermanentError, TemporaryError
 from upsguard.models import PlatformName, ResourceId, ResourceKind, Target
 from upsguard.plugins.platforms.base import Platform
-from upsguard.runbooks.plugins import build_platforms
+from upsguard.plugins.registry import build_platforms
 
 
 @runtime_checkable

@@ -15,10 +15,13 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from upsguard.cli import views
+from upsguard.cli.client import ApiClient
 from upsguard.cli.common import (
     Subparsers,
     add_format_option,
@@ -28,8 +31,8 @@ from upsguard.cli.common import (
     site_of,
 )
 from upsguard.config.site import SiteConfig
-from upsguard.controller import direct, show
-from upsguard.controller.client import ApiClient
+from upsguard.controller import direct
+from upsguard.controller.journal import Journal
 from upsguard.controller.service import run_service
 from upsguard.errors import PermanentError, ServiceNotRunning
 
@@ -155,7 +158,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json(st)
     else:
-        print(show.status_text(st))
+        print(views.status_text(st))
     return 0
 
 
@@ -227,7 +230,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json(hist)
     else:
-        print(show.history_text(hist))
+        print(views.history_text(hist))
     return 0
 
 
@@ -258,7 +261,7 @@ def cmd_events(args: argparse.Namespace) -> int:
             if args.follow and not rows:
                 time.sleep(1.0)
         for row in [] if quiet else rows:
-            print(show.event_line(row), flush=True)
+            print(views.event_line(row), flush=True)
         quiet = False
         if not args.follow:
             return 0
@@ -276,7 +279,20 @@ def _journal_events(site: SiteConfig, after: int) -> list[dict[str, Any]]:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from upsguard.controller.demo import run_demo
+    from upsguard.simulation.demo import run_demo
 
-    code: int = run_demo(speed=args.speed, journal=args.journal)
-    return code
+    with tempfile.TemporaryDirectory(prefix="upsguard-demo-") as tmp:
+        path = args.journal or Path(tmp) / "demo.sqlite"
+        journal = Journal(path)
+        try:
+            report = run_demo(speed=args.speed, observers=[journal.record])
+            runs = journal.runs(limit=10, with_steps=False)
+            events = len(journal.events(after=0, limit=100000))
+        finally:
+            journal.close()
+    print(
+        f"final phase: {report.final_phase}; journal: {events} events, "
+        f"runs: {', '.join(f'{r.kind} {r.state}' for r in reversed(runs))}"
+        + (f" ({path})" if args.journal else "")
+    )
+    return 0 if report.final_phase == "normal" else 1

@@ -17,12 +17,13 @@ from upsguard.cli.inventory import unplanned_by_host
 from upsguard.clock import SystemClock
 from upsguard.config.scenario import load_scenario
 from upsguard.config.site import SiteConfig
+from upsguard.engine.inventory import live_inventory
 from upsguard.models import ResourceId, Target
+from upsguard.plugins.registry import build_platforms
 from upsguard.runbooks import render
-from upsguard.runbooks.inventory import live_inventory
 from upsguard.runbooks.planner import build_plan
-from upsguard.runbooks.plugins import build_platforms
-from upsguard.runbooks.simulator import simulate
+from upsguard.simulation import report
+from upsguard.simulation.simulator import simulate
 
 
 def register(commands: Subparsers) -> None:
@@ -106,6 +107,6 @@ async def _inventory(
 def cmd_simulate(args: argparse.Namespace) -> int:
     site = site_of(args)
     scenario = load_scenario(args.scenario, site)
-    report = simulate(site, scenario)
-    print(render.report_json(report) if args.format == "json" else render.report_text(report))
-    return report.exit_code
+    outcome = simulate(site, scenario)
+    print(report.report_json(outcome) if args.format == "json" else report.report_text(outcome))
+    return outcome.exit_code

@@ -24,9 +24,9 @@ from upsguard.config.site import FeedConfig, SiteConfig
 from upsguard.config.types import format_duration, parse_duration
 from upsguard.errors import ConfigError
 from upsguard.models import LinkState, UpsFlag, UpsName
+from upsguard.plugins.registry import build_ups_sources
 from upsguard.policies.power import FeedReading, UpsFigures, read_feeds
 from upsguard.policies.watch import UpsWatch
-from upsguard.runbooks.plugins import build_ups_sources
 
 FLAG_ORDER = list(UpsFlag)
 

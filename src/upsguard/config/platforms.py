@@ -35,6 +35,22 @@ IMPLICIT_TYPES = ("ssh", "command", "wol", "none", "simulated")
 class PlatformBase(Model):
     max_parallel: int = Field(8, ge=1, le=1000, description="steps run at once on this platform")
 
+    @property
+    def fallback_without_tools(self) -> Literal["skip"] | None:
+        """What to do with a VM that has no graceful path (no VMware Tools) when the platform
+        decides it; None leaves it to the resource's own ``fallback``."""
+        return None
+
+    @property
+    def leaves_unplanned_vms(self) -> bool:
+        """Whether a host step leaves running the VMs no resource covers (else it stops them)."""
+        return False
+
+    def typical_duration(self, action: str) -> timedelta | None:
+        """How long an action (``guest_shutdown``, ``host_power_on``, ...) takes on this
+        platform when the platform itself knows; None for real platforms."""
+        return None
+
 
 class DirectHostAccess(Credentials):
     """How to reach ESXi hosts directly once vCenter is down."""
@@ -72,6 +88,14 @@ class VsphereSettings(PlatformBase, Credentials):
     unplanned_vms: Literal["shutdown", "ignore"] = Field(
         "shutdown", description="VMs no resource covers: shut them down before their host, or leave"
     )
+
+    @property
+    def fallback_without_tools(self) -> Literal["skip"] | None:
+        return "skip" if self.without_tools == "skip" else None
+
+    @property
+    def leaves_unplanned_vms(self) -> bool:
+        return self.unplanned_vms == "ignore"
 
 
 class IpmiSettings(PlatformBase, Credentials):
@@ -145,6 +169,10 @@ class SimulatedPlatformSettings(PlatformBase):
     power_on: Duration = timedelta(seconds=90)
     host_power_on: Duration = timedelta(minutes=4)
     tools_running: bool = True
+
+    def typical_duration(self, action: str) -> timedelta | None:
+        value = getattr(self, action, None)
+        return value if isinstance(value, timedelta) else None
 
 
 class NoPlatform(PlatformBase):

@@ -66,6 +66,12 @@ class SiteConfig(Model):
             return self.platforms[name]
         return implicit_platform(name)
 
+    def fallback_without_graceful(self, res: ResourceConfig) -> str:
+        """Without a graceful path (no VMware Tools) the platform may say to leave the VM
+        running; otherwise the resource's own fallback applies."""
+        settings = self.platform(res.platform) if res.platform else None
+        return (settings.fallback_without_tools if settings else None) or res.fallback
+
     def knows_platform(self, name: str) -> bool:
         return name in self.platforms or name in IMPLICIT_TYPES
 

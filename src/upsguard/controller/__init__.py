@@ -1,1 +1,2 @@
-"""The service: journal, scheduler, resume, local API, notifications, metrics, demo."""
+"""The service only (``upsguard run``): the composition root, journal, local API, resume,
+overrides, metrics and notifications."""

@@ -20,10 +20,9 @@ from upsguard.controller import overrides
 from upsguard.controller.journal import Journal
 from upsguard.controller.service import Service
 from upsguard.controller.status import journal_status
-from upsguard.events import Event
+from upsguard.events import Event, describe
+from upsguard.plugins.registry import build_ups_sources
 from upsguard.policies.watch import UpsWatch
-from upsguard.runbooks.plugins import build_ups_sources
-from upsguard.runbooks.timeline import describe
 
 
 def open_journal(site: SiteConfig) -> Journal:

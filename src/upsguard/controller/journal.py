@@ -32,6 +32,7 @@ from upsguard.controller.rows import (
     parse_iso,
 )
 from upsguard.controller.schema import migrate
+from upsguard.engine.outage_controller import RunSpec
 from upsguard.errors import PermanentError
 from upsguard.events import (
     CacheModeChanged,
@@ -45,10 +46,9 @@ from upsguard.events import (
     RunStarted,
     StepFinished,
     StepStarted,
+    describe,
 )
 from upsguard.models import LinkState, Phase, StepState, UpsReading
-from upsguard.runbooks.outage import RunSpec
-from upsguard.runbooks.timeline import describe
 
 log = logging.getLogger(__name__)
 

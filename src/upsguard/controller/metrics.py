@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from upsguard.engine.outage_controller import OutageLoop
 from upsguard.events import Event, RunFinished, StepFinished, StepStarted
 from upsguard.models import LinkState, Phase
-from upsguard.runbooks.outage import OutageLoop
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from upsguard.events import (
     RunFinished,
     RunStarted,
     StepFinished,
+    describe,
 )
 from upsguard.models import StepState
-from upsguard.runbooks.timeline import describe
 
 log = logging.getLogger(__name__)
 

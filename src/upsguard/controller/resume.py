@@ -16,10 +16,10 @@ from collections.abc import Iterable
 from upsguard.clock import Clock
 from upsguard.controller.journal import Journal
 from upsguard.controller.rows import RunRow, parse_iso
+from upsguard.engine.outage_controller import OutageLoop, RunSpec
 from upsguard.events import EventSink, Notice
 from upsguard.models import CacheMode, CacheName, Phase, ResourceId, StepId
 from upsguard.policies.phases import RunState
-from upsguard.runbooks.outage import OutageLoop, RunSpec
 from upsguard.runbooks.plan import Direction
 
 log = logging.getLogger(__name__)

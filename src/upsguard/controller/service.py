@@ -24,14 +24,13 @@ from upsguard.controller.journal import Journal
 from upsguard.controller.metrics import Metrics
 from upsguard.controller.notify import Notifier
 from upsguard.controller.resume import reap_and_resume
+from upsguard.engine.destage import DestageWatch
+from upsguard.engine.outage_controller import OutageLoop
 from upsguard.errors import UpsguardError
-from upsguard.events import Event, EventBus, Notice, RiskAccepted, StepFinished
+from upsguard.events import Event, EventBus, Notice, RiskAccepted, StepFinished, describe
 from upsguard.models import PlatformName, StepState
 from upsguard.plugins.platforms.base import Platform
-from upsguard.runbooks.destage import DestageWatch
-from upsguard.runbooks.outage import OutageLoop
-from upsguard.runbooks.plugins import build_cache_providers, build_platforms, build_ups_sources
-from upsguard.runbooks.timeline import describe
+from upsguard.plugins.registry import build_cache_providers, build_platforms, build_ups_sources
 
 log = logging.getLogger(__name__)
 event_log = logging.getLogger("upsguard.events")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from upsguard.controller.journal import Journal
 from upsguard.controller.rows import iso
-from upsguard.runbooks.outage import OutageLoop
+from upsguard.engine.outage_controller import OutageLoop
 
 if TYPE_CHECKING:
     from upsguard.controller.service import Service

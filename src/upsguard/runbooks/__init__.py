@@ -1,1 +1,2 @@
-"""Runbooks: the resource graph, shutdown and startup plans, the executor, the simulator."""
+"""Planning only: the resource graph, ordering, the schedule, plans and their rendering.
+Nothing here talks to a platform or waits: ``engine`` carries plans out."""

@@ -17,7 +17,6 @@ from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
 from upsguard.memory import collector_paused
 from upsguard.models import CacheName, ResourceId, ResourceKind, StepId, Target
-from upsguard.runbooks.actions import fallback_without_graceful
 from upsguard.runbooks.graph import Node, NodeId, ResourceGraph, build_graph
 from upsguard.runbooks.plan import Action, Direction, Plan, Step
 from upsguard.runbooks.schedule import critical_path, list_schedule
@@ -291,7 +290,7 @@ class _StepMaker:
             return ""
         settings = self._site.platform(res.platform) if res.platform else None
         names = f"{len(vms)} VM(s) no resource covers ({', '.join(sorted(vms))})"
-        if getattr(settings, "unplanned_vms", None) == "ignore":
+        if settings is not None and settings.leaves_unplanned_vms:
             return f"leave running {names}, "
         return f"stop {names}, "
 
@@ -304,7 +303,7 @@ class _StepMaker:
             "skip": "left running (skip)",
             "power_off": "powered off at once",
             "fail": "the step fails",
-        }[fallback_without_graceful(self._site, res)]
+        }[self._site.fallback_without_graceful(res)]
         if len(node.targets) == 1:
             return f"; no VMware Tools: {fate}"
         names = ", ".join(without[:3]) + (", ..." if len(without) > 3 else "")
@@ -331,13 +330,10 @@ class _StepMaker:
     def _simulated_timing(self, res: ResourceConfig) -> float | None:
         key = (res.platform or "", res.kind)
         if key not in self._timings:
-            settings = self._site.platform(key[0])
-            timing = None
-            if getattr(settings, "type", None) == "simulated":
-                value = getattr(settings, _simulated_field(res.kind, self._direction))
-                assert isinstance(value, timedelta)
-                timing = value.total_seconds()
-            self._timings[key] = timing
+            typical = self._site.platform(key[0]).typical_duration(
+                _simulated_field(res.kind, self._direction)
+            )
+            self._timings[key] = typical.total_seconds() if typical is not None else None
         return self._timings[key]
 
 

@@ -8,6 +8,7 @@ virtual, so a day-long scenario takes well under a second and never sleeps.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NamedTuple
@@ -19,20 +20,19 @@ from upsguard.config.resources import HealthCheck
 from upsguard.config.scenario import Scenario
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
-from upsguard.events import Event, RiskAccepted, RunFinished, RunStarted, StepFinished
+from upsguard.engine.destage import DestageWatch
+from upsguard.engine.outage_controller import OutageLoop
+from upsguard.events import Event, RiskAccepted, RunFinished, RunStarted, StepFinished, describe
 from upsguard.memory import collector_paused
 from upsguard.models import CacheName, Phase, PlatformName, StepState, UpsName
 from upsguard.plugins.caches.base import CacheProvider
 from upsguard.plugins.caches.simulated import SimulatedCache
 from upsguard.plugins.platforms.simulated import Behaviour, Fleet, SimulatedPlatform
+from upsguard.plugins.registry import used_platform_names
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.plugins.ups.simulated import SimulatedUps
-from upsguard.runbooks.destage import DestageWatch
-from upsguard.runbooks.outage import OutageLoop
 from upsguard.runbooks.plan import Plan
-from upsguard.runbooks.plugins import used_platform_names
-from upsguard.runbooks.timeline import describe
-from upsguard.runbooks.world import PowerWorld
+from upsguard.simulation.world import PowerWorld
 
 ORIGIN = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -85,10 +85,25 @@ def dry_run_site(site: SiteConfig) -> SiteConfig:
     return site.model_copy(update={"resources": resources})
 
 
+EventObserver = Callable[[Event], None]
+MomentObserver = Callable[["Moment"], None]
+
+
 class Simulation:
+    """One simulated outage. ``observers`` hear every event as it happens (the demo journals
+    them); ``on_moment`` hears each timeline line as it is added (the demo prints it)."""
+
     def __init__(
-        self, site: SiteConfig, scenario: Scenario, shutdown_plan: Plan | None = None
+        self,
+        site: SiteConfig,
+        scenario: Scenario,
+        shutdown_plan: Plan | None = None,
+        *,
+        observers: Sequence[EventObserver] = (),
+        on_moment: MomentObserver | None = None,
     ) -> None:
+        self._observers = tuple(observers)
+        self._on_moment = on_moment
         self.site = dry_run_site(site)
         self.scenario = scenario
         self._shutdown_plan = shutdown_plan
@@ -253,6 +268,8 @@ class Simulation:
     # -- recording -----------------------------------------------------------------------------
 
     def _record(self, event: Event) -> None:
+        for observer in self._observers:
+            observer(event)
         if isinstance(event, RunStarted) and event.reason.startswith("shedding"):
             self._shedding_runs.add(event.run)
         if isinstance(event, StepFinished) and event.state is StepState.FAILED:
@@ -279,7 +296,10 @@ class Simulation:
             self.report.margin_s = margin
 
     def _note(self, at: float, text: str, kind: str) -> None:
-        self.report.timeline.append(Moment(at, text, kind, self.world.snapshot()))
+        moment = Moment(at, text, kind, self.world.snapshot())
+        self.report.timeline.append(moment)
+        if self._on_moment is not None:
+            self._on_moment(moment)
 
     # -- the verdict -----------------------------------------------------------------------------
 

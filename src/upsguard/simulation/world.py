@@ -16,7 +16,7 @@ from upsguard.config.scenario import Scenario
 from upsguard.config.site import FeedConfig, SiteConfig
 from upsguard.errors import ConfigError
 from upsguard.models import PowerState, ResourceId, UpsFlag, UpsName, UpsReading
-from upsguard.runbooks.battery import Battery
+from upsguard.simulation.battery import Battery
 
 
 class PowerWorld:

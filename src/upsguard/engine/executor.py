@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
+from upsguard.engine.actions import StepRunner
+from upsguard.engine.slots import Slots
 from upsguard.events import (
     EventSink,
     PointOfNoReturn,
@@ -28,9 +30,7 @@ from upsguard.events import (
 )
 from upsguard.models import PlatformName, StepId, StepOutcome, StepState
 from upsguard.plugins.platforms.base import Platform
-from upsguard.runbooks.actions import StepRunner
 from upsguard.runbooks.plan import Action, Direction, Plan, Step
-from upsguard.runbooks.slots import Slots
 
 log = logging.getLogger(__name__)
 

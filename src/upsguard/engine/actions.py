@@ -16,13 +16,13 @@ from upsguard.clock import Clock
 from upsguard.config.resources import ResourceConfig
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
+from upsguard.engine.health import wait_healthy
+from upsguard.engine.retry import RequestWatchdog
+from upsguard.engine.slots import Slots
 from upsguard.errors import GracefulUnavailable, StepTimeout, UpsguardError
 from upsguard.models import PlatformName, PowerState, StepOutcome, StepState, StopMethod, Target
 from upsguard.plugins.platforms.base import Platform
-from upsguard.runbooks.health import wait_healthy
 from upsguard.runbooks.plan import Direction, Step
-from upsguard.runbooks.slots import Slots
-from upsguard.runbooks.watchdog import RequestWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class StepRunner:
                 return TargetResult(target, StepState.DONE, f"{target.name} shut down")
             why = f"still on after {format_duration(grace)}"
         except GracefulUnavailable as exc:
-            fallback = fallback_without_graceful(self._site, res)
+            fallback = self._site.fallback_without_graceful(res)
             return await self._fallback(res, platform, target, str(exc), fallback)
         return await self._fallback(res, platform, target, why, res.fallback)
 
@@ -149,13 +149,6 @@ class StepRunner:
         bmc_targets = await self._watchdog.ask(lambda: bmc.resolve(res), res.retries)
         for bmc_target in bmc_targets:
             await self._watchdog.ask(lambda t=bmc_target: bmc.start(t), res.retries)  # type: ignore[misc]
-
-
-def fallback_without_graceful(site: SiteConfig, res: ResourceConfig) -> str:
-    """Without a graceful path (no VMware Tools) the platform's ``without_tools`` may
-    say to leave the VM running; otherwise the resource's own fallback applies."""
-    settings = site.platform(res.platform) if res.platform else None
-    return "skip" if getattr(settings, "without_tools", None) == "skip" else res.fallback
 
 
 async def _ask_to_stop(platform: Platform, target: Target) -> bool:

@@ -16,6 +16,8 @@ from typing import Protocol
 
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
+from upsguard.engine.destage import DestageGate, DestageWatch
+from upsguard.engine.executor import Executor, RunResult
 from upsguard.errors import UpsguardError
 from upsguard.events import EventSink, Notice, PhaseChanged, ReadingTaken
 from upsguard.models import (
@@ -33,8 +35,6 @@ from upsguard.plugins.ups.base import UpsSource
 from upsguard.policies.phases import Act, Decision, PhaseEngine, PowerView, RunState
 from upsguard.policies.power import read_feeds
 from upsguard.policies.watch import UpsWatch
-from upsguard.runbooks.destage import DestageGate, DestageWatch
-from upsguard.runbooks.executor import Executor, RunResult
 from upsguard.runbooks.plan import Direction, Plan, Step
 from upsguard.runbooks.planner import build_plan
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import tempfile
 import time
-from pathlib import Path
-from typing import Any, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from upsguard.clock import VirtualTimeLoop
 from upsguard.config.loading import validate
@@ -23,14 +22,12 @@ from upsguard.config.scenario import parse_scenario
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import parse_yaml
 from upsguard.config.types import format_duration
-from upsguard.controller.journal import Journal
 from upsguard.events import Event, PhaseChanged
-from upsguard.runbooks.render import report_text
-from upsguard.runbooks.simulator import Simulation, SimulationReport
+from upsguard.simulation.report import report_text
+from upsguard.simulation.simulator import EventObserver, Moment, Simulation, SimulationReport
 
 DEMO_SITE = """
 site: demo
-journal: /nonexistent/replaced-at-run-time.sqlite
 ups:
   - name: ups1
     simulated: {}
@@ -92,57 +89,34 @@ class ScaledTimeLoop(VirtualTimeLoop):
         super().advance(seconds)
 
 
-class LiveSimulation(Simulation):
-    """The simulation, printing each moment as it happens and journaling every event."""
+def demo_site() -> SiteConfig:
+    return validate(SiteConfig, parse_yaml(DEMO_SITE, "demo-site.yaml"))
 
-    def __init__(self, site: SiteConfig, scenario: Any, journal: Journal, out: TextIO) -> None:
-        super().__init__(site, scenario)
-        self.journal = journal
-        self.out = out
 
-    def _record(self, event: Event) -> None:
-        self.journal.record(event)
+def run_demo(
+    speed: float = 60.0, out: TextIO = sys.stdout, observers: Sequence[EventObserver] = ()
+) -> SimulationReport:
+    """Play the demo outage, printing each moment as it happens; ``observers`` hear every
+    event (the CLI journals them)."""
+    site = demo_site()
+    scenario = parse_scenario(DEMO_SCENARIO, site, "demo-scenario.yaml")
+    pace = f"{speed:g}x speed (a minute takes {60 / speed:.1f} s)" if speed > 0 else "no pause"
+    out.write(f"upsguard demo: {scenario.description}; {pace}\n")
+
+    def phase_header(event: Event) -> None:
         if isinstance(event, PhaseChanged):
-            self.out.write(f"\n== {event.new.value.upper()} ==\n")
-        super()._record(event)
+            out.write(f"\n== {event.new.value.upper()} ==\n")
 
-    def _note(self, at: float, text: str, kind: str) -> None:
-        super()._note(at, text, kind)
-        moment = self.report.timeline[-1]
+    def print_moment(moment: Moment) -> None:
         battery = "  ".join(
             f"{name} {charge:5.1f}% {format_duration(runtime):>6}"
             for name, (charge, runtime) in moment.battery.items()
         )
-        self.out.write(f"T+{format_duration(at):>7}  [{battery}]  {text}\n")
-        self.out.flush()
+        out.write(f"T+{format_duration(moment.at_s):>7}  [{battery}]  {moment.text}\n")
+        out.flush()
 
-
-def demo_site(journal: Path) -> SiteConfig:
-    site = validate(SiteConfig, parse_yaml(DEMO_SITE, "demo-site.yaml"))
-    return site.model_copy(update={"journal": str(journal)})
-
-
-def run_demo(speed: float = 60.0, journal: Path | None = None, out: TextIO = sys.stdout) -> int:
-    with tempfile.TemporaryDirectory(prefix="upsguard-demo-") as tmp:
-        path = journal or Path(tmp) / "demo.sqlite"
-        site = demo_site(path)
-        scenario = parse_scenario(DEMO_SCENARIO, site, "demo-scenario.yaml")
-        pace = f"{speed:g}x speed (a minute takes {60 / speed:.1f} s)" if speed > 0 else "no pause"
-        out.write(f"upsguard demo: {scenario.description}; {pace}\n")
-        store = Journal(path, site.service.readings_every)
-        try:
-            sim = LiveSimulation(site, scenario, store, out)
-            with asyncio.Runner(loop_factory=lambda: ScaledTimeLoop(speed)) as runner:
-                report: SimulationReport = runner.run(sim.run())
-            runs = store.runs(limit=10, with_steps=False)
-            events = len(store.events(after=0, limit=100000))
-        finally:
-            store.close()
-        out.write("\n" + report_text(report).splitlines()[-1] + "\n")
-        out.write(
-            f"final phase: {report.final_phase}; journal: {events} events, "
-            f"runs: {', '.join(f'{r.kind} {r.state}' for r in reversed(runs))}"
-            + (f" ({path})" if journal else "")
-            + "\n"
-        )
-        return 0 if report.final_phase == "normal" else 1
+    sim = Simulation(site, scenario, observers=[*observers, phase_header], on_moment=print_moment)
+    with asyncio.Runner(loop_factory=lambda: ScaledTimeLoop(speed)) as runner:
+        report: SimulationReport = runner.run(sim.run())
+    out.write("\n" + report_text(report).splitlines()[-1] + "\n")
+    return report

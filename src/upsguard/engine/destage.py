@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_bytes, format_duration
+from upsguard.engine.executor import CacheGate
 from upsguard.errors import UpsguardError
 from upsguard.events import CacheClean, CacheModeChanged, EventSink, Notice, RiskAccepted
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
 from upsguard.plugins.caches.base import CacheProvider
-from upsguard.runbooks.executor import CacheGate
 from upsguard.runbooks.plan import Step
 
 log = logging.getLogger(__name__)
