@@ -34,7 +34,7 @@ def one_run(site_file: Path) -> dict[str, object]:
     from upsguard.config import load_site
     from upsguard.config.scenario import DEFAULT_SCENARIO
     from upsguard.runbooks.planner import build_plan
-    from upsguard.runbooks.simulator import simulate
+    from upsguard.simulation.simulator import simulate
 
     stolen = _stolen_s()
     t0 = time.perf_counter()

@@ -11,6 +11,9 @@ from upsguard.config.base import Model
 from upsguard.config.types import Duration
 from upsguard.models import ResourceId, ResourceKind
 
+Fallback = Literal["power_off", "skip", "fail"]
+"""After a graceful stop timed out: power off, leave it running, or fail the step."""
+
 
 class Selector(Model):
     """Which VMs a ``vm_group`` covers; every given criterion must match."""
@@ -73,7 +76,7 @@ class ResourceConfig(Model):
     guest_timeout: Duration = Field(
         timedelta(minutes=5), description="graceful shutdown time before the fallback"
     )
-    fallback: Literal["power_off", "skip", "fail"] = "power_off"
+    fallback: Fallback = "power_off"
     retries: int = Field(2, ge=0, le=20)
     maintenance_mode: bool = False
     power_on_via: str | None = Field(None, description="a platform (BMC, WoL) that powers it on")

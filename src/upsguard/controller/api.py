@@ -31,8 +31,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from upsguard.controller import overrides
-from upsguard.controller.status import service_status
 from upsguard.errors import PermanentError, TemporaryError, UpsguardError
 
 if TYPE_CHECKING:
@@ -175,7 +173,7 @@ class ApiServer:
     # -- routes ------------------------------------------------------------------------------
 
     async def _status(self, req: Request) -> Any:
-        return service_status(self.svc)
+        return self.svc.status()
 
     async def _history(self, req: Request) -> Any:
         limit = int(req.number("limit", 10))
@@ -199,17 +197,16 @@ class ApiServer:
         return {"events": [r.to_dict() for r in rows], "last": last}
 
     async def _hold(self, req: Request) -> Any:
-        return overrides.hold(self.svc, req.who, str(req.body.get("reason") or ""))
+        return self.svc.overrides.hold(req.who, str(req.body.get("reason") or ""))
 
     async def _release(self, req: Request) -> Any:
-        return overrides.release(self.svc, req.who, str(req.body.get("reason") or ""))
+        return self.svc.overrides.release(req.who, str(req.body.get("reason") or ""))
 
     async def _trigger(self, req: Request) -> Any:
         only = req.body.get("only") or []
         if not isinstance(only, list):
             raise BadRequest("'only' must be a list of resource ids")
-        return await overrides.trigger(
-            self.svc,
+        return await self.svc.overrides.trigger(
             req.who,
             str(req.body.get("direction") or ""),
             [str(o) for o in only],
@@ -219,10 +216,10 @@ class ApiServer:
     async def _poll(self, req: Request) -> Any:
         """Poll at once instead of at the next interval: a NOTIFYCMD hook calls this on ONBATT."""
         await self.svc.poll_now()
-        return {"phase": self.svc.outage.engine.phase.value}
+        return {"phase": self.svc.controller.engine.phase.value}
 
     async def _abort(self, req: Request) -> Any:
-        return await overrides.abort(self.svc, req.who, str(req.body.get("reason") or ""))
+        return await self.svc.overrides.abort(req.who, str(req.body.get("reason") or ""))
 
 
 async def _read_request(reader: asyncio.StreamReader, peer: str) -> Request:

@@ -32,23 +32,23 @@ from upsguard.controller.rows import (
     parse_iso,
 )
 from upsguard.controller.schema import migrate
-from upsguard.engine.outage_controller import RunSpec
 from upsguard.errors import PermanentError
 from upsguard.events import (
     CacheModeChanged,
     Event,
-    Notice,
+    OverrideApplied,
     PhaseChanged,
     PointOfNoReturn,
     ReadingTaken,
-    RiskAccepted,
     RunFinished,
     RunStarted,
     StepFinished,
     StepStarted,
     describe,
+    level,
 )
 from upsguard.models import LinkState, Phase, StepState, UpsReading
+from upsguard.runs import RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,6 @@ class Journal:
         self._every = readings_every
         self.db = _connect(self.path)
         self.schema_was = migrate(self.db, self.path)
-        self.stopping = False
         self._phase = self.last_phase() or Phase.NORMAL
         self._last_reading: dict[str, tuple[datetime, str]] = {}
 
@@ -97,6 +96,15 @@ class Journal:
             self._step_started(event)
         elif isinstance(event, StepFinished):
             self._step_finished(event)
+        elif isinstance(event, OverrideApplied):
+            self._insert(
+                "overrides",
+                at=iso(event.at),
+                who=event.who,
+                action=event.action,
+                reason=event.reason,
+                detail=event.detail,
+            )
         elif isinstance(event, CacheModeChanged):
             self._insert(
                 "cache_ops",
@@ -113,17 +121,11 @@ class Journal:
         text = describe(event)
         if text is None:
             return
-        level = "info"
-        failed = isinstance(event, StepFinished) and event.state is StepState.FAILED
-        if isinstance(event, Notice):
-            level = event.level
-        elif isinstance(event, RiskAccepted) or failed:
-            level = "error"
         self._insert(
             "events",
             at=iso(event.at),
             kind=event.kind,
-            level=level,
+            level=level(event),
             text=text.strip(),
             run=getattr(event, "run", None),
         )
@@ -167,44 +169,31 @@ class Journal:
 
     # -- runs and steps -----------------------------------------------------------------------
 
-    def run_planned(self, spec: RunSpec) -> None:
-        """Called by the outage loop before a run starts: what resume needs to rebuild it."""
-        try:
-            with self.db:
-                self.db.execute(
-                    "INSERT INTO runs (id, direction, kind, origin, only, reason, started, state)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, 'running')"
-                    " ON CONFLICT(id) DO UPDATE SET state = 'running', ended = NULL,"
-                    " resumed = resumed + 1",
-                    (
-                        spec.run,
-                        spec.direction.value,
-                        spec.kind,
-                        spec.origin,
-                        RunRow.only_text(spec.only),
-                        spec.reason,
-                        iso(spec.at),
-                    ),
-                )
-        except sqlite3.Error as exc:
-            log.error("journal %s: could not record run %s: %s", self.path, spec.run, exc)
-
     def _run_started(self, event: RunStarted) -> None:
-        """A run nobody announced with ``run_planned`` (the simulator): its id names its kind."""
-        kind = event.run.split("-", 1)[0]
-        if kind not in ("shutdown", "shedding", "startup"):
-            kind = event.direction
+        """A new run, or a resumed one (the same id): running again, counted as resumed."""
+        spec = event.spec
         self.db.execute(
-            "INSERT INTO runs (id, direction, kind, origin, reason, started, state)"
-            " VALUES (?, ?, ?, 'policy', ?, ?, 'running') ON CONFLICT(id) DO NOTHING",
-            (event.run, event.direction, kind, event.reason, iso(event.at)),
+            "INSERT INTO runs (id, direction, kind, origin, only, reason, started, state)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, 'running')"
+            " ON CONFLICT(id) DO UPDATE SET state = 'running', ended = NULL,"
+            " resumed = resumed + 1",
+            (
+                spec.id,
+                spec.direction.value,
+                spec.kind.value,
+                spec.origin.value,
+                RunRow.only_text(spec.only),
+                spec.reason,
+                iso(spec.at),
+            ),
         )
 
     def _run_finished(self, event: RunFinished) -> None:
-        state = "interrupted" if self.stopping and event.state == "cancelled" else event.state
+        """An interrupted run keeps no end: it is not over, the next start resumes it."""
+        ended = None if event.outcome.resumable else iso(event.at)
         self.db.execute(
             "UPDATE runs SET state = ?, ended = ?, detail = ? WHERE id = ? AND state = 'running'",
-            (state, None if state == "interrupted" else iso(event.at), event.detail, event.run),
+            (event.outcome.value, ended, event.detail, event.run),
         )
 
     def _step_started(self, event: StepStarted) -> None:
@@ -214,8 +203,6 @@ class Journal:
 
     def _step_finished(self, event: StepFinished) -> None:
         state = event.state
-        if self.stopping and state is StepState.CANCELLED:
-            state = StepState.ABANDONED
         row = self.db.execute(
             "SELECT id FROM steps WHERE run = ? AND step = ? AND state = 'running'"
             " ORDER BY id DESC LIMIT 1",
@@ -234,7 +221,8 @@ class Journal:
                 " WHERE id = ?",
                 (*ended.values(), row[0]),
             )
-        elif state is not StepState.ABANDONED:  # never started: nothing to resume from it
+        elif state not in (StepState.INTERRUPTED, StepState.ABANDONED):
+            # never started: a row says why (skipped, cancelled); nothing to resume from it
             self._new_attempt(event.run, event.step, "-", event.at, **ended)
 
     def _new_attempt(self, run: str, step: str, action: str, at: datetime, **columns: Any) -> None:
@@ -252,19 +240,6 @@ class Journal:
             **columns,
         )
 
-    # -- overrides ------------------------------------------------------------------------------
-
-    def override(self, at: datetime, who: str, action: str, reason: str, detail: str = "") -> None:
-        """The audit trail of every manual act: who, what, why."""
-        with self.db:
-            self._insert(
-                "overrides", at=iso(at), who=who, action=action, reason=reason, detail=detail
-            )
-            text = f"override: {action} by {who}" + (f": {reason}" if reason else "")
-            if detail:
-                text += f" ({detail})"
-            self._insert("events", at=iso(at), kind="Override", level="warning", text=text)
-
     # -- start-up --------------------------------------------------------------------------------
 
     def reap(self, at: datetime) -> list[RunRow]:
@@ -275,6 +250,10 @@ class Journal:
                 (iso(at),),
             )
         return [r for r in self.runs(limit=50) if r.unfinished]
+
+    def records(self, limit: int = 50) -> list[RunRecord]:
+        """The newest runs as the run ledger holds them, oldest first."""
+        return [row.record() for row in reversed(self.runs(limit=limit, with_steps=False))]
 
     def close_run(self, run: str, at: datetime, state: str, detail: str) -> None:
         with self.db:

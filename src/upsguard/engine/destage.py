@@ -259,5 +259,5 @@ class DestageGate(CacheGate):
         self._watch = watch
         self._floor = floor
 
-    async def wait_clean(self, step: Step, run: str) -> None:
+    async def wait_clean(self, step: Step) -> None:
         await self._watch.wait_clean(step.caches, self._floor)
