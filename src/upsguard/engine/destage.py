@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_bytes, format_duration
-from upsguard.engine.executor import CacheGate
 from upsguard.errors import UpsguardError
 from upsguard.events import CacheClean, CacheModeChanged, EventSink, Notice, RiskAccepted
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
@@ -252,7 +251,7 @@ class DestageWatch:
             self._events(RiskAccepted(self._clock.now(), what))
 
 
-class DestageGate(CacheGate):
+class DestageGate:
     """The executor's view: a step waits until the caches in its data path are clean."""
 
     def __init__(self, watch: DestageWatch, floor: Callable[[], bool]) -> None:

@@ -18,6 +18,7 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from upsguard.clock import Clock
 from upsguard.engine.actions import StepRunner
@@ -31,11 +32,13 @@ from upsguard.runs import RunOutcome, RunSpec
 log = logging.getLogger(__name__)
 
 
-class CacheGate:
-    """What a step in a cache's data path waits on; see ``engine.destage``."""
+class CacheGate(Protocol):
+    """What a step in a cache's data path waits on (``engine.destage.DestageGate``)."""
 
-    async def wait_clean(self, step: Step) -> None:  # pragma: no cover - protocol
-        raise NotImplementedError
+    async def wait_clean(self, step: Step) -> None:
+        """Return once the caches in the step's data path are clean, or when the battery
+        or a destage timeout says to go on regardless (journaled as a risk)."""
+        ...
 
 
 @dataclass
