@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import suggest
+from upsguard.config.types import format_duration
 from upsguard.models import ResourceId, ResourceKind
 
 Loc = tuple[str | int, ...]
@@ -20,7 +21,15 @@ _NEEDS_PLATFORM = (ResourceKind.VM, ResourceKind.VM_GROUP, ResourceKind.HOST, Re
 
 def site_problems(site: SiteConfig) -> list[Problem]:
     problems: list[Problem] = []
-    for check in (_duplicates, _references, _platform_refs, _feeds, _caches, _cycles):
+    for check in (
+        _duplicates,
+        _references,
+        _platform_refs,
+        _feeds,
+        _caches,
+        _cycles,
+        _ups_command_outlasts_own_machine,
+    ):
         problems.extend(check(site))
     return problems
 
@@ -112,6 +121,30 @@ def _caches(site: SiteConfig) -> Iterator[Problem]:
         for j, rid in enumerate(cache.carries):
             if rid not in known:
                 yield ("caches", i, "carries", j), _unknown("resource", rid, ids)
+
+
+OWN_MACHINE_MARGIN_S = 30.0
+"""The UPS's delay must cover the stop of the machine running upsguard by this much."""
+
+
+def _ups_command_outlasts_own_machine(site: SiteConfig) -> Iterator[Problem]:
+    """The command at the end (``shutdown.return`` after ``delay``) is sent before the
+    controller's own machine stops; a shorter delay cuts its power before it is down."""
+    own = next((r for r in site.resources if r.runs_upsguard), None)
+    if own is None:
+        return
+    need = own.stop_estimate_s + OWN_MACHINE_MARGIN_S
+    for i, ups in enumerate(site.ups):
+        end = ups.at_shutdown_end
+        if end.command is not None and end.delay.total_seconds() < need:
+            yield (
+                ("ups", i, "at_shutdown_end", "delay"),
+                f"{format_duration(end.delay)} is shorter than the stop of {own.id}, the machine "
+                f"running upsguard ({format_duration(own.stop_estimate_s)}), plus a "
+                f"{format_duration(OWN_MACHINE_MARGIN_S)} margin: the UPS would cut its power "
+                f"before it is down; make the delay at least {format_duration(need)}, or give "
+                f"{own.id} an estimate of its stop",
+            )
 
 
 def _cycles(site: SiteConfig) -> Iterator[Problem]:

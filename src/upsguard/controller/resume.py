@@ -33,6 +33,10 @@ async def reap_and_resume(
     newest, older = (unfinished[0], unfinished[1:]) if unfinished else (None, [])
     for run in older:
         journal.close_run(run.id, clock.now(), "abandoned", f"superseded by {newest and newest.id}")
+    if newest is not None and _only_own_machine_left(journal, controller, newest):
+        journal.close_run(newest.id, clock.now(), "done", OWN_POWEROFF)
+        events(Notice(clock.now(), f"run {newest.id}: {OWN_POWEROFF}"))
+        newest = None
     controller.ledger.restore(journal.records())
     phase = journal.last_phase()
     if phase is not None:
@@ -47,12 +51,35 @@ async def reap_and_resume(
     return await _resume(journal, controller, newest, clock, events)
 
 
+OWN_POWEROFF = (
+    "finished by the controller's own poweroff (every other step was done; the machine "
+    "running upsguard went down last, as planned)"
+)
+
+
+def _only_own_machine_left(journal: Journal, controller: OutageController, run: RunRow) -> bool:
+    """A whole-site shutdown whose only unfinished steps stop the machine running upsguard:
+    this process starting means that machine went down and came back. Stopping it again
+    would power it off after every boot."""
+    if run.kind != "shutdown" or run.only is not None:
+        return False
+    done = _done_steps(journal, run)
+    left = [s for s in controller.shutdown_plan.steps if s.id not in done]
+    return bool(left) and all(
+        s.settings is not None and s.settings.resource.runs_upsguard for s in left
+    )
+
+
+def _done_steps(journal: Journal, run: RunRow) -> set[StepId]:
+    latest = {s.step: StepState(s.state) for s in journal.steps(run.id)}
+    return {StepId(s) for s, state in latest.items() if state.finished}
+
+
 async def _resume(
     journal: Journal, controller: OutageController, run: RunRow, clock: Clock, events: EventSink
 ) -> str:
-    latest = {s.step: StepState(s.state) for s in journal.steps(run.id)}
-    done = {StepId(s) for s, state in latest.items() if state.finished}
-    unsure = sorted(s for s, state in latest.items() if not state.finished)
+    done = _done_steps(journal, run)
+    unsure = sorted({s.step for s in journal.steps(run.id)} - done)
     message = f"resuming {run.kind} run {run.id}: {len(done)} step(s) already done" + (
         f"; checking the real state of {', '.join(unsure)}" if unsure else ""
     )

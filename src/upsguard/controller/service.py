@@ -25,6 +25,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from upsguard.clock import Clock, SystemClock
 from upsguard.config.site import SiteConfig
 from upsguard.controller.journal import Journal
+from upsguard.controller.lock import JournalLock
 from upsguard.controller.metrics import Metrics
 from upsguard.controller.notify import Notifier
 from upsguard.controller.overrides import Overrides
@@ -49,7 +50,14 @@ class Service:
         self.site = site
         self.clock: Clock = clock or SystemClock()
         self.bus = EventBus()
-        self.journal = Journal(site.journal, site.service.readings_every)
+        self.lock = JournalLock(site.journal)
+        self.lock.acquire()
+        self.journal = Journal(
+            site.journal,
+            site.service.readings_every,
+            repair=True,
+            on_problem=self._journal_problem,
+        )
         self.bus.subscribe(self.journal.record)
         self.bus.subscribe(_log_event)
         self.bus.subscribe(self._wake)
@@ -67,6 +75,13 @@ class Service:
         self.ticks = 0
         self.last_tick_error: str | None = None
         self._poll_lock = asyncio.Lock()
+
+    def _journal_problem(self, problem: str | None) -> None:
+        """The journal's trouble is an alert, notified like any other; never a stop."""
+        if problem is None:
+            self.bus(Notice(self.clock.now(), f"journal {self.journal.path} is written again"))
+        else:
+            self.bus(Notice(self.clock.now(), problem, level="error"))
 
     def _wake(self, event: Event) -> None:
         self.changed.set()
@@ -93,7 +108,8 @@ class Service:
             resumed=self.resumed,
             poll_interval_s=self.site.policies.poll_interval.total_seconds(),
         )
-        return service_status(self.site, self.controller, self.journal, info)
+        alerts = [problem for problem in (self.journal.problem,) if problem]
+        return service_status(self.site, self.controller, self.journal, info, alerts)
 
     async def open(self, resume: bool = True) -> None:
         """Build the plugins and the outage controller, then finish what a crash left."""
@@ -154,6 +170,9 @@ class Service:
         except Exception as exc:  # a cache that cannot be read is shown as such, not fatal
             log.warning("reading caches: %s", exc)
 
+    async def _retry_journal(self) -> None:
+        self.journal.retry()
+
     async def housekeeping(self) -> None:
         """Async on purpose: the journal's connection belongs to the event loop's thread."""
         pruned = self.journal.prune_readings(self.clock.now(), self.site.service.keep_readings)
@@ -190,6 +209,7 @@ class Service:
         tasks = [
             asyncio.create_task(self.watch_power(stop), name="power watch"),
             asyncio.create_task(_every(60.0, self.open_platforms, stop), name="platforms"),
+            asyncio.create_task(_every(15.0, self._retry_journal, stop), name="journal"),
         ]
         if self.site.caches:
             tasks.append(
@@ -218,6 +238,7 @@ class Service:
             await _quietly(platform.close())
         await self.notifier.drain()
         self.journal.close()
+        self.lock.release()
 
 
 async def run_service(site: SiteConfig, stop: asyncio.Event) -> None:

@@ -25,7 +25,11 @@ class ServiceInfo:
 
 
 def service_status(
-    site: SiteConfig, controller: OutageController, journal: Journal, info: ServiceInfo
+    site: SiteConfig,
+    controller: OutageController,
+    journal: Journal,
+    info: ServiceInfo,
+    alerts: list[str],
 ) -> dict[str, Any]:
     held_row = journal.hold() if controller.engine.held else None
     held = held_row.to_dict() if held_row else None
@@ -51,6 +55,7 @@ def service_status(
         "run": run_status(controller),
         "last_run": _last_run(journal),
         "caches": caches_status(controller),
+        "alerts": [{"text": text} for text in [*alerts, *controller.alerts()]],
     }
 
 

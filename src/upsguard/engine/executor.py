@@ -64,14 +64,17 @@ class Executor:
         spec: RunSpec,
         cache_gate: CacheGate | None = None,
         already_done: Collection[StepId] = (),
+        before_step: Callable[[Step], Awaitable[None]] | None = None,
     ) -> None:
-        """``already_done``: steps a resumed run finished before (done or skipped)."""
+        """``already_done``: steps a resumed run finished before (done or skipped).
+        ``before_step``: awaited just before a step acts (after its cache gate)."""
         self.plan = plan
         self.spec = spec
         self._clock = clock
         self._events = events
         self._ledger = ledger
         self._gate = cache_gate
+        self._before_step = before_step
         slots = {PlatformName(p): asyncio.Semaphore(max(1, n)) for p, n in plan.limits.items()}
         self._runner = StepRunner(platforms, clock, plan.direction, slots)
         self.result = RunResult(spec)
@@ -173,6 +176,8 @@ class Executor:
                 return
             if step.caches and self._gate is not None:
                 await self._gate_caches(step, self._gate)
+            if self._before_step is not None:
+                await self._before_step(step)
             self._mark_point_of_no_return(step)
             self._finish(await self._perform(step))
         except asyncio.CancelledError:

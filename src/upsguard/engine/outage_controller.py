@@ -99,18 +99,51 @@ class OutageController:
         self._task: asyncio.Task[RunResult] | None = None
         self.view: PowerView | None = None
         self._in_flight: list[Step] = []
+        self._contact: dict[UpsName, str | None] = {}
+        self._ups_told: set[RunId] = set()
 
     # -- each poll ---------------------------------------------------------------------
 
     async def tick(self) -> PowerView:
+        """One poll of every UPS, then the decisions it calls for. Nothing here raises: a
+        decision that fails is that decision's failure, reported, and the next tick derives
+        what is wanted from the state again (a shutdown the phase wants and no run
+        carries is started then)."""
         readings = await asyncio.gather(*(w.poll() for w in self.watches.values()))
         for reading in readings:
             self._events(ReadingTaken(self._clock.now(), reading))
+        self._report_contact()
         view = self._view()
         self.view = view
         for decision in self.engine.evaluate(view, self.ledger.site(), self.plan_seconds()):
-            await self._apply(decision)
+            try:
+                await self._apply(decision)
+            except Exception as exc:  # one decision's failure never stops the others
+                log.exception("%s failed", decision.act.value)
+                message = f"{decision.act.value} failed: {type(exc).__name__}: {exc}"
+                self._events(Notice(self._clock.now(), message, level="error"))
         return view
+
+    def _report_contact(self) -> None:
+        """A UPS that cannot be read is an alert (notified once), and so is its return."""
+        for name, watch in self.watches.items():
+            error = watch.last_error
+            if error == self._contact.get(name):
+                continue
+            if error is not None:
+                text = f"UPS {name} cannot be read: {error}"
+                self._events(Notice(self._clock.now(), text, level="warning"))
+            elif self._contact.get(name) is not None:
+                self._events(Notice(self._clock.now(), f"UPS {name} answers again"))
+            self._contact[name] = error
+
+    def alerts(self) -> list[str]:
+        """What a person should know now: UPSes that cannot be read."""
+        return [
+            f"UPS {name} cannot be read: {w.last_error}"
+            for name, w in self.watches.items()
+            if w.last_error is not None
+        ]
 
     def _view(self) -> PowerView:
         figures = {name: w.figures() for name, w in self.watches.items() if w.last is not None}
@@ -119,7 +152,13 @@ class OutageController:
         ]
         return PowerView(
             at_s=self._clock.monotonic(),
-            feeds=tuple(read_feeds(self.site.effective_feeds(), figures)),
+            feeds=tuple(
+                read_feeds(
+                    self.site.effective_feeds(),
+                    figures,
+                    self.site.policies.on_lost_contact_while_on_line,
+                )
+            ),
             min_charge_pct=min(charges) if charges else None,
         )
 
@@ -169,6 +208,7 @@ class OutageController:
             spec=spec,
             cache_gate=DestageGate(self.caches, self.floor_reached),
             already_done=already_done,
+            before_step=self._before_step,
         )
         self.executor = executor
         executor.begin()
@@ -203,16 +243,31 @@ class OutageController:
         except UpsguardError as exc:
             log.warning("%s: could not wait for its shutdown to land: %s", step.id, exc)
 
+    async def _before_step(self, step: Step) -> None:
+        """The controller's own machine goes down last, and takes upsguard with it: the UPS
+        commands of the end of an outage go out before its step, or they never would."""
+        if step.settings is not None and step.settings.resource.runs_upsguard and self.executor:
+            await self._end_of_outage(self.executor.spec)
+
     def _run_done(self, task: asyncio.Task[RunResult]) -> None:
-        """A whole-site shutdown that ended by itself: tell the UPSes what the site file says."""
+        """A whole-site shutdown that ended by itself: tell the UPSes what the site file says
+        (unless the controller's own machine's step did already)."""
         if task.cancelled() or task.exception() is not None:
             return
         result = task.result()
-        spec = result.run
-        finished = result.outcome in (RunOutcome.DONE, RunOutcome.FAILED)
-        whole_site = spec.kind is RunKind.SHUTDOWN and spec.only is None
-        if finished and whole_site and self.view is not None and self.view.on_battery:
-            asyncio.get_running_loop().create_task(self._ups_commands())
+        if result.outcome in (RunOutcome.DONE, RunOutcome.FAILED):
+            asyncio.get_running_loop().create_task(self._end_of_outage(result.run))
+
+    async def _end_of_outage(self, spec: RunSpec) -> None:
+        """Once per whole-site shutdown on battery (not after a maintenance stop)."""
+        if spec.id in self._ups_told:
+            return
+        if spec.kind is not RunKind.SHUTDOWN or spec.only is not None:
+            return
+        if self.view is None or not self.view.on_battery:
+            return
+        self._ups_told.add(spec.id)
+        await self._ups_commands()
 
     async def _stop_run(self, outcome: RunOutcome) -> RunResult | None:
         """Stop the run in progress, ending it with ``outcome``; its shutdowns in flight are

@@ -262,8 +262,12 @@ class PhaseEngine:
             self._move(Phase.RECOVERING, "power back before the point of no return")
             out.append(Decision(Act.CANCEL_SHUTDOWN, "power back before the point of no return"))
             return
+        if runs.shutdown_running or any(d.act is Act.START_SHUTDOWN for d in out):
+            return
         if runs.shutdown_finished:
             self._move(Phase.DOWN, "shutdown runbook finished")
+        elif self._allowed():  # level-triggered: the phase wants a shutdown and none runs
+            out.append(Decision(Act.START_SHUTDOWN, "the site is shutting down and no run is"))
 
     def _down(
         self,

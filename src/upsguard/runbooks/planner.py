@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
-from upsguard.config.resources import ResourceConfig
+from upsguard.config.resources import DEFAULT_START_S, DEFAULT_STOP_S, ResourceConfig
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
 from upsguard.models import (
@@ -28,25 +28,6 @@ from upsguard.runbooks.graph import Node, NodeId, ResourceGraph, build_graph
 from upsguard.runbooks.plan import Action, Plan, Step, StepSettings
 from upsguard.runbooks.schedule import critical_path, list_schedule
 from upsguard.runbooks.topology import contract, topological_order
-
-HARD_OFF_ALLOWANCE_S = 60.0
-_STOP_DEFAULT_S = {
-    ResourceKind.VM: 60.0,
-    ResourceKind.VM_GROUP: 60.0,
-    ResourceKind.HOST: 180.0,
-    ResourceKind.STORAGE: 120.0,
-    ResourceKind.SWITCH: 60.0,
-    ResourceKind.COMMAND: 30.0,
-}
-_START_DEFAULT_S = {
-    ResourceKind.VM: 90.0,
-    ResourceKind.VM_GROUP: 90.0,
-    ResourceKind.HOST: 300.0,
-    ResourceKind.STORAGE: 240.0,
-    ResourceKind.SWITCH: 120.0,
-    ResourceKind.COMMAND: 30.0,
-}
-
 
 Inventory = Mapping[ResourceId, list[Target]]
 
@@ -347,7 +328,7 @@ class _StepMaker:
         simulated = self._simulated_timing(res) if res.platform else None
         if simulated is not None:
             return simulated
-        table = _STOP_DEFAULT_S if self._direction is Direction.SHUTDOWN else _START_DEFAULT_S
+        table = DEFAULT_STOP_S if self._direction is Direction.SHUTDOWN else DEFAULT_START_S
         extra = 60.0 if res.maintenance_mode and self._direction is Direction.SHUTDOWN else 0.0
         return table[res.kind] + extra
 
