@@ -65,8 +65,16 @@ class BadHandler(socketserver.BaseRequestHandler):
                 sock.sendall(b"\x00\xffHELLO THIS IS NOT NUT\r\n")
             elif mode == "words":
                 sock.sendall(b"HELLO, I AM NOT NUT\n")
+            elif mode == "escaped":
+                name = request.split()[-1].strip(b'"')
+                sock.sendall(
+                    b"BEGIN LIST VAR " + name + b"\n"
+                    b"VAR " + name + b' ups.status "OL"\n'
+                    b"VAR " + name + b' ups.model "Smart-UPS \\"1500\\" \\\\ rack"\n'
+                    b"END LIST VAR " + name + b"\n"
+                )
             elif mode == "bad-list":
-                name = request.split()[-1]
+                name = request.split()[-1].strip(b'"')
                 sock.sendall(
                     b"BEGIN LIST VAR " + name + b"\nnonsense\nEND LIST VAR " + name + b"\n"
                 )
@@ -136,6 +144,18 @@ def test_bad_server_gives_one_clear_line(bad_server: BadServer, words: str) -> N
     if bad_server.mode == "huge":
         # We stopped reading after the cap: the server could not push its 64 MiB.
         assert bad_server.sent < HUGE_TOTAL / 4
+
+
+@pytest.mark.parametrize("bad_server", ["escaped"], indirect=True)
+def test_quoted_values_are_unescaped(bad_server: BadServer) -> None:
+    async def scenario() -> dict[str, str]:
+        source = NutSource(_config(bad_server), SystemClock())
+        reading = await source.read()
+        await source.close()
+        return reading.raw
+
+    raw = asyncio.run(scenario())
+    assert raw == {"ups.status": "OL", "ups.model": 'Smart-UPS "1500" \\ rack'}
 
 
 @pytest.mark.parametrize("bad_server", ["garbage"], indirect=True)
