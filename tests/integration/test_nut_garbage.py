@@ -12,6 +12,7 @@ import socketserver
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 
@@ -189,3 +190,44 @@ def test_failing_server_is_retried_with_backoff(bad_server: BadServer) -> None:
     # Tries at 0 s, then after 0.5 s and 1 s more: 3 connections, not 20.
     assert bad_server.connections <= 4
     assert any("next try in" in e for e in errors)
+
+
+class SetClock:
+    """A clock that moves only when the test says so."""
+
+    def __init__(self) -> None:
+        self.at = 1000.0
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.at, UTC)
+
+    def monotonic(self) -> float:
+        return self.at
+
+
+@pytest.mark.parametrize("bad_server", ["close"], indirect=True)
+def test_backoff_is_counted_on_the_injected_clock(bad_server: BadServer) -> None:
+    async def read(source: NutSource) -> str:
+        with pytest.raises(UpsUnreachable) as info:
+            await source.read()
+        return f"{bad_server.connections} {info.value}"
+
+    async def scenario() -> list[str]:
+        clock = SetClock()
+        source = NutSource(_config(bad_server), clock)
+        seen = [await read(source)]  # tries: the first connection
+        clock.at += 0.4
+        seen.append(await read(source))  # still waiting: no connection
+        clock.at += 0.1
+        seen.append(await read(source))  # 0.5 s after the first failure: tries again
+        clock.at += 0.9
+        seen.append(await read(source))  # the wait doubled to 1 s
+        clock.at += 0.1
+        seen.append(await read(source))
+        await source.close()
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert [line.split(" ", 1)[0] for line in seen] == ["1", "1", "2", "2", "3"]
+    assert seen[1].endswith("(next try in 0.1s)") and seen[3].endswith("(next try in 0.1s)")
+    assert "next try" not in seen[0] + seen[2] + seen[4]

@@ -45,7 +45,6 @@ MAX_ANSWER_BYTES = 1 << 20
 """A LIST VAR of a large UPS is about 10 KiB; anything past 1 MiB is not NUT."""
 
 _QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
-_ITEM = re.compile(r'(\S+) "((?:[^"\\]|\\.)*)"$')
 _ESCAPE = re.compile(r"\\(.)")
 T = TypeVar("T")
 
@@ -160,10 +159,11 @@ class NutClient:
         """``LIST <kind> <ups>`` whose items are ``<name> "<value>"`` (VAR, RW)."""
         values: dict[str, str] = {}
         for item in await self.list_items(kind, ups):
-            match = _ITEM.match(item)
-            if match is None:
+            name, _, quoted = item.partition(" ")
+            if len(quoted) < 2 or quoted[0] != '"' or quoted[-1] != '"':
                 raise NotNut(f"answered a {kind} list that is not NUT")
-            values[match[1]] = _ESCAPE.sub(r"\1", match[2])
+            value = quoted[1:-1]
+            values[name] = _ESCAPE.sub(r"\1", value) if "\\" in value else value
         return values
 
     async def list_items(self, kind: str, ups: str) -> list[str]:
