@@ -24,8 +24,11 @@ it and open a new one.
 
 Quick ACKs: upsd writes a ``LIST VAR`` answer line by line; with Nagle on its side and
 delayed ACKs on ours, every answer would wait about 40 ms for our ACK of its first line.
-After each line we ask the kernel for an immediate ACK (``TCP_QUICKACK``, Linux, through
-the transport's public socket); bench/ups_poll.py measures what this saves.
+Sending a request puts a Linux socket in its request/response ("pingpong") mode, where
+ACKs wait; setting ``TCP_QUICKACK`` right after the send (through the transport's public
+socket) leaves that mode, and the kernel then ACKs each piece of the answer as we read
+it, until the next send. So it is set once per request; bench/ups_poll.py measures what
+it saves.
 
 Arguments are sent quoted (upsd parses quotes and backslash escapes), so a password may hold
 spaces or quotes; a line break in an argument is refused before anything is sent.
@@ -173,14 +176,10 @@ class NutClient:
         async def items(first: str) -> list[str]:
             if first != begin:
                 raise NotNut(f"answered something that is not NUT: '{_short(first)}'")
-            found: list[str] = []
-            used = len(first) + 1
-            while (line := await self._line(used)) != end:
-                if not line.startswith(prefix):
-                    raise NotNut(f"answered a {kind} list that is not NUT")
-                used += len(line) + 1
-                found.append(line[len(prefix) :])
-            return found
+            lines = (await self._until(f"{end}\n".encode(), len(first) + 1))[:-1].split("\n")
+            if lines[-1] != end or not all(line.startswith(prefix) for line in lines[:-1]):
+                raise NotNut(f"answered a {kind} list that is not NUT")
+            return [line[len(prefix) :] for line in lines[:-1]]
 
         return await self._ask(f"LIST {kind}", (ups,), items)
 
@@ -210,31 +209,35 @@ class NutClient:
             try:
                 async with asyncio.timeout(self._timeout_s):
                     self._writer.write(line.encode("utf-8"))
+                    self._quick_ack()
                     await self._writer.drain()
-                    first = await self._line(0)
+                    first = (await self._until(b"\n", 0)).rstrip("\r\n")
                     if first.startswith("ERR "):
                         raise NutRefused(request, first[4:].split(" ")[0])
                     return await rest(first)
             except TimeoutError as exc:
                 raise NutTimeout(f"did not answer within {self._timeout_s:g}s") from exc
 
-    async def _line(self, used: int) -> str:
-        """One answer line without its newline; ``used``: bytes of this answer read so far."""
+    async def _until(self, separator: bytes, used: int) -> str:
+        """The answer's text up to and with ``separator``; ``used``: its bytes read before."""
         try:
-            raw = await self._reader.readuntil(b"\n")
+            raw = await self._reader.readuntil(separator)
         except asyncio.LimitOverrunError as exc:
             raise NotNut(f"sent an answer longer than {MAX_ANSWER_BYTES} bytes") from exc
         except asyncio.IncompleteReadError as exc:
             raise NutClosed("closed the connection") from exc
         if used + len(raw) > MAX_ANSWER_BYTES:
             raise NotNut(f"sent an answer longer than {MAX_ANSWER_BYTES} bytes")
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise NotNut("answered bytes that are not NUT text") from exc
+
+    def _quick_ack(self) -> None:
+        """Leave Linux's delayed-ACK mode for this answer (see the module docstring)."""
         if _QUICKACK is not None and self._socket is not None:
             with contextlib.suppress(OSError):
                 self._socket.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
-        try:
-            return raw.decode("utf-8").rstrip("\r\n")
-        except UnicodeDecodeError as exc:
-            raise NotNut("answered bytes that are not NUT text") from exc
 
 
 def _quoted(arg: str) -> str:
