@@ -20,6 +20,7 @@ fine: those become a reading with ``link=stale``, never an exception.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Mapping
 from datetime import datetime
@@ -77,6 +78,7 @@ class NutSource:
         self._timeout_s = self.settings.timeout.total_seconds()
         self._tls: ssl.SSLContext | None = None
         self._client: NutClient | None = None
+        self._reading_lock = asyncio.Lock()  # two reads at once would open two connections
         self._checked = self.settings.user is None or self.settings.monitor != "none"
         self._failures = 0
         self._retry_at = 0.0
@@ -84,7 +86,8 @@ class NutSource:
 
     async def read(self) -> UpsReading:
         try:
-            answer = await self._fetch()
+            async with self._reading_lock:
+                answer = await self._fetch()
         except UpsguardError as exc:
             raise _named(self.name, exc) from exc
         return self._reading(answer)
