@@ -296,3 +296,27 @@ def test_primary_monitor_logs_in_and_reads(nut_pair: NutServer) -> None:
 
     reading, clients = asyncio.run(scenario())
     assert reading.on_line and clients == ["127.0.0.1"]
+
+
+def test_an_unreachable_upsd_is_one_error_however_often_it_is_polled(nut_factory: Any) -> None:
+    """The log and the notifier hear of a lost upsd once, not once a poll: the backoff's
+    "next try in N s" must not make each poll's error look new."""
+    server: NutServer = nut_factory({"ups1": ON_LINE}, ext="dev")
+
+    async def scenario() -> list[str | None]:
+        clock = SystemClock()
+        watch = UpsWatch(NutSource(server.ups_config("ups1"), clock), clock)
+        await watch.poll()
+        server.kill_upsd()
+        errors = []
+        for _ in range(12):
+            await watch.poll()
+            errors.append(watch.last_error)
+            await asyncio.sleep(0.1)
+        await watch.source.close()
+        return errors
+
+    errors = asyncio.run(scenario())
+    changes = [b for a, b in zip(errors, errors[1:], strict=False) if a != b]
+    assert len(changes) <= 1  # the connection closed, then refused: two facts, no more
+    assert all(e is not None and "next try" not in e for e in errors)

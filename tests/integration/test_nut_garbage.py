@@ -189,7 +189,7 @@ def test_failing_server_is_retried_with_backoff(bad_server: BadServer) -> None:
     assert len(errors) == 20
     # Tries at 0 s, then after 0.5 s and 1 s more: 3 connections, not 20.
     assert bad_server.connections <= 4
-    assert any("next try in" in e for e in errors)
+    assert len(set(errors)) == 1  # waiting out the backoff is the same error, not a new one
 
 
 class SetClock:
@@ -210,7 +210,7 @@ def test_backoff_is_counted_on_the_injected_clock(bad_server: BadServer) -> None
     async def read(source: NutSource) -> str:
         with pytest.raises(UpsUnreachable) as info:
             await source.read()
-        return f"{bad_server.connections} {info.value}"
+        return f"{bad_server.connections} {info.value.retry_after:.1f}"
 
     async def scenario() -> list[str]:
         clock = SetClock()
@@ -229,5 +229,4 @@ def test_backoff_is_counted_on_the_injected_clock(bad_server: BadServer) -> None
 
     seen = asyncio.run(scenario())
     assert [line.split(" ", 1)[0] for line in seen] == ["1", "1", "2", "2", "3"]
-    assert seen[1].endswith("(next try in 0.1s)") and seen[3].endswith("(next try in 0.1s)")
-    assert "next try" not in seen[0] + seen[2] + seen[4]
+    assert seen[1].endswith(" 0.1") and seen[3].endswith(" 0.1")  # retry after 0.1 s more

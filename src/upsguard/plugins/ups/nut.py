@@ -247,7 +247,7 @@ class NutSource:
     def _respect_backoff(self) -> None:
         wait = self._retry_at - self._clock.monotonic()
         if self._last_error is not None and wait > 0:
-            raise UpsUnreachable(f"{self._last_error} (next try in {wait:.1f}s)", retry_after=wait)
+            raise UpsUnreachable(str(self._last_error), retry_after=wait)  # the same error: no news
 
     def _failed(self, error: UpsguardError) -> UpsguardError:
         """Count a failure to reach upsd; the next try waits 0.5 s, 1 s, 2 s ... up to 10 s."""
