@@ -12,6 +12,7 @@ import grp
 import http.server
 import json
 import os
+import resource
 import signal
 import stat
 import subprocess
@@ -44,6 +45,7 @@ class ServiceProcess:
     log: Path
     proc: subprocess.Popen[bytes] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    nofile: int | None = None  # the service's open-file limit (soft and hard), as systemd sets it
 
     def start(self, timeout: float = 20.0) -> None:
         out = self.log.open("ab")
@@ -52,6 +54,7 @@ class ServiceProcess:
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **self.env},
+            preexec_fn=self._limits if self.nofile else None,
         )
         client = ApiClient(self.socket)
         deadline = time.monotonic() + timeout
@@ -62,6 +65,10 @@ class ServiceProcess:
                 return
             time.sleep(0.1)
         pytest.fail(f"upsguard run did not answer within {timeout}s:\n{self.log.read_text()}")
+
+    def _limits(self) -> None:
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
 
     def cli(
         self, *args: str, check: bool = True, stdin: str = ""
