@@ -6,6 +6,7 @@ server as it was sent. After every bad request the service must still answer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_service import SIMULATED_SITE, ServiceProcess, write_site
+from upsguard.errors import TemporaryError
 
 NESTED = b"[" * 30_000 + b"]" * 30_000
 
@@ -26,10 +28,8 @@ def exchange(path: Path, data: bytes, timeout: float = 20.0) -> tuple[int, str]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(str(path))
-        try:
+        with contextlib.suppress(BrokenPipeError):  # answered before all of a huge request
             sock.sendall(data)
-        except BrokenPipeError:
-            pass  # the server may answer and close before reading all of a huge request
         chunks = []
         while chunk := sock.recv(65536):
             chunks.append(chunk)
@@ -127,6 +127,54 @@ def test_a_reason_is_bounded_and_freed_of_control_characters(service: ServicePro
     who = api.get("/history?limit=1")["overrides"][0]["who"]
     assert who == "mallory[2J root (as root)"  # the kernel's word stays beside the claim
     api.post("/release", {"reason": ""})
+
+
+def test_connections_and_long_polls_are_bounded_and_freed_when_callers_leave(
+    tmp_path: Path,
+) -> None:
+    svc = write_site(tmp_path, {**SIMULATED_SITE, "policies": {"poll_interval": "1m"}})
+    polls: list[socket.socket] = []
+    silent: list[socket.socket] = []
+    try:
+        svc.start()
+        assert svc.proc is not None
+        pid = svc.proc.pid
+        polls = _flood(svc.socket, get("/events?after=1000000&wait=60"), 20)
+        answered = svc.wait(lambda: _answered(polls, 4), "four long-polls to be turned away")
+        assert [status for status, _ in answered] == [503] * 4
+        assert "16 long-polls waiting already" in error_line(answered[0][1])
+        assert svc.status()["phase"] == "normal"  # the other connections stay free
+
+        before = svc.wait(lambda: _settled(pid), "the descriptors to settle")
+        silent = _flood(svc.socket, b"", 64 - 16)  # connected, and never a byte sent
+        svc.wait(lambda: _open_descriptors(pid) >= before + 64 - 16, "the connections to open")
+        with pytest.raises(TemporaryError, match="closed the connection without answering"):
+            svc.api().get("/status")
+
+        for sock in polls + silent:
+            sock.close()
+        svc.wait(lambda: _status_of(svc, "/events?after=1000000&wait=0.1") == 200, "free slots")
+    finally:
+        for sock in polls + silent:
+            sock.close()
+        svc.stop()
+
+
+def _answered(clients: list[socket.socket], count: int) -> list[tuple[int, str]] | None:
+    """The answers of the clients whose server has answered and closed, once ``count`` have."""
+    answers = []
+    for sock in clients:
+        try:
+            raw = sock.recv(65536, socket.MSG_PEEK)
+        except BlockingIOError:
+            continue
+        head, _, body = raw.partition(b"\r\n\r\n")
+        answers.append((int(head.split(b" ", 2)[1]), body.decode()))
+    return answers if len(answers) >= count else None
+
+
+def _status_of(svc: ServiceProcess, target: str) -> int:
+    return exchange(svc.socket, get(target))[0]
 
 
 def test_one_caller_cannot_starve_the_service_of_descriptors(tmp_path: Path) -> None:
