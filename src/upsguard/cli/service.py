@@ -249,7 +249,7 @@ def _journal_history(site: SiteConfig, limit: int) -> dict[str, Any]:
 def cmd_events(args: argparse.Namespace) -> int:
     site = site_of(args)
     client = _client(args, site)
-    after = -max(args.lines, 1)
+    after = -min(max(args.lines, 1), 1000)  # the API gives the last 1,000 at most
     quiet = args.lines <= 0  # only what happens from now on
     while True:
         try:

@@ -20,9 +20,9 @@ aiohttp reads and writes HTTP; this module adds what a local service needs on to
     POST /poll                        poll the UPSes now (for upsmon's NOTIFYCMD)
 
 Errors: a ``TemporaryError`` is 409, too many long-polls 503, any other ``UpsguardError``
-400 (413 for a body too large), HTTP that cannot be parsed 400, an unknown route 404, a bug
-500 (logged); every answer is JSON ``{"error": "one line"}``. A connection past the ceiling
-is closed without an answer.
+400 (413 for a body too large, 408 for one too slow), HTTP that cannot be parsed 400, an
+unknown route 404, a bug 500 (logged); every answer is JSON ``{"error": "one line"}``. A
+connection past the ceiling is closed without an answer.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import pwd
 import resource
 import socket
 import struct
+import time
 import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -323,7 +324,9 @@ class _BoundedServer(web.Server):
 
     The unix server calls it for every connection it accepts, before a byte is read, so the
     ceiling holds however fast connections come: past ``MAX_CONNECTIONS``, or when the process
-    has no descriptors to spare, the connection is closed at once.
+    has no descriptors to spare, the connection is closed at once. This is why the API uses
+    ``web.Server`` rather than a ``web.Application``, whose runner builds a server of its own;
+    eight routes need no router beyond ``ApiServer._routes``.
     """
 
     def __init__(self, handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
@@ -333,9 +336,11 @@ class _BoundedServer(web.Server):
         super().__init__(handler, handler_cancellation=True, **connection_args)
         self.connection_args = connection_args
         self.open = 0
+        self.warned_at = -math.inf
 
     def __call__(self) -> web.RequestHandler:
         if self.open >= MAX_CONNECTIONS or not _descriptors_to_spare():
+            self._refusing()
             return _Refused()  # type: ignore[return-value]  # any asyncio protocol will do
         self.open += 1
         return _Connection(self, loop=asyncio.get_running_loop(), **self.connection_args)
@@ -345,6 +350,18 @@ class _BoundedServer(web.Server):
     ) -> None:
         self.open -= 1
         super().connection_lost(handler, exc)
+
+    def _refusing(self) -> None:
+        """Say so in the log, once a minute at most: a flood must not flood the log too."""
+        now = time.monotonic()
+        if now - self.warned_at >= 60.0:
+            self.warned_at = now
+            log.warning(
+                "API: turning connections away (%d open, at most %d; descriptors to spare: %s)",
+                self.open,
+                MAX_CONNECTIONS,
+                "yes" if _descriptors_to_spare() else "no",
+            )
 
 
 class _Connection(web.RequestHandler):
@@ -393,7 +410,7 @@ def _descriptors_to_spare() -> bool:
         return True  # no /proc to count with: the connection ceiling alone bounds the API
     except OSError:
         return False  # not even a directory can be opened: certainly none to spare
-    return soft - in_use > DESCRIPTOR_RESERVE
+    return soft - in_use > min(DESCRIPTOR_RESERVE, soft // 4)  # a tiny limit still gets an API
 
 
 async def _json_body(request: web.BaseRequest) -> dict[str, Any]:
