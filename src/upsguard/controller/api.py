@@ -44,14 +44,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
+from upsguard.controller.journal import Journal
+from upsguard.controller.overrides import Overrides
+from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import PermanentError, TemporaryError, UpsguardError
-
-if TYPE_CHECKING:
-    from upsguard.controller.service import Service
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +152,24 @@ def clean_text(value: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+class Served(Protocol):
+    """What the API needs of the running service (``controller.service.Service``); named
+    here so that the service may import the API and not the other way round."""
+
+    @property
+    def journal(self) -> Journal: ...
+    @property
+    def changed(self) -> asyncio.Event: ...  # set at the next event, then replaced
+    @property
+    def overrides(self) -> Overrides: ...
+    @property
+    def controller(self) -> OutageController: ...
+    def status(self) -> dict[str, Any]: ...
+    async def poll_now(self) -> None: ...
+
+
 class ApiServer:
-    def __init__(self, svc: Service, path: Path, group: str | None) -> None:
+    def __init__(self, svc: Served, path: Path, group: str | None) -> None:
         self.svc = svc
         self.path = path
         self.group = group
