@@ -12,6 +12,7 @@ import grp
 import http.server
 import json
 import os
+import resource
 import signal
 import stat
 import subprocess
@@ -44,6 +45,7 @@ class ServiceProcess:
     log: Path
     proc: subprocess.Popen[bytes] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    nofile: int | None = None  # the service's open-file limit (soft and hard), as systemd sets it
 
     def start(self, timeout: float = 20.0) -> None:
         out = self.log.open("ab")
@@ -52,6 +54,7 @@ class ServiceProcess:
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **self.env},
+            preexec_fn=self._limits if self.nofile else None,
         )
         client = ApiClient(self.socket)
         deadline = time.monotonic() + timeout
@@ -62,6 +65,10 @@ class ServiceProcess:
                 return
             time.sleep(0.1)
         pytest.fail(f"upsguard run did not answer within {timeout}s:\n{self.log.read_text()}")
+
+    def _limits(self) -> None:
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
 
     def cli(
         self, *args: str, check: bool = True, stdin: str = ""
@@ -165,7 +172,35 @@ def test_the_socket_is_0660_for_the_configured_group_and_sigterm_is_clean(
     assert "Traceback" not in service.log.read_text()
 
 
-def test_override_cli_hold_trigger_history_events_abort(service: ServiceProcess) -> None:
+@pytest.fixture
+def gated_service(tmp_path: Path) -> Iterator[tuple[ServiceProcess, Path]]:
+    """The simulated site plus a ``gate`` that h1 waits for: its shutdown command ends only once
+    the test creates the file it names (or when the step is cancelled), so a whole-site shutdown
+    stays in progress until the test lets it go, however slow or fast the machine is."""
+    release = tmp_path / "release-gate"
+    gate = {
+        "id": "gate",
+        "kind": "command",
+        "platform": "cmd",
+        "shutdown": f"until [ -e '{release}' ]; do sleep 0.1; done",
+        "depends_on": ["h1"],  # gate needs h1 running: it stops before h1 does
+    }
+    site = {
+        **SIMULATED_SITE,
+        "platforms": {**SIMULATED_SITE["platforms"], "cmd": {"type": "command"}},
+        "resources": [*SIMULATED_SITE["resources"], gate],
+        "service": {"socket_group": "daemon"},
+    }
+    svc = write_site(tmp_path, site)
+    yield svc, release
+    release.touch()
+    svc.stop()
+
+
+def test_override_cli_hold_trigger_history_events_abort(
+    gated_service: tuple[ServiceProcess, Path],
+) -> None:
+    service, _ = gated_service
     service.start()
     assert "held: generator test" in service.cli("hold", "--reason", "generator test").stdout
     st = service.status()
@@ -192,7 +227,7 @@ def test_override_cli_hold_trigger_history_events_abort(service: ServiceProcess)
     assert "done      stop:web: web shut down" in events
 
     service.cli("trigger", "shutdown", "--yes", "--reason", "whole site")
-    service.wait(lambda: (service.status()["run"] or {}).get("running"), "a step to run")
+    service.wait(lambda: _running(service) == ["stop:gate"], "the run to wait at the gate alone")
     st = service.status()
     assert st["phase"] == "shutting_down" and st["run"]["origin"] == "manual"
     busy = service.cli("trigger", "startup", "--yes", check=False)
@@ -203,6 +238,11 @@ def test_override_cli_hold_trigger_history_events_abort(service: ServiceProcess)
     assert st["run"] is None and st["held"]["reason"].startswith("abort by root")
     assert st["phase"] == "recovering"
     assert service.terminate() == 0
+
+
+def _running(service: ServiceProcess) -> list[str]:
+    run = service.status()["run"] or {}
+    return [step["step"] for step in run.get("running", [])]
 
 
 def test_events_follow_prints_new_events_as_they_happen(service: ServiceProcess) -> None:
