@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_service import SIMULATED_SITE, ServiceProcess, write_site
+from tests.integration.test_service import SIMULATED_SITE
+from tests.peers.service import ServiceProcess, write_site
 from upsguard.errors import TemporaryError
 
 NESTED = b"[" * 30_000 + b"]" * 30_000

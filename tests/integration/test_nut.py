@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -317,6 +318,6 @@ def test_an_unreachable_upsd_is_one_error_however_often_it_is_polled(nut_factory
         return errors
 
     errors = asyncio.run(scenario())
-    changes = [b for a, b in zip(errors, errors[1:], strict=False) if a != b]
+    changes = [b for a, b in itertools.pairwise(errors) if a != b]
     assert len(changes) <= 1  # the connection closed, then refused: two facts, no more
     assert all(e is not None and "next try" not in e for e in errors)

@@ -11,123 +11,19 @@ from __future__ import annotations
 import grp
 import http.server
 import json
-import os
-import resource
-import signal
 import stat
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.peers.ports import free_port
-from upsguard.cli.client import ApiClient
-from upsguard.controller.journal import Journal
-
-CLI = [sys.executable, "-c", "import sys; from upsguard.cli import main; sys.exit(main())"]
-
-
-@dataclass
-class ServiceProcess:
-    """One ``upsguard run`` with its site file, socket and log, for a test."""
-
-    site: Path
-    socket: Path
-    journal: Path
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    nofile: int | None = None  # the service's open-file limit (soft and hard), as systemd sets it
-
-    def start(self, timeout: float = 20.0) -> None:
-        out = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            [*CLI, "run", "-c", str(self.site)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **self.env},
-            preexec_fn=self._limits if self.nofile else None,
-        )
-        client = ApiClient(self.socket)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"upsguard run exited {self.proc.returncode}:\n{self.log.read_text()}")
-            if self.socket.exists() and client.running():
-                return
-            time.sleep(0.1)
-        pytest.fail(f"upsguard run did not answer within {timeout}s:\n{self.log.read_text()}")
-
-    def _limits(self) -> None:
-        assert self.nofile is not None
-        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
-
-    def cli(
-        self, *args: str, check: bool = True, stdin: str = ""
-    ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [*CLI, *args, "-c", str(self.site)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            input=stdin,
-            env={**os.environ, **self.env},
-        )
-        if check and result.returncode != 0:
-            pytest.fail(f"upsguard {' '.join(args)} exited {result.returncode}: {result.stderr}")
-        return result
-
-    def api(self) -> ApiClient:
-        return ApiClient(self.socket)
-
-    def status(self) -> dict[str, Any]:
-        return dict(self.api().get("/status"))
-
-    def wait(self, check: Any, what: str, timeout: float = 60.0) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = check()
-            if value:
-                return value
-            time.sleep(0.1)
-        pytest.fail(f"timed out waiting for {what}:\n{self.log.read_text()[-3000:]}")
-
-    def terminate(self) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=20)
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def read_journal(self) -> Journal:
-        return Journal(self.journal)
-
-
-def write_site(tmp: Path, site: dict[str, Any]) -> ServiceProcess:
-    socket = tmp / "run" / "upsguard.sock"
-    journal = tmp / "journal.sqlite"
-    site = {"journal": str(journal), **site}
-    site["service"] = {"socket": str(socket), **site.get("service", {})}
-    path = tmp / "site.yaml"
-    path.write_text(yaml.safe_dump(site, sort_keys=False))
-    return ServiceProcess(path, socket, journal, tmp / "service.log")
-
+from tests.peers.service import CLI, ServiceProcess, write_site
 
 SIMULATED_SITE: dict[str, Any] = {
     "site": "svc",
