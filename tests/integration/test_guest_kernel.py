@@ -1,0 +1,133 @@
+"""The QEMU guest proves it can host the real kernel caches: it boots Debian's kernel, answers
+over SSH with a checked host key, and can build bcache, lvmcache (dm-cache) and dm-writecache
+devices in write-back mode on its scratch disks.
+
+Each test asserts what the guest's kernel and tools report, never how long anything took.
+The provider tests (bcache, lvmcache, writecache) build on these and on the facts recorded in
+docs/real-kernel-caches.md.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from tests.peers.guest import Guest
+
+pytestmark = pytest.mark.guest
+
+MIB = 1024 * 1024
+
+
+def _bcache_writeback(guest: Guest, backing: str, cache: str) -> str:
+    """Make ``backing`` a bcache device cached by ``cache`` in write-back mode, the way an
+    operator would without udev: format each, register each, attach by cache-set UUID.
+    Returns the sysfs directory of the bcache device."""
+    guest.check(f"make-bcache -B {backing} && make-bcache -C {cache}")
+    guest.check(
+        f"echo {backing} > /sys/fs/bcache/register && echo {cache} > /sys/fs/bcache/register"
+    )
+    cset = guest.check("cd /sys/fs/bcache && ls -d *-*-*-*-*").split()
+    assert len(cset) == 1, cset
+    sysfs = "/sys/block/bcache0/bcache"
+    assert guest.check(f"cat {sysfs}/state").strip() == "no cache"
+    guest.check(f"echo {cset[0]} > {sysfs}/attach")
+    guest.check(f"echo writeback > {sysfs}/cache_mode")
+    return sysfs
+
+
+def test_guest_boots_debian_kernel_and_answers_over_ssh(guest: Guest) -> None:
+    status, out, _ = guest.run("uname -r; id -u; cat /proc/cmdline")
+    release, uid, cmdline = out.splitlines()
+    assert status == 0
+    assert re.fullmatch(r"6\.1\.0-\d+-amd64", release)
+    assert uid == "0"
+    assert "console=ttyS0" in cmdline
+    assert guest.check("ls /dev/vda /dev/vdb /dev/vdc").split() == list(guest.disks)
+
+
+def test_guest_host_key_is_checked(guest: Guest, tmp_path: pytest.TempPathFactory) -> None:
+    """The known_hosts file the fixture writes is what lets ssh in: a file naming another
+    key for the same address is refused, as the project's SSH runner must refuse it."""
+    other = tmp_path / "other_key"  # type: ignore[operator]
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    key_type, key = other.with_suffix(".pub").read_text().split()[:2]
+    wrong = tmp_path / "known_hosts.wrong"  # type: ignore[operator]
+    wrong.write_text(f"[{guest.host}]:{guest.port} {key_type} {key}\n")
+    argv = [
+        "ssh",
+        "-i",
+        str(guest.key_file),
+        "-p",
+        str(guest.port),
+        "-o",
+        f"UserKnownHostsFile={wrong}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ControlMaster=no",
+        "-o",
+        "ControlPath=none",
+        f"{guest.user}@{guest.host}",
+        "true",
+    ]
+    refused = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert refused.returncode == 255
+    assert "Host key verification failed" in refused.stderr
+
+
+def test_kernel_has_bcache_and_device_mapper_cache_targets(guest: Guest) -> None:
+    assert "register" in guest.check("ls /sys/fs/bcache").split()
+    targets = {line.split()[0] for line in guest.check("dmsetup targets").splitlines()}
+    assert {"cache", "writecache"} <= targets
+    modules = {line.split()[0] for line in guest.check("cat /proc/modules").splitlines()}
+    assert {"bcache", "dm_mod", "dm_cache", "dm_cache_smq", "dm_writecache"} <= modules
+
+
+def test_bcache_device_in_writeback_mode_holds_dirty_data(clean_guest: Guest) -> None:
+    guest = clean_guest
+    backing, cache, _ = guest.disks
+    sysfs = _bcache_writeback(guest, backing, cache)
+    assert "[writeback]" in guest.check(f"cat {sysfs}/cache_mode")
+    assert guest.check(f"cat {sysfs}/state").strip() == "clean"
+    # Sequential writes bypass the cache unless sequential_cutoff is 0 (docs/real-kernel-caches.md).
+    guest.check(f"echo 0 > {sysfs}/sequential_cutoff")
+    guest.check("dd if=/dev/urandom of=/dev/bcache0 bs=1M count=16 oflag=direct status=none")
+    assert guest.check(f"cat {sysfs}/state").strip() == "dirty"
+    dirty = guest.check(f"cat {sysfs}/dirty_data").strip()
+    assert dirty.endswith("M") and float(dirty[:-1]) > 0, dirty
+
+
+def test_lvmcache_pool_in_writeback_on_two_disks(clean_guest: Guest) -> None:
+    guest = clean_guest
+    slow, fast, _ = guest.disks
+    guest.check(f"pvcreate -q {slow} {fast} && vgcreate -q vg {slow} {fast}")
+    guest.check(f"lvcreate -q -y -n origin -L 512M vg {slow}")
+    guest.check(f"lvcreate -q -y --type cache-pool -n fast -L 256M vg {fast}")
+    guest.check("lvconvert -q -y --type cache --cachepool vg/fast --cachemode writeback vg/origin")
+    report = guest.check(
+        "lvs --noheadings --separator , -o lv_name,segtype,cache_mode,cache_policy,"
+        "cache_dirty_blocks vg/origin"
+    )
+    assert report.strip().split(",") == ["origin", "cache", "writeback", "smq", "0"]
+    table = guest.check("dmsetup table vg-origin").split()
+    assert table[2] == "cache" and "writeback" in table
+    assert guest.check("ls /dev/vg/origin /dev/mapper/vg-origin").split()
+
+
+def test_dm_writecache_device(clean_guest: Guest) -> None:
+    guest = clean_guest
+    origin, cache, _ = guest.disks
+    sectors = int(guest.check(f"blockdev --getsz {origin}"))
+    guest.check(f"dmsetup create wc --table '0 {sectors} writecache s {origin} {cache} 4096 0'")
+    guest.check("dd if=/dev/urandom of=/dev/mapper/wc bs=1M count=16 oflag=direct status=none")
+    # <start> <length> writecache <error> <blocks> <free blocks> <blocks under writeback> ...
+    status = guest.check("dmsetup status wc").split()
+    assert status[:3] == ["0", str(sectors), "writecache"]
+    error, blocks, free = int(status[3]), int(status[4]), int(status[5])
+    assert error == 0
+    assert blocks - free >= 16 * MIB // 4096
