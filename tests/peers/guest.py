@@ -170,7 +170,7 @@ def _greets(port: int) -> bool:
     port at once and closes when the guest refuses, so only the banner proves sshd is up."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
-            sock.settimeout(5)
+            sock.settimeout(2)
             return sock.recv(64).startswith(b"SSH-")
     except OSError:
         return False
@@ -209,7 +209,8 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guest]:
         "-initrd",
         str(image / "initrd.cpio"),
         "-append",
-        "console=ttyS0 panic=-1",
+        # quiet: every console character costs the emulated CPU; warnings still show.
+        "console=ttyS0 panic=-1 quiet",
         *drives,
         "-nic",
         f"user,model=virtio-net-pci,hostfwd=tcp:127.0.0.1:{port}-:22",
