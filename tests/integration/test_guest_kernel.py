@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -48,13 +49,13 @@ def test_guest_boots_debian_kernel_and_answers_over_ssh(guest: Guest) -> None:
     assert guest.check("ls /dev/vda /dev/vdb /dev/vdc").split() == list(guest.disks)
 
 
-def test_guest_host_key_is_checked(guest: Guest, tmp_path: pytest.TempPathFactory) -> None:
+def test_guest_host_key_is_checked(guest: Guest, tmp_path: Path) -> None:
     """The known_hosts file the fixture writes is what lets ssh in: a file naming another
     key for the same address is refused, as the project's SSH runner must refuse it."""
-    other = tmp_path / "other_key"  # type: ignore[operator]
+    other = tmp_path / "other_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
     key_type, key = other.with_suffix(".pub").read_text().split()[:2]
-    wrong = tmp_path / "known_hosts.wrong"  # type: ignore[operator]
+    wrong = tmp_path / "known_hosts.wrong"
     wrong.write_text(f"[{guest.host}]:{guest.port} {key_type} {key}\n")
     argv = [
         "ssh",
