@@ -11,7 +11,7 @@ from pydantic import Field
 from upsguard.config.base import Model
 from upsguard.config.types import Duration
 
-NotifyOn = Literal["phase", "step_failed", "run", "risk"]
+NotifyOn = Literal["phase", "step_failed", "run", "risk", "override", "alert"]
 
 
 class WebhookSettings(Model):
@@ -35,7 +35,9 @@ class NotifySettings(Model):
     command_timeout: Duration = timedelta(seconds=30)
     webhook: WebhookSettings | None = None
     on: list[NotifyOn] = Field(
-        default_factory=lambda: list[NotifyOn](["phase", "step_failed", "risk"]),
+        default_factory=lambda: list[NotifyOn](
+            ["phase", "step_failed", "risk", "override", "alert"]
+        ),
         description="which events are sent",
     )
 

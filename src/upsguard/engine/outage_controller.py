@@ -19,9 +19,17 @@ from upsguard.engine.destage import DestageGate, DestageWatch
 from upsguard.engine.executor import Executor, RunResult
 from upsguard.engine.ledger import RunLedger
 from upsguard.errors import TemporaryError, UpsguardError
-from upsguard.events import EventSink, Notice, PhaseChanged, ReadingTaken
+from upsguard.events import (
+    EventSink,
+    Notice,
+    OnBattery,
+    PhaseChanged,
+    PowerRestored,
+    ReadingTaken,
+)
 from upsguard.models import (
     CacheMode,
+    CacheName,
     Direction,
     Phase,
     PlatformName,
@@ -35,13 +43,18 @@ from upsguard.models import (
 from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.policies.phases import Act, Decision, PhaseEngine, PowerView
-from upsguard.policies.power import read_feeds
+from upsguard.policies.power import feed_name, read_feeds
 from upsguard.policies.watch import UpsWatch
 from upsguard.runbooks.plan import Plan, Step
 from upsguard.runbooks.planner import Planner
 from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunSpec
 
 log = logging.getLogger(__name__)
+
+
+def _caches_of(plan: Plan) -> list[CacheName]:
+    """The caches in the data path of a plan's hardware."""
+    return sorted({c for step in plan.steps for c in step.caches})
 
 
 class RunBusy(TemporaryError):
@@ -95,12 +108,15 @@ class OutageController:
         self.engine = PhaseEngine(site.policies, on_change=self._phase_changed)
         self.planner = planner or Planner(site)
         self.shutdown_plan = self.planner.plan(Direction.SHUTDOWN)
+        self.feeds = {feed_name(f, i): f for i, f in enumerate(site.effective_feeds())}
+        self._scoped: dict[tuple[str, ...], Plan] = {}
         self.executor: Executor | None = None
         self._task: asyncio.Task[RunResult] | None = None
         self.view: PowerView | None = None
         self._in_flight: list[Step] = []
         self._contact: dict[UpsName, str | None] = {}
         self._ups_told: set[RunId] = set()
+        self._at_risk: dict[str, bool] = {}
 
     # -- each poll ---------------------------------------------------------------------
 
@@ -114,6 +130,7 @@ class OutageController:
             self._events(ReadingTaken(self._clock.now(), reading))
         self._report_contact()
         view = self._view()
+        self._report_feeds(view)
         self.view = view
         for decision in self.engine.evaluate(view, self.ledger.site(), self.plan_seconds()):
             try:
@@ -136,6 +153,20 @@ class OutageController:
             elif self._contact.get(name) is not None:
                 self._events(Notice(self._clock.now(), f"UPS {name} answers again"))
             self._contact[name] = error
+
+    def _report_feeds(self, view: PowerView) -> None:
+        """Each feed going on battery, and back on mains, is an event of its own."""
+        for feed in view.feeds:
+            was = self._at_risk.get(feed.name, False)
+            if feed.at_risk and not was:
+                members = ", ".join(
+                    f"{ups} {word}"
+                    for ups, word in zip(self.feeds[feed.name].ups, feed.members, strict=False)
+                )
+                self._events(OnBattery(self._clock.now(), feed.name, members))
+            elif was and not feed.at_risk:
+                self._events(PowerRestored(self._clock.now(), feed.name))
+            self._at_risk[feed.name] = feed.at_risk
 
     def alerts(self) -> list[str]:
         """What a person should know now: UPSes that cannot be read."""
@@ -162,10 +193,33 @@ class OutageController:
             min_charge_pct=min(charges) if charges else None,
         )
 
-    def plan_seconds(self) -> float:
-        """What the shutdown would take from now: the plan, plus the destage still ahead."""
-        eta = self.caches.eta_s() if self.caches.status else 0.0
-        return self.shutdown_plan.estimate_s + (eta or 0.0)
+    def plan_seconds(self) -> dict[str, float]:
+        """Per feed, what its shutdown would take from now: the plan of what it powers (and
+        what needs that), plus the destage still ahead in its data path."""
+        out = {}
+        for name in self.feeds:
+            plan = self.plan_for((name,))
+            eta = self.caches.eta_s(_caches_of(plan)) if self.caches.status else 0.0
+            out[name] = plan.estimate_s + (eta or 0.0)
+        return out
+
+    def plan_for(self, feeds: tuple[str, ...] | None) -> Plan:
+        """The shutdown plan of some feeds: what they power and what needs that; the site's
+        plan when they power everything."""
+        scope = self.scope(feeds)
+        if scope is None:
+            return self.shutdown_plan
+        key = tuple(sorted(feeds or ()))
+        if key not in self._scoped:
+            self._scoped[key] = self.planner.plan(Direction.SHUTDOWN, scope)
+        return self._scoped[key]
+
+    def scope(self, feeds: tuple[str, ...] | None) -> set[ResourceId] | None:
+        """The resources the feeds power; None when that is every resource."""
+        if feeds is None:
+            return None
+        powered = {rid for name in feeds for rid in self.feeds[name].powers}
+        return None if powered >= {r.id for r in self.site.resources} else powered
 
     def floor_reached(self) -> bool:
         return self.engine.at_floor
@@ -175,20 +229,35 @@ class OutageController:
     async def _apply(self, decision: Decision) -> None:
         log.info("%s: %s", decision.act.value, decision.reason)
         if decision.act is Act.CACHES_WRITE_THROUGH:
-            if self.caches.names and not self.caches.flipped_at:
-                await self.caches.set_mode(CacheMode.WRITE_THROUGH)
+            at_risk = (
+                self.caches.names
+                if decision.feeds is None
+                else _caches_of(self.plan_for(decision.feeds))
+            )
+            flip = [c for c in at_risk if c not in self.caches.flipped_at]
+            if flip:
+                await self.caches.set_mode(CacheMode.WRITE_THROUGH, flip)
         elif decision.act is Act.CACHES_WRITE_BACK:
-            if self.caches.names:
-                await self.caches.set_mode(CacheMode.WRITE_BACK)
+            flipped = list(self.caches.flipped_at)
+            if flipped:
+                await self.caches.set_mode(CacheMode.WRITE_BACK, flipped)
         elif decision.act is Act.START_SHEDDING:
-            shed = {r.id for r in self.site.resources if r.shed}
+            scope = self.scope(decision.feeds)
+            shed = {
+                r.id for r in self.site.resources if r.shed and (scope is None or r.id in scope)
+            }
             if shed:
-                reason = decision.reason
-                spec = self.ledger.new_spec(RunKind.SHEDDING, RunOrigin.POLICY, reason, shed)
+                spec = self.ledger.new_spec(
+                    RunKind.SHEDDING, RunOrigin.POLICY, decision.reason, shed, decision.feeds
+                )
                 await self._start(self.planner.plan(Direction.SHUTDOWN, shed), spec)
         elif decision.act is Act.START_SHUTDOWN:
-            spec = self.ledger.new_spec(RunKind.SHUTDOWN, RunOrigin.POLICY, decision.reason)
-            await self._start(self.shutdown_plan, spec)
+            plan = self.plan_for(decision.feeds)
+            scope = self.scope(decision.feeds)
+            spec = self.ledger.new_spec(
+                RunKind.SHUTDOWN, RunOrigin.POLICY, decision.reason, scope, decision.feeds
+            )
+            await self._start(plan, spec)
         elif decision.act in (Act.CANCEL_SHUTDOWN, Act.CANCEL_STARTUP):
             await self._stop_run(RunOutcome.CANCELLED)
         elif decision.act is Act.START_STARTUP:
@@ -259,15 +328,17 @@ class OutageController:
             asyncio.get_running_loop().create_task(self._end_of_outage(result.run))
 
     async def _end_of_outage(self, spec: RunSpec) -> None:
-        """Once per whole-site shutdown on battery (not after a maintenance stop)."""
+        """Once per outage shutdown on battery (not after a maintenance stop), to the UPSes
+        of the feeds it was for."""
         if spec.id in self._ups_told:
             return
-        if spec.kind is not RunKind.SHUTDOWN or spec.only is not None:
+        if spec.kind is not RunKind.SHUTDOWN or not spec.concerns_the_site:
             return
         if self.view is None or not self.view.on_battery:
             return
         self._ups_told.add(spec.id)
-        await self._ups_commands()
+        feeds = self.feeds.values() if spec.feeds is None else [self.feeds[f] for f in spec.feeds]
+        await self._ups_commands({u for feed in feeds for u in feed.ups})
 
     async def _stop_run(self, outcome: RunOutcome) -> RunResult | None:
         """Stop the run in progress, ending it with ``outcome``; its shutdowns in flight are
@@ -284,11 +355,11 @@ class OutageController:
         await asyncio.gather(task, return_exceptions=True)
         return executor.result
 
-    async def _ups_commands(self) -> None:
+    async def _ups_commands(self, upses: set[UpsName]) -> None:
         """Everything is down: tell each UPS what the site file says (e.g. shutdown.return)."""
         for ups in self.site.ups:
             command = ups.at_shutdown_end.command
-            if command is None or ups.name not in self.sources:
+            if command is None or ups.name not in self.sources or ups.name not in upses:
                 continue
             try:
                 await self.sources[ups.name].command(command)

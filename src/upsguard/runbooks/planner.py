@@ -115,16 +115,8 @@ def _select_nodes(
 
 
 def _with_predecessors(graph: ResourceGraph, only: set[ResourceId]) -> set[NodeId]:
-    """The nodes of ``only`` and every node that must stop before them."""
-    before = graph.before()
-    chosen = {n.id for n in graph.nodes.values() if n.resource in only}
-    stack = list(chosen)
-    while stack:
-        for prev in before[stack.pop()]:
-            if prev not in chosen:
-                chosen.add(prev)
-                stack.append(prev)
-    return chosen
+    """The nodes of ``only`` and every node that needs one of them (it must stop first)."""
+    return graph.needed_by(n.id for n in graph.nodes.values() if n.resource in only)
 
 
 def _reversed(edges: dict[NodeId, set[NodeId]]) -> dict[NodeId, set[NodeId]]:
