@@ -1,0 +1,193 @@
+"""Parsing YAML 1.2 in one pass with ruamel.yaml's C parser, within limits.
+
+One parse gives both the data and where each value came from: ``compose`` (libyaml, in
+C) builds the node tree, whose marks hold every line, and ``construct_document`` turns that
+tree into plain dicts, lists and scalars. The caller keeps the tree only while it checks
+the file, and reads the line of a problem from it when one is reported.
+
+Two small subclasses adjust ruamel.yaml through its public extension points
+(``YAML.Resolver`` and ``YAML.Constructor``):
+
+* ``_Resolver`` fixes the YAML version at 1.2 (``no`` and ``on`` are words, ``1:30`` is a
+  string, ``017`` is seventeen) instead of looking the document's version up again for
+  every scalar, a lookup that took a third of the load time of a 5,000-VM site
+  (``bench/plan_scale.py``). It also counts depth and nodes as the C composer descends, and
+  stops it beyond ``MAX_NESTING`` levels or ``MAX_NODES`` nodes: libyaml takes quadratic
+  time on deep nesting (100,000 ``[`` took more than 40 s) and the C composer overflows its
+  stack further on.
+* ``_Constructor`` reads timestamps as strings (YAML 1.2's core schema has none, and no
+  field is a date), refuses custom tags (``!include``) as a problem at the tagged node, and
+  turns a scalar Python cannot convert (``0b_``, ``2024-02-30``) into a problem at its line.
+
+The C parser (ruamel.yaml.clib, built on libyaml) lacks one piece of YAML 1.2: a colon
+inside a plain scalar in a flow collection, as in ``{host: https://10.0.1.21}``. A file the
+C parser refuses for exactly that is parsed by ruamel.yaml's own pure-Python parser, which
+reads it as YAML 1.2 says: same results, five times slower, and only for such files.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.constructor import DuplicateKeyError, SafeConstructor
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import Node
+from ruamel.yaml.reader import ReaderError
+from ruamel.yaml.resolver import VersionedResolver
+
+from upsguard.config.types import shorten
+from upsguard.errors import ConfigError
+
+#: The deepest nesting of lists and mappings a file may have (a site file needs about six).
+MAX_NESTING = 64
+#: The most nodes (keys, values, list items, mappings, lists) a file may hold: about
+#: 40 per resource for 20,000 resources written out in full.
+MAX_NODES = 1_000_000
+
+
+class NodeProblem(Exception):
+    """A problem at one node of the composed tree; ``line`` and ``column`` count from 0.
+    ``root`` is the tree, in which the caller finds the node's path."""
+
+    def __init__(self, line: int, column: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.column = column
+        self.message = message
+        self.root: Node | None = None
+
+
+class _LimitExceeded(Exception):
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.message = message
+
+
+class _Resolver(VersionedResolver):
+    def __init__(self, version: Any = None, loader: Any = None, loadumper: Any = None) -> None:
+        super().__init__(version, loader, loadumper)
+        self._nesting = 0
+        self._node_count = 0
+
+    @property
+    def processing_version(self) -> Any:
+        return (1, 2)
+
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        self._nesting += 1
+        self._node_count += 1
+        if self._nesting > MAX_NESTING:
+            raise _LimitExceeded(_line(current_node), f"nested deeper than {MAX_NESTING} levels")
+        if self._node_count > MAX_NODES:
+            raise _LimitExceeded(
+                _line(current_node),
+                f"more than {MAX_NODES:,} values: a site of that size is beyond what upsguard "
+                "plans (see docs/site-file.md, Limits)",
+            )
+        super().descend_resolver(current_node, current_index)
+
+    def ascend_resolver(self) -> None:
+        self._nesting -= 1
+        super().ascend_resolver()
+
+
+def _line(node: Any) -> int:
+    return int(node.start_mark.line) + 1 if node is not None else 1
+
+
+class _Constructor(SafeConstructor):
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError) as exc:
+            what = node.value if isinstance(node.value, str) else node.tag
+            raise NodeProblem(
+                node.start_mark.line, node.start_mark.column, f"cannot read {shorten(what)!r}"
+            ) from exc
+
+    def construct_undefined(self, node: Any) -> Any:
+        mark = node.start_mark
+        raise NodeProblem(
+            mark.line, mark.column, f"YAML tag {shorten(node.tag)!r} is not supported"
+        )
+
+
+_Constructor.add_constructor(None, _Constructor.construct_undefined)
+_Constructor.add_constructor("tag:yaml.org,2002:timestamp", SafeConstructor.construct_yaml_str)
+
+
+def _loader(pure: bool = False) -> YAML:
+    yaml = YAML(typ="safe", pure=pure)
+    yaml.Resolver = _Resolver
+    yaml.Constructor = _Constructor
+    return yaml
+
+
+def parse(text: str, name: str) -> tuple[Node | None, Any]:
+    """The node tree and the data of one YAML document.
+
+    Raises ``ConfigError`` (``name:line: ...``) for text that is not YAML or is beyond the
+    limits, and ``NodeProblem`` for a problem at one node (a duplicate key, a custom tag),
+    whose path the caller reads from the tree.
+    """
+    yaml = _loader()
+    try:
+        try:
+            root = yaml.compose(text)
+        except MarkedYAMLError as exc:
+            if not _colon_in_flow(exc):
+                raise
+            yaml = _loader(pure=True)
+            root = yaml.compose(text)
+    except _LimitExceeded as exc:
+        raise ConfigError(f"{name}:{exc.line}: {exc.message}") from None
+    except YAMLError as exc:
+        raise ConfigError(f"{name}:{_yaml_line(exc, text)}: not valid YAML: {_what(exc)}") from None
+    if root is None:
+        return None, None
+    try:
+        return root, yaml.constructor.construct_document(root)
+    except NodeProblem as problem:
+        problem.root = root
+        raise
+    except DuplicateKeyError as exc:
+        raise _at_mark(exc.problem_mark, "key given twice: keep one", root) from None
+    except MarkedYAMLError as exc:  # a merge of a scalar, a list as a key, bad !!binary
+        mark = exc.problem_mark or exc.context_mark
+        raise _at_mark(mark, f"not valid here: {_what(exc)}", root) from None
+
+
+def _at_mark(mark: Any, message: str, root: Node) -> NodeProblem:
+    problem = NodeProblem(int(mark.line), int(mark.column), message)
+    problem.root = root
+    return problem
+
+
+def _colon_in_flow(exc: MarkedYAMLError) -> bool:
+    """libyaml's refusal of ``{host: https://x}``, which YAML 1.2 allows."""
+    return bool(
+        exc.problem == "found unexpected ':'" and exc.context == "while scanning a plain scalar"
+    )
+
+
+def _yaml_line(exc: YAMLError, text: str) -> int:
+    if isinstance(exc, MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        return int(mark.line) + 1 if mark is not None else 1
+    if isinstance(exc, ReaderError):
+        return text.count("\n", 0, max(0, int(exc.position))) + 1
+    return 1
+
+
+def _what(exc: YAMLError) -> str:
+    if isinstance(exc, ReaderError):
+        code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1])
+        return f"character U+{code:04X} is not allowed: {exc.reason}"
+    if isinstance(exc, MarkedYAMLError):
+        what = str(exc.problem or exc.context or "")
+        if exc.problem and exc.context and exc.context_mark is not None:
+            what += f" ({exc.context} on line {exc.context_mark.line + 1})"
+        return shorten(what, 200)
+    return shorten(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 200)
