@@ -113,7 +113,11 @@ def _deep_nesting(draw: st.DrawFn, text: bytes) -> bytes:
 
 def _not_utf8(draw: st.DrawFn, text: bytes) -> bytes:
     at = draw(st.integers(0, len(text)))
-    return text[:at] + draw(st.sampled_from([b"\xff\xfe", b"\xc3", b"\x80", b"\xed\xa0\x80"])) + text[at:]
+    return (
+        text[:at]
+        + draw(st.sampled_from([b"\xff\xfe", b"\xc3", b"\x80", b"\xed\xa0\x80"]))
+        + text[at:]
+    )
 
 
 MUTATIONS: list[Mutation] = [

@@ -10,31 +10,35 @@ Two small subclasses adjust ruamel.yaml through its public extension points
 
 * ``_Resolver`` fixes the YAML version at 1.2 (``no`` and ``on`` are words, ``1:30`` is a
   string, ``017`` is seventeen) instead of looking the document's version up again for
-  every scalar, a lookup that took a third of the load time of a 5,000-VM site
-  (``bench/plan_scale.py``). It also counts depth and nodes as the C composer descends, and
-  stops it beyond ``MAX_NESTING`` levels or ``MAX_NODES`` nodes: libyaml takes quadratic
-  time on deep nesting (100,000 ``[`` took more than 40 s) and the C composer overflows its
-  stack further on.
-* ``_Constructor`` reads timestamps as strings (YAML 1.2's core schema has none, and no
-  field is a date), refuses custom tags (``!include``) as a problem at the tagged node, and
-  turns a scalar Python cannot convert (``0b_``, ``2024-02-30``) into a problem at its line.
+  every scalar, and settles the common plain word (``vm01``) as a string without trying
+  the rules for numbers and booleans: the two made the C parser's load of the 5,000-VM
+  bench site (``bench/plan_scale.py``) take about three times as long. It also counts depth
+  and nodes as the C composer descends, and stops it beyond ``MAX_NESTING`` levels or
+  ``MAX_NODES`` nodes: libyaml takes quadratic time on deep nesting (100,000 ``[`` took
+  more than 40 s) and the C composer overflows its stack (the process dies) further on.
+* ``_Constructor`` reads timestamps (and ``=``) as strings, as YAML 1.2's core schema has
+  neither and no field is a date; it refuses custom tags (``!include``) as a problem at the
+  tagged node, and a number Python cannot convert (``0b_``, 5,000 digits) as a problem at
+  its line.
 
 The C parser (ruamel.yaml.clib, built on libyaml) lacks one piece of YAML 1.2: a colon
 inside a plain scalar in a flow collection, as in ``{host: https://10.0.1.21}``. A file the
 C parser refuses for exactly that is parsed by ruamel.yaml's own pure-Python parser, which
-reads it as YAML 1.2 says: same results, five times slower, and only for such files.
+reads it as YAML 1.2 says: the same results, several times slower, and only for such files.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.constructor import DuplicateKeyError, SafeConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.nodes import Node
+from ruamel.yaml.nodes import Node, ScalarNode
 from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.resolver import VersionedResolver
+from ruamel.yaml.tag import Tag
 
 from upsguard.config.types import shorten
 from upsguard.errors import ConfigError
@@ -70,11 +74,26 @@ class _Resolver(VersionedResolver):
         super().__init__(version, loader, loadumper)
         self._nesting = 0
         self._node_count = 0
+        self._tags: dict[str, Tag] = {}
+        rules = self.versioned_resolver  # YAML 1.2's, by the first character they can match
+        self._typed_starts = frozenset() if None in rules else frozenset(rules)
 
     @property
     def processing_version(self) -> Any:
         return (1, 2)
 
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        """The tag of a node, as the base class finds it, but faster for the common case: a
+        plain scalar whose first character starts no YAML 1.2 rule (``vm01``, ``kind``) is a
+        string without trying any. Other tags are shared, one ``Tag`` object per name:
+        ruamel.yaml makes one per scalar and decodes its name character by character."""
+        if kind is ScalarNode and implicit[0] and value and value[0] not in self._typed_starts:
+            return self.DEFAULT_SCALAR_TAG
+        tag = super().resolve(kind, value, implicit)
+        return self._tags.setdefault(tag.suffix, tag) if isinstance(tag, Tag) else tag
+
+    # No path resolvers are registered: the base versions of the two methods below only
+    # return, so they are not called.
     def descend_resolver(self, current_node: Any, current_index: Any) -> None:
         self._nesting += 1
         self._node_count += 1
@@ -86,11 +105,9 @@ class _Resolver(VersionedResolver):
                 f"more than {MAX_NODES:,} values: a site of that size is beyond what upsguard "
                 "plans (see docs/site-file.md, Limits)",
             )
-        super().descend_resolver(current_node, current_index)
 
     def ascend_resolver(self) -> None:
         self._nesting -= 1
-        super().ascend_resolver()
 
 
 def _line(node: Any) -> int:
@@ -98,24 +115,37 @@ def _line(node: Any) -> int:
 
 
 class _Constructor(SafeConstructor):
-    def construct_object(self, node: Any, deep: bool = False) -> Any:
-        try:
-            return super().construct_object(node, deep=deep)
-        except (ValueError, OverflowError) as exc:
-            what = node.value if isinstance(node.value, str) else node.tag
-            raise NodeProblem(
-                node.start_mark.line, node.start_mark.column, f"cannot read {shorten(what)!r}"
-            ) from exc
-
     def construct_undefined(self, node: Any) -> Any:
         mark = node.start_mark
-        raise NodeProblem(
-            mark.line, mark.column, f"YAML tag {shorten(node.tag)!r} is not supported"
-        )
+        if node.tag == "tag:yaml.org,2002:merge":
+            message = "'<<' is a key only: <<: *anchor merges a mapping"
+        else:
+            message = f"YAML tag {shorten(node.tag)!r} is not supported"
+        raise NodeProblem(mark.line, mark.column, message)
+
+
+def _readable(construct: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """A number Python cannot convert (``0b_``, 5,000 digits) is a problem at its line."""
+
+    def checked(constructor: Any, node: Any) -> Any:
+        try:
+            return construct(constructor, node)
+        except (ValueError, OverflowError):
+            mark = node.start_mark
+            raise NodeProblem(
+                mark.line, mark.column, f"cannot read {shorten(node.value)!r} as a number"
+            ) from None
+
+    return checked
 
 
 _Constructor.add_constructor(None, _Constructor.construct_undefined)
-_Constructor.add_constructor("tag:yaml.org,2002:timestamp", SafeConstructor.construct_yaml_str)
+for _word in ("timestamp", "value"):  # YAML 1.1 types: in YAML 1.2, plain strings
+    _Constructor.add_constructor(f"tag:yaml.org,2002:{_word}", SafeConstructor.construct_yaml_str)
+_Constructor.add_constructor("tag:yaml.org,2002:int", _readable(SafeConstructor.construct_yaml_int))
+_Constructor.add_constructor(
+    "tag:yaml.org,2002:float", _readable(SafeConstructor.construct_yaml_float)
+)
 
 
 def _loader(pure: bool = False) -> YAML:
