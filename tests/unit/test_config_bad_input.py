@@ -159,7 +159,7 @@ def test_a_duration_beyond_its_limit_says_the_limit(tmp_path: Path) -> None:
 def test_a_poll_interval_of_zero_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, SITE.replace("poll_interval: 5s", "poll_interval: 0"))
     assert one_problem(run("validate", "-c", path)) == (
-        f"policies.poll_interval: 0 is shorter than 100 ms, the least this field takes ({path}:13)"
+        f"policies.poll_interval: 0 is shorter than 10 ms, the least this field takes ({path}:13)"
     )
 
 
@@ -269,10 +269,14 @@ def test_simulate_names_the_line_of_a_ups_without_runtime_at(tmp_path: Path) -> 
 
 
 def test_a_scenario_that_would_poll_forever_is_refused(tmp_path: Path) -> None:
-    site = write(tmp_path, SITE.replace("poll_interval: 5s", "poll_interval: 100ms"))
+    site = write(
+        tmp_path, SITE + "caches:\n  - {name: c, provider: simulated, poll_interval: 10ms}\n"
+    )
     scenario = write(tmp_path, "outage: {at: 1m}\nhorizon: 30d\n", "s.yaml")
     line = one_problem(run("simulate", "-c", site, "--scenario", scenario))
-    assert line.startswith("horizon: 25,920,000 polls of 0.1s")
+    assert line.startswith(
+        "horizon: 259,200,000 polls of 10 ms (the site's caches[0].poll_interval)"
+    )
     assert line.endswith(f"({scenario}:2)")
 
 

@@ -23,7 +23,7 @@ from upsguard.config.types import (
     ByteSize,
     Duration,
     Interval,
-    format_duration,
+    duration_phrase,
     shorten,
 )
 from upsguard.errors import ConfigError
@@ -154,14 +154,20 @@ def runtime_at_missing(site: SiteConfig, index: int) -> str:
 
 
 def _polls(scenario: Scenario, site: SiteConfig) -> list[Problem]:
-    poll = site.policies.poll_interval
+    """The simulator's loops poll until the horizon at worst (a cache that never drains):
+    their count is bounded, so that a simulation ends in seconds, not days."""
+    intervals = [(site.policies.poll_interval, "policies.poll_interval")]
+    intervals += [
+        (c.poll_interval, f"caches[{i}].poll_interval") for i, c in enumerate(site.caches)
+    ]
+    poll, field = min(intervals, key=lambda pair: pair[0])
     polls = scenario.horizon / poll
     if polls <= MAX_POLLS:
         return []
     return [
         (
             ("horizon",),
-            f"{polls:,.0f} polls of {format_duration(poll)} (the site's poll_interval): the "
+            f"{polls:,.0f} polls of {duration_phrase(poll)} (the site's {field}): the "
             f"simulator makes at most {MAX_POLLS:,}; shorten the horizon",
         )
     ]

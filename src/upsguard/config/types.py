@@ -27,7 +27,7 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 #: The longest duration a field takes unless it says otherwise.
 MAX_DURATION = timedelta(days=30)
 #: Polls and waits: never so short that a loop spins, never longer than an hour.
-MIN_INTERVAL = timedelta(milliseconds=100)
+MIN_INTERVAL = timedelta(milliseconds=10)
 MAX_INTERVAL = timedelta(hours=1)
 #: Sizes and rates: a pebibyte (per second) is beyond any cache upsguard drives.
 MAX_BYTES = 1024**5
@@ -65,12 +65,12 @@ def parse_duration(
         raise ValueError("a duration cannot be negative")
     if seconds > maximum.total_seconds():  # compared before any conversion can overflow
         raise ValueError(
-            f"{shorten(repr(value))} is longer than {_limit_text(maximum)}, the most this "
+            f"{shorten(repr(value))} is longer than {duration_phrase(maximum)}, the most this "
             "field takes"
         )
     if seconds < minimum.total_seconds():
         raise ValueError(
-            f"{shorten(repr(value))} is shorter than {_limit_text(minimum)}, the least this "
+            f"{shorten(repr(value))} is shorter than {duration_phrase(minimum)}, the least this "
             "field takes"
         )
     return value if isinstance(value, timedelta) else timedelta(seconds=seconds)
@@ -88,7 +88,8 @@ def _duration_text_seconds(value: str) -> float:
     )
 
 
-def _limit_text(limit: timedelta) -> str:
+def duration_phrase(limit: timedelta) -> str:
+    """``30 days``, ``1 hour``, ``10 ms``, ``1m30s``: a duration as a message says it."""
     seconds = limit.total_seconds()
     for unit, size in (("day", 86400), ("hour", 3600)):
         if seconds >= size and seconds % size == 0:
@@ -190,7 +191,7 @@ Duration = Annotated[
 LongDuration = Annotated[
     timedelta, _within(_LONG), _AS_TEXT, WithJsonSchema(_duration_schema(_LONG))
 ]
-#: How often something polls: 100 ms to an hour, so that no loop spins on a zero.
+#: How often something polls: 10 ms to an hour, so that no loop spins on a zero.
 Interval = Annotated[
     timedelta,
     _within(MAX_INTERVAL, MIN_INTERVAL),
