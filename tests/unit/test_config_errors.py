@@ -183,3 +183,23 @@ def test_cli_validate_ok(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "ok: site 'hq'" in done.stdout
+
+
+def test_a_url_in_a_flow_mapping_reads_as_yaml_1_2(tmp_path: Path) -> None:
+    """libyaml refuses ``{host: https://x}``; YAML 1.2 allows it, and so does upsguard."""
+    text = GOOD.replace(
+        "  vcenter: {type: vsphere, host: vcsa.lab,",
+        "  bmc: {type: redfish, host: https://10.0.1.21, user: u, password_env: BMC_PW}\n"
+        "  vcenter: {type: vsphere, host: vcsa.lab,",
+    )
+    site = load_site(write_site(tmp_path, text))
+    assert site.platforms["bmc"].host == "https://10.0.1.21"  # type: ignore[union-attr]
+
+
+def test_yaml_errors_name_the_line_and_what_is_wrong(tmp_path: Path) -> None:
+    site_file = tmp_path / "site.yaml"
+    (only,) = problems(tmp_path, GOOD.replace("{id: dc01, kind: vm,", "{id: dc01, kind: [vm,"))
+    assert only == (
+        f"{site_file}:9: not valid YAML: did not find expected ',' or ']' (while parsing a flow "
+        "sequence)"
+    )

@@ -217,7 +217,11 @@ def _what(exc: YAMLError) -> str:
         return f"character U+{code:04X} is not allowed: {exc.reason}"
     if isinstance(exc, MarkedYAMLError):
         what = str(exc.problem or exc.context or "")
-        if exc.problem and exc.context and exc.context_mark is not None:
-            what += f" ({exc.context} on line {exc.context_mark.line + 1})"
+        if exc.problem and exc.context:
+            context, where = exc.context_mark, exc.problem_mark
+            same_line = context is None or (where is not None and where.line == context.line)
+            what += (
+                f" ({exc.context})" if same_line else f" ({exc.context} on line {context.line + 1})"
+            )
         return shorten(what, 200)
     return shorten(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 200)
