@@ -325,3 +325,14 @@ def test_the_command_exits_2_without_a_traceback(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert re.fullmatch(rf"upsguard: {re.escape(str(path))}:1: not UTF-8 text .*\n", done.stderr)
+
+
+def test_hints_stop_after_a_few_distinct_names() -> None:
+    """difflib against every resource, for thousands of unknown names, took minutes."""
+    from upsguard.config.source import Suggestions
+
+    hint = Suggestions([f"vm{i:05d}" for i in range(5000)], budget=2)
+    assert hint("vm00001x") == " (did you mean 'vm00001'?)"
+    assert hint("vm00002x") == " (did you mean 'vm00002'?)"
+    assert hint("vm00003x") == ""  # past the budget
+    assert hint("vm00001x") == " (did you mean 'vm00001'?)"  # looked up already

@@ -6,11 +6,11 @@ at once, with the file and line it came from.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from upsguard.config.site import SiteConfig
-from upsguard.config.source import suggest
+from upsguard.config.source import Suggestions
 from upsguard.config.types import shorten
 from upsguard.models import ResourceId, ResourceKind
 
@@ -60,19 +60,20 @@ def _duplicates(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
             seen.add(name)
 
 
-def _unknown(kind: str, name: str, known: Collection[str]) -> str:
-    return f"unknown {kind} {shorten(name)!r}{suggest(name, known)}"
+def _unknown(kind: str, name: str, hint: Suggestions) -> str:
+    return f"unknown {kind} {shorten(name)!r}{hint(name)}"
 
 
 def _references(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
     ids = [r.id for r in site.resources]
     known = set(ids)
+    hint = Suggestions(ids)
     index = site.resource_index()
     for i, res in enumerate(site.resources):
         for j, dep in enumerate(res.depends_on):
             if dep not in known:
                 if not Unchecked.has(unchecked.resources, dep):
-                    yield ("resources", i, "depends_on", j), _unknown("resource", dep, ids)
+                    yield ("resources", i, "depends_on", j), _unknown("resource", dep, hint)
             elif dep == res.id:
                 yield (
                     ("resources", i, "depends_on", j),
@@ -81,7 +82,7 @@ def _references(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
         for j, host in enumerate(res.runs_on):
             if host not in known:
                 if not Unchecked.has(unchecked.resources, host):
-                    yield ("resources", i, "runs_on", j), _unknown("resource", host, ids)
+                    yield ("resources", i, "runs_on", j), _unknown("resource", host, hint)
             elif index[host].kind is not ResourceKind.HOST:
                 yield (
                     ("resources", i, "runs_on", j),
@@ -90,7 +91,8 @@ def _references(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
 
 
 def _platform_refs(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
-    names = [*site.platforms, "ssh", "command", "wol", "none", "simulated"]
+    hint = Suggestions([*site.platforms, "ssh", "command", "wol", "none", "simulated"])
+    named = Suggestions(site.platforms)
 
     def unknown(name: str, implicit: bool) -> bool:
         known = site.knows_platform(name) if implicit else name in site.platforms
@@ -101,16 +103,16 @@ def _platform_refs(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
             if res.kind in _NEEDS_PLATFORM:
                 yield ("resources", i), f"a {res.kind} needs 'platform'"
         elif unknown(res.platform, implicit=True):
-            yield ("resources", i, "platform"), _unknown("platform", res.platform, names)
+            yield ("resources", i, "platform"), _unknown("platform", res.platform, hint)
         if res.power_on_via is not None and unknown(res.power_on_via, implicit=False):
             yield (
                 ("resources", i, "power_on_via"),
-                _unknown("platform", res.power_on_via, list(site.platforms)),
+                _unknown("platform", res.power_on_via, named),
             )
         if res.serves_platform is not None and unknown(res.serves_platform, implicit=False):
             yield (
                 ("resources", i, "serves_platform"),
-                _unknown("platform", res.serves_platform, list(site.platforms)),
+                _unknown("platform", res.serves_platform, named),
             )
     controllers = [i for i, r in enumerate(site.resources) if r.runs_upsguard]
     for i in controllers[1:]:
@@ -121,13 +123,14 @@ def _feeds(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
     ups_names = [u.name for u in site.ups]
     ids = [r.id for r in site.resources]
     known = set(ids)
+    ups_hint, hint = Suggestions(ups_names), Suggestions(ids)
     for i, feed in enumerate(site.feeds):
         for j, ups in enumerate(feed.ups):
             if ups not in ups_names and not Unchecked.has(unchecked.ups, ups):
-                yield ("feeds", i, "ups", j), _unknown("UPS", ups, ups_names)
+                yield ("feeds", i, "ups", j), _unknown("UPS", ups, ups_hint)
         for j, rid in enumerate(feed.powers):
             if rid not in known and not Unchecked.has(unchecked.resources, rid):
-                yield ("feeds", i, "powers", j), _unknown("resource", rid, ids)
+                yield ("feeds", i, "powers", j), _unknown("resource", rid, hint)
         if feed.min_supplies > len(feed.ups):
             yield (
                 ("feeds", i, "min_supplies"),
@@ -137,14 +140,15 @@ def _feeds(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
 
 def _caches(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
     ids = [r.id for r in site.resources]
+    hint = Suggestions(ids)
     known = set(ids) | (unchecked.resources or set())
     everything = unchecked.resources is None
     for i, cache in enumerate(site.caches):
         if cache.lives_on is not None and cache.lives_on not in known and not everything:
-            yield ("caches", i, "lives_on"), _unknown("resource", cache.lives_on, ids)
+            yield ("caches", i, "lives_on"), _unknown("resource", cache.lives_on, hint)
         for j, rid in enumerate(cache.carries):
             if rid not in known and not everything:
-                yield ("caches", i, "carries", j), _unknown("resource", rid, ids)
+                yield ("caches", i, "carries", j), _unknown("resource", rid, hint)
 
 
 def _cycles(site: SiteConfig) -> Iterator[Problem]:

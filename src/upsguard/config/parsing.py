@@ -45,8 +45,8 @@ from upsguard.errors import ConfigError
 
 #: The deepest nesting of lists and mappings a file may have (a site file needs about six).
 MAX_NESTING = 64
-#: The most nodes (keys, values, list items, mappings, lists) a file may hold: about
-#: 40 per resource for 20,000 resources written out in full.
+#: The most nodes (keys, values, list items, mappings, lists) a file may hold; the 5,000-VM
+#: bench site (bench/gen_site.py) holds about 73,000.
 MAX_NODES = 1_000_000
 
 
@@ -213,7 +213,10 @@ def _yaml_line(exc: YAMLError, text: str) -> int:
 
 def _what(exc: YAMLError) -> str:
     if isinstance(exc, ReaderError):
-        code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1])
+        char = exc.character
+        code = (
+            char if isinstance(char, int) else ord(char[0]) if isinstance(char, str) and char else 0
+        )
         return f"character U+{code:04X} is not allowed: {exc.reason}"
     if isinstance(exc, MarkedYAMLError):
         what = str(exc.problem or exc.context or "")

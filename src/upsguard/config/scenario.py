@@ -17,7 +17,13 @@ from upsguard.config.base import Model
 from upsguard.config.checks import Problem
 from upsguard.config.loading import validate
 from upsguard.config.site import SiteConfig
-from upsguard.config.source import SourceText, format_path, load_yaml, parse_yaml, suggest
+from upsguard.config.source import (
+    SourceText,
+    Suggestions,
+    format_path,
+    load_yaml,
+    parse_yaml,
+)
 from upsguard.config.types import (
     ByteRate,
     ByteSize,
@@ -177,6 +183,7 @@ def _references(scenario: Scenario, site: SiteConfig) -> list[Problem]:
     ups = [u.name for u in site.ups]
     ids = [r.id for r in site.resources]
     caches = [c.name for c in site.caches]
+    ups_hint, ups_known = Suggestions(ups), set(ups)
     out: list[Problem] = []
     lists: list[tuple[tuple[str | int, ...], list[UpsName] | None]] = [
         (("outage", "ups"), scenario.outage.ups if scenario.outage else None),
@@ -185,16 +192,15 @@ def _references(scenario: Scenario, site: SiteConfig) -> list[Problem]:
     ]
     for loc, names in lists:
         for j, name in enumerate(names or []):
-            if name not in ups:
-                out.append(((*loc, j), f"unknown UPS {shorten(name)!r}{suggest(name, ups)}"))
+            if name not in ups_known:
+                out.append(((*loc, j), f"unknown UPS {shorten(name)!r}{ups_hint(name)}"))
     for section, keys, known, what in (
         ("ups", scenario.ups, ups, "UPS"),
         ("steps", scenario.steps, ids, "resource"),
         ("caches", scenario.caches, caches, "cache"),
     ):
+        hint, names_known = Suggestions(known), set(known)
         for key in keys:
-            if key not in known:
-                out.append(
-                    ((section, key), f"unknown {what} {shorten(key)!r}{suggest(key, known)}")
-                )
+            if key not in names_known:
+                out.append(((section, key), f"unknown {what} {shorten(key)!r}{hint(key)}"))
     return out

@@ -33,6 +33,9 @@ class SourceText:
     file: str
     data: Any
     root: Node | None = None
+    _keys: dict[int, dict[str, tuple[int, Node]]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def where(self, loc: Sequence[Any]) -> str:
         """``site.yaml:41`` for the deepest prefix of ``loc`` that is in the file."""
@@ -46,7 +49,7 @@ class SourceText:
         path: list[Any] = []
         node = self.root
         for part in loc:
-            found = _step(node, part)
+            found = self._step(node, part)
             if found is not None:
                 path.append(part)
                 node = found[1]
@@ -58,10 +61,23 @@ class SourceText:
             return 1
         line = int(node.start_mark.line) + 1
         for part in loc:
-            found = _step(node, part)
+            found = self._step(node, part)
             if found is not None:
                 line, node = found
         return line
+
+    def _step(self, node: Node | None, part: Any) -> tuple[int, Node] | None:
+        """The line and node of ``part`` under ``node``; a mapping entry's line is its key's.
+        A mapping's keys are indexed on first use: a file with thousands of problems in
+        one big mapping must not search it once per problem."""
+        if isinstance(node, MappingNode):
+            if id(node) not in self._keys:
+                self._keys[id(node)] = _key_index(node)
+            return self._keys[id(node)].get(str(part))
+        if isinstance(node, SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            item = node.value[part]
+            return int(item.start_mark.line) + 1, item
+        return None
 
     def origin(self, paths: Iterable[PathKey]) -> Origin:
         """The lines of ``paths``, kept for checks made after the tree is let go."""
@@ -84,19 +100,14 @@ class Origin:
         return f"{format_path(loc)}: {message} ({self.file}:{line})"
 
 
-def _step(node: Node | None, part: Any) -> tuple[int, Node] | None:
-    """The line and node of ``part`` under ``node``: a mapping entry's line is its key's.
-    The last of equal keys wins, as merged keys (``<<``) come before the mapping's own."""
-    if isinstance(node, MappingNode):
-        found: tuple[int, Node] | None = None
-        for key, value in node.value:
-            if isinstance(key, ScalarNode) and key.value == str(part):
-                found = int(key.start_mark.line) + 1, value
-        return found
-    if isinstance(node, SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
-        item = node.value[part]
-        return int(item.start_mark.line) + 1, item
-    return None
+def _key_index(node: MappingNode) -> dict[str, tuple[int, Node]]:
+    """Each key's line and value node; the last of equal keys wins, as merged keys (``<<``)
+    come before the mapping's own."""
+    return {
+        str(key.value): (int(key.start_mark.line) + 1, value)
+        for key, value in node.value
+        if isinstance(key, ScalarNode)
+    }
 
 
 def _path_to(root: Node, line: int, column: int) -> PathKey:
@@ -173,3 +184,22 @@ def suggest(word: str, choices: Iterable[str]) -> str:
         return ""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+class Suggestions:
+    """``did you mean`` hints for many names against one list of choices. difflib compares
+    a name with every choice: thousands of unknown names against thousands of resources took
+    minutes. So each distinct name is looked up once, and only the first ``budget`` are:
+    a file with that many unknown names is fixed in bulk, not by hints."""
+
+    def __init__(self, choices: Iterable[str], budget: int = 20) -> None:
+        self._choices = list(choices)
+        self._budget = budget
+        self._hints: dict[str, str] = {}
+
+    def __call__(self, word: str) -> str:
+        if word not in self._hints:
+            if len(self._hints) >= self._budget:
+                return ""
+            self._hints[word] = suggest(word, self._choices)
+        return self._hints[word]
