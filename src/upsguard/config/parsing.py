@@ -1,30 +1,32 @@
 """Parsing YAML 1.2 in one pass with ruamel.yaml's C parser, within limits.
 
 One parse gives both the data and where each value came from: ``compose`` (libyaml, in
-C) builds the node tree, whose marks hold every line, and ``construct_document`` turns that
-tree into plain dicts, lists and scalars. The caller keeps the tree only while it checks
-the file, and reads the line of a problem from it when one is reported.
+C) builds the node tree, whose marks hold every line, and ``_Builder`` turns that tree into
+plain dicts, lists and scalars. The caller keeps the tree only while it checks the file,
+and reads the line of a problem from it when one is reported.
 
-Two small subclasses adjust ruamel.yaml through its public extension points
-(``YAML.Resolver`` and ``YAML.Constructor``):
+Measured on the 5,000-VM bench site (``bench/plan_scale.py``, one core), where
+``YAML(typ="safe", pure=False).load`` took 1.6 s of CPU and this module takes 0.7 s:
 
-* ``_Resolver`` fixes the YAML version at 1.2 (``no`` and ``on`` are words, ``1:30`` is a
-  string, ``017`` is seventeen) instead of looking the document's version up again for
-  every scalar, and settles the common plain word (``vm01``) as a string without trying
-  the rules for numbers and booleans: the two made the C parser's load of the 5,000-VM
-  bench site (``bench/plan_scale.py``) take about three times as long. It also counts depth
-  and nodes as the C composer descends, and stops it beyond ``MAX_NESTING`` levels or
-  ``MAX_NODES`` nodes: libyaml takes quadratic time on deep nesting (100,000 ``[`` took
-  more than 40 s) and the C composer overflows its stack (the process dies) further on.
-* ``_Constructor`` reads timestamps (and ``=``) as strings, as YAML 1.2's core schema has
-  neither and no field is a date; it refuses custom tags (``!include``) as a problem at the
-  tagged node, and a number Python cannot convert (``0b_``, 5,000 digits) as a problem at
-  its line.
+* ``_Resolver`` (``YAML.Resolver``) fixes the YAML version at 1.2 (``no`` and ``on`` are
+  words, ``1:30`` is a string, ``017`` is seventeen) instead of looking the document's
+  version up again for every scalar, and settles lists, mappings and the common plain word
+  (``vm01``) without trying the rules for numbers and booleans: compose went from 1.07 s to
+  0.50 s. It also counts depth and nodes as the C composer descends, and stops it beyond
+  ``MAX_NESTING`` levels or ``MAX_NODES`` nodes: libyaml takes quadratic time on deep
+  nesting (100,000 ``[`` took more than 40 s) and the C composer overflows its stack (the
+  process dies) further on.
+* ``_Builder`` builds plain strings, lists and mappings itself (84 ms where
+  ``construct_document`` took 293 ms) and hands every other node to ``_Constructor``
+  (``YAML.Constructor``), which reads timestamps and ``=`` as strings (YAML 1.2's core
+  schema has neither, and no field is a date), refuses custom tags (``!include``) at the
+  tagged node, and reports a number Python cannot convert (``0b_``, 5,000 digits) at its
+  line.
 
-The C parser (ruamel.yaml.clib, built on libyaml) lacks one piece of YAML 1.2: a colon
-inside a plain scalar in a flow collection, as in ``{host: https://10.0.1.21}``. A file the
-C parser refuses for exactly that is parsed by ruamel.yaml's own pure-Python parser, which
-reads it as YAML 1.2 says: the same results, several times slower, and only for such files.
+The C parser lacks one piece of YAML 1.2: a colon inside a plain scalar in a flow
+collection, as in ``{host: https://10.0.1.21}``. A file the C parser refuses for exactly
+that is parsed by ruamel.yaml's own pure-Python parser, which reads it as YAML 1.2 says:
+the same results, several times slower, and only for such files.
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.constructor import DuplicateKeyError, SafeConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.nodes import Node, ScalarNode
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
-from ruamel.yaml.resolver import VersionedResolver
+from ruamel.yaml.resolver import BaseResolver, VersionedResolver
 from ruamel.yaml.tag import Tag
 
 from upsguard.config.types import shorten
@@ -83,12 +85,18 @@ class _Resolver(VersionedResolver):
         return (1, 2)
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        """The tag of a node, as the base class finds it, but faster for the common case: a
-        plain scalar whose first character starts no YAML 1.2 rule (``vm01``, ``kind``) is a
-        string without trying any. Other tags are shared, one ``Tag`` object per name:
-        ruamel.yaml makes one per scalar and decodes its name character by character."""
-        if kind is ScalarNode and implicit[0] and value and value[0] not in self._typed_starts:
-            return self.DEFAULT_SCALAR_TAG
+        """The tag of a node, as the base class finds it, but faster for the common cases:
+        a mapping or a list, and a plain scalar whose first character starts no YAML 1.2
+        rule (``vm01``, ``kind``), which is a string without trying any. Other tags are
+        shared, one ``Tag`` object per name: ruamel.yaml makes one per scalar and decodes
+        its name character by character."""
+        if kind is ScalarNode:
+            if implicit[0] and value and value[0] not in self._typed_starts:
+                return self.DEFAULT_SCALAR_TAG
+        elif kind is MappingNode:  # as the base class says when no path resolvers are set
+            return self.DEFAULT_MAPPING_TAG
+        elif kind is SequenceNode:
+            return self.DEFAULT_SEQUENCE_TAG
         tag = super().resolve(kind, value, implicit)
         return self._tags.setdefault(tag.suffix, tag) if isinstance(tag, Tag) else tag
 
@@ -148,6 +156,79 @@ _Constructor.add_constructor(
 )
 
 
+_STR = BaseResolver.DEFAULT_SCALAR_TAG
+_MAP = BaseResolver.DEFAULT_MAPPING_TAG
+_SEQ = BaseResolver.DEFAULT_SEQUENCE_TAG
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+class _Builder:
+    """Plain data from the composed tree. ``construct_document`` goes through several calls
+    per node and keeps a table of them all; here plain strings, lists and mappings are built
+    directly, and every other node (a number, a boolean, ``!!set``, a custom tag) goes to
+    ``_Constructor``, so YAML's types read as ruamel.yaml reads them. Mappings follow YAML's
+    rules: a key given twice is a problem, ``<<`` merges a mapping or a list of them (the
+    earlier win, the mapping's own keys over all). An alias shares its anchor's value; one
+    inside its own anchor is a problem, as the value would contain itself."""
+
+    def __init__(self, constructor: _Constructor) -> None:
+        self._constructor = constructor
+        self._built: dict[int, Any] = {}
+        self._open: set[int] = set()
+
+    def value(self, node: Node) -> Any:
+        if node.ctag is _STR and isinstance(node, ScalarNode):
+            return node.value  # the common case, first
+        if isinstance(node, ScalarNode):
+            return self._constructor.construct_object(node)
+        key = id(node)
+        if key in self._built:
+            return self._built[key]
+        if key in self._open:
+            raise _problem(node, "an alias inside its own anchor: the value would contain itself")
+        self._open.add(key)
+        if isinstance(node, SequenceNode) and node.ctag is _SEQ:
+            built: Any = [self.value(item) for item in node.value]
+        elif isinstance(node, MappingNode) and node.ctag is _MAP:
+            built = self._mapping(node)
+        else:  # !!set, !!omap, a custom tag (refused by _Constructor)
+            built = self._constructor.construct_object(node, deep=True)
+        self._open.discard(key)
+        self._built[key] = built
+        return built
+
+    def _mapping(self, node: MappingNode) -> dict[Any, Any]:
+        own: dict[Any, Any] = {}
+        merged: dict[Any, Any] | None = None
+        for key_node, value_node in node.value:
+            if key_node.ctag.suffix == _MERGE:
+                if merged is not None:
+                    raise _problem(key_node, "'<<' given twice: merge a list, <<: [*a, *b]")
+                merged = self._merged(value_node)
+                continue
+            if not isinstance(key_node, ScalarNode):
+                raise _problem(key_node, "a key is a word or a number, not a list or mapping")
+            key = self.value(key_node)
+            if key in own:
+                raise _problem(key_node, "key given twice: keep one")
+            own[key] = self.value(value_node)
+        return own if merged is None else {**merged, **own}
+
+    def _merged(self, node: Node) -> dict[Any, Any]:
+        sources = node.value if isinstance(node, SequenceNode) else [node]
+        out: dict[Any, Any] = {}
+        for source in reversed(sources):  # the earlier ones win
+            data = self.value(source)
+            if not isinstance(data, dict):
+                raise _problem(source, "'<<' merges a mapping or a list of mappings")
+            out.update(data)
+        return out
+
+
+def _problem(node: Node, message: str) -> NodeProblem:
+    return NodeProblem(int(node.start_mark.line), int(node.start_mark.column), message)
+
+
 def _loader(pure: bool = False) -> YAML:
     yaml = YAML(typ="safe", pure=pure)
     yaml.Resolver = _Resolver
@@ -178,7 +259,7 @@ def parse(text: str, name: str) -> tuple[Node | None, Any]:
     if root is None:
         return None, None
     try:
-        return root, yaml.constructor.construct_document(root)
+        return root, _Builder(yaml.constructor).value(root)
     except NodeProblem as problem:
         problem.root = root
         raise

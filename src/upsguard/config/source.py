@@ -124,7 +124,11 @@ def _path_to(root: Node, line: int, column: int) -> PathKey:
             return path
         if isinstance(node, MappingNode):
             for key, value in node.value:
-                child = (*path, key.value if isinstance(key, ScalarNode) else "?")
+                if not isinstance(key, ScalarNode):  # a list as a key: the mapping is the place
+                    if _at(key, line, column):
+                        return path
+                    continue
+                child = (*path, key.value)
                 if _at(key, line, column):
                     return child
                 work.append((value, child))
