@@ -200,7 +200,7 @@ def test_mangled_files_give_one_line_errors(site: bytes, scenario: bytes) -> Non
 
 
 @pytest.mark.slow
-@settings(FUZZ, max_examples=2000)
+@settings(FUZZ, max_examples=1000)
 @given(site=mangled(SITES), scenario=mangled(SCENARIOS))
 def test_many_mangled_files_give_one_line_errors(site: bytes, scenario: bytes) -> None:
     check(site, scenario)
