@@ -30,14 +30,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.fixtures.caches.fake_bcache import Device, FakeBcacheSysfs
-from upsguard.runbooks.destage import DestageWatch
-from upsguard.runbooks.plugins import build_cache_providers
 
 from upsguard.clock import SystemClock
 from upsguard.config.site import SiteConfig
+from upsguard.engine.destage import DestageWatch
 from upsguard.events import Event
 from upsguard.models import CacheMode, CacheName
 from upsguard.plugins import remote
+from upsguard.plugins.registry import build_cache_providers
 
 MiB = 1024 * 1024
 COUNTS = {"file_reads": 0, "commands": 0}

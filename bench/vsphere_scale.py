@@ -32,13 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pyVmomi import vim
 from tests.peers.vcsim import Vcsim, make_tls, start_vcsim, wait_task
-from upsguard.runbooks.executor import Executor
-from upsguard.runbooks.inventory import live_inventory
-from upsguard.runbooks.plugins import build_platforms
 
 from upsguard.clock import SystemClock
 from upsguard.config.loading import load_site
+from upsguard.engine.executor import Executor
+from upsguard.engine.inventory import live_inventory
 from upsguard.models import PlatformName
+from upsguard.plugins.registry import build_platforms
 from upsguard.runbooks.planner import build_plan
 
 

@@ -12,4 +12,5 @@ pytest_plugins = [
     "tests.peers.redfish",
     "tests.peers.wol",
     "tests.peers.libvirt",
+    "tests.peers.guest",
 ]

@@ -1,11 +1,9 @@
-"""Typed events: the journal, the log, the CLI and the simulator all consume these.
+"""Typed events: the journal, the log, the notifier, metrics, the CLI and the simulator all
+consume these, and ``describe`` gives each the one line a person reads.
 
-A producer calls an ``EventSink`` synchronously, so that when the call returns
-the event is recorded (a journal writes its row before the executor starts a
-step that depends on the one just finished).
-
-Events are not changed once made, but they are not frozen dataclasses: a frozen
-one costs four times as much to build, and a run of 5,000 steps makes 10,000.
+A producer calls an ``EventSink`` synchronously, so that when the call returns the event
+is recorded (a journal writes its row before the executor starts a step that depends on
+the one just finished).
 """
 
 from __future__ import annotations
@@ -14,10 +12,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from upsguard.models import CacheMode, Phase, StepId, StepState, UpsName, UpsReading
+from upsguard.models import (
+    CacheMode,
+    Direction,
+    Phase,
+    RunId,
+    StepId,
+    StepState,
+    UpsName,
+    UpsReading,
+)
+from upsguard.runs import RunOutcome, RunSpec
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     at: datetime
 
@@ -26,65 +34,82 @@ class Event:
         return type(self).__name__
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ReadingTaken(Event):
     reading: UpsReading
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class OnBattery(Event):
     ups: UpsName
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class PowerRestored(Event):
     ups: UpsName
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class LowBattery(Event):
     ups: UpsName
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class PhaseChanged(Event):
     old: Phase
     new: Phase
     reason: str
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RunStarted(Event):
-    run: str
-    direction: str  # "shutdown" | "startup"
+    """A run's first step is about to start; ``resumed`` when a new process takes up a run
+    an earlier one left unfinished."""
+
+    spec: RunSpec
     steps: int
-    reason: str
+    resumed: bool = False
+
+    @property
+    def run(self) -> RunId:
+        return self.spec.id
+
+    @property
+    def direction(self) -> Direction:
+        return self.spec.direction
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RunFinished(Event):
-    run: str
-    direction: str
-    state: str  # "done" | "failed" | "cancelled"
+    spec: RunSpec
+    outcome: RunOutcome
     detail: str = ""
 
+    @property
+    def run(self) -> RunId:
+        return self.spec.id
 
-@dataclass(slots=True)
+    @property
+    def direction(self) -> Direction:
+        return self.spec.direction
+
+
+@dataclass(frozen=True, slots=True)
 class PointOfNoReturn(Event):
-    run: str
+    run: RunId
     step: StepId
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class StepStarted(Event):
-    run: str
+    run: RunId
     step: StepId
     action: str
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class StepFinished(Event):
-    run: str
+    run: RunId
     step: StepId
     state: StepState
     detail: str
@@ -92,16 +117,16 @@ class StepFinished(Event):
     fallback_used: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class StepWaiting(Event):
     """A step is ready but held back, for example by a dirty cache."""
 
-    run: str
+    run: RunId
     step: StepId
     reason: str
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class CacheModeChanged(Event):
     cache: str
     target: str
@@ -110,20 +135,31 @@ class CacheModeChanged(Event):
     detail: str = ""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class CacheClean(Event):
     cache: str
     waited_s: float
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RiskAccepted(Event):
     """upsguard went on although data may be lost; always journaled and logged."""
 
     what: str
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
+class OverrideApplied(Event):
+    """A person acted: hold, release, trigger, abort. ``who`` comes from the kernel (the API
+    socket's peer) or the login of the CLI user, never from the request alone."""
+
+    who: str
+    action: str
+    reason: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Notice(Event):
     """Anything else worth a line in the timeline."""
 
@@ -141,10 +177,11 @@ def describe(event: Event) -> str | None:
             return f"  {state:<9} {step}: {detail}"
         case PhaseChanged(old=old, new=new, reason=reason):
             return f"phase {old} -> {new}: {reason}"
-        case RunStarted(run=run, direction=direction, steps=steps, reason=reason):
-            return f"{direction} runbook started ({steps} steps): {reason}  [{run}]"
-        case RunFinished(direction=direction, state=state, detail=detail):
-            return f"{direction} runbook {state}: {detail}"
+        case RunStarted(spec=spec, steps=steps, resumed=resumed):
+            verb = "resumed" if resumed else "started"
+            return f"{spec.kind} runbook {verb} ({steps} steps): {spec.reason}  [{spec.id}]"
+        case RunFinished(spec=spec, outcome=outcome, detail=detail):
+            return f"{spec.kind} runbook {outcome}: {detail}"
         case StepWaiting(step=step, reason=reason):
             return f"  waiting  {step}: {reason}"
         case PointOfNoReturn(step=step):
@@ -156,9 +193,27 @@ def describe(event: Event) -> str | None:
             return f"cache {cache} clean (waited {waited:.0f} s)"
         case RiskAccepted(what=what):
             return f"RISK: {what}"
+        case OverrideApplied(who=who, action=action, reason=reason, detail=detail):
+            text = f"override: {action} by {who}" + (f": {reason}" if reason else "")
+            return text + (f" ({detail})" if detail else "")
         case Notice(message=message, level=level):
             return message if level == "info" else f"{level.upper()}: {message}"
     return None
+
+
+def level(event: Event) -> str:
+    """How loud an event is in the log and the journal: info, warning or error."""
+    if isinstance(event, Notice):
+        return event.level
+    if isinstance(event, RiskAccepted):
+        return "error"
+    if isinstance(event, StepFinished) and event.state is StepState.FAILED:
+        return "error"
+    if isinstance(event, OverrideApplied):
+        return "warning"
+    if isinstance(event, CacheModeChanged) and not event.ok:
+        return "warning"
+    return "info"
 
 
 EventSink = Callable[[Event], None]

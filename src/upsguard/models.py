@@ -11,13 +11,21 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple, NewType
+from typing import NewType
 
 ResourceId = NewType("ResourceId", str)
 UpsName = NewType("UpsName", str)
 PlatformName = NewType("PlatformName", str)
 CacheName = NewType("CacheName", str)
 StepId = NewType("StepId", str)
+RunId = NewType("RunId", str)
+
+
+class Direction(enum.StrEnum):
+    """Which way a runbook goes: stopping the site, or starting it again."""
+
+    SHUTDOWN = "shutdown"
+    STARTUP = "startup"
 
 
 class Phase(enum.StrEnum):
@@ -184,20 +192,33 @@ class CacheState:
 
 
 class StepState(enum.StrEnum):
-    PENDING = "pending"
+    """Where one step of a run stands; the journal keeps one row per attempt."""
+
     RUNNING = "running"
+    """Started and not finished yet."""
     DONE = "done"
+    """Its targets reached the wanted state (already off counts)."""
     FAILED = "failed"
+    """Gave up after its retries and fallback; the detail says why."""
     SKIPPED = "skipped"
+    """Not acted on: its fallback says to leave it running, or what it needs failed."""
     CANCELLED = "cancelled"
-    ABANDONED = "abandoned"  # left running by a controller that died
+    """The run was cancelled (power back before the point of no return, or an abort)."""
+    INTERRUPTED = "interrupted"
+    """The service was stopped while it ran: neither failed nor done. The next start
+    re-checks it against the real world before anything that depends on it."""
+    ABANDONED = "abandoned"
+    """Left running by a controller that died (``kill -9``, a crash); re-checked like an
+    interrupted one."""
 
     @property
     def finished(self) -> bool:
-        return self in (StepState.DONE, StepState.FAILED, StepState.SKIPPED, StepState.CANCELLED)
+        """Finished for good in its run: resume does not run it again."""
+        return self in (StepState.DONE, StepState.SKIPPED)
 
 
-class StepOutcome(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
     """How one step ended, in words a person can read at 3 a.m."""
 
     step: StepId

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from tests.fixtures.caches.fake_bcache import Device, FakeBcacheSysfs
-from tests.integration.test_service import ServiceProcess, write_site
 from tests.peers.nut import NutServer
+from tests.peers.service import ServiceProcess, write_site
 from tests.peers.vcsim import EventRecorder, Vcsim
 
 pytestmark = [pytest.mark.nut, pytest.mark.vcsim, pytest.mark.timeout(300)]

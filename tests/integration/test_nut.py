@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -10,13 +11,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from PyNUTClient.PyNUT import PyNUTClient
 
 from tests.peers.nut import ON_LINE, NutServer
 from upsguard.clock import SystemClock
 from upsguard.errors import AuthenticationError, PermanentError
 from upsguard.models import LinkState, UpsFlag, UpsReading
 from upsguard.plugins.ups.nut import NutSource
+from upsguard.plugins.ups.nut_client import NutClient
 from upsguard.policies.watch import UpsWatch
 
 pytestmark = pytest.mark.nut
@@ -197,22 +198,25 @@ def _established(port: int) -> int:
     return count
 
 
-def test_two_upses_on_one_upsd_share_one_connection(nut_pair: NutServer) -> None:
-    async def scenario() -> tuple[list[UpsReading], int]:
+def test_each_source_keeps_one_connection_until_closed(nut_pair: NutServer) -> None:
+    """Like upsmon's one connection per MONITOR line: reads reuse it, close() ends it."""
+
+    async def scenario() -> tuple[list[UpsReading], int, int]:
         clock = SystemClock()
         sources = [NutSource(nut_pair.ups_config(n), clock) for n in ("ups1", "ups2")]
-        readings = list(await asyncio.gather(*(s.read() for s in sources)))
-        readings += await asyncio.gather(*(s.read() for s in sources))
-        connections = _established(nut_pair.port)
+        readings: list[UpsReading] = []
+        for _ in range(3):
+            readings += await asyncio.gather(*(s.read() for s in sources))
+        while_reading = _established(nut_pair.port)
         for source in sources:
             await source.close()
-        return readings, connections
+        return readings, while_reading, _established(nut_pair.port)
 
-    readings, connections = asyncio.run(scenario())
-    assert [r.ups for r in readings] == ["ups1", "ups2", "ups1", "ups2"]
+    readings, while_reading, after_close = asyncio.run(scenario())
+    assert [r.ups for r in readings[:2]] == ["ups1", "ups2"]
     assert [r.load_pct for r in readings[:2]] == [35.0, 60.0]
     assert all(r.on_line for r in readings)
-    assert connections == 1
+    assert (while_reading, after_close) == (2, 0)
 
 
 def test_secondary_monitor_sees_fsd_set_by_primary(nut_factory: Any) -> None:
@@ -224,10 +228,11 @@ def test_secondary_monitor_sees_fsd_set_by_primary(nut_factory: Any) -> None:
     async def scenario() -> tuple[UpsReading, UpsReading]:
         source = NutSource(config, SystemClock())
         before = await source.read()
-        primary = PyNUTClient(
-            host="127.0.0.1", port=server.port, login="admin", password="admin-secret"
-        )
-        primary.FSD("ups1")
+        primary = await NutClient.connect("127.0.0.1", server.port, 5.0)
+        await primary.authenticate("admin", "admin-secret")
+        await primary.login("ups1", primary=True)
+        await primary.simple("FSD", "ups1")
+        await primary.close()
         after = await _poll_until(source.read, lambda r: UpsFlag.FSD in r.flags)
         await source.close()
         return before, after
@@ -284,9 +289,35 @@ def test_primary_monitor_logs_in_and_reads(nut_pair: NutServer) -> None:
     async def scenario() -> tuple[UpsReading, str]:
         source = NutSource(config, SystemClock())
         reading = await source.read()
-        clients = PyNUTClient(host="127.0.0.1", port=nut_pair.port).ListClients("ups2")
+        lister = await NutClient.connect("127.0.0.1", nut_pair.port, 5.0)
+        clients = await lister.list_items("CLIENT", "ups2")
         await source.close()
-        return reading, repr(clients)
+        await lister.close()
+        return reading, clients
 
     reading, clients = asyncio.run(scenario())
-    assert reading.on_line and "127.0.0.1" in clients
+    assert reading.on_line and clients == ["127.0.0.1"]
+
+
+def test_an_unreachable_upsd_is_one_error_however_often_it_is_polled(nut_factory: Any) -> None:
+    """The log and the notifier hear of a lost upsd once, not once a poll: the backoff's
+    "next try in N s" must not make each poll's error look new."""
+    server: NutServer = nut_factory({"ups1": ON_LINE}, ext="dev")
+
+    async def scenario() -> list[str | None]:
+        clock = SystemClock()
+        watch = UpsWatch(NutSource(server.ups_config("ups1"), clock), clock)
+        await watch.poll()
+        server.kill_upsd()
+        errors = []
+        for _ in range(12):
+            await watch.poll()
+            errors.append(watch.last_error)
+            await asyncio.sleep(0.1)
+        await watch.source.close()
+        return errors
+
+    errors = asyncio.run(scenario())
+    changes = [b for a, b in itertools.pairwise(errors) if a != b]
+    assert len(changes) <= 1  # the connection closed, then refused: two facts, no more
+    assert all(e is not None and "next try" not in e for e in errors)

@@ -12,6 +12,7 @@ import socketserver
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 
@@ -65,8 +66,16 @@ class BadHandler(socketserver.BaseRequestHandler):
                 sock.sendall(b"\x00\xffHELLO THIS IS NOT NUT\r\n")
             elif mode == "words":
                 sock.sendall(b"HELLO, I AM NOT NUT\n")
+            elif mode == "escaped":
+                name = request.split()[-1].strip(b'"')
+                sock.sendall(
+                    b"BEGIN LIST VAR " + name + b"\n"
+                    b"VAR " + name + b' ups.status "OL"\n'
+                    b"VAR " + name + b' ups.model "Smart-UPS \\"1500\\" \\\\ rack"\n'
+                    b"END LIST VAR " + name + b"\n"
+                )
             elif mode == "bad-list":
-                name = request.split()[-1]
+                name = request.split()[-1].strip(b'"')
                 sock.sendall(
                     b"BEGIN LIST VAR " + name + b"\nnonsense\nEND LIST VAR " + name + b"\n"
                 )
@@ -138,6 +147,18 @@ def test_bad_server_gives_one_clear_line(bad_server: BadServer, words: str) -> N
         assert bad_server.sent < HUGE_TOTAL / 4
 
 
+@pytest.mark.parametrize("bad_server", ["escaped"], indirect=True)
+def test_quoted_values_are_unescaped(bad_server: BadServer) -> None:
+    async def scenario() -> dict[str, str]:
+        source = NutSource(_config(bad_server), SystemClock())
+        reading = await source.read()
+        await source.close()
+        return reading.raw
+
+    raw = asyncio.run(scenario())
+    assert raw == {"ups.status": "OL", "ups.model": 'Smart-UPS "1500" \\ rack'}
+
+
 @pytest.mark.parametrize("bad_server", ["garbage"], indirect=True)
 def test_watch_turns_a_bad_server_into_lost(bad_server: BadServer) -> None:
     async def scenario() -> LinkState:
@@ -168,4 +189,44 @@ def test_failing_server_is_retried_with_backoff(bad_server: BadServer) -> None:
     assert len(errors) == 20
     # Tries at 0 s, then after 0.5 s and 1 s more: 3 connections, not 20.
     assert bad_server.connections <= 4
-    assert any("next try in" in e for e in errors)
+    assert len(set(errors)) == 1  # waiting out the backoff is the same error, not a new one
+
+
+class SetClock:
+    """A clock that moves only when the test says so."""
+
+    def __init__(self) -> None:
+        self.at = 1000.0
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.at, UTC)
+
+    def monotonic(self) -> float:
+        return self.at
+
+
+@pytest.mark.parametrize("bad_server", ["close"], indirect=True)
+def test_backoff_is_counted_on_the_injected_clock(bad_server: BadServer) -> None:
+    async def read(source: NutSource) -> str:
+        with pytest.raises(UpsUnreachable) as info:
+            await source.read()
+        return f"{bad_server.connections} {info.value.retry_after:.1f}"
+
+    async def scenario() -> list[str]:
+        clock = SetClock()
+        source = NutSource(_config(bad_server), clock)
+        seen = [await read(source)]  # tries: the first connection
+        clock.at += 0.4
+        seen.append(await read(source))  # still waiting: no connection
+        clock.at += 0.1
+        seen.append(await read(source))  # 0.5 s after the first failure: tries again
+        clock.at += 0.9
+        seen.append(await read(source))  # the wait doubled to 1 s
+        clock.at += 0.1
+        seen.append(await read(source))
+        await source.close()
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert [line.split(" ", 1)[0] for line in seen] == ["1", "1", "2", "2", "3"]
+    assert seen[1].endswith(" 0.1") and seen[3].endswith(" 0.1")  # retry after 0.1 s more

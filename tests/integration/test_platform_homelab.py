@@ -21,15 +21,15 @@ import pytest
 from tests.peers.bmc import FakeBmc
 from tests.peers.sshd import Sshd
 from tests.peers.vcsim import EventRecorder, Vcsim
+from tests.runs import executor_for
 from tests.sites import site_from
 from upsguard.clock import SystemClock
 from upsguard.config.resources import ResourceConfig
 from upsguard.config.site import SiteConfig
-from upsguard.engine.executor import Executor
 from upsguard.events import Event, StepFinished, StepStarted
 from upsguard.models import PlatformName, PowerState, StopMethod
 from upsguard.plugins.registry import build_platforms
-from upsguard.runbooks.planner import build_plan
+from upsguard.runbooks.planner import Planner
 
 pytestmark = [pytest.mark.vcsim, pytest.mark.sshd, pytest.mark.timeout(240)]
 
@@ -184,23 +184,20 @@ def test_home_lab_starts_in_the_planned_order(
 
     events: list[Event] = []
 
-    plan = build_plan(site, "startup")
+    plan = Planner(site).plan("startup")
 
     async def startup() -> Any:
         platforms = build_platforms(site, SystemClock())
         for platform in platforms.values():
             await platform.open()
         try:
-            executor = Executor(
-                site, plan, platforms, clock=SystemClock(), events=events.append, run_id="up1"
-            )
-            return await executor.run()
+            return await executor_for(plan, platforms, SystemClock(), events.append).run()
         finally:
             for platform in platforms.values():
                 await platform.close()
 
     result = asyncio.run(startup())
-    assert result.state == "done", [o.detail for o in result.failed]
+    assert result.outcome == "done", [o.detail for o in result.failed]
 
     # The executor's own record: each step starts only after what it waits for finished.
     started = {e.step: i for i, e in enumerate(events) if isinstance(e, StepStarted)}

@@ -11,116 +11,19 @@ from __future__ import annotations
 import grp
 import http.server
 import json
-import os
-import signal
 import stat
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.peers.ports import free_port
-from upsguard.cli.client import ApiClient
-from upsguard.controller.journal import Journal
-
-CLI = [sys.executable, "-c", "import sys; from upsguard.cli import main; sys.exit(main())"]
-
-
-@dataclass
-class ServiceProcess:
-    """One ``upsguard run`` with its site file, socket and log, for a test."""
-
-    site: Path
-    socket: Path
-    journal: Path
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
-    env: dict[str, str] = field(default_factory=dict)
-
-    def start(self, timeout: float = 20.0) -> None:
-        out = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            [*CLI, "run", "-c", str(self.site)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **self.env},
-        )
-        client = ApiClient(self.socket)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"upsguard run exited {self.proc.returncode}:\n{self.log.read_text()}")
-            if self.socket.exists() and client.running():
-                return
-            time.sleep(0.1)
-        pytest.fail(f"upsguard run did not answer within {timeout}s:\n{self.log.read_text()}")
-
-    def cli(
-        self, *args: str, check: bool = True, stdin: str = ""
-    ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [*CLI, *args, "-c", str(self.site)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            input=stdin,
-            env={**os.environ, **self.env},
-        )
-        if check and result.returncode != 0:
-            pytest.fail(f"upsguard {' '.join(args)} exited {result.returncode}: {result.stderr}")
-        return result
-
-    def api(self) -> ApiClient:
-        return ApiClient(self.socket)
-
-    def status(self) -> dict[str, Any]:
-        return dict(self.api().get("/status"))
-
-    def wait(self, check: Any, what: str, timeout: float = 60.0) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = check()
-            if value:
-                return value
-            time.sleep(0.1)
-        pytest.fail(f"timed out waiting for {what}:\n{self.log.read_text()[-3000:]}")
-
-    def terminate(self) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=20)
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def read_journal(self) -> Journal:
-        return Journal(self.journal)
-
-
-def write_site(tmp: Path, site: dict[str, Any]) -> ServiceProcess:
-    socket = tmp / "run" / "upsguard.sock"
-    journal = tmp / "journal.sqlite"
-    site = {"journal": str(journal), **site}
-    site["service"] = {"socket": str(socket), **site.get("service", {})}
-    path = tmp / "site.yaml"
-    path.write_text(yaml.safe_dump(site, sort_keys=False))
-    return ServiceProcess(path, socket, journal, tmp / "service.log")
-
+from tests.peers.service import CLI, ServiceProcess, write_site
 
 SIMULATED_SITE: dict[str, Any] = {
     "site": "svc",
@@ -165,7 +68,35 @@ def test_the_socket_is_0660_for_the_configured_group_and_sigterm_is_clean(
     assert "Traceback" not in service.log.read_text()
 
 
-def test_override_cli_hold_trigger_history_events_abort(service: ServiceProcess) -> None:
+@pytest.fixture
+def gated_service(tmp_path: Path) -> Iterator[tuple[ServiceProcess, Path]]:
+    """The simulated site plus a ``gate`` that h1 waits for: its shutdown command ends only once
+    the test creates the file it names (or when the step is cancelled), so a whole-site shutdown
+    stays in progress until the test lets it go, however slow or fast the machine is."""
+    release = tmp_path / "release-gate"
+    gate = {
+        "id": "gate",
+        "kind": "command",
+        "platform": "cmd",
+        "shutdown": f"until [ -e '{release}' ]; do sleep 0.1; done",
+        "depends_on": ["h1"],  # gate needs h1 running: it stops before h1 does
+    }
+    site = {
+        **SIMULATED_SITE,
+        "platforms": {**SIMULATED_SITE["platforms"], "cmd": {"type": "command"}},
+        "resources": [*SIMULATED_SITE["resources"], gate],
+        "service": {"socket_group": "daemon"},
+    }
+    svc = write_site(tmp_path, site)
+    yield svc, release
+    release.touch()
+    svc.stop()
+
+
+def test_override_cli_hold_trigger_history_events_abort(
+    gated_service: tuple[ServiceProcess, Path],
+) -> None:
+    service, _ = gated_service
     service.start()
     assert "held: generator test" in service.cli("hold", "--reason", "generator test").stdout
     st = service.status()
@@ -192,7 +123,7 @@ def test_override_cli_hold_trigger_history_events_abort(service: ServiceProcess)
     assert "done      stop:web: web shut down" in events
 
     service.cli("trigger", "shutdown", "--yes", "--reason", "whole site")
-    service.wait(lambda: (service.status()["run"] or {}).get("running"), "a step to run")
+    service.wait(lambda: _running(service) == ["stop:gate"], "the run to wait at the gate alone")
     st = service.status()
     assert st["phase"] == "shutting_down" and st["run"]["origin"] == "manual"
     busy = service.cli("trigger", "startup", "--yes", check=False)
@@ -203,6 +134,11 @@ def test_override_cli_hold_trigger_history_events_abort(service: ServiceProcess)
     assert st["run"] is None and st["held"]["reason"].startswith("abort by root")
     assert st["phase"] == "recovering"
     assert service.terminate() == 0
+
+
+def _running(service: ServiceProcess) -> list[str]:
+    run = service.status()["run"] or {}
+    return [step["step"] for step in run.get("running", [])]
 
 
 def test_events_follow_prints_new_events_as_they_happen(service: ServiceProcess) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.integration.test_service import ServiceProcess, write_site
+from tests.peers.service import ServiceProcess, write_site
 
 
 def site_with_bmcs(tmp_path: Path, bmcs: dict[str, Any]) -> ServiceProcess:

@@ -27,14 +27,15 @@ from tests.peers.vcsim import (
     host_names,
     wait_for_tools,
 )
+from tests.runs import executor_for
 from upsguard.clock import SystemClock
 from upsguard.config.loading import load_site
-from upsguard.engine.executor import Executor, RunResult
+from upsguard.engine.executor import RunResult
 from upsguard.engine.inventory import live_inventory
 from upsguard.events import Event
 from upsguard.models import StepState
 from upsguard.plugins.registry import build_platforms
-from upsguard.runbooks.planner import build_plan
+from upsguard.runbooks.planner import Planner
 
 pytestmark = pytest.mark.vcsim
 
@@ -67,11 +68,8 @@ def run(site_path: Path, direction: str) -> tuple[RunResult, list[Event]]:
             await platform.open()
         try:
             inventory = await live_inventory(site, platforms)
-            plan = build_plan(site, direction, inventory)
-            executor = Executor(
-                site, plan, platforms, clock=SystemClock(), events=events.append, run_id="t"
-            )
-            return await executor.run()
+            plan = Planner(site, inventory).plan(direction)
+            return await executor_for(plan, platforms, SystemClock(), events.append).run()
         finally:
             for platform in platforms.values():
                 await platform.close()
@@ -88,7 +86,7 @@ def test_shutdown_order_at_vsphere_follows_the_plan(slow_lab: Vcsim, tmp_path: P
         slow_lab, "VmGuestShutdownEvent", "VmPoweredOffEvent", "HostShutdownEvent"
     )
     result, _ = run(write_site(slow_lab, tmp_path, RESOURCES), "shutdown")
-    assert result.state == "done", [o.detail for o in result.failed]
+    assert result.outcome == "done", [o.detail for o in result.failed]
     seen = recorder.read()
     off = {name: ("VmPoweredOffEvent", name) for kind, name in seen if kind == "VmPoweredOffEvent"}
     guest = {name: ("VmGuestShutdownEvent", name) for kind, name in seen if kind.startswith("VmG")}
@@ -132,10 +130,10 @@ def test_power_up_order_after_the_outage(slow_lab: Vcsim, tmp_path: Path) -> Non
             res["startup"] = power_on + shlex.join([url + res["id"], str(slow_lab.tls.ca_file)])
     site = write_site(slow_lab, tmp_path, resources, extra_platforms={"bmc": {"type": "command"}})
     down, _ = run(site, "shutdown")
-    assert down.state == "done", [o.detail for o in down.failed]
+    assert down.outcome == "done", [o.detail for o in down.failed]
     recorder = EventRecorder(slow_lab, "HostConnectedEvent", "VmPoweredOnEvent")
     up, _ = run(site, "startup")
-    assert up.state == "done", [o.detail for o in up.failed]
+    assert up.outcome == "done", [o.detail for o in up.failed]
     seen = recorder.read()
     on = [name for kind, name in seen if kind == "VmPoweredOnEvent"]
     hosts_up = [name for kind, name in seen if kind == "HostConnectedEvent"]
@@ -184,7 +182,7 @@ def test_hand_over_to_the_esxi_host_once_vcenter_is_down(
     at_vc = EventRecorder(vc, "VmGuestShutdownEvent", "HostShutdownEvent")
     at_esx = EventRecorder(esx, "VmGuestShutdownEvent", "HostShutdownEvent")
     result, _ = run(site, "shutdown")
-    assert result.state == "done", [o.detail for o in result.failed]
+    assert result.outcome == "done", [o.detail for o in result.failed]
     assert at_vc.read() == [
         ("VmGuestShutdownEvent", "app-01"),
         ("HostShutdownEvent", "DC0_C0_H1"),

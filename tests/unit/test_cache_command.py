@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ def make(tmp_path: Path, **override: str) -> tuple[FakeTools, CommandCacheProvid
             "nvram": {"dirty": 50_000_000, "rate": 40_000_000.0, "accepting": True},
             "broken": {"dirty": 0, "rate": 1.0, "accepting": True},
         },
+        clock=0.0,
     )
     cli = tools.path("fakecache")
     settings = CommandCacheSettings.model_validate(
@@ -59,22 +59,22 @@ def test_mode_words() -> None:
 
 
 def test_write_through_drains_to_clean_and_back(tmp_path: Path) -> None:
-    _, p = make(tmp_path)
+    tools, p = make(tmp_path)
 
     async def scenario() -> tuple[CacheState, list[CacheState], CacheState]:
         first = await p.read(target())
         await p.set_mode(target(), CacheMode.WRITE_THROUGH)
         seen = [await p.read(target())]
-        deadline = time.monotonic() + 30
-        while not seen[-1].clean and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
+        for _ in range(3):  # 40 MB/s: 50 MB drain in 1.25 s of the fake clock
+            tools.advance(0.5)
             seen.append(await p.read(target()))
         await p.set_mode(target(), CacheMode.WRITE_BACK)
         return first, seen, await p.read(target())
 
     first, seen, back = asyncio.run(scenario())
-    assert first.mode is CacheMode.WRITE_BACK and (first.dirty_bytes or 0) <= 50_000_000
-    assert len(seen) > 2 and seen[-1].clean and seen[-1].dirty_bytes == 0
+    assert first.mode is CacheMode.WRITE_BACK and first.dirty_bytes == 50_000_000
+    assert [s.dirty_bytes for s in seen] == [50_000_000, 30_000_000, 10_000_000, 0]
+    assert [s.clean for s in seen] == [False, False, False, True]
     assert back.mode is CacheMode.WRITE_BACK and not back.clean
 
 

@@ -1,4 +1,4 @@
-"""The outage loop as the service drives it, on a virtual clock: lost UPS data, holds,
+"""The outage controller as the service drives it, on a virtual clock: lost UPS data, holds,
 manual runs and abort, and resuming a run from the journal after a crash."""
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from upsguard.config.source import parse_yaml
 from upsguard.controller.journal import Journal
 from upsguard.controller.resume import reap_and_resume
 from upsguard.engine.destage import DestageWatch
-from upsguard.engine.outage_controller import OutageLoop
+from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import UpsUnreachable
 from upsguard.events import Event, EventBus, PhaseChanged, RunFinished, StepStarted
 from upsguard.models import (
+    Direction,
     Phase,
     PlatformName,
     PowerState,
@@ -28,7 +29,6 @@ from upsguard.models import (
     UpsReading,
 )
 from upsguard.plugins.platforms.simulated import SimulatedPlatform
-from upsguard.runbooks.plan import Direction
 
 SITE = """
 site: t
@@ -95,10 +95,10 @@ class Harness:
         self.events: list[Event] = []
         self.platform: SimulatedPlatform | None = None
 
-    def build(self) -> OutageLoop:
+    def build(self) -> OutageController:
         s = site()
         self.clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
-        bus = EventBus()
+        bus = self.bus = EventBus()
         bus.subscribe(self.events.append)
         if self.journal is not None:
             bus.subscribe(self.journal.record)
@@ -106,17 +106,16 @@ class Harness:
         assert isinstance(settings, SimulatedPlatformSettings)
         if self.platform is None:  # the real world outlives a controller
             self.platform = SimulatedPlatform(PlatformName("sim"), settings, self.clock)
-        return OutageLoop(
+        return OutageController(
             s,
             sources={UpsName("ups1"): ScriptedUps(self.clock, self.script)},
             platforms={PlatformName("sim"): self.platform},
             caches=DestageWatch(s, {}, self.clock, bus),
             clock=self.clock,
             events=bus,
-            journal=self.journal,
         )
 
-    async def drive(self, loop: OutageLoop, until: float) -> None:
+    async def drive(self, loop: OutageController, until: float) -> None:
         while self.clock.monotonic() < until:
             await loop.tick()
             await asyncio.sleep(5)
@@ -128,10 +127,10 @@ class Harness:
 def test_ups_lost_on_battery_keeps_counting_down_and_shuts_down() -> None:
     h = Harness(lambda t: "OB" if t < 60 else "lost")
 
-    async def go() -> OutageLoop:
+    async def go() -> OutageController:
         loop = h.build()
         await h.drive(loop, 1200)
-        await loop.close()
+        await loop.interrupt()
         return loop
 
     loop = run_virtual(go())
@@ -143,17 +142,17 @@ def test_ups_lost_on_battery_keeps_counting_down_and_shuts_down() -> None:
     assert Phase.RECOVERING not in [e.new for e in h.kinds(PhaseChanged)]
     assert loop.engine.phase is Phase.DOWN
     finished = h.kinds(RunFinished)
-    assert [(e.direction, e.state) for e in finished] == [("shutdown", "done")]
+    assert [(e.spec.kind, e.outcome) for e in finished] == [("shutdown", "done")]
 
 
 def test_a_hold_defers_the_shutdown_down_to_the_critical_floor() -> None:
     h = Harness(lambda t: "OB")
 
-    async def go() -> OutageLoop:
+    async def go() -> OutageController:
         loop = h.build()
         loop.engine.hold("generator starting")
         await h.drive(loop, 900)
-        await loop.close()
+        await loop.interrupt()
         return loop
 
     run_virtual(go())
@@ -167,7 +166,7 @@ def test_a_hold_defers_the_shutdown_down_to_the_critical_floor() -> None:
 def test_manual_shutdown_under_mains_is_not_cancelled_and_abort_holds_the_site() -> None:
     h = Harness(lambda t: "OL")
 
-    async def go() -> tuple[OutageLoop, str | None]:
+    async def go() -> tuple[OutageController, str | None]:
         loop = h.build()
         await h.drive(loop, 60)  # on line for a minute: power "is back" already
         await loop.trigger(Direction.SHUTDOWN, None, "maintenance")
@@ -176,10 +175,10 @@ def test_manual_shutdown_under_mains_is_not_cancelled_and_abort_holds_the_site()
         aborted = await loop.abort()
         loop.engine.hold("aborted")  # what 'upsguard abort' does with it
         await h.drive(loop, 1000)
-        assert [e.state for e in h.kinds(RunFinished)] == ["cancelled"]
+        assert [e.outcome for e in h.kinds(RunFinished)] == ["aborted"]
         loop.engine.release()  # the policy restarts what was stopped
         await h.drive(loop, 1200)
-        await loop.close()
+        await loop.interrupt()
         return loop, aborted
 
     _, aborted = run_virtual(go())
@@ -187,8 +186,8 @@ def test_manual_shutdown_under_mains_is_not_cancelled_and_abort_holds_the_site()
     moves = [(e.old, e.new, e.reason) for e in h.kinds(PhaseChanged)]
     assert moves[0] == (Phase.NORMAL, Phase.SHUTTING_DOWN, "manual shutdown: maintenance")
     assert moves[1] == (Phase.SHUTTING_DOWN, Phase.RECOVERING, "shutdown aborted")
-    assert [(e.direction, e.state) for e in h.kinds(RunFinished)] == [
-        ("shutdown", "cancelled"),
+    assert [(e.spec.kind, e.outcome) for e in h.kinds(RunFinished)] == [
+        ("shutdown", "aborted"),
         ("startup", "done"),
     ]
 
@@ -196,7 +195,7 @@ def test_manual_shutdown_under_mains_is_not_cancelled_and_abort_holds_the_site()
 def test_a_manual_shutdown_stays_down_until_a_person_starts_the_site() -> None:
     h = Harness(lambda t: "OL")
 
-    async def go() -> OutageLoop:
+    async def go() -> OutageController:
         loop = h.build()
         await h.drive(loop, 10)
         await loop.trigger(Direction.SHUTDOWN, None, "maintenance")
@@ -204,11 +203,11 @@ def test_a_manual_shutdown_stays_down_until_a_person_starts_the_site() -> None:
         assert loop.engine.phase is Phase.DOWN
         await loop.trigger(Direction.STARTUP, None, "maintenance over")
         await h.drive(loop, 3600 + 200)
-        await loop.close()
+        await loop.interrupt()
         return loop
 
     loop = run_virtual(go())
-    assert [(e.direction, e.state) for e in h.kinds(RunFinished)] == [
+    assert [(e.spec.kind, e.outcome) for e in h.kinds(RunFinished)] == [
         ("shutdown", "done"),
         ("startup", "done"),
     ]
@@ -227,27 +226,25 @@ def test_a_run_cut_short_by_a_crash_is_resumed_without_repeating_done_steps(
         await h.drive(first, 10)
         run = await first.trigger(Direction.SHUTDOWN, None, "maintenance")
         await asyncio.sleep(25)  # app is down, db's shutdown is under way
-        journal.stopping = True  # what SIGTERM does; kill -9 leaves 'running' rows, same result
-        await first.close()
-        journal.stopping = False
+        await first.interrupt()  # what SIGTERM does; kill -9 leaves 'running' rows, same result
         h.events.clear()
         second = h.build()
-        resumed = await reap_and_resume(journal, second, h.clock, second._events)
+        resumed = await reap_and_resume(journal, second, h.clock, h.bus)
         assert resumed == run
         assert second.engine.phase is Phase.SHUTTING_DOWN
         await h.drive(second, 400)
-        await second.close()
+        await second.interrupt()
 
     run_virtual(go())
     started = [e.step for e in h.kinds(StepStarted)]
     assert "stop:app" not in started  # done before the crash: not run again
     assert started == ["stop:db", "stop:h1"]
-    assert [(e.direction, e.state) for e in h.kinds(RunFinished)] == [("shutdown", "done")]
+    assert [(e.spec.kind, e.outcome) for e in h.kinds(RunFinished)] == [("shutdown", "done")]
     (run,) = journal.runs()
     assert (run.state, run.resumed) == ("done", 1)
     assert [(s.step, s.attempt, s.state) for s in run.steps] == [
         ("stop:app", 1, "done"),
-        ("stop:db", 1, "abandoned"),
+        ("stop:db", 1, "interrupted"),
         ("stop:db", 2, "done"),
         ("stop:h1", 1, "done"),
     ]

@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.runs import executor_for
 from tests.sites import simple_site, site_from
 from upsguard.clock import LoopClock, run_virtual
 from upsguard.config.platforms import SimulatedPlatformSettings
 from upsguard.config.site import SiteConfig
-from upsguard.engine.executor import Executor, RunResult
-from upsguard.engine.slots import Slots
+from upsguard.engine.executor import RunResult
 from upsguard.errors import PlatformUnreachable
 from upsguard.events import Event, PointOfNoReturn, StepFinished, StepStarted
 from upsguard.models import PlatformName, PowerState, ResourceId, StepState, StopMethod, Target
 from upsguard.plugins.platforms.simulated import Behaviour, Fleet, SimulatedPlatform
-from upsguard.runbooks.planner import build_plan
+from upsguard.runbooks.planner import Planner
 
 
 class FlakyPlatform(SimulatedPlatform):
@@ -73,12 +73,10 @@ def execute(
             )
         holder["vc"] = platforms[PlatformName("vc")]
         if direction == "startup":  # everything is off after an outage
-            down = build_plan(site, "shutdown")
-            await Executor(
-                site, down, platforms, clock=clock, events=lambda e: None, run_id="r0"
-            ).run()
-        plan = build_plan(site, direction)
-        executor = Executor(site, plan, platforms, clock=clock, events=events.append, run_id="r1")
+            down = Planner(site).plan("shutdown")
+            await executor_for(down, platforms, clock, lambda e: None).run()
+        plan = Planner(site).plan(direction)
+        executor = executor_for(plan, platforms, clock, events.append)
         task = asyncio.create_task(executor.run())
         if cancel_after is not None:
             await asyncio.sleep(cancel_after)
@@ -93,9 +91,9 @@ def execute(
 
 def test_steps_start_only_after_what_they_wait_for_finished(tmp_path: Path) -> None:
     result, events, _ = execute(site_from(tmp_path, simple_site()))
-    assert result.state == "done"
+    assert result.outcome == "done"
     finished: set[str] = set()
-    plan = build_plan(site_from(tmp_path, simple_site()), "shutdown").by_id()
+    plan = Planner(site_from(tmp_path, simple_site())).plan("shutdown").by_id()
     for event in events:
         if isinstance(event, StepStarted):
             assert set(plan[event.step].waits_for) <= finished, event.step
@@ -113,7 +111,7 @@ def test_parallelism_limit_is_respected(tmp_path: Path) -> None:
 
 def test_temporary_errors_are_retried(tmp_path: Path) -> None:
     result, _, vc = execute(site_from(tmp_path, simple_site()), failures=2)
-    assert result.state == "done"
+    assert result.outcome == "done"
     assert len(vc.stops) == 4 + 2 + 2  # web x4, app, db, h1, h2 all stopped in the end
 
 
@@ -122,7 +120,7 @@ def test_exhausted_retries_fail_the_step_and_say_why(tmp_path: Path) -> None:
     for res in data["resources"]:
         res["retries"] = 0
     result, _, _ = execute(site_from(tmp_path, data), failures=100)
-    assert result.state == "failed"
+    assert result.outcome == "failed"
     outcome = result.outcomes["stop:db"]  # type: ignore[index]
     assert outcome.state is StepState.FAILED
     assert outcome.detail == "db: vCenter did not answer"
@@ -135,7 +133,7 @@ def test_startup_does_not_start_dependents_of_a_failed_step(tmp_path: Path) -> N
     result, events, _ = execute(
         site, "startup", behaviour={ResourceId("h1"): Behaviour(fail="start")}
     )
-    assert result.state == "failed"
+    assert result.outcome == "failed"
     started = [e.step for e in events if isinstance(e, StepStarted)]
     assert started[0] == "start:nas"
     assert "start:db" not in started
@@ -180,10 +178,8 @@ def test_vsphere_without_tools_skip_leaves_the_vm_running(tmp_path: Path) -> Non
         clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
         no_tools = SimulatedPlatformSettings(type="simulated", tools_running=False)
         vc = SimulatedPlatform(PlatformName("vc"), no_tools, clock)
-        plan = build_plan(site, "shutdown")
-        return await Executor(
-            site, plan, {PlatformName("vc"): vc}, clock=clock, events=lambda e: None, run_id="r"
-        ).run()
+        plan = Planner(site).plan("shutdown")
+        return await executor_for(plan, {PlatformName("vc"): vc}, clock, lambda e: None).run()
 
     outcome = run_virtual(main()).outcomes["stop:db"]  # type: ignore[index]
     assert outcome.state is StepState.SKIPPED
@@ -207,32 +203,11 @@ def test_a_failing_event_sink_ends_the_run_with_its_error_instead_of_hanging(
             for n, s in site.platforms.items()
             if isinstance(s, SimulatedPlatformSettings)
         }
-        plan = build_plan(site, "shutdown")
-        await Executor(site, plan, platforms, clock=clock, events=sink, run_id="r1").run()
+        plan = Planner(site).plan("shutdown")
+        await executor_for(plan, platforms, clock, sink).run()
 
     with pytest.raises(OSError, match="disk full"):
         run_virtual(main())
-
-
-def test_platform_slots_go_first_come_first_served_and_a_cancelled_waiter_passes_its_turn() -> None:
-    async def main() -> list[str]:
-        slots = Slots(1)
-        order: list[str] = []
-
-        async def use(name: str, hold: float) -> None:
-            async with slots:
-                order.append(name)
-                await asyncio.sleep(hold)
-
-        first = asyncio.create_task(use("a", 10))
-        await asyncio.sleep(0)
-        waiting = [asyncio.create_task(use(n, 1)) for n in ("b", "c", "d")]
-        await asyncio.sleep(1)
-        waiting[0].cancel()  # b gives up before its turn
-        await asyncio.gather(first, *waiting, return_exceptions=True)
-        return order
-
-    assert run_virtual(main()) == ["a", "c", "d"]
 
 
 class HangingPlatform(SimulatedPlatform):
@@ -261,8 +236,8 @@ def run_with_hangs(site: SiteConfig, hangs: int) -> tuple[RunResult, HangingPlat
             platforms[PlatformName(name)] = HangingPlatform(
                 PlatformName(name), settings, clock, fleet, hangs=hangs if name == "vc" else 0
             )
-        plan = build_plan(site, "shutdown")
-        executor = Executor(site, plan, platforms, clock=clock, events=lambda e: None, run_id="r")
+        plan = Planner(site).plan("shutdown")
+        executor = executor_for(plan, platforms, clock, lambda e: None)
         return await executor.run(), platforms[PlatformName("vc")]  # type: ignore[return-value]
 
     return run_virtual(main())
@@ -271,7 +246,7 @@ def run_with_hangs(site: SiteConfig, hangs: int) -> tuple[RunResult, HangingPlat
 def test_a_request_that_hangs_is_abandoned_and_asked_again(tmp_path: Path) -> None:
     result, vc = run_with_hangs(site_from(tmp_path, simple_site()), hangs=1)
     assert vc.reads == 2
-    assert result.state == "done"
+    assert result.outcome == "done"
     assert result.outcomes["stop:db"].detail == "db shut down"  # type: ignore[index]
 
 

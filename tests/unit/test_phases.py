@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from upsguard.config.policies import PoliciesConfig
 from upsguard.models import Phase
-from upsguard.policies.phases import Act, PhaseEngine, PowerView, RunState
+from upsguard.policies.phases import Act, PhaseEngine, PowerView
 from upsguard.policies.power import FeedReading
+from upsguard.runs import SiteRuns
 
 
 def view(
@@ -40,66 +41,66 @@ def acts(decisions: list) -> list[Act]:  # type: ignore[type-arg]
 
 def test_on_battery_only_after_the_debounce() -> None:
     eng = engine()
-    assert eng.evaluate(view(0, True), RunState(), 600) == []
-    assert eng.evaluate(view(5, True), RunState(), 600) == []
-    assert acts(eng.evaluate(view(10, True), RunState(), 600)) == [Act.CACHES_WRITE_THROUGH]
+    assert eng.evaluate(view(0, True), SiteRuns(), 600) == []
+    assert eng.evaluate(view(5, True), SiteRuns(), 600) == []
+    assert acts(eng.evaluate(view(10, True), SiteRuns(), 600)) == [Act.CACHES_WRITE_THROUGH]
     assert eng.phase is Phase.ON_BATTERY
 
 
 def test_a_blip_resets_the_debounce() -> None:
     eng = engine()
-    eng.evaluate(view(0, True), RunState(), 600)
-    eng.evaluate(view(5, False), RunState(), 600)
-    assert eng.evaluate(view(10, True), RunState(), 600) == []
+    eng.evaluate(view(0, True), SiteRuns(), 600)
+    eng.evaluate(view(5, False), SiteRuns(), 600)
+    assert eng.evaluate(view(10, True), SiteRuns(), 600) == []
     assert eng.phase is Phase.NORMAL
 
 
 def test_low_battery_skips_the_debounce_and_shuts_down() -> None:
     eng = engine()
-    decided = acts(eng.evaluate(view(0, True, low=True), RunState(), 600))
+    decided = acts(eng.evaluate(view(0, True, low=True), SiteRuns(), 600))
     assert Act.START_SHUTDOWN in decided
     assert eng.phase is Phase.SHUTTING_DOWN
 
 
 def test_runtime_against_plan_plus_margin() -> None:
     eng = engine(shutdown={"when_any": ["runtime < plan + 5m"]})
-    eng.evaluate(view(0, True, runtime=2000), RunState(), 600)
+    eng.evaluate(view(0, True, runtime=2000), SiteRuns(), 600)
     assert Act.START_SHUTDOWN not in acts(
-        eng.evaluate(view(10, True, runtime=901), RunState(), 600)
+        eng.evaluate(view(10, True, runtime=901), SiteRuns(), 600)
     )
-    decided = eng.evaluate(view(15, True, runtime=899), RunState(), 600)
+    decided = eng.evaluate(view(15, True, runtime=899), SiteRuns(), 600)
     assert Act.START_SHUTDOWN in acts(decided)
 
 
 def test_hold_defers_shutdown_until_the_floor() -> None:
     eng = engine(shutdown={"when_any": ["runtime < 10m"]}, critical_floor={"charge_below": 10})
     eng.held = "maintenance window"
-    eng.evaluate(view(0, True, runtime=300, charge=40), RunState(), 60)
-    held = eng.evaluate(view(10, True, runtime=300, charge=40), RunState(), 60)
+    eng.evaluate(view(0, True, runtime=300, charge=40), SiteRuns(), 60)
+    held = eng.evaluate(view(10, True, runtime=300, charge=40), SiteRuns(), 60)
     assert Act.START_SHUTDOWN not in acts(held)
     assert eng.phase is Phase.ON_BATTERY
-    decided = eng.evaluate(view(20, True, runtime=200, charge=9), RunState(), 60)
+    decided = eng.evaluate(view(20, True, runtime=200, charge=9), SiteRuns(), 60)
     assert Act.START_SHUTDOWN in acts(decided)
     assert eng.at_floor
 
 
 def test_power_must_stay_back_before_recovering() -> None:
     eng = engine(power_returns={"online_for": "30s"})
-    eng.evaluate(view(0, True), RunState(), 600)
-    eng.evaluate(view(10, True), RunState(), 600)
-    eng.evaluate(view(20, False), RunState(), 600)
+    eng.evaluate(view(0, True), SiteRuns(), 600)
+    eng.evaluate(view(10, True), SiteRuns(), 600)
+    eng.evaluate(view(20, False), SiteRuns(), 600)
     assert eng.phase is Phase.ON_BATTERY
-    eng.evaluate(view(50, False), RunState(), 600)
+    eng.evaluate(view(50, False), SiteRuns(), 600)
     assert eng.phase is Phase.RECOVERING
 
 
 def test_caches_go_back_only_above_the_charge_threshold() -> None:
     eng = engine(power_returns={"online_for": "0s"}, startup={"online_for": "0s"})
-    eng.evaluate(view(0, True), RunState(), 600)
-    eng.evaluate(view(10, True), RunState(), 600)
-    eng.evaluate(view(20, False, charge=40), RunState(), 600)
+    eng.evaluate(view(0, True), SiteRuns(), 600)
+    eng.evaluate(view(10, True), SiteRuns(), 600)
+    eng.evaluate(view(20, False, charge=40), SiteRuns(), 600)
     assert eng.phase is Phase.RECOVERING
-    assert eng.evaluate(view(30, False, charge=45), RunState(), 600) == []
-    decided = eng.evaluate(view(40, False, charge=55), RunState(), 600)
+    assert eng.evaluate(view(30, False, charge=45), SiteRuns(), 600) == []
+    decided = eng.evaluate(view(40, False, charge=55), SiteRuns(), 600)
     assert acts(decided) == [Act.CACHES_WRITE_BACK]
     assert eng.phase is Phase.NORMAL

@@ -13,7 +13,7 @@ from upsguard.config import SiteConfig, load_site
 from upsguard.models import ResourceId, ResourceKind, Target
 from upsguard.runbooks import render
 from upsguard.runbooks.plan import Action, Plan
-from upsguard.runbooks.planner import build_plan
+from upsguard.runbooks.planner import Planner
 
 
 def position(plan: Plan) -> dict[str, int]:
@@ -60,14 +60,14 @@ def test_any_dag_shutdown_respects_every_edge_and_startup_reverses_it(
 ) -> None:
     size, edges = dag
     site = dag_site(size, edges)
-    down = position(build_plan(site, "shutdown"))
-    up = position(build_plan(site, "startup"))
+    down = position(Planner(site).plan("shutdown"))
+    up = position(Planner(site).plan("startup"))
     assert len(down) == len(up) == size
     for a, b in edges:  # a depends on b: a stops first, b starts first
         assert down[f"r{a}"] < down[f"r{b}"]
         assert up[f"r{b}"] < up[f"r{a}"]
     for plan_dir in ("shutdown", "startup"):
-        plan = build_plan(site, plan_dir)
+        plan = Planner(site).plan(plan_dir)
         seen: set[str] = set()
         for step in plan.steps:
             assert set(step.waits_for) <= seen  # every step after what it waits for
@@ -76,18 +76,18 @@ def test_any_dag_shutdown_respects_every_edge_and_startup_reverses_it(
 
 
 def test_vms_before_their_host_hosts_before_storage_switch_stays_up(tmp_path: Path) -> None:
-    plan = build_plan(site_from(tmp_path, simple_site()), "shutdown")
+    plan = Planner(site_from(tmp_path, simple_site())).plan("shutdown")
     order = position(plan)
     assert order["web"] < order["app"] < order["db"] < order["h1"]
     assert order["app"] < order["h2"] and order["web"] < order["h2"]
     assert order["h1"] < order["nas"] and order["h2"] < order["nas"]
     assert "sw" not in order  # a switch without a platform goes down with the UPS
-    startup = position(build_plan(site_from(tmp_path, simple_site()), "startup"))
+    startup = position(Planner(site_from(tmp_path, simple_site())).plan("startup"))
     assert startup["nas"] < startup["h1"] < startup["db"] < startup["app"] < startup["web"]
 
 
 def test_steps_wait_only_for_what_they_need(tmp_path: Path) -> None:
-    plan = build_plan(site_from(tmp_path, simple_site()), "shutdown")
+    plan = Planner(site_from(tmp_path, simple_site())).plan("shutdown")
     steps = plan.by_id()
     assert steps["stop:h1"].waits_for == ("stop:db",)
     assert set(steps["stop:h2"].waits_for) == {"stop:app", "stop:web"}
@@ -105,9 +105,9 @@ def test_switch_with_a_platform_goes_last_and_comes_up_first(tmp_path: Path) -> 
         "start": True,
     }
     site = site_from(tmp_path, data)
-    down = build_plan(site, "shutdown")
+    down = Planner(site).plan("shutdown")
     assert down.steps[-1].id == "stop:sw"
-    assert build_plan(site, "startup").steps[0].id == "start:sw"
+    assert Planner(site).plan("startup").steps[0].id == "start:sw"
 
 
 def test_upsguard_machine_goes_last_and_what_it_needs_is_left_to_the_ups(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ def test_upsguard_machine_goes_last_and_what_it_needs_is_left_to_the_ups(tmp_pat
             "depends_on": ["nas"],
         }
     )
-    plan = build_plan(site_from(tmp_path, data), "shutdown")
+    plan = Planner(site_from(tmp_path, data)).plan("shutdown")
     assert plan.steps[-1].id == "stop:mgmt"
     assert plan.left_to_ups == ("nas",)
     assert "stop:nas" not in plan.by_id()
@@ -141,7 +141,7 @@ def test_manager_stops_after_what_it_manages_and_later_steps_go_direct(tmp_path:
             "depends_on": ["db"],
         },
     )
-    plan = build_plan(site_from(tmp_path, data), "shutdown")
+    plan = Planner(site_from(tmp_path, data)).plan("shutdown")
     order, steps = position(plan), plan.by_id()
     assert order["app"] < order["vcsa"] and order["web"] < order["vcsa"]
     assert order["vcsa"] < order["db"] < order["h1"]  # vcsa needs db: db stops after it
@@ -153,7 +153,7 @@ def test_manager_stops_after_what_it_manages_and_later_steps_go_direct(tmp_path:
 def test_hardware_in_a_cache_data_path_waits_for_it(tmp_path: Path) -> None:
     data = simple_site()
     data["caches"] = [{"name": "flash", "provider": "simulated", "carries": ["db"]}]
-    steps = build_plan(site_from(tmp_path, data), "shutdown").by_id()
+    steps = Planner(site_from(tmp_path, data)).plan("shutdown").by_id()
     assert steps["stop:h1"].caches == ("flash",)  # db runs on h1
     assert steps["stop:nas"].caches == ("flash",)  # h1 stores on nas
     assert steps["stop:h2"].caches == ()  # app only needs db: h2 is not in the data path
@@ -162,7 +162,7 @@ def test_hardware_in_a_cache_data_path_waits_for_it(tmp_path: Path) -> None:
 
 def test_shedding_plan_includes_what_must_stop_first(tmp_path: Path) -> None:
     site = site_from(tmp_path, simple_site())
-    plan = build_plan(site, "shutdown", only={ResourceId("app")})
+    plan = Planner(site).plan("shutdown", {ResourceId("app")})
     assert [s.id for s in plan.steps] == ["stop:web", "stop:app"]
 
 
@@ -177,7 +177,7 @@ def test_live_inventory_expands_groups_and_places_vms(tmp_path: Path) -> None:
             Target("vc", vm, "web-2", host="h2"),  # type: ignore[arg-type]
         ]
     }
-    steps = build_plan(site, "shutdown", inventory).by_id()
+    steps = Planner(site, inventory).plan("shutdown").by_id()
     assert "stop:web/web-1" in steps["stop:h1"].waits_for
     assert "stop:web/web-2" in steps["stop:h2"].waits_for
     assert steps["stop:web/web-1"].waits_for == ()
@@ -197,20 +197,20 @@ def test_plan_text_tells_vms_without_tools_from_the_rest(tmp_path: Path) -> None
             Target("vc", vm, "web-2", host="h2"),  # type: ignore[arg-type]
         ],
     }
-    steps = build_plan(site, "shutdown", inventory).by_id()
+    steps = Planner(site, inventory).plan("shutdown").by_id()
     assert steps["stop:db"].description.endswith("; no VMware Tools: powered off at once")
     assert steps["stop:app"].description.endswith("; no VMware Tools: the step fails")
     assert "VMware Tools" not in steps["stop:web/web-1"].description
     assert "VMware Tools" not in steps["stop:web/web-2"].description  # not known: no claim
     data["resources"][0]["fallback"] = "skip"
-    with_skip = build_plan(site_from(tmp_path, data), "shutdown", inventory).by_id()
+    with_skip = Planner(site_from(tmp_path, data), inventory).plan("shutdown").by_id()
     assert with_skip["stop:db"].description.endswith("; no VMware Tools: left running (skip)")
 
 
 def test_vms_of_unknown_placement_go_down_before_any_host(tmp_path: Path) -> None:
     data = simple_site()
     data["resources"][0].pop("runs_on")
-    plan = build_plan(site_from(tmp_path, data), "shutdown")
+    plan = Planner(site_from(tmp_path, data)).plan("shutdown")
     barrier = "stop:vc:vms-of-unknown-placement"
     steps = plan.by_id()
     assert steps[barrier].action is Action.BARRIER
@@ -221,7 +221,7 @@ def test_vms_of_unknown_placement_go_down_before_any_host(tmp_path: Path) -> Non
 def test_critical_path_and_parallelism(tmp_path: Path) -> None:
     data = simple_site()
     data["platforms"]["vc"]["max_parallel"] = 2
-    plan = build_plan(site_from(tmp_path, data), "shutdown")
+    plan = Planner(site_from(tmp_path, data)).plan("shutdown")
     assert plan.critical_path == ("stop:web", "stop:app", "stop:db", "stop:h1", "stop:nas")
     # web: 4 VMs two at a time = 2 rounds of 40 s; app 40 s, db 40 s, h1 2 min, nas 1 min
     assert plan.critical_path_s == 80 + 40 + 40 + 120 + 60
@@ -229,7 +229,7 @@ def test_critical_path_and_parallelism(tmp_path: Path) -> None:
 
 
 def test_text_json_dot_mermaid(tmp_path: Path) -> None:
-    plan = build_plan(site_from(tmp_path, simple_site()), "shutdown")
+    plan = Planner(site_from(tmp_path, simple_site())).plan("shutdown")
     text = render.plan_text(plan)
     assert "* = on the critical path: stop:web -> stop:app" in text
     assert "guest shutdown of 4 VMs of group web (name web-*), power off after 5m" in text
@@ -243,5 +243,5 @@ def test_examples_plan_cleanly() -> None:
     for name in ("homelab.yaml", "cluster.yaml"):
         site = load_site(EXAMPLES / name)
         for direction in ("shutdown", "startup"):
-            plan = build_plan(site, direction)
+            plan = Planner(site).plan(direction)
             assert plan.steps

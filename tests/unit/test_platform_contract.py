@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from upsguard.clock import SystemClock
+from upsguard.config.caches import BUILTIN_PROVIDERS
 from upsguard.config.platforms import BUILTIN_TYPES, PlatformBase
 from upsguard.config.site import SiteConfig
 from upsguard.models import PlatformName
@@ -38,3 +39,10 @@ def test_built_through_the_registry_it_is_a_platform(kind: str) -> None:
     platform = registry.load("platform", kind)(PlatformName("p"), settings, SystemClock())
     assert isinstance(platform, Platform)
     assert platform.name == "p"
+
+
+def test_the_registry_and_the_site_file_know_the_same_backends() -> None:
+    """Adding a backend: its settings model in the config union, its class in the registry;
+    nothing else lists it (the import contracts use wildcards)."""
+    assert set(registry.BUILTIN["platform"]) == BUILTIN_TYPES
+    assert set(registry.BUILTIN["cache"]) == BUILTIN_PROVIDERS

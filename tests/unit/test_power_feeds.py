@@ -71,10 +71,38 @@ def test_three_supplies_need_two_runtime_is_second_longest() -> None:
     assert reading.at_risk_for_s == 30  # the second UPS off line made it at risk
 
 
-def test_lost_member_never_counts_as_online() -> None:
+def test_a_ups_out_of_contact_since_it_was_on_mains_is_an_alert_not_an_outage() -> None:
     figures = {A: fig(A, "OL", link=LinkState.LOST, off_for=20)}
     reading = read_feed("hosts", feed(A), figures)
-    assert reading.at_risk and reading.lost and reading.members == ("lost",)
+    assert not reading.at_risk and not reading.lost
+    assert reading.members == ("unknown",) and reading.unknown == 1
+
+
+def test_out_of_contact_counts_as_lost_when_another_supply_has_failed() -> None:
+    figures = {
+        A: fig(A, "OL", link=LinkState.LOST, off_for=20),
+        B: fig(B, "OB", runtime=300, off_for=5),
+    }
+    reading = read_feed("hosts", feed(A, B), figures)
+    assert reading.at_risk and reading.lost and reading.members == ("unknown", "on-battery")
+
+
+def test_treat_as_outage_counts_lost_contact_as_off_line() -> None:
+    figures = {A: fig(A, "OL", link=LinkState.LOST, off_for=20)}
+    reading = read_feed("hosts", feed(A), figures, lost_contact="treat_as_outage")
+    assert reading.at_risk and reading.lost and reading.at_risk_for_s == 20
+
+
+def test_contact_lost_on_battery_keeps_counting_down() -> None:
+    lost_on_battery = UpsFigures(
+        fig(A, "OB", link=LinkState.LOST).reading,
+        240.0,
+        None,
+        off_line_for_s=60,
+        last_seen_on_mains=False,
+    )
+    reading = read_feed("hosts", feed(A), {A: lost_on_battery})
+    assert reading.at_risk and reading.runtime_s == 240 and reading.members == ("lost",)
 
 
 def test_held_member_counts_while_its_grace_lasts() -> None:

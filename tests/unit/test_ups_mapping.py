@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from upsguard.models import LinkState, UpsFlag, UpsName
-from upsguard.plugins.ups.nut import nut_error_word, parse_status, reading_from_vars
+from upsguard.plugins.ups.nut import parse_status, reading_from_vars
 from upsguard.plugins.ups.snmp import UPS_MIB, powernet_reading, ups_mib_reading
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -50,11 +50,6 @@ def test_nut_wait_or_no_status_is_stale(status: str) -> None:
 def test_nut_garbage_numbers_are_unknown() -> None:
     reading = reading_from_vars(UPS, AT, {"ups.status": "OL", "battery.charge": "n/a"})
     assert reading.charge_pct is None
-
-
-def test_nut_error_words() -> None:
-    assert nut_error_word(Exception("ERR DATA-STALE")) == "DATA-STALE"
-    assert nut_error_word(Exception("garbage")) == "garbage"
 
 
 @pytest.mark.parametrize(

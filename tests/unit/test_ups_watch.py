@@ -17,7 +17,7 @@ from upsguard.clock import LoopClock, run_virtual
 from upsguard.config.site import FeedConfig
 from upsguard.errors import AuthenticationError, UpsUnreachable
 from upsguard.models import LinkState, UpsFlag, UpsName, UpsReading
-from upsguard.policies.power import read_feed
+from upsguard.policies.power import LostContact, read_feed
 from upsguard.policies.watch import UpsWatch
 
 T = TypeVar("T")
@@ -63,7 +63,10 @@ class ScriptedSource:
 
 
 def play(
-    steps: list[Step | Exception], every_s: float = 5.0, **watch_args: Any
+    steps: list[Step | Exception],
+    every_s: float = 5.0,
+    lost_contact: LostContact = "alert",
+    **watch_args: Any,
 ) -> tuple[UpsWatch, list[UpsReading], list[Any]]:
     """Poll the whole script every ``every_s`` virtual seconds; readings and feed views."""
 
@@ -74,7 +77,7 @@ def play(
         feed = FeedConfig(ups=[UPS])
         for _ in range(len(steps)):
             readings.append(await watch.poll())
-            feeds.append(read_feed("f", feed, {UPS: watch.figures()}))
+            feeds.append(read_feed("f", feed, {UPS: watch.figures()}, lost_contact))
             await asyncio.sleep(every_s)
         return watch, readings, feeds
 
@@ -103,14 +106,22 @@ def test_short_link_blip_on_mains_is_not_an_outage() -> None:
     assert [f.members for f in feeds][1] == ("held",)
 
 
-def test_long_link_loss_is_at_risk_counted_from_the_loss() -> None:
+def test_long_link_loss_on_mains_is_an_alert_by_default() -> None:
     _, readings, feeds = play([ok("OL")] + [lost()] * 5, every_s=5.0, link_grace_s=15.0)
+    assert not any(f.at_risk for f in feeds)
+    assert feeds[5].members == ("unknown",) and readings[5].link is LinkState.LOST
+
+
+def test_long_link_loss_treated_as_outage_is_at_risk_counted_from_the_loss() -> None:
+    _, readings, feeds = play(
+        [ok("OL")] + [lost()] * 5, every_s=5.0, link_grace_s=15.0, lost_contact="treat_as_outage"
+    )
     # losses seen at 5, 10, 15, 20, 25 s: held while under 15 s since the first loss.
     assert [f.at_risk for f in feeds] == [False, False, False, False, True, True]
     assert feeds[4].at_risk_for_s == pytest.approx(15.0)
     assert feeds[5].at_risk_for_s == pytest.approx(20.0)
     assert readings[5].age_s == pytest.approx(25.0) and readings[5].charge_pct == 100.0
-    assert feeds[5].members == ("lost",)
+    assert feeds[5].members == ("unknown",)
 
 
 def test_lost_on_battery_is_never_held_and_runtime_counts_down() -> None:
@@ -121,9 +132,11 @@ def test_lost_on_battery_is_never_held_and_runtime_counts_down() -> None:
     assert watch.runtime_s() == pytest.approx(590.0)
 
 
-def test_lost_before_any_reading_is_lost_and_at_risk() -> None:
+def test_lost_before_any_reading_is_unknown_an_alert_and_not_an_outage() -> None:
     _, readings, feeds = play([lost()])
     assert readings[0].link is LinkState.LOST and readings[0].age_s == float("inf")
+    assert not feeds[0].at_risk and feeds[0].members == ("unknown",)
+    _, _, feeds = play([lost()], lost_contact="treat_as_outage")
     assert feeds[0].at_risk
 
 
@@ -149,7 +162,8 @@ def test_short_ob_blip_is_at_risk_only_for_its_duration() -> None:
 
 
 def test_stale_keeps_last_values_with_their_age_and_is_held_briefly() -> None:
-    _, readings, feeds = play([ok("OL", charge=99.0), stale(), stale(), stale(), stale()])
+    steps: list[Step | Exception] = [ok("OL", charge=99.0), stale(), stale(), stale(), stale()]
+    _, readings, feeds = play(steps, lost_contact="treat_as_outage")
     assert readings[1].link is LinkState.STALE and readings[1].charge_pct == 99.0
     assert readings[1].raw["nut.error"] == "X" and readings[2].age_s == pytest.approx(10.0)
     assert [f.at_risk for f in feeds] == [False, False, False, False, True]
@@ -175,10 +189,10 @@ def test_depletion_window_forgets_an_earlier_outage() -> None:
     assert watch.depletion_pct_per_min is None
 
 
-def test_refused_credentials_stop_the_first_poll_only() -> None:
+def test_refused_credentials_are_lost_contact_with_the_reason_never_an_exception() -> None:
     denied = AuthenticationError("upsd refused user 'mon'")
-    with pytest.raises(AuthenticationError):
-        play([denied])
+    watch, readings, _ = play([denied])
+    assert readings[0].link is LinkState.LOST and watch.last_error == "upsd refused user 'mon'"
     watch, readings, _ = play([ok("OL"), denied])
     assert readings[1].link is LinkState.LOST and watch.last_error is not None
 

@@ -17,6 +17,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, TextIO, TypeVar
 
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
+from rich.table import Table
+
+from upsguard.cli import output
 from upsguard.cli.common import (
     Subparsers,
     add_format_option,
@@ -123,7 +128,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json([status_dict(s) for s in statuses])
     else:
-        print(status_table(statuses))
+        output.show(status_table(statuses))
     return 1 if any(s.error for s in statuses) else 0
 
 
@@ -241,14 +246,9 @@ def status_dict(status: CacheStatus) -> dict[str, Any]:
     }
 
 
-def status_table(statuses: list[CacheStatus]) -> str:
+def status_table(statuses: list[CacheStatus]) -> Table:
     header = ("CACHE", "TARGET", "MODE", "DIRTY", "RATE", "ETA", "CLEAN", "DETAIL")
-    rows = [header, *(_row(s) for s in statuses)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
-        for row in rows
-    ).rstrip()
+    return output.table(header, (_row(s) for s in statuses))
 
 
 def _row(status: CacheStatus) -> tuple[str, ...]:
@@ -264,27 +264,39 @@ def _row(status: CacheStatus) -> tuple[str, ...]:
 
 
 class ProgressBar:
-    """Dirty bytes falling: redrawn in place on a terminal, one line per poll otherwise."""
+    """Dirty bytes falling: a rich progress bar on a terminal, one plain line per poll otherwise
+    (scripts and logs read those lines)."""
 
     def __init__(self, out: TextIO) -> None:
         self._out = out
-        self._tty = out.isatty()
         self._start: int | None = None
-        self._drawn = False
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+        if output.is_terminal(out):
+            self._bar = Progress(
+                BarColumn(bar_width=BAR_WIDTH),
+                TextColumn("{task.description}"),
+                console=Console(file=out, highlight=False),
+            )
 
     def draw(self, statuses: list[CacheStatus]) -> None:
-        self._out.write(
-            ("\r" if self._tty else "") + self.line(statuses) + ("" if self._tty else "\n")
-        )
-        self._out.flush()
-        self._drawn = True
+        done, text = self.measure(statuses)
+        if self._bar is None:
+            filled = round(done * BAR_WIDTH)
+            self._out.write(f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {text}\n")
+            self._out.flush()
+        elif self._task is None:
+            self._bar.start()
+            self._task = self._bar.add_task(text, total=1000, completed=round(done * 1000))
+        else:
+            self._bar.update(self._task, completed=round(done * 1000), description=text)
 
-    def line(self, statuses: list[CacheStatus]) -> str:
+    def measure(self, statuses: list[CacheStatus]) -> tuple[float, str]:
+        """The share destaged since the first poll (0 to 1), and the figures behind it."""
         dirty = sum(s.state.dirty_bytes or 0 for s in statuses if s.state is not None)
         if self._start is None or dirty > self._start:
             self._start = dirty
         done = 1.0 if self._start == 0 else 1 - dirty / self._start
-        filled = round(done * BAR_WIDTH)
         rate = sum(s.rate_bps or 0.0 for s in statuses if not s.clean)
         etas = [s.eta_s for s in statuses if not s.clean]
         known = [e for e in etas if e is not None]
@@ -292,12 +304,11 @@ class ProgressBar:
         clean = sum(1 for s in statuses if s.clean)
         errors = sum(1 for s in statuses if s.error)
         text = (
-            f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {format_bytes(dirty)} dirty, "
-            f"{format_bytes(max(rate, 0.0))}/s, ETA {eta}, {clean}/{len(statuses)} clean"
+            f"{format_bytes(dirty)} dirty, {format_bytes(max(rate, 0.0))}/s, ETA {eta}, "
+            f"{clean}/{len(statuses)} clean"
         )
-        return text + (f", {errors} unreadable" if errors else "")
+        return done, text + (f", {errors} unreadable" if errors else "")
 
     def done(self) -> None:
-        if self._tty and self._drawn:
-            self._out.write("\n")
-            self._out.flush()
+        if self._bar is not None and self._task is not None:
+            self._bar.stop()

@@ -59,6 +59,11 @@ class ApiClient:
             raw = response.read()
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise ServiceNotRunning(f"no upsguard service answers on {self.path}") from exc
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            raise TemporaryError(
+                f"the service on {self.path} closed the connection without answering: it serves "
+                "a bounded number of connections at a time; try again"
+            ) from exc
         except PermissionError as exc:
             raise PermanentError(
                 f"{self.path}: permission denied: join the socket's group "
@@ -72,7 +77,7 @@ class ApiClient:
             answer = json.loads(raw)
         except ValueError as exc:
             raise UpsguardError(f"the service on {self.path} answered garbage") from exc
-        if response.status == 409:
+        if response.status in (409, 503):
             raise TemporaryError(str(answer.get("error")))
         if response.status >= 400:
             raise PermanentError(str(answer.get("error", f"HTTP {response.status}")))

@@ -17,6 +17,9 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from rich.console import RenderableType
+
+from upsguard.cli import output
 from upsguard.cli.common import Subparsers, add_format_option, add_site_option, run_async, site_of
 from upsguard.clock import SystemClock
 from upsguard.config.site import SiteConfig
@@ -51,7 +54,7 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(reports, indent=2, sort_keys=True))
     else:
-        print("\n\n".join(render_text(r) for r in reports))
+        output.show(*(part for r in reports for part in report_parts(r)))
     problems = [p for r in reports for p in r["problems"]]
     for problem in problems:
         print(f"upsguard: {problem}", file=sys.stderr)
@@ -119,17 +122,19 @@ async def unplanned_by_host(
     return out
 
 
-def render_text(report: dict[str, Any]) -> str:
+def report_parts(report: dict[str, Any]) -> list[RenderableType]:
+    """One platform's report: a summary, the hosts, the VMs and what no resource covers."""
     hosts, vms = report["hosts"], report["vms"]
-    lines = [
-        f"platform {report['platform']} ({report['address']}): "
-        f"{len(report['datacenters'])} datacenter(s), {len(report['clusters'])} cluster(s), "
-        f"{len(hosts)} host(s), {len(vms)} VM(s)",
-        f"datacenters: {', '.join(report['datacenters']) or '-'}",
-        f"clusters:    {', '.join(report['clusters']) or '-'}",
-        "",
-    ]
-    lines += _table(
+    summary = "\n".join(
+        [
+            f"platform {report['platform']} ({report['address']}): "
+            f"{len(report['datacenters'])} datacenter(s), {len(report['clusters'])} cluster(s), "
+            f"{len(hosts)} host(s), {len(vms)} VM(s)",
+            f"datacenters: {', '.join(report['datacenters']) or '-'}",
+            f"clusters:    {', '.join(report['clusters']) or '-'}",
+        ]
+    )
+    host_table = output.table(
         ["HOST", "POWER", "CONNECTION", "MAINTENANCE", "CLUSTER"],
         [
             [
@@ -142,8 +147,7 @@ def render_text(report: dict[str, Any]) -> str:
             for h in hosts
         ],
     )
-    lines.append("")
-    lines += _table(
+    vm_table = output.table(
         ["VM", "POWER", "TOOLS", "HOST", "FOLDER", "ATTRIBUTES", "RESOURCE"],
         [
             [
@@ -159,15 +163,14 @@ def render_text(report: dict[str, Any]) -> str:
         ],
     )
     unplanned = report["unplanned"]
-    lines.append("")
     if unplanned:
-        lines.append(
+        verdict = (
             f"unplanned: {len(unplanned)} VM(s) no resource covers; they get the site's "
             f"default policy: {', '.join(unplanned)}"
         )
     else:
-        lines.append("unplanned: none, every VM is covered by a resource")
-    return "\n".join(lines)
+        verdict = "unplanned: none, every VM is covered by a resource"
+    return [summary, host_table, vm_table, verdict]
 
 
 def _tools(status: str) -> str:
@@ -182,11 +185,3 @@ def _covered_by(vm: dict[str, Any]) -> str:
     if vm["resources"]:
         return ",".join(vm["resources"])
     return "(system)" if vm["system"] else "UNPLANNED"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
-    return [
-        "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]

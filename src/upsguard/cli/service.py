@@ -34,7 +34,7 @@ from upsguard.config.site import SiteConfig
 from upsguard.controller import direct
 from upsguard.controller.journal import Journal
 from upsguard.controller.service import run_service
-from upsguard.errors import PermanentError, ServiceNotRunning
+from upsguard.errors import PermanentError, ServiceNotRunning, TemporaryError
 
 
 def register(commands: Subparsers) -> None:
@@ -249,7 +249,7 @@ def _journal_history(site: SiteConfig, limit: int) -> dict[str, Any]:
 def cmd_events(args: argparse.Namespace) -> int:
     site = site_of(args)
     client = _client(args, site)
-    after = -max(args.lines, 1)
+    after = -min(max(args.lines, 1), 1000)  # the API gives the last 1,000 at most
     quiet = args.lines <= 0  # only what happens from now on
     while True:
         try:
@@ -260,6 +260,11 @@ def cmd_events(args: argparse.Namespace) -> int:
             after = rows[-1]["id"] if rows else max(after, 0)
             if args.follow and not rows:
                 time.sleep(1.0)
+        except TemporaryError:
+            if not args.follow:
+                raise
+            rows = []  # the API is at its bound of long-polls: follow on a moment later
+            time.sleep(1.0)
         for row in [] if quiet else rows:
             print(views.event_line(row), flush=True)
         quiet = False

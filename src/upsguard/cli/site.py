@@ -21,7 +21,7 @@ from upsguard.engine.inventory import live_inventory
 from upsguard.models import ResourceId, Target
 from upsguard.plugins.registry import build_platforms
 from upsguard.runbooks import render
-from upsguard.runbooks.planner import build_plan
+from upsguard.runbooks.planner import Planner
 from upsguard.simulation import report
 from upsguard.simulation.simulator import simulate
 
@@ -51,7 +51,7 @@ def register(commands: Subparsers) -> None:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     site = site_of(args)
-    shutdown = build_plan(site, "shutdown")
+    shutdown = Planner(site).plan("shutdown")
     print(
         f"{args.config}: ok: site '{site.site}', {len(site.ups)} UPS, "
         f"{len(site.resources)} resources, {len(site.caches)} caches, "
@@ -79,7 +79,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     site = site_of(args)
     inventory, unplanned = run_async(_inventory(site)) if args.live else (None, None)
-    plan = build_plan(site, args.direction, inventory, unplanned=unplanned)
+    plan = Planner(site, inventory, unplanned).plan(args.direction)
     output = {
         "text": render.plan_text,
         "json": render.plan_json,

@@ -17,6 +17,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from upsguard.cli import output
 from upsguard.cli.common import Subparsers, add_format_option, add_site_option, run_async
 from upsguard.cli.common import site_of as load_site_of
 from upsguard.clock import SystemClock
@@ -76,23 +82,53 @@ async def _status(
     site: SiteConfig, names: Sequence[str], fmt: str, watch: bool, interval: float, polls: int
 ) -> int:
     watches = _watches(site, names)
+    screen = _Screen(redraw=watch and fmt == "text" and output.is_terminal(sys.stdout))
     try:
         shown: str | None = None
         count = 0
         while True:
             await asyncio.gather(*(w.poll() for w in watches.values()))
             count += 1
-            text = render(site, watches, fmt, compact=watch)
-            if text != shown:
-                _show(text, watch and fmt == "text" and sys.stdout.isatty())
-                shown = text
+            if fmt == "json":
+                text = render_json(site, watches, compact=watch)
+                if text != shown:
+                    print(text, flush=True)
+            else:
+                tables = (ups_table(list(watches.values())), feed_table(_feeds(site, watches)))
+                text = output.plain(*tables)
+                if text != shown:
+                    screen.show(*tables)
+            shown = text
             if not watch:
                 return _report_errors(watches)
             if polls and count >= polls:
                 return 0
             await asyncio.sleep(interval)
     finally:
+        screen.close()
         await asyncio.gather(*(w.source.close() for w in watches.values()))
+
+
+class _Screen:
+    """Where the tables go: redrawn in place (rich ``Live``) by ``--watch`` on a terminal,
+    printed one after the other otherwise."""
+
+    def __init__(self, redraw: bool) -> None:
+        self._live = Live(console=Console(highlight=False), auto_refresh=False) if redraw else None
+        if self._live is not None:
+            self._live.start()
+
+    def show(self, *tables: Table) -> None:
+        if self._live is None:
+            output.show(*tables)
+            sys.stdout.flush()
+            return
+        framed = [output.framed(t) for t in tables]
+        self._live.update(Group(framed[0], Text(""), *framed[1:]), refresh=True)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
 
 
 def _watches(site: SiteConfig, names: Sequence[str]) -> dict[UpsName, UpsWatch]:
@@ -107,13 +143,6 @@ def _watches(site: SiteConfig, names: Sequence[str]) -> dict[UpsName, UpsWatch]:
     selected = site.model_copy(update={"ups": wanted})
     sources = build_ups_sources(selected, clock)
     return {u.name: UpsWatch.for_config(sources[u.name], u, clock) for u in wanted}
-
-
-def _show(text: str, redraw: bool) -> None:
-    if redraw:
-        sys.stdout.write("\x1b[H\x1b[2J")
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    sys.stdout.flush()
 
 
 def _report_errors(watches: dict[UpsName, UpsWatch]) -> int:
@@ -145,15 +174,12 @@ def _members(feed: Feed) -> dict[str, str]:
     return dict(zip(config.ups, reading.members, strict=True))
 
 
-def render(site: SiteConfig, watches: dict[UpsName, UpsWatch], fmt: str, compact: bool) -> str:
-    feeds = _feeds(site, watches)
-    if fmt == "json":
-        doc = {
-            "ups": [ups_json(w) for w in watches.values()],
-            "feeds": [feed_json(f) for f in feeds],
-        }
-        return json.dumps(doc, separators=(",", ":")) if compact else json.dumps(doc, indent=2)
-    return ups_table(list(watches.values())) + "\n\n" + feed_table(feeds)
+def render_json(site: SiteConfig, watches: dict[UpsName, UpsWatch], compact: bool) -> str:
+    doc = {
+        "ups": [ups_json(w) for w in watches.values()],
+        "feeds": [feed_json(f) for f in _feeds(site, watches)],
+    }
+    return json.dumps(doc, separators=(",", ":")) if compact else json.dumps(doc, indent=2)
 
 
 def flags_text(flags: frozenset[UpsFlag]) -> str:
@@ -217,8 +243,9 @@ def _link(watch: UpsWatch) -> str:
     return f"{r.link.value} ({age})"
 
 
-def ups_table(watches: list[UpsWatch]) -> str:
-    rows = [["UPS", "LINK", "STATUS", "CHARGE", "RUNTIME", "OBSERVED", "DRAIN", "LOAD", "INPUT"]]
+def ups_table(watches: list[UpsWatch]) -> Table:
+    header = ["UPS", "LINK", "STATUS", "CHARGE", "RUNTIME", "OBSERVED", "DRAIN", "LOAD", "INPUT"]
+    rows = []
     for w in watches:
         r = w.last
         assert r is not None
@@ -236,11 +263,12 @@ def ups_table(watches: list[UpsWatch]) -> str:
                 "-" if r.input_voltage is None else f"{r.input_voltage:.0f}V",
             ]
         )
-    return _table(rows)
+    return output.table(header, rows)
 
 
-def feed_table(feeds: list[Feed]) -> str:
-    rows = [["FEED", "STATE", "ON MAINS/NEEDED", "MEMBERS", "RUNTIME", "AT RISK FOR"]]
+def feed_table(feeds: list[Feed]) -> Table:
+    header = ["FEED", "STATE", "ON MAINS/NEEDED", "MEMBERS", "RUNTIME", "AT RISK FOR"]
+    rows = []
     for pair in feeds:
         f = pair[1]
         members = " ".join(f"{ups}={word}" for ups, word in _members(pair).items())
@@ -254,11 +282,4 @@ def feed_table(feeds: list[Feed]) -> str:
                 _dur(f.at_risk_for_s) if f.at_risk else "-",
             ]
         )
-    return _table(rows)
-
-
-def _table(rows: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows
-    )
+    return output.table(header, rows)

@@ -29,6 +29,7 @@ def status_text(st: dict[str, Any]) -> str:
         lines.append(f"HOLD{who}: {held.get('reason')} (automatic actions wait, down to the floor)")
     if st.get("at_floor"):
         lines.append("AT THE CRITICAL FLOOR: nothing is waited for")
+    lines += [f"ALERT: {alert['text']}" for alert in st.get("alerts", [])]
     lines += _ups_lines(st.get("ups", []))
     for feed in st.get("feeds", []):
         risk = "AT RISK" if feed["at_risk"] else "ok"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -29,3 +31,10 @@ class Credentials(Model):
                 "or an environment variable (password_env)"
             )
         return data
+
+
+def union_tags(union: Any) -> frozenset[str]:
+    """The built-in type names: the tags of a discriminated union of settings models, so the
+    union is the one list of them here (``plugins/registry.py`` maps them to classes)."""
+    members = typing.get_args(typing.get_args(union)[0])
+    return frozenset(m.__metadata__[0].tag for m in members) - {"external"}

@@ -8,20 +8,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Discriminator, Field, Tag
 
-from upsguard.config.base import Credentials, Model
+from upsguard.config.base import Credentials, Model, union_tags
 from upsguard.config.types import ByteRate, ByteSize, Duration, Interval
 from upsguard.models import CacheName, ResourceId
-
-BUILTIN_PROVIDERS = (
-    "bcache",
-    "lvmcache",
-    "writecache",
-    "opencas",
-    "storcli",
-    "fvp",
-    "command",
-    "simulated",
-)
 
 
 class SshTarget(Model):
@@ -147,3 +136,5 @@ CacheConfig = Annotated[
     | Annotated[ExternalCacheSettings, Tag("external")],
     Discriminator(_cache_tag),
 ]
+
+BUILTIN_PROVIDERS = union_tags(CacheConfig)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import Suggestions
-from upsguard.config.types import shorten
+from upsguard.config.types import format_duration, shorten
 from upsguard.models import ResourceId, ResourceKind
 
 Loc = tuple[str | int, ...]
@@ -44,6 +44,7 @@ def site_problems(site: SiteConfig, unchecked: Unchecked = _NOTHING) -> list[Pro
     for check in (_duplicates, _references, _platform_refs, _feeds, _caches):
         problems.extend(check(site, unchecked))
     problems.extend(_cycles(site))
+    problems.extend(_ups_command_outlasts_own_machine(site))
     return problems
 
 
@@ -149,6 +150,30 @@ def _caches(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
         for j, rid in enumerate(cache.carries):
             if rid not in known and not everything:
                 yield ("caches", i, "carries", j), _unknown("resource", rid, hint)
+
+
+OWN_MACHINE_MARGIN_S = 30.0
+"""The UPS's delay must cover the stop of the machine running upsguard by this much."""
+
+
+def _ups_command_outlasts_own_machine(site: SiteConfig) -> Iterator[Problem]:
+    """The command at the end (``shutdown.return`` after ``delay``) is sent before the
+    controller's own machine stops; a shorter delay cuts its power before it is down."""
+    own = next((r for r in site.resources if r.runs_upsguard), None)
+    if own is None:
+        return
+    need = own.stop_estimate_s + OWN_MACHINE_MARGIN_S
+    for i, ups in enumerate(site.ups):
+        end = ups.at_shutdown_end
+        if end.command is not None and end.delay.total_seconds() < need:
+            yield (
+                ("ups", i, "at_shutdown_end", "delay"),
+                f"{format_duration(end.delay)} is shorter than the stop of {own.id}, the machine "
+                f"running upsguard ({format_duration(own.stop_estimate_s)}), plus a "
+                f"{format_duration(OWN_MACHINE_MARGIN_S)} margin: the UPS would cut its power "
+                f"before it is down; make the delay at least {format_duration(need)}, or give "
+                f"{own.id} an estimate of its stop",
+            )
 
 
 def _cycles(site: SiteConfig) -> Iterator[Problem]:

@@ -13,21 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Discriminator, Field, Tag
 
-from upsguard.config.base import Credentials, Model
+from upsguard.config.base import Credentials, Model, union_tags
 from upsguard.config.types import Duration, Interval
 
-BUILTIN_TYPES = (
-    "vsphere",
-    "ipmi",
-    "redfish",
-    "ssh",
-    "wol",
-    "libvirt",
-    "proxmox",
-    "command",
-    "simulated",
-    "none",
-)
 #: Types a resource may name directly as its platform, with default settings.
 IMPLICIT_TYPES = ("ssh", "command", "wol", "none", "simulated")
 
@@ -207,6 +195,8 @@ PlatformConfig = Annotated[
     | Annotated[ExternalPlatformSettings, Tag("external")],
     Discriminator(_platform_tag),
 ]
+
+BUILTIN_TYPES = union_tags(PlatformConfig)
 
 _IMPLICIT_MODELS: dict[str, type[PlatformBase]] = {
     "ssh": SshSettings,

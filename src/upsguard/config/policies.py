@@ -71,6 +71,12 @@ class PoliciesConfig(Model):
     startup: StartupPolicy = StartupPolicy()
     required_margin: Duration = timedelta(minutes=5)
     critical_floor: CriticalFloor = CriticalFloor()
+    on_lost_contact_while_on_line: Literal["alert", "treat_as_outage"] = Field(
+        "alert",
+        description="a UPS last seen on mains that stops answering: an alert only (counted as "
+        "lost only in a feed where another supply already failed), or an outage after its "
+        "link_grace",
+    )
     step_failure: Literal["continue", "stop"] = Field(
         "continue",
         description="shutdown: a failed step lets its dependents go on (power is going anyway)",

@@ -11,6 +11,27 @@ from upsguard.config.base import Model
 from upsguard.config.types import Duration, Interval
 from upsguard.models import ResourceId, ResourceKind
 
+Fallback = Literal["power_off", "skip", "fail"]
+
+#: How long stopping and starting take when neither the site file nor the platform says.
+DEFAULT_STOP_S = {
+    ResourceKind.VM: 60.0,
+    ResourceKind.VM_GROUP: 60.0,
+    ResourceKind.HOST: 180.0,
+    ResourceKind.STORAGE: 120.0,
+    ResourceKind.SWITCH: 60.0,
+    ResourceKind.COMMAND: 30.0,
+}
+DEFAULT_START_S = {
+    ResourceKind.VM: 90.0,
+    ResourceKind.VM_GROUP: 90.0,
+    ResourceKind.HOST: 300.0,
+    ResourceKind.STORAGE: 240.0,
+    ResourceKind.SWITCH: 120.0,
+    ResourceKind.COMMAND: 30.0,
+}
+"""After a graceful stop timed out: power off, leave it running, or fail the step."""
+
 #: One resource draws at most a megawatt.
 MAX_WATTS = 1_000_000
 
@@ -79,7 +100,7 @@ class ResourceConfig(Model):
     guest_timeout: Duration = Field(
         timedelta(minutes=5), description="graceful shutdown time before the fallback"
     )
-    fallback: Literal["power_off", "skip", "fail"] = "power_off"
+    fallback: Fallback = "power_off"
     retries: int = Field(2, ge=0, le=20)
     maintenance_mode: bool = False
     power_on_via: str | None = Field(None, description="a platform (BMC, WoL) that powers it on")
@@ -115,6 +136,12 @@ class ResourceConfig(Model):
         if self.start is not None:
             return self.start
         return self.kind is not ResourceKind.SWITCH and self.platform not in (None, "none")
+
+    @property
+    def stop_estimate_s(self) -> float:
+        """How long stopping it takes: its ``estimate.stop``, else the default for its kind."""
+        given = self.estimate.stop
+        return given.total_seconds() if given is not None else DEFAULT_STOP_S[self.kind]
 
     @property
     def target_name(self) -> str:

@@ -17,7 +17,7 @@ from upsguard.config.platforms import (
     implicit_platform,
 )
 from upsguard.config.policies import PoliciesConfig
-from upsguard.config.resources import ResourceConfig
+from upsguard.config.resources import Fallback, ResourceConfig
 from upsguard.config.service import ServiceConfig
 from upsguard.config.source import Origin, format_path
 from upsguard.config.ups import UpsConfig
@@ -79,7 +79,7 @@ class SiteConfig(Model):
             return self.platforms[name]
         return implicit_platform(name)
 
-    def fallback_without_graceful(self, res: ResourceConfig) -> str:
+    def fallback_without_graceful(self, res: ResourceConfig) -> Fallback:
         """Without a graceful path (no VMware Tools) the platform may say to leave the VM
         running; otherwise the resource's own fallback applies."""
         settings = self.platform(res.platform) if res.platform else None

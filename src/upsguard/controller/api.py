@@ -1,17 +1,28 @@
 """The local API: HTTP/1.1 + JSON on a unix socket, for the override CLI and for scripts.
 
-The socket is mode 0660, owned by the group the site file names
-(``service.socket_group``); who called is taken from the kernel
-(``SO_PEERCRED``), not from the request, so the audit trail cannot be
-forged by a client. One request per connection; bodies are small JSON.
+aiohttp reads and writes HTTP; this module adds what a local service needs on top of it:
+
+- the socket is mode 0660, owned by the group the site file names (``service.socket_group``),
+  and never open to everybody, not even for a moment;
+- who called is taken from the kernel (``SO_PEERCRED``), not from the request, so the audit
+  trail cannot be forged by a client;
+- nothing a caller sends can cost the service more than a bounded share of it: at most
+  ``MAX_CONNECTIONS`` connections and ``MAX_WAITERS`` long-polls, none while the process is
+  short of file descriptors (the runbook needs them more), a 64 KiB body, numbers in range,
+  reasons of at most 500 printable characters. One request per connection.
 
     GET  /status                      phase, UPSes, feeds, run, caches
     GET  /history?limit=N             runs with their steps, phases, overrides, cache operations
-    GET  /events?after=ID&wait=S      events after ID (waits up to S seconds for one)
+    GET  /events?after=ID&wait=S      events after ID (waits up to S seconds, 60 at most, for one)
     POST /hold     {"reason"}         POST /release {"reason"}
     POST /trigger  {"direction", "only", "reason"}
     POST /abort    {"reason"}
     POST /poll                        poll the UPSes now (for upsmon's NOTIFYCMD)
+
+Errors: a ``TemporaryError`` is 409, too many long-polls 503, any other ``UpsguardError``
+400 (413 for a body too large, 408 for one too slow), HTTP that cannot be parsed 400, an
+unknown route 404, a bug 500 (logged); every answer is JSON ``{"error": "one line"}``. A
+connection past the ceiling is closed without an answer.
 """
 
 from __future__ import annotations
@@ -21,67 +32,151 @@ import contextlib
 import grp
 import json
 import logging
+import math
 import os
 import pwd
+import resource
 import socket
 import struct
-from collections.abc import Awaitable, Callable
+import time
+import unicodedata
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
+from typing import Any, Protocol
 
-from upsguard.controller import overrides
-from upsguard.controller.status import service_status
+from aiohttp import web
+
+from upsguard.controller.journal import Journal
+from upsguard.controller.overrides import Overrides
+from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import PermanentError, TemporaryError, UpsguardError
 
-if TYPE_CHECKING:
-    from upsguard.controller.service import Service
-
 log = logging.getLogger(__name__)
+
 MAX_BODY = 64 * 1024
-READ_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 64
+MAX_WAITERS = 16  # long-polls; the other connections stay free for status and overrides
 MAX_WAIT_S = 60.0
+REQUEST_TIMEOUT_S = 10.0  # for a request to arrive, head and body
+DESCRIPTOR_RESERVE = 256  # left to the runbook: no new API connection below it
+MAX_REASON = 500
+MAX_NAME = 200
+MAX_ROWS = 1000
+LAST_ID = 2**63 - 1  # SQLite's largest integer
 
 
 class BadRequest(PermanentError):
-    pass
+    """The request itself is wrong; ``status`` is the HTTP status that says how."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
-Handler = Callable[["Request"], Awaitable[Any]]
+class Busy(TemporaryError):
+    """The API is at one of its bounds; trying again shortly will do."""
 
 
-class Request:
-    def __init__(self, method: str, target: str, body: dict[str, Any], peer: str) -> None:
-        self.method = method
-        parts = urlsplit(target)
-        self.path = parts.path
-        self.query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        self.body = body
-        self.peer = peer
+Route = Callable[["Call"], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request as a route sees it: the query, the JSON body and the kernel's word on who."""
+
+    query: Mapping[str, str]
+    body: Mapping[str, Any]
+    peer: str
 
     @property
     def who(self) -> str:
         """The kernel's word for the caller, with the user sudo ran for when the client says so."""
-        claimed = str(self.body.get("who") or "")
+        claimed = self.text("who", 64)
         if claimed and claimed != self.peer:
             return f"{claimed} (as {self.peer})"
         return self.peer
 
-    def number(self, name: str, default: float) -> float:
+    def text(self, name: str, limit: int = MAX_REASON) -> str:
+        value = self.body.get(name)
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            raise BadRequest(f"'{name}' must be a string")
+        return clean_text(value, limit)
+
+    def names(self, name: str) -> list[str]:
+        value = self.body.get(name) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise BadRequest(f"'{name}' must be a list of resource ids")
+        if len(value) > MAX_ROWS:
+            raise BadRequest(f"'{name}' names more than {MAX_ROWS} resources")
+        return [clean_text(v, MAX_NAME) for v in value]
+
+    def integer(self, name: str, default: int, low: int, high: int) -> int:
+        raw = self.query.get(name)
+        if raw is None:
+            return default
         try:
-            return float(self.query.get(name, default))
+            value = int(raw)  # refuses "nan", "inf", "1e300" and "1.5" alike
         except ValueError:
-            raise BadRequest(f"'{name}' must be a number") from None
+            value = low - 1
+        if not low <= value <= high:
+            raise BadRequest(f"'{name}' must be a whole number from {low} to {high}")
+        return value
+
+    def seconds(self, name: str, default: float) -> float:
+        raw = self.query.get(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value >= 0):
+            raise BadRequest(f"'{name}' must be a number of seconds, 0 or more")
+        return value
+
+
+def clean_text(value: str, limit: int) -> str:
+    """Text a caller gives is journaled and shown on terminals: control characters (newlines,
+    ANSI escapes, bidi overrides) would forge lines there, so line breaks and tabs become
+    spaces, the other controls go, and the rest is cut at ``limit`` characters."""
+    kept = (
+        " " if ch.isspace() else ch
+        for ch in value
+        if ch.isspace() or unicodedata.category(ch) not in ("Cc", "Cf", "Cs")
+    )
+    text = "".join(kept).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class Served(Protocol):
+    """What the API needs of the running service (``controller.service.Service``); named
+    here so that the service may import the API and not the other way round."""
+
+    @property
+    def journal(self) -> Journal: ...
+    @property
+    def changed(self) -> asyncio.Event: ...  # set at the next event, then replaced
+    @property
+    def overrides(self) -> Overrides: ...
+    @property
+    def controller(self) -> OutageController: ...
+    def status(self) -> dict[str, Any]: ...
+    async def poll_now(self) -> None: ...
 
 
 class ApiServer:
-    def __init__(self, svc: Service, path: Path, group: str | None) -> None:
+    def __init__(self, svc: Served, path: Path, group: str | None) -> None:
         self.svc = svc
         self.path = path
         self.group = group
-        self._server: asyncio.AbstractServer | None = None
-        self._routes: dict[tuple[str, str], Handler] = {
+        self._runner: web.ServerRunner | None = None
+        self._closing = asyncio.Event()
+        self._waiting = 0
+        self._routes: dict[tuple[str, str], Route] = {
             ("GET", "/status"): self._status,
             ("GET", "/history"): self._history,
             ("GET", "/events"): self._events,
@@ -95,13 +190,22 @@ class ApiServer:
     async def start(self) -> None:
         gid = _group_id(self.group) if self.group else None
         self._clear_stale()
+        server = _BoundedServer(
+            self._handle,
+            access_log=None,  # what changes something is journaled with its caller instead
+            keepalive_timeout=REQUEST_TIMEOUT_S,
+        )
+        runner = web.ServerRunner(server, shutdown_timeout=2.0)
+        await runner.setup()
         old = os.umask(0o117)  # never a moment with the socket open to everybody
         try:
-            self._server = await asyncio.start_unix_server(self._handle, path=str(self.path))
+            await web.UnixSite(runner, str(self.path)).start()
         except OSError as exc:
+            await runner.cleanup()
             raise PermanentError(f"API socket {self.path}: {exc}") from exc
         finally:
             os.umask(old)
+        self._runner = runner
         os.chmod(self.path, 0o660)
         if gid is not None:
             try:
@@ -130,55 +234,50 @@ class ApiServer:
         )
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2.0)
-            self._server = None
+        self._closing.set()  # long-polls answer now instead of holding the stop up
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
-    # -- one connection --------------------------------------------------------------------
+    # -- one request -------------------------------------------------------------------------
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            status, body = await self._answer(reader, writer)
-            _respond(writer, status, body)
-            await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        status, body = await self._answer(request)
+        response = web.json_response(body, status=status, dumps=_dumps)
+        response.force_close()
+        return response
 
-    async def _answer(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> tuple[HTTPStatus, Any]:
+    async def _answer(self, request: web.BaseRequest) -> tuple[int, Any]:
+        route = self._routes.get((request.method, request.path))
+        if route is None:
+            return 404, {"error": f"no {request.method} {clean_text(request.path, MAX_NAME)}"}
         try:
-            async with asyncio.timeout(READ_TIMEOUT_S):
-                request = await _read_request(reader, _peer(writer))
-            route = self._routes.get((request.method, request.path))
-            if route is None:
-                return HTTPStatus.NOT_FOUND, {"error": f"no {request.method} {request.path}"}
-            return HTTPStatus.OK, await route(request)
-        except TimeoutError:
-            return HTTPStatus.REQUEST_TIMEOUT, {"error": "request not read in time"}
+            body = await _json_body(request) if request.method == "POST" else {}
+            call = Call(request.query, body, _peer(request))
+            if request.method == "POST":  # a caller who hangs up must not cut an override in half
+                return 200, await asyncio.shield(route(call))
+            return 200, await route(call)
+        except BadRequest as exc:
+            return exc.status, {"error": str(exc)}
+        except Busy as exc:
+            return 503, {"error": str(exc)}
         except TemporaryError as exc:
-            return HTTPStatus.CONFLICT, {"error": str(exc)}
+            return 409, {"error": str(exc)}
         except UpsguardError as exc:
-            return HTTPStatus.BAD_REQUEST, {"error": str(exc)}
+            return 400, {"error": str(exc)}
         except Exception as exc:  # a bug in one request must not take the service down
-            log.exception("API request failed")
-            return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {exc!r}"}
+            log.exception("API request %s %s failed", request.method, request.path)
+            return 500, {"error": f"internal error: {exc!r}"}
 
     # -- routes ------------------------------------------------------------------------------
 
-    async def _status(self, req: Request) -> Any:
-        return service_status(self.svc)
+    async def _status(self, call: Call) -> Any:
+        return self.svc.status()
 
-    async def _history(self, req: Request) -> Any:
-        limit = int(req.number("limit", 10))
+    async def _history(self, call: Call) -> Any:
+        limit = call.integer("limit", 10, 0, MAX_ROWS)
         journal = self.svc.journal
         return {
             "runs": [r.to_dict() for r in journal.runs(limit=limit)],
@@ -187,86 +286,184 @@ class ApiServer:
             "cache_ops": [c.to_dict() for c in journal.cache_ops(limit=limit * 5)],
         }
 
-    async def _events(self, req: Request) -> Any:
-        after = int(req.number("after", -20))
-        wait = min(req.number("wait", 0), MAX_WAIT_S)
+    async def _events(self, call: Call) -> Any:
+        after = call.integer("after", -20, -MAX_ROWS, LAST_ID)
+        wait = min(call.seconds("wait", 0.0), MAX_WAIT_S)
         rows = self.svc.journal.events(after=after)
         if not rows and wait > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.svc.changed.wait(), wait)
+            await self._next_change(wait)
             rows = self.svc.journal.events(after=after)
         last = rows[-1].id if rows else max(after, 0)
         return {"events": [r.to_dict() for r in rows], "last": last}
 
-    async def _hold(self, req: Request) -> Any:
-        return overrides.hold(self.svc, req.who, str(req.body.get("reason") or ""))
+    async def _next_change(self, timeout: float) -> None:
+        """Wait for the next event, at most ``timeout`` seconds, and no longer than the API runs."""
+        if self._waiting >= MAX_WAITERS:
+            raise Busy(f"the API has {MAX_WAITERS} long-polls waiting already; try again")
+        self._waiting += 1
+        changed = asyncio.ensure_future(self.svc.changed.wait())
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            await asyncio.wait(
+                (changed, closing), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            self._waiting -= 1
+            changed.cancel()
+            closing.cancel()
 
-    async def _release(self, req: Request) -> Any:
-        return overrides.release(self.svc, req.who, str(req.body.get("reason") or ""))
+    async def _hold(self, call: Call) -> Any:
+        return self.svc.overrides.hold(call.who, call.text("reason"))
 
-    async def _trigger(self, req: Request) -> Any:
-        only = req.body.get("only") or []
-        if not isinstance(only, list):
-            raise BadRequest("'only' must be a list of resource ids")
-        return await overrides.trigger(
-            self.svc,
-            req.who,
-            str(req.body.get("direction") or ""),
-            [str(o) for o in only],
-            str(req.body.get("reason") or ""),
+    async def _release(self, call: Call) -> Any:
+        return self.svc.overrides.release(call.who, call.text("reason"))
+
+    async def _trigger(self, call: Call) -> Any:
+        return await self.svc.overrides.trigger(
+            call.who,
+            call.text("direction", MAX_NAME),
+            call.names("only"),
+            call.text("reason"),
         )
 
-    async def _poll(self, req: Request) -> Any:
+    async def _poll(self, call: Call) -> Any:
         """Poll at once instead of at the next interval: a NOTIFYCMD hook calls this on ONBATT."""
         await self.svc.poll_now()
-        return {"phase": self.svc.outage.engine.phase.value}
+        return {"phase": self.svc.controller.engine.phase.value}
 
-    async def _abort(self, req: Request) -> Any:
-        return await overrides.abort(self.svc, req.who, str(req.body.get("reason") or ""))
+    async def _abort(self, call: Call) -> Any:
+        return await self.svc.overrides.abort(call.who, call.text("reason"))
 
 
-async def _read_request(reader: asyncio.StreamReader, peer: str) -> Request:
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
+class _BoundedServer(web.Server):
+    """aiohttp's low-level server with a ceiling on open connections.
+
+    The unix server calls it for every connection it accepts, before a byte is read, so the
+    ceiling holds however fast connections come: past ``MAX_CONNECTIONS``, or when the process
+    has no descriptors to spare, the connection is closed at once. This is why the API uses
+    ``web.Server`` rather than a ``web.Application``, whose runner builds a server of its own;
+    eight routes need no router beyond ``ApiServer._routes``.
+    """
+
+    def __init__(self, handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
+                 **connection_args: Any) -> None:  # fmt: skip
+        # A long-poll whose caller hung up stops waiting (the routes that change something
+        # are shielded from that, in ApiServer._answer).
+        super().__init__(handler, handler_cancellation=True, **connection_args)
+        self.connection_args = connection_args
+        self.open = 0
+        self.warned_at = -math.inf
+
+    def __call__(self) -> web.RequestHandler:
+        if self.open >= MAX_CONNECTIONS or not _descriptors_to_spare():
+            self._refusing()
+            return _Refused()  # type: ignore[return-value]  # any asyncio protocol will do
+        self.open += 1
+        return _Connection(self, loop=asyncio.get_running_loop(), **self.connection_args)
+
+    def connection_lost(
+        self, handler: web.RequestHandler, exc: BaseException | None = None
+    ) -> None:
+        self.open -= 1
+        super().connection_lost(handler, exc)
+
+    def _refusing(self) -> None:
+        """Say so in the log, once a minute at most: a flood must not flood the log too."""
+        now = time.monotonic()
+        if now - self.warned_at >= 60.0:
+            self.warned_at = now
+            log.warning(
+                "API: turning connections away (%d open, at most %d; descriptors to spare: %s)",
+                self.open,
+                MAX_CONNECTIONS,
+                "yes" if _descriptors_to_spare() else "no",
+            )
+
+
+class _Connection(web.RequestHandler):
+    """aiohttp's handler of one connection, answering HTTP it cannot parse the API's way: one
+    JSON line, and no traceback in the service's log for what a client got wrong."""
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if request.writer.output_size > 0:
+            raise ConnectionError("an answer was being sent already")
+        lines = (message or "").strip().splitlines()
+        reason = clean_text(lines[0].rstrip(":"), MAX_NAME) if lines else HTTPStatus(status).phrase
+        if status >= 500:
+            log.error("API request failed: %s", reason, exc_info=exc)
+            error = f"internal error: {reason}"
+        else:
+            log.debug("API: bad HTTP from a client: %s", reason)
+            error = f"bad HTTP request: {reason}"
+        response = web.json_response({"error": error}, status=status)
+        response.force_close()
+        return response
+
+
+class _Refused(asyncio.Protocol):
+    """A connection past the ceiling, closed at once so that its descriptor is free again. No
+    answer: the request may not have arrived yet, and reading it would hold the descriptor."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
+def _descriptors_to_spare() -> bool:
+    """Whether one more connection leaves ``DESCRIPTOR_RESERVE`` descriptors for the runbook
+    (its commands, SSH and HTTPS sessions) under the soft open-file limit."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return True
     try:
-        method, target, _ = lines[0].split(" ", 2)
+        in_use = len(os.listdir("/proc/self/fd"))
+    except FileNotFoundError:
+        return True  # no /proc to count with: the connection ceiling alone bounds the API
+    except OSError:
+        return False  # not even a directory can be opened: certainly none to spare
+    return soft - in_use > min(DESCRIPTOR_RESERVE, soft // 4)  # a tiny limit still gets an API
+
+
+async def _json_body(request: web.BaseRequest) -> dict[str, Any]:
+    if (request.content_length or 0) > MAX_BODY:
+        raise BadRequest(f"the body is over {MAX_BODY // 1024} KiB", status=413)
+    raw = bytearray()
+    try:
+        async with asyncio.timeout(REQUEST_TIMEOUT_S):
+            async for chunk in request.content.iter_any():
+                raw += chunk
+                if len(raw) > MAX_BODY:
+                    raise BadRequest(f"the body is over {MAX_BODY // 1024} KiB", status=413)
+    except TimeoutError:
+        raise BadRequest("the body did not arrive in time", status=408) from None
+    if not raw:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except RecursionError:
+        raise BadRequest("the body is JSON nested too deeply") from None
     except ValueError:
-        raise BadRequest("malformed request line") from None
-    headers = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if sep:
-            headers[name.strip().lower()] = value.strip()
-    length = int(headers.get("content-length", "0") or 0)
-    if length > MAX_BODY:
-        raise BadRequest("request body too large")
-    body: dict[str, Any] = {}
-    if length:
-        raw = await reader.readexactly(length)
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            raise BadRequest("the body is not JSON") from None
-        if not isinstance(parsed, dict):
-            raise BadRequest("the body must be a JSON object")
-        body = parsed
-    return Request(method.upper(), target, body, peer)
+        raise BadRequest("the body is not JSON") from None
+    if not isinstance(parsed, dict):
+        raise BadRequest("the body must be a JSON object")
+    return parsed
 
 
-def _respond(writer: asyncio.StreamWriter, status: HTTPStatus, body: Any) -> None:
-    data = json.dumps(body, default=str).encode()
-    head = (
-        f"HTTP/1.1 {status.value} {status.phrase}\r\n"
-        "Content-Type: application/json\r\n"
-        f"Content-Length: {len(data)}\r\n"
-        "Connection: close\r\n\r\n"
-    )
-    writer.write(head.encode() + data)
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=str)
 
 
-def _peer(writer: asyncio.StreamWriter) -> str:
+def _peer(request: web.BaseRequest) -> str:
     """The calling user, as the kernel knows it."""
-    sock = writer.get_extra_info("socket")
+    transport = request.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return "unknown"
     try:
         raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         _, uid, _ = struct.unpack("3i", raw)

@@ -9,20 +9,19 @@ plugins, resume of an interrupted run first) and runs the plan to its end;
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from upsguard.clock import SystemClock
 from upsguard.config.site import SiteConfig
-from upsguard.controller import overrides
 from upsguard.controller.journal import Journal
 from upsguard.controller.service import Service
 from upsguard.controller.status import journal_status
-from upsguard.events import Event, describe
+from upsguard.events import Event, OverrideApplied, describe
 from upsguard.plugins.registry import build_ups_sources
 from upsguard.policies.watch import UpsWatch
+from upsguard.runs import RunOutcome
 
 
 def open_journal(site: SiteConfig) -> Journal:
@@ -69,7 +68,8 @@ def hold(site: SiteConfig, who: str, reason: str, release: bool = False) -> None
     journal = open_journal(site)
     try:
         action = "release" if release else "hold"
-        journal.override(datetime.now(UTC), who, action, reason, "while the service was stopped")
+        detail = "while the service was stopped"
+        journal.record(OverrideApplied(datetime.now(UTC), who, action, reason, detail))
     finally:
         journal.close()
 
@@ -82,8 +82,10 @@ def abort(site: SiteConfig, who: str, reason: str) -> list[str]:
         for run in journal.reap(now):
             journal.close_run(run.id, now, "aborted", f"aborted by {who} while stopped")
             closed.append(run.id)
-        journal.override(now, who, "abort", reason, ", ".join(closed) or "nothing unfinished")
-        journal.override(now, who, "hold", f"abort by {who}: {reason}", "implied by abort")
+        detail = ", ".join(closed) or "nothing unfinished"
+        journal.record(OverrideApplied(now, who, "abort", reason, detail))
+        hold_reason = f"abort by {who}: {reason}"
+        journal.record(OverrideApplied(now, who, "hold", hold_reason, "implied by abort"))
         return closed
     finally:
         journal.close()
@@ -110,16 +112,10 @@ async def trigger(
         await svc.open()
         if svc.resumed:
             show(f"finishing the interrupted run {svc.resumed} first")
-            await _wait_idle(svc)
-        answer = await overrides.trigger(svc, who, direction, only, reason)
-        await _wait_idle(svc)
-        executor = svc.outage.executor  # its result is final once the run's task is done
-        ok = executor is not None and executor.run_id == answer["run"]
-        return 0 if ok and executor is not None and executor.result.state == "done" else 1
+            await svc.controller.wait_idle()
+        answer = await svc.overrides.trigger(who, direction, only, reason)
+        result = await svc.controller.wait_idle()
+        ok = result is not None and result.run.id == answer["run"]
+        return 0 if ok and result is not None and result.outcome is RunOutcome.DONE else 1
     finally:
         await svc.close()
-
-
-async def _wait_idle(svc: Service) -> None:
-    while svc.outage.busy:
-        await asyncio.sleep(0.2)

@@ -10,13 +10,27 @@ last transactions, and that machine goes down last.
 Readings are downsampled while the site is normal (one per UPS per
 ``service.readings_every``, and every change of status); while any UPS is on
 battery or unreachable every reading is kept.
+
+The journal is a record, not a precondition. Opened for the service (``repair=True``):
+
+- a corrupt journal (not a database, truncated, malformed, of a newer schema) is moved
+  aside (``journal.sqlite.bad-<time>``, named in the log) and a fresh one started;
+- a journal that cannot be written (read-only, full disk, a directory that cannot be
+  made) is an alert, not a stop: the journal goes on in memory (a copy of what could be
+  read), keeps the events it could not write, and writes them when ``retry`` finds the
+  file writable again.
+
+The file is created mode 0600: it holds who did what, and when.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sqlite3
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,49 +46,179 @@ from upsguard.controller.rows import (
     parse_iso,
 )
 from upsguard.controller.schema import migrate
-from upsguard.engine.outage_controller import RunSpec
 from upsguard.errors import PermanentError
 from upsguard.events import (
     CacheModeChanged,
     Event,
-    Notice,
+    OverrideApplied,
     PhaseChanged,
     PointOfNoReturn,
     ReadingTaken,
-    RiskAccepted,
     RunFinished,
     RunStarted,
     StepFinished,
     StepStarted,
     describe,
+    level,
 )
 from upsguard.models import LinkState, Phase, StepState, UpsReading
+from upsguard.runs import RunRecord
 
 log = logging.getLogger(__name__)
 
 
+MAX_PENDING = 100_000
+"""Events kept in memory while the file cannot be written; past this, readings go first."""
+
+ProblemListener = Callable[[str | None], None]
+
+
 class Journal:
-    def __init__(self, path: str | Path, readings_every: timedelta = timedelta(minutes=1)) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        readings_every: timedelta = timedelta(minutes=1),
+        *,
+        repair: bool = False,
+        on_problem: ProblemListener | None = None,
+    ) -> None:
+        """``repair``: the service's way of opening (see the module docstring); otherwise a
+        journal that cannot be opened is a ``PermanentError`` (the CLI's read commands).
+        ``on_problem`` hears each new problem (and None once it is solved)."""
         self.path = str(path)
         self._every = readings_every
-        self.db = _connect(self.path)
-        self.schema_was = migrate(self.db, self.path)
-        self.stopping = False
+        self._on_problem = on_problem
+        self.problem: str | None = None
+        self._pending: list[Event] = []
+        self._in_memory = False
+        if repair:
+            self.db = self._open_repairing()
+        else:
+            try:
+                self.db = _open_file(self.path)
+            except _Corrupt as exc:
+                raise PermanentError(f"journal {path}: {exc}") from exc
+            except (OSError, sqlite3.Error) as exc:
+                raise PermanentError(
+                    f"journal {path}: cannot open it ({exc}): check the 'journal:' path and the "
+                    "permissions of its directory"
+                ) from exc
         self._phase = self.last_phase() or Phase.NORMAL
         self._last_reading: dict[str, tuple[datetime, str]] = {}
 
     def close(self) -> None:
         self.db.close()
 
+    # -- keeping the journal usable -----------------------------------------------------------
+
+    def _open_repairing(self) -> sqlite3.Connection:
+        try:
+            return _open_file(self.path, check=True)
+        except _Corrupt as exc:
+            aside = _move_aside(self.path)
+            log.warning(
+                "journal %s: %s; moved aside to %s, starting a fresh journal", self.path, exc, aside
+            )
+            try:
+                return _open_file(self.path)
+            except (OSError, sqlite3.Error) as again:
+                return self._memory_copy(f"cannot write {self.path}: {again}")
+        except (OSError, sqlite3.Error) as exc:
+            return self._memory_copy(f"cannot write {self.path}: {exc}")
+
+    def _memory_copy(self, problem: str) -> sqlite3.Connection:
+        """Go on in memory, starting from what the file holds when it can be read."""
+        memory = sqlite3.connect(":memory:")
+        with contextlib.suppress(sqlite3.Error):
+            source = sqlite3.connect(f"file:{self.path}?mode=ro&immutable=1", uri=True)
+            try:
+                source.backup(memory)
+            finally:
+                source.close()
+        try:
+            migrate(memory, ":memory:")
+        except PermanentError:  # a newer schema could be read but not used: start empty
+            memory.close()
+            memory = sqlite3.connect(":memory:")
+            migrate(memory, ":memory:")
+        self._in_memory = True
+        self._set_problem(
+            f"journal {problem}; keeping records in memory and writing them once it can"
+        )
+        return memory
+
+    def _set_problem(self, problem: str | None) -> None:
+        if problem == self.problem:
+            return
+        self.problem = problem
+        if problem is not None:
+            log.error("%s", problem)
+        if self._on_problem is not None:
+            self._on_problem(problem)
+
+    def retry(self) -> bool:
+        """Write what waits in memory to the file, if the file can be written now."""
+        if not self._in_memory:
+            return True
+        try:
+            db = self._open_repairing_quietly()
+            with db:
+                memory, self.db = self.db, db
+                try:
+                    for event in self._pending:
+                        self._write(event)
+                except BaseException:
+                    self.db = memory
+                    raise
+        except (OSError, sqlite3.Error, _Corrupt):
+            return False
+        memory.close()
+        log.warning(
+            "journal %s: writable again; %d event(s) written", self.path, len(self._pending)
+        )
+        self._pending.clear()
+        self._in_memory = False
+        self._set_problem(None)
+        return True
+
+    def _open_repairing_quietly(self) -> sqlite3.Connection:
+        try:
+            return _open_file(self.path, check=True)
+        except _Corrupt as exc:
+            log.warning("journal %s: %s; moved aside to %s", self.path, exc, _move_aside(self.path))
+            return _open_file(self.path)
+
+    def _safely(self, apply: Callable[[], object], event: Event | None = None) -> None:
+        """Apply a write; when the file refuses it, go on in memory and keep the event."""
+        try:
+            with self.db:
+                apply()
+        except sqlite3.Error as exc:
+            if self._in_memory:
+                log.error("journal (in memory): could not record: %s", exc)
+                return
+            self.db.close()
+            self.db = self._memory_copy(f"cannot write {self.path}: {exc}")
+            try:
+                with self.db:
+                    apply()
+            except sqlite3.Error as again:
+                log.error("journal (in memory): could not record: %s", again)
+        if self._in_memory and event is not None:
+            self._hold_pending(event)
+
+    def _hold_pending(self, event: Event) -> None:
+        self._pending.append(event)
+        if len(self._pending) > MAX_PENDING:
+            readings = [i for i, e in enumerate(self._pending) if isinstance(e, ReadingTaken)]
+            drop = set(readings[: len(self._pending) - MAX_PENDING]) or {0}
+            self._pending = [e for i, e in enumerate(self._pending) if i not in drop]
+
     # -- the event sink ---------------------------------------------------------------------
 
     def record(self, event: Event) -> None:
         """Write what the event means; never raises (a full disk must not stop a shutdown)."""
-        try:
-            with self.db:
-                self._write(event)
-        except sqlite3.Error as exc:
-            log.error("journal %s: could not record %s: %s", self.path, event.kind, exc)
+        self._safely(lambda: self._write(event), event)
 
     def _write(self, event: Event) -> None:
         if isinstance(event, ReadingTaken):
@@ -97,6 +241,15 @@ class Journal:
             self._step_started(event)
         elif isinstance(event, StepFinished):
             self._step_finished(event)
+        elif isinstance(event, OverrideApplied):
+            self._insert(
+                "overrides",
+                at=iso(event.at),
+                who=event.who,
+                action=event.action,
+                reason=event.reason,
+                detail=event.detail,
+            )
         elif isinstance(event, CacheModeChanged):
             self._insert(
                 "cache_ops",
@@ -113,17 +266,11 @@ class Journal:
         text = describe(event)
         if text is None:
             return
-        level = "info"
-        failed = isinstance(event, StepFinished) and event.state is StepState.FAILED
-        if isinstance(event, Notice):
-            level = event.level
-        elif isinstance(event, RiskAccepted) or failed:
-            level = "error"
         self._insert(
             "events",
             at=iso(event.at),
             kind=event.kind,
-            level=level,
+            level=level(event),
             text=text.strip(),
             run=getattr(event, "run", None),
         )
@@ -167,44 +314,31 @@ class Journal:
 
     # -- runs and steps -----------------------------------------------------------------------
 
-    def run_planned(self, spec: RunSpec) -> None:
-        """Called by the outage loop before a run starts: what resume needs to rebuild it."""
-        try:
-            with self.db:
-                self.db.execute(
-                    "INSERT INTO runs (id, direction, kind, origin, only, reason, started, state)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, 'running')"
-                    " ON CONFLICT(id) DO UPDATE SET state = 'running', ended = NULL,"
-                    " resumed = resumed + 1",
-                    (
-                        spec.run,
-                        spec.direction.value,
-                        spec.kind,
-                        spec.origin,
-                        RunRow.only_text(spec.only),
-                        spec.reason,
-                        iso(spec.at),
-                    ),
-                )
-        except sqlite3.Error as exc:
-            log.error("journal %s: could not record run %s: %s", self.path, spec.run, exc)
-
     def _run_started(self, event: RunStarted) -> None:
-        """A run nobody announced with ``run_planned`` (the simulator): its id names its kind."""
-        kind = event.run.split("-", 1)[0]
-        if kind not in ("shutdown", "shedding", "startup"):
-            kind = event.direction
+        """A new run, or a resumed one (the same id): running again, counted as resumed."""
+        spec = event.spec
         self.db.execute(
-            "INSERT INTO runs (id, direction, kind, origin, reason, started, state)"
-            " VALUES (?, ?, ?, 'policy', ?, ?, 'running') ON CONFLICT(id) DO NOTHING",
-            (event.run, event.direction, kind, event.reason, iso(event.at)),
+            "INSERT INTO runs (id, direction, kind, origin, only, reason, started, state)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, 'running')"
+            " ON CONFLICT(id) DO UPDATE SET state = 'running', ended = NULL,"
+            " resumed = resumed + 1",
+            (
+                spec.id,
+                spec.direction.value,
+                spec.kind.value,
+                spec.origin.value,
+                RunRow.only_text(spec.only),
+                spec.reason,
+                iso(spec.at),
+            ),
         )
 
     def _run_finished(self, event: RunFinished) -> None:
-        state = "interrupted" if self.stopping and event.state == "cancelled" else event.state
+        """An interrupted run keeps no end: it is not over, the next start resumes it."""
+        ended = None if event.outcome.resumable else iso(event.at)
         self.db.execute(
             "UPDATE runs SET state = ?, ended = ?, detail = ? WHERE id = ? AND state = 'running'",
-            (state, None if state == "interrupted" else iso(event.at), event.detail, event.run),
+            (event.outcome.value, ended, event.detail, event.run),
         )
 
     def _step_started(self, event: StepStarted) -> None:
@@ -214,8 +348,6 @@ class Journal:
 
     def _step_finished(self, event: StepFinished) -> None:
         state = event.state
-        if self.stopping and state is StepState.CANCELLED:
-            state = StepState.ABANDONED
         row = self.db.execute(
             "SELECT id FROM steps WHERE run = ? AND step = ? AND state = 'running'"
             " ORDER BY id DESC LIMIT 1",
@@ -234,7 +366,8 @@ class Journal:
                 " WHERE id = ?",
                 (*ended.values(), row[0]),
             )
-        elif state is not StepState.ABANDONED:  # never started: nothing to resume from it
+        elif state not in (StepState.INTERRUPTED, StepState.ABANDONED):
+            # never started: a row says why (skipped, cancelled); nothing to resume from it
             self._new_attempt(event.run, event.step, "-", event.at, **ended)
 
     def _new_attempt(self, run: str, step: str, action: str, at: datetime, **columns: Any) -> None:
@@ -252,36 +385,29 @@ class Journal:
             **columns,
         )
 
-    # -- overrides ------------------------------------------------------------------------------
-
-    def override(self, at: datetime, who: str, action: str, reason: str, detail: str = "") -> None:
-        """The audit trail of every manual act: who, what, why."""
-        with self.db:
-            self._insert(
-                "overrides", at=iso(at), who=who, action=action, reason=reason, detail=detail
-            )
-            text = f"override: {action} by {who}" + (f": {reason}" if reason else "")
-            if detail:
-                text += f" ({detail})"
-            self._insert("events", at=iso(at), kind="Override", level="warning", text=text)
-
     # -- start-up --------------------------------------------------------------------------------
 
     def reap(self, at: datetime) -> list[RunRow]:
         """Mark steps a dead controller left running as abandoned; return the unfinished runs."""
-        with self.db:
-            self.db.execute(
+        self._safely(
+            lambda: self.db.execute(
                 "UPDATE steps SET state = 'abandoned', ended = ? WHERE state = 'running'",
                 (iso(at),),
             )
+        )
         return [r for r in self.runs(limit=50) if r.unfinished]
 
+    def records(self, limit: int = 50) -> list[RunRecord]:
+        """The newest runs as the run ledger holds them, oldest first."""
+        return [row.record() for row in reversed(self.runs(limit=limit, with_steps=False))]
+
     def close_run(self, run: str, at: datetime, state: str, detail: str) -> None:
-        with self.db:
-            self.db.execute(
+        self._safely(
+            lambda: self.db.execute(
                 "UPDATE runs SET state = ?, ended = ?, detail = ? WHERE id = ?",
                 (state, iso(at), detail, run),
             )
+        )
 
     # -- reading back ----------------------------------------------------------------------------
 
@@ -364,9 +490,11 @@ class Journal:
         return [EventRow(*r) for r in rows]
 
     def prune_readings(self, now: datetime, keep: timedelta) -> int:
-        with self.db:
-            cursor = self.db.execute("DELETE FROM readings WHERE at < ?", (iso(now - keep),))
-        return cursor.rowcount
+        before = self.db.total_changes
+        self._safely(
+            lambda: self.db.execute("DELETE FROM readings WHERE at < ?", (iso(now - keep),))
+        )
+        return self.db.total_changes - before
 
 
 def _run_row(r: tuple[Any, ...], steps: tuple[StepRow, ...]) -> RunRow:
@@ -402,19 +530,51 @@ def _step_row(r: tuple[Any, ...]) -> StepRow:
     )
 
 
-def _connect(path: str) -> sqlite3.Connection:
+class _Corrupt(Exception):
+    """The file is not a journal this upsguard can use: moved aside, not overwritten."""
+
+
+def _open_file(path: str, check: bool = False) -> sqlite3.Connection:
+    """Open (creating it, mode 0600) and migrate the journal file; ``check`` also runs
+    SQLite's quick check. Raises ``_Corrupt`` for a file that is not a usable journal,
+    ``OSError`` or ``sqlite3.Error`` for one that cannot be opened or written."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    created = not Path(path).exists()
+    db = sqlite3.connect(path, timeout=5.0)
     try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(path, timeout=5.0)
+        if created:
+            os.chmod(path, 0o600)
+        db.execute("PRAGMA busy_timeout = 5000")
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = NORMAL")
-        db.execute("PRAGMA busy_timeout = 5000")
-    except (OSError, sqlite3.Error) as exc:
-        raise PermanentError(
-            f"journal {path}: cannot open it ({exc}): check the 'journal:' path and the "
-            "permissions of its directory"
-        ) from exc
+        if check:
+            (verdict,) = db.execute("PRAGMA quick_check(1)").fetchone()
+            if verdict != "ok":
+                raise _Corrupt(f"the database is damaged ({verdict})")
+        migrate(db, path)
+    except sqlite3.OperationalError:
+        db.close()
+        raise
+    except sqlite3.DatabaseError as exc:  # not a database, malformed
+        db.close()
+        raise _Corrupt(str(exc)) from exc
+    except PermanentError as exc:  # a newer schema
+        db.close()
+        raise _Corrupt(str(exc).removeprefix(f"journal {path}: ")) from exc
+    except BaseException:
+        db.close()
+        raise
     return db
+
+
+def _move_aside(path: str) -> str:
+    """Rename the journal (and its WAL files) out of the way; returns the new name."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    aside = f"{path}.bad-{stamp}"
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path + suffix, aside + suffix)
+    return aside
 
 
 __all__ = ["Journal", "parse_iso"]

@@ -1,6 +1,6 @@
 """Prometheus metrics: phase, readings, run steps and their durations, cache dirty bytes.
 
-Gauges are read from the outage loop at scrape time (a custom collector), so
+Gauges are read from the outage controller at scrape time (a custom collector), so
 they are never stale; step durations are a histogram fed by the events.
 """
 
@@ -16,9 +16,16 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from upsguard.engine.outage_controller import OutageLoop
-from upsguard.events import Event, RunFinished, StepFinished, StepStarted
-from upsguard.models import LinkState, Phase
+from upsguard.engine.outage_controller import OutageController
+from upsguard.events import (
+    Event,
+    OverrideApplied,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+    StepStarted,
+)
+from upsguard.models import Direction, LinkState, Phase, RunId
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +33,7 @@ log = logging.getLogger(__name__)
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self._loop: OutageLoop | None = None
+        self.controller: OutageController | None = None
         self.steps = Histogram(
             "upsguard_step_duration_seconds",
             "How long runbook steps took, by action and outcome",
@@ -36,29 +43,41 @@ class Metrics:
         )
         self.runs = Counter(
             "upsguard_runs",
-            "Runbook runs finished, by direction and outcome",
-            ["direction", "state"],
+            "Runbook runs finished, by kind and outcome",
+            ["kind", "outcome"],
+            registry=self.registry,
+        )
+        self.overrides = Counter(
+            "upsguard_overrides",
+            "Manual acts (hold, release, trigger, abort), by action",
+            ["action"],
             registry=self.registry,
         )
         self._started: dict[tuple[str, str], tuple[datetime, str]] = {}
+        self._directions: dict[RunId, Direction] = {}
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
-    def attach(self, loop: OutageLoop) -> None:
-        self._loop = loop
+    def attach(self, loop: OutageController) -> None:
+        self.controller = loop
         self.registry.register(_LoopCollector(self))
 
     def observe(self, event: Event) -> None:
-        if isinstance(event, StepStarted):
+        if isinstance(event, RunStarted):
+            self._directions[event.run] = event.direction
+        elif isinstance(event, StepStarted):
             self._started[(event.run, event.step)] = (event.at, event.action)
         elif isinstance(event, StepFinished):
             began = self._started.pop((event.run, event.step), None)
-            if began is not None:
-                direction = event.run.split("-", 1)[0]
+            direction = self._directions.get(event.run)
+            if began is not None and direction is not None:
                 seconds = (event.at - began[0]).total_seconds()
-                self.steps.labels(direction, began[1], event.state.value).observe(seconds)
+                self.steps.labels(direction.value, began[1], event.state.value).observe(seconds)
         elif isinstance(event, RunFinished):
-            self.runs.labels(event.direction, event.state).inc()
+            self._directions.pop(event.run, None)
+            self.runs.labels(event.spec.kind.value, event.outcome.value).inc()
+        elif isinstance(event, OverrideApplied):
+            self.overrides.labels(event.action.split(" ", 1)[0]).inc()
 
     def serve(self, address: str, port: int) -> None:
         self._server, self._thread = start_http_server(port, address, registry=self.registry)
@@ -75,7 +94,7 @@ class _LoopCollector(Collector):
         self._m = metrics
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        loop = self._m._loop
+        loop = self._m.controller
         if loop is None:
             return
         yield from _phase(loop)
@@ -84,7 +103,7 @@ class _LoopCollector(Collector):
         yield from _caches(loop)
 
 
-def _phase(loop: OutageLoop) -> Iterator[GaugeMetricFamily]:
+def _phase(loop: OutageController) -> Iterator[GaugeMetricFamily]:
     phase = GaugeMetricFamily("upsguard_phase", "1 for the phase the site is in", labels=["phase"])
     for p in Phase:
         phase.add_metric([p.value], 1.0 if loop.engine.phase is p else 0.0)
@@ -94,7 +113,7 @@ def _phase(loop: OutageLoop) -> Iterator[GaugeMetricFamily]:
     yield held
 
 
-def _readings(loop: OutageLoop) -> Iterator[GaugeMetricFamily]:
+def _readings(loop: OutageController) -> Iterator[GaugeMetricFamily]:
     charge = GaugeMetricFamily("upsguard_ups_charge_percent", "Battery charge", labels=["ups"])
     runtime = GaugeMetricFamily(
         "upsguard_ups_runtime_seconds",
@@ -117,16 +136,16 @@ def _readings(loop: OutageLoop) -> Iterator[GaugeMetricFamily]:
     yield from (charge, runtime, on_battery, link)
 
 
-def _run(loop: OutageLoop) -> Iterator[GaugeMetricFamily]:
+def _run(loop: OutageController) -> Iterator[GaugeMetricFamily]:
     running = GaugeMetricFamily("upsguard_run_steps_running", "Steps running now")
     done = GaugeMetricFamily("upsguard_run_steps_finished", "Steps finished in the current run")
     progress = loop.progress()
-    running.add_metric([], float(len(progress.running)) if progress and loop.busy else 0.0)
+    running.add_metric([], float(len(progress.running)) if progress else 0.0)
     done.add_metric([], float(len(progress.finished)) if progress else 0.0)
     yield from (running, done)
 
 
-def _caches(loop: OutageLoop) -> Iterator[GaugeMetricFamily]:
+def _caches(loop: OutageController) -> Iterator[GaugeMetricFamily]:
     dirty = GaugeMetricFamily(
         "upsguard_cache_dirty_bytes", "Dirty data not yet destaged", labels=["cache", "target"]
     )

@@ -108,6 +108,7 @@ class Notifier:
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
                 env=env,
+                start_new_session=True,
             )
         except OSError as exc:
             self._failed(f"notify command {argv[0]}: {exc}")

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from upsguard.models import ResourceId, RunId, StepId
+from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunRecord, RunSpec
+
 
 def iso(at: datetime) -> str:
     """UTC ISO-8601 with milliseconds and a Z, the one time format of the journal."""
@@ -84,6 +87,25 @@ class RunRow(Row):
     @property
     def unfinished(self) -> bool:
         return self.state in ("running", "interrupted")
+
+    def record(self) -> RunRecord:
+        """The run as the run ledger holds it; a run still 'running' in the journal was left
+        by a process that died and is active until resumed or closed."""
+        spec = RunSpec(
+            id=RunId(self.id),
+            kind=RunKind(self.kind),
+            origin=RunOrigin(self.origin),
+            reason=self.reason,
+            at=parse_iso(self.started),
+            only=tuple(ResourceId(r) for r in self.only) if self.only is not None else None,
+        )
+        return RunRecord(
+            spec,
+            outcome=None if self.state == "running" else RunOutcome(self.state),
+            point_of_no_return=StepId(self.point_of_no_return) if self.point_of_no_return else None,
+            detail=self.detail,
+            ended=parse_iso(self.ended) if self.ended else None,
+        )
 
     @staticmethod
     def only_text(only: tuple[str, ...] | None) -> str | None:

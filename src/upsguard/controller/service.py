@@ -1,34 +1,41 @@
 """``upsguard run``: the long-running service.
 
-Start-up order matters: the journal opens first, the plugins are built
-through the registry, then ``resume`` reaps what a crashed controller left and
-finishes its run, and only then does APScheduler start polling (each tick
-polls the UPSes, asks the phase engine and applies its decisions). SIGTERM
-stops the scheduler and leaves a run in progress ``interrupted`` in the
-journal, so the next start finishes it.
+Start-up order matters: the journal opens first, the plugins are built through the
+registry, then ``resume`` reaps what a crashed controller left and finishes its run, and
+only then does the power watch start polling (each tick polls the UPSes, asks the phase
+engine and applies its decisions). The power watch and every periodic task run on the
+event loop's monotonic clock, so a step of the wall clock never pauses them; APScheduler
+keeps only the calendar jobs (journal pruning). SIGTERM stops the watch and leaves a run
+in progress ``interrupted``, so the next start finishes it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from upsguard.clock import Clock, SystemClock
 from upsguard.config.site import SiteConfig
 from upsguard.controller.journal import Journal
+from upsguard.controller.lock import JournalLock
 from upsguard.controller.metrics import Metrics
 from upsguard.controller.notify import Notifier
+from upsguard.controller.overrides import Overrides
 from upsguard.controller.resume import reap_and_resume
+from upsguard.controller.status import ServiceInfo, service_status
 from upsguard.engine.destage import DestageWatch
-from upsguard.engine.outage_controller import OutageLoop
+from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import UpsguardError
-from upsguard.events import Event, EventBus, Notice, RiskAccepted, StepFinished, describe
-from upsguard.models import PlatformName, StepState
+from upsguard.events import Event, EventBus, Notice, describe, level
+from upsguard.models import PlatformName
 from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.registry import build_cache_providers, build_platforms, build_ups_sources
 
@@ -43,7 +50,14 @@ class Service:
         self.site = site
         self.clock: Clock = clock or SystemClock()
         self.bus = EventBus()
-        self.journal = Journal(site.journal, site.service.readings_every)
+        self.lock = JournalLock(site.journal)
+        self.lock.acquire()
+        self.journal = Journal(
+            site.journal,
+            site.service.readings_every,
+            repair=True,
+            on_problem=self._journal_problem,
+        )
         self.bus.subscribe(self.journal.record)
         self.bus.subscribe(_log_event)
         self.bus.subscribe(self._wake)
@@ -51,7 +65,8 @@ class Service:
         self.bus.subscribe(self.metrics.observe)
         self.notifier = Notifier(site.service.notify, site.site)
         self.bus.subscribe(self.notifier.observe)
-        self.loop: OutageLoop | None = None
+        self._controller: OutageController | None = None
+        self._overrides: Overrides | None = None
         self.platforms: dict[PlatformName, Platform] = {}
         self._opened: set[PlatformName] = set()
         self.started = datetime.now(UTC)
@@ -61,35 +76,62 @@ class Service:
         self.last_tick_error: str | None = None
         self._poll_lock = asyncio.Lock()
 
+    def _journal_problem(self, problem: str | None) -> None:
+        """The journal's trouble is an alert, notified like any other; never a stop."""
+        if problem is None:
+            self.bus(Notice(self.clock.now(), f"journal {self.journal.path} is written again"))
+        else:
+            self.bus(Notice(self.clock.now(), problem, level="error"))
+
     def _wake(self, event: Event) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
 
     @property
-    def outage(self) -> OutageLoop:
-        if self.loop is None:
+    def controller(self) -> OutageController:
+        if self._controller is None:
             raise RuntimeError("Service.open() first")
-        return self.loop
+        return self._controller
+
+    @property
+    def overrides(self) -> Overrides:
+        if self._overrides is None:
+            raise RuntimeError("Service.open() first")
+        return self._overrides
+
+    def status(self) -> dict[str, Any]:
+        """What ``upsguard status`` shows of the running service."""
+        info = ServiceInfo(
+            pid=os.getpid(),
+            since=self.started,
+            polls=self.ticks,
+            resumed=self.resumed,
+            poll_interval_s=self.site.policies.poll_interval.total_seconds(),
+        )
+        alerts = [problem for problem in (self.journal.problem,) if problem]
+        return service_status(self.site, self.controller, self.journal, info, alerts)
 
     async def open(self, resume: bool = True) -> None:
-        """Build the plugins and the outage loop, then finish what a crash left."""
+        """Build the plugins and the outage controller, then finish what a crash left."""
         sources = build_ups_sources(self.site, self.clock)
         self.platforms = build_platforms(self.site, self.clock)
         await self.open_platforms()
         providers = build_cache_providers(self.site, self.clock)
         caches = DestageWatch(self.site, providers, self.clock, self.bus)
-        self.loop = OutageLoop(
+        self._controller = OutageController(
             self.site,
             sources=sources,
             platforms=self.platforms,
             caches=caches,
             clock=self.clock,
             events=self.bus,
-            journal=self.journal,
         )
-        self.metrics.attach(self.loop)
+        self._overrides = Overrides(self.site, self._controller, self.bus, self.clock)
+        self.metrics.attach(self._controller)
         if resume:
-            self.resumed = await reap_and_resume(self.journal, self.loop, self.clock, self.bus)
+            self.resumed = await reap_and_resume(
+                self.journal, self._controller, self.clock, self.bus
+            )
 
     async def open_platforms(self) -> None:
         """Connect every platform not yet connected; one that fails is retried later."""
@@ -106,7 +148,7 @@ class Service:
     async def tick(self) -> None:
         """One poll; an unexpected error is logged and the next poll tries again."""
         try:
-            await self.outage.tick()
+            await self.controller.tick()
             self.last_tick_error = None
         except Exception as exc:  # the service must keep watching the power
             if str(exc) != self.last_tick_error:
@@ -124,9 +166,12 @@ class Service:
         """Keep the caches' mode and dirty bytes current for status and metrics (a destage
         wait polls on its own, faster)."""
         try:
-            await self.outage.caches.poll()
+            await self.controller.caches.poll()
         except Exception as exc:  # a cache that cannot be read is shown as such, not fatal
             log.warning("reading caches: %s", exc)
+
+    async def _retry_journal(self) -> None:
+        self.journal.retry()
 
     async def housekeeping(self) -> None:
         """Async on purpose: the journal's connection belongs to the event loop's thread."""
@@ -134,62 +179,66 @@ class Service:
         if pruned:
             log.info("journal: pruned %d old readings", pruned)
 
-    def scheduler(self) -> AsyncIOScheduler:
-        """Polling and timers; a poll never overlaps the one before it."""
+    async def watch_power(self, stop: asyncio.Event) -> None:
+        """Poll every ``poll_interval`` on the monotonic clock until ``stop``; a poll never
+        overlaps the one before it, and a slow poll is followed at once by the next."""
+        await _every(self.site.policies.poll_interval.total_seconds(), self.poll_now, stop)
+
+    def calendar(self) -> AsyncIOScheduler:
+        """Jobs that belong to the calendar, not to the power watch: journal pruning."""
         sched = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
-        poll = self.site.policies.poll_interval.total_seconds()
-        now = datetime.now(UTC)
         sched.add_job(
-            self.poll_now,
+            self.housekeeping,
             "interval",
-            seconds=poll,
-            next_run_time=now,
-            max_instances=1,
-            coalesce=True,
-            misfire_grace_time=None,
-            id="poll",
-        )
-        sched.add_job(self.open_platforms, "interval", minutes=1, id="platforms", coalesce=True)
-        if self.site.caches:
-            sched.add_job(
-                self.refresh_caches, "interval", seconds=30, next_run_time=now, coalesce=True
-            )
-        sched.add_job(
-            self.housekeeping, "interval", hours=6, next_run_time=now + timedelta(minutes=1)
+            hours=6,
+            next_run_time=datetime.now(UTC) + timedelta(minutes=1),
+            id="housekeeping",
         )
         return sched
 
     async def serve(self, stop: asyncio.Event) -> None:
-        """Run until ``stop`` is set: API socket, metrics, scheduler."""
+        """Run until ``stop`` is set: API socket, metrics, the power watch, periodic tasks."""
         from upsguard.controller.api import ApiServer
 
         api = ApiServer(self, self.site.service.socket, self.site.service.socket_group)
         await api.start()
         if self.site.service.metrics_port is not None:
             self.metrics.serve(self.site.service.metrics_address, self.site.service.metrics_port)
-        sched = self.scheduler()
+        sched = self.calendar()
         sched.start()
+        tasks = [
+            asyncio.create_task(self.watch_power(stop), name="power watch"),
+            asyncio.create_task(_every(60.0, self.open_platforms, stop), name="platforms"),
+            asyncio.create_task(_every(15.0, self._retry_journal, stop), name="journal"),
+        ]
+        if self.site.caches:
+            tasks.append(
+                asyncio.create_task(_every(30.0, self.refresh_caches, stop), name="caches")
+            )
         _sd_notify("READY=1")
         self.bus(Notice(self.clock.now(), f"upsguard serving site {self.site.site}"))
         try:
             await stop.wait()
         finally:
             _sd_notify("STOPPING=1")
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             sched.shutdown(wait=False)
             await api.stop()
             self.metrics.stop()
 
     async def close(self) -> None:
         """Let go of everything; a run in progress stays unfinished in the journal."""
-        self.journal.stopping = True
-        if self.loop is not None:
-            await self.loop.close()
-            for source in self.loop.sources.values():
+        if self._controller is not None:
+            await self._controller.interrupt()
+            for source in self._controller.sources.values():
                 await _quietly(source.close())
         for platform in self.platforms.values():
             await _quietly(platform.close())
         await self.notifier.drain()
         self.journal.close()
+        self.lock.release()
 
 
 async def run_service(site: SiteConfig, stop: asyncio.Event) -> None:
@@ -203,15 +252,19 @@ async def run_service(site: SiteConfig, stop: asyncio.Event) -> None:
 
 def _log_event(event: Event) -> None:
     text = describe(event)
-    if text is None:
-        return
-    failed = isinstance(event, StepFinished) and event.state is StepState.FAILED
-    if isinstance(event, RiskAccepted) or failed:
-        event_log.error(text.strip())
-    elif isinstance(event, Notice) and event.level in ("warning", "error"):
-        event_log.log(logging.getLevelName(event.level.upper()), text)
-    else:
-        event_log.info(text.strip())
+    if text is not None:
+        event_log.log(logging.getLevelName(level(event).upper()), text.strip())
+
+
+async def _every(period_s: float, job: Callable[[], Awaitable[None]], stop: asyncio.Event) -> None:
+    """``job`` now, then every ``period_s`` on the loop's monotonic clock, until ``stop``."""
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        started = loop.time()
+        await job()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.0, started + period_s - loop.time())):
+                await stop.wait()
 
 
 async def _quietly(awaitable: object) -> None:

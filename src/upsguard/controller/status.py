@@ -1,45 +1,61 @@
 """What ``upsguard status`` shows: phase, UPSes and feeds, the run with the step now running,
-caches. Built from the live service, or from the journal when the service is not running."""
+caches. Built from the live controller, or from the journal when the service is not running."""
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
+from upsguard.config.site import SiteConfig
 from upsguard.controller.journal import Journal
 from upsguard.controller.rows import iso
-from upsguard.engine.outage_controller import OutageLoop
-
-if TYPE_CHECKING:
-    from upsguard.controller.service import Service
+from upsguard.engine.outage_controller import OutageController
 
 
-def service_status(svc: Service) -> dict[str, Any]:
-    loop = svc.outage
-    held_row = svc.journal.hold() if loop.engine.held else None
+@dataclass(frozen=True, slots=True)
+class ServiceInfo:
+    """What the service says of itself: its process and its polls."""
+
+    pid: int
+    since: datetime
+    polls: int
+    resumed: str | None
+    poll_interval_s: float
+
+
+def service_status(
+    site: SiteConfig,
+    controller: OutageController,
+    journal: Journal,
+    info: ServiceInfo,
+    alerts: list[str],
+) -> dict[str, Any]:
+    held_row = journal.hold() if controller.engine.held else None
     held = held_row.to_dict() if held_row else None
-    if held is None and loop.engine.held:
-        held = {"reason": loop.engine.held}
+    if held is None and controller.engine.held:
+        held = {"reason": controller.engine.held}
     return {
-        "site": svc.site.site,
+        "site": site.site,
         "service": {
             "running": True,
-            "pid": os.getpid(),
-            "since": iso(svc.started),
-            "journal": svc.journal.path,
-            "poll_interval_s": svc.site.policies.poll_interval.total_seconds(),
-            "polls": svc.ticks,
-            "resumed": svc.resumed,
+            "pid": info.pid,
+            "since": iso(info.since),
+            "journal": journal.path,
+            "poll_interval_s": info.poll_interval_s,
+            "polls": info.polls,
+            "resumed": info.resumed,
         },
-        "phase": loop.engine.phase.value,
-        "phase_since": _phase_since(svc.journal),
+        "phase": controller.engine.phase.value,
+        "phase_since": _phase_since(journal),
         "held": held,
-        "at_floor": loop.engine.at_floor,
-        "ups": ups_status(loop),
-        "feeds": feeds_status(loop),
-        "run": run_status(loop),
-        "last_run": _last_run(svc.journal),
-        "caches": caches_status(loop),
+        "at_floor": controller.engine.at_floor,
+        "ups": ups_status(controller),
+        "feeds": feeds_status(controller),
+        "run": run_status(controller),
+        "last_run": _last_run(journal),
+        "caches": caches_status(controller),
+        "alerts": [{"text": text} for text in [*alerts, *controller.alerts()]],
     }
 
 
@@ -53,9 +69,9 @@ def _last_run(journal: Journal) -> dict[str, Any] | None:
     return runs[0].to_dict() if runs else None
 
 
-def ups_status(loop: OutageLoop) -> list[dict[str, Any]]:
+def ups_status(controller: OutageController) -> list[dict[str, Any]]:
     out = []
-    for name, watch in loop.watches.items():
+    for name, watch in controller.watches.items():
         last = watch.last
         entry: dict[str, Any] = {"name": name, "polled": last is not None}
         if last is not None:
@@ -77,8 +93,8 @@ def ups_status(loop: OutageLoop) -> list[dict[str, Any]]:
     return out
 
 
-def feeds_status(loop: OutageLoop) -> list[dict[str, Any]]:
-    view = loop.view
+def feeds_status(controller: OutageController) -> list[dict[str, Any]]:
+    view = controller.view
     if view is None:
         return []
     return [
@@ -96,17 +112,17 @@ def feeds_status(loop: OutageLoop) -> list[dict[str, Any]]:
     ]
 
 
-def run_status(loop: OutageLoop) -> dict[str, Any] | None:
-    progress = loop.progress()
-    if progress is None or not loop.busy or loop.executor is None:
+def run_status(controller: OutageController) -> dict[str, Any] | None:
+    progress = controller.progress()
+    if progress is None or controller.executor is None:
         return None
-    plan = loop.executor.plan
-    by_id: dict[str, Any] = {str(k): v for k, v in plan.by_id().items()}
+    by_id = controller.executor.plan.by_id()
+    spec = progress.spec
     return {
-        "run": progress.run,
-        "direction": progress.direction,
-        "kind": progress.kind,
-        "origin": progress.origin,
+        "run": spec.id,
+        "direction": spec.direction.value,
+        "kind": spec.kind.value,
+        "origin": spec.origin.value,
         "steps": progress.total,
         "finished": len(progress.finished),
         "failed": sorted(s for s, state in progress.finished.items() if state == "failed"),
@@ -117,7 +133,7 @@ def run_status(loop: OutageLoop) -> dict[str, Any] | None:
     }
 
 
-def caches_status(loop: OutageLoop) -> list[dict[str, Any]]:
+def caches_status(controller: OutageController) -> list[dict[str, Any]]:
     return [
         {
             "cache": s.cache,
@@ -129,7 +145,7 @@ def caches_status(loop: OutageLoop) -> list[dict[str, Any]]:
             "eta_s": s.eta_s,
             "error": s.error,
         }
-        for s in loop.caches.status.values()
+        for s in controller.caches.status.values()
     ]
 
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_bytes, format_duration
-from upsguard.engine.executor import CacheGate
 from upsguard.errors import UpsguardError
 from upsguard.events import CacheClean, CacheModeChanged, EventSink, Notice, RiskAccepted
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
@@ -112,9 +111,10 @@ class DestageWatch:
     async def _set_cache(self, cache: CacheName, mode: CacheMode) -> list[ModeResult]:
         try:
             targets = await self.targets(cache)
-        except UpsguardError as exc:
-            self._events(CacheModeChanged(self._clock.now(), cache, "*", mode, False, str(exc)))
-            return [ModeResult(cache, "*", False, str(exc))]
+        except Exception as exc:  # one cache's failure (a bad key, a plugin bug) is its own
+            why = _why(exc, cache)
+            self._events(CacheModeChanged(self._clock.now(), cache, "*", mode, False, why))
+            return [ModeResult(cache, "*", False, why)]
         if mode is CacheMode.WRITE_THROUGH:
             self.flipped_at.setdefault(cache, self._clock.monotonic())
         else:
@@ -126,8 +126,8 @@ class DestageWatch:
     ) -> ModeResult:
         try:
             await self._providers[cache].set_mode(target, mode)
-        except UpsguardError as exc:
-            result = ModeResult(cache, target.name, False, str(exc))
+        except Exception as exc:
+            result = ModeResult(cache, target.name, False, _why(exc, cache))
         else:
             result = ModeResult(cache, target.name, True, f"{target.name}: {mode.value}")
         self._events(
@@ -145,8 +145,8 @@ class DestageWatch:
     async def _poll_cache(self, cache: CacheName) -> list[CacheStatus]:
         try:
             targets = await self.targets(cache)
-        except UpsguardError as exc:
-            return [CacheStatus(cache, CacheTarget(cache, "*"), None, str(exc), None, None)]
+        except Exception as exc:
+            return [CacheStatus(cache, CacheTarget(cache, "*"), None, _why(exc, cache), None, None)]
         return list(await asyncio.gather(*(self._poll_target(cache, t) for t in targets)))
 
     async def _poll_target(self, cache: CacheName, target: CacheTarget) -> CacheStatus:
@@ -155,8 +155,8 @@ class DestageWatch:
         try:
             state: CacheState | None = await self._providers[cache].read(target)
             error = None
-        except UpsguardError as exc:
-            state, error = None, str(exc)
+        except Exception as exc:
+            state, error = None, _why(exc, cache)
         history = self._history.setdefault(key, _History())
         if state is not None:
             history.add(self._clock.monotonic(), state.dirty_bytes)
@@ -252,12 +252,20 @@ class DestageWatch:
             self._events(RiskAccepted(self._clock.now(), what))
 
 
-class DestageGate(CacheGate):
+def _why(exc: Exception, cache: CacheName) -> str:
+    """An error of ours says what to do; anything else is a provider's bug, logged in full."""
+    if isinstance(exc, UpsguardError):
+        return str(exc)
+    log.error("cache %s: unexpected error", cache, exc_info=exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class DestageGate:
     """The executor's view: a step waits until the caches in its data path are clean."""
 
     def __init__(self, watch: DestageWatch, floor: Callable[[], bool]) -> None:
         self._watch = watch
         self._floor = floor
 
-    async def wait_clean(self, step: Step, run: str) -> None:
+    async def wait_clean(self, step: Step) -> None:
         await self._watch.wait_clean(step.caches, self._floor)

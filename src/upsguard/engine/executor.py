@@ -1,10 +1,14 @@
-"""The executor: runs a plan against real (or simulated) platforms.
+"""The executor: carries one plan out against real (or simulated) platforms.
 
-One executor serves the service and the simulator: it waits through asyncio
-only, so under the simulator's virtual-time loop the same code runs in no
-wall time. Each step starts as soon as every step it waits for is finished
-and its platform has a free slot; its outcome is reported (journaled) before
-any step that depends on it starts.
+One executor serves the service and the simulator: it waits through asyncio only, so
+under the simulator's virtual-time loop the same code runs in no wall time. Each step
+starts as soon as every step it waits for is finished and its platform has a free slot;
+its outcome is reported (journaled) before any step that depends on it starts. The run's
+life (started, point of no return, finished) is told to the run ledger, which owns it.
+
+Stopping a run (``stop``) cancels its running steps: on a power-back cancel or an abort
+they end ``cancelled``; when the service itself stops they end ``interrupted`` and no
+step that waits on them starts, so the next start re-checks them in order.
 """
 
 from __future__ import annotations
@@ -12,43 +16,36 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from upsguard.clock import Clock
-from upsguard.config.site import SiteConfig
 from upsguard.engine.actions import StepRunner
-from upsguard.engine.slots import Slots
-from upsguard.events import (
-    EventSink,
-    PointOfNoReturn,
-    RunFinished,
-    RunStarted,
-    StepFinished,
-    StepStarted,
-    StepWaiting,
-)
-from upsguard.models import PlatformName, StepId, StepOutcome, StepState
+from upsguard.engine.ledger import RunLedger
+from upsguard.events import EventSink, StepFinished, StepStarted, StepWaiting
+from upsguard.models import Direction, PlatformName, StepId, StepOutcome, StepState
 from upsguard.plugins.platforms.base import Platform
-from upsguard.runbooks.plan import Action, Direction, Plan, Step
+from upsguard.runbooks.plan import Action, Plan, Step
+from upsguard.runs import RunOutcome, RunSpec
 
 log = logging.getLogger(__name__)
 
 
-class CacheGate:
-    """What a step in a cache's data path waits on; see ``runbooks.destage``."""
+class CacheGate(Protocol):
+    """What a step in a cache's data path waits on (``engine.destage.DestageGate``)."""
 
-    async def wait_clean(self, step: Step, run: str) -> None:  # pragma: no cover - protocol
-        raise NotImplementedError
+    async def wait_clean(self, step: Step) -> None:
+        """Return once the caches in the step's data path are clean, or when the battery
+        or a destage timeout says to go on regardless (journaled as a risk)."""
+        ...
 
 
 @dataclass
 class RunResult:
-    run: str
-    direction: Direction
-    state: str  # done | failed | cancelled
+    run: RunSpec
+    outcome: RunOutcome | None = None  # None while it runs
     outcomes: dict[StepId, StepOutcome] = field(default_factory=dict)
-    point_of_no_return: StepId | None = None
 
     @property
     def failed(self) -> list[StepOutcome]:
@@ -58,30 +55,29 @@ class RunResult:
 class Executor:
     def __init__(
         self,
-        site: SiteConfig,
         plan: Plan,
         platforms: Mapping[PlatformName, Platform],
         *,
         clock: Clock,
         events: EventSink,
-        run_id: str,
-        reason: str = "",
+        ledger: RunLedger,
+        spec: RunSpec,
         cache_gate: CacheGate | None = None,
         already_done: Collection[StepId] = (),
-        on_point_of_no_return: Callable[[], None] | None = None,
+        before_step: Callable[[Step], Awaitable[None]] | None = None,
     ) -> None:
+        """``already_done``: steps a resumed run finished before (done or skipped).
+        ``before_step``: awaited just before a step acts (after its cache gate)."""
         self.plan = plan
-        self.run_id = run_id
-        self._site = site
+        self.spec = spec
         self._clock = clock
         self._events = events
-        self._reason = reason
+        self._ledger = ledger
         self._gate = cache_gate
-        self._on_ponr = on_point_of_no_return
-        self._runner = StepRunner(site, platforms, clock, plan.direction)
-        self._slots = {PlatformName(p): Slots(n) for p, n in plan.limits.items()}
-        self._runner.slots = self._slots
-        self.result = RunResult(run_id, plan.direction, "running")
+        self._before_step = before_step
+        slots = {PlatformName(p): asyncio.Semaphore(max(1, n)) for p, n in plan.limits.items()}
+        self._runner = StepRunner(platforms, clock, plan.direction, slots)
+        self.result = RunResult(spec)
         self._steps = plan.by_id()
         self._already = set(already_done) & self._steps.keys()
         self._dependents = plan.dependents()
@@ -89,50 +85,54 @@ class Executor:
         self._tasks: dict[StepId, asyncio.Task[None]] = {}
         self._all_finished: asyncio.Future[None] | None = None
         self.running: set[StepId] = set()
-        self._cancelling = False
+        self._stopping: RunOutcome | None = None
+        self._begun = False
         self._unusable: set[StepId] = set()  # failed, or not started because of a failure
-        self._stop_on_failure = (
-            plan.direction is Direction.STARTUP or site.policies.step_failure == "stop"
-        )
 
     @property
-    def point_of_no_return_passed(self) -> bool:
-        return self.result.point_of_no_return is not None
+    def run_id(self) -> str:
+        return self.spec.id
 
-    async def run(self) -> RunResult:
-        self._events(
-            RunStarted(
-                self._clock.now(),
-                self.run_id,
-                self.plan.direction.value,
-                len(self.plan.steps),
-                self._reason,
-            )
-        )
+    @property
+    def point_of_no_return(self) -> StepId | None:
+        record = self._ledger.get(self.spec.id)
+        return record.point_of_no_return if record is not None else None
+
+    def stop(self, outcome: RunOutcome) -> None:
+        """Say how the run ends when its task is cancelled next: ``cancelled``, ``aborted`` or
+        ``interrupted``. Cancelling the task without this ends it ``cancelled``."""
+        self._stopping = outcome
+
+    def begin(self) -> None:
+        """The run exists from now on: the ledger knows it (and the phase engine sees it
+        running) even while it waits for something before its first step."""
+        if not self._begun:
+            self._begun = True
+            self._ledger.started(self.spec, len(self.plan.steps))
+
+    async def run(self, prelude: Callable[[], Awaitable[None]] | None = None) -> RunResult:
+        """Carry the plan out; ``prelude`` is awaited first, as part of the run (a startup
+        lets the shutdowns already under way land)."""
+        self.begin()
         self._all_finished = asyncio.get_running_loop().create_future()
-        for sid in self._already:
-            for dep in self._dependents[sid]:
-                self._missing[dep] -= 1
-        for step in self.plan.steps:
-            if self._missing[step.id] == 0 and step.id not in self._already:
-                self._launch(step.id)
-        self._check_all_finished()
-        cancelled = False
         try:
+            if prelude is not None:
+                await prelude()
+            for sid in self._already:
+                for dep in self._dependents[sid]:
+                    self._missing[dep] -= 1
+            for step in self.plan.steps:
+                if self._missing[step.id] == 0 and step.id not in self._already:
+                    self._launch(step.id)
+            self._check_all_finished()
             await self._all_finished
+            outcome = RunOutcome.FAILED if self.result.failed else RunOutcome.DONE
         except asyncio.CancelledError:
-            cancelled = True
-            await self._cancel_all()
-        self.result.state = self._final_state(cancelled)
-        self._events(
-            RunFinished(
-                self._clock.now(),
-                self.run_id,
-                self.plan.direction.value,
-                self.result.state,
-                self._summary(),
-            )
-        )
+            outcome = self._stopping or RunOutcome.CANCELLED
+            self._stopping = outcome
+            await self._stop_all(outcome)
+        self.result.outcome = outcome
+        self._ledger.finished(self.spec.id, outcome, self._summary())
         return self.result
 
     def _launch(self, sid: StepId) -> None:
@@ -142,7 +142,7 @@ class Executor:
     def _release_dependents(self, sid: StepId) -> None:
         for dep in self._dependents[sid]:
             self._missing[dep] -= 1
-            if self._missing[dep] == 0 and dep not in self._already and not self._cancelling:
+            if self._missing[dep] == 0 and dep not in self._already and self._stopping is None:
                 self._launch(dep)
 
     def _check_all_finished(self) -> None:
@@ -150,22 +150,19 @@ class Executor:
         if pending <= 0 and self._all_finished is not None and not self._all_finished.done():
             self._all_finished.set_result(None)
 
-    async def _cancel_all(self) -> None:
-        """Running steps end as cancelled; so do the ones that never started."""
-        self._cancelling = True
+    async def _stop_all(self, outcome: RunOutcome) -> None:
+        """Running steps end cancelled (or interrupted); a cancelled run's steps that never
+        started end cancelled too, an interrupted run's are left for the resume."""
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if outcome is RunOutcome.INTERRUPTED:
+            return
         now = self._clock.now()
         for step in self.plan.steps:
             if step.id not in self.result.outcomes and step.id not in self._already:
                 self._finish(StepOutcome(step.id, StepState.CANCELLED, now, now, "run cancelled"))
-
-    def _final_state(self, cancelled: bool) -> str:
-        if cancelled:
-            return "cancelled"
-        return "failed" if self.result.failed else "done"
 
     def _summary(self) -> str:
         counts = Counter(outcome.state for outcome in self.result.outcomes.values())
@@ -179,11 +176,18 @@ class Executor:
                 return
             if step.caches and self._gate is not None:
                 await self._gate_caches(step, self._gate)
+            if self._before_step is not None:
+                await self._before_step(step)
             self._mark_point_of_no_return(step)
             self._finish(await self._perform(step))
         except asyncio.CancelledError:
             now = self._clock.now()
-            self._finish(StepOutcome(step.id, StepState.CANCELLED, now, now, "run cancelled"))
+            if self._stopping is RunOutcome.INTERRUPTED:
+                self._finish(
+                    StepOutcome(step.id, StepState.INTERRUPTED, now, now, "the service stopped")
+                )
+            else:
+                self._finish(StepOutcome(step.id, StepState.CANCELLED, now, now, "run cancelled"))
             raise
         except Exception as exc:  # a bug, or the journal failing: end the run loudly
             if self._all_finished is not None and not self._all_finished.done():
@@ -193,7 +197,7 @@ class Executor:
 
     def _blocked_by(self, step: Step) -> StepId | None:
         """Startup steps (and shutdown with step_failure: stop) do not run after a failure."""
-        if self._unusable and self._stop_on_failure:
+        if self._unusable and self.plan.stop_on_failure:
             for dep in step.waits_for:
                 if dep in self._unusable:
                     self._unusable.add(step.id)
@@ -201,31 +205,20 @@ class Executor:
         return None
 
     async def _gate_caches(self, step: Step, gate: CacheGate) -> None:
-        self._events(
-            StepWaiting(
-                self._clock.now(),
-                self.run_id,
-                step.id,
-                "waiting for " + ", ".join(step.caches) + " to be clean",
-            )
-        )
-        await gate.wait_clean(step, self.run_id)
+        reason = "waiting for " + ", ".join(step.caches) + " to be clean"
+        self._events(StepWaiting(self._clock.now(), self.spec.id, step.id, reason))
+        await gate.wait_clean(step)
 
     def _mark_point_of_no_return(self, step: Step) -> None:
-        if self.plan.direction is not Direction.SHUTDOWN or self.point_of_no_return_passed:
-            return
-        if step.is_point_of_no_return:
-            self.result.point_of_no_return = step.id
-            self._events(PointOfNoReturn(self._clock.now(), self.run_id, step.id))
-            if self._on_ponr is not None:
-                self._on_ponr()
+        if self.plan.direction is Direction.SHUTDOWN and step.is_point_of_no_return:
+            self._ledger.point_of_no_return(self.spec.id, step.id)
 
     async def _perform(self, step: Step) -> StepOutcome:
         started = self._clock.now()
         if step.action is Action.BARRIER:
             return StepOutcome(step.id, StepState.DONE, started, started, "barrier passed")
         self.running.add(step.id)
-        self._events(StepStarted(started, self.run_id, step.id, step.action))
+        self._events(StepStarted(started, self.spec.id, step.id, step.action))
         try:
             return await self._runner.run(step, started)
         finally:
@@ -244,7 +237,7 @@ class Executor:
         self._events(
             StepFinished(
                 outcome.ended,
-                self.run_id,
+                self.spec.id,
                 outcome.step,
                 outcome.state,
                 outcome.detail,

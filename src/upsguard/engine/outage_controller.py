@@ -1,84 +1,70 @@
-"""The outage loop: poll the UPSes, ask the phase engine, carry out its decisions.
+"""The outage controller: poll the UPSes, ask the phase engine, carry out its decisions.
 
-The service (``upsguard run``) calls ``tick`` from its scheduler; the
-simulator calls it on a virtual clock. Both get the same policy decisions,
-the same executor and the same cache handling.
+The service (``upsguard run``) calls ``tick`` from its poll loop; the simulator calls it
+on a virtual clock. Both get the same policy decisions, the same executor and the same
+cache handling.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Protocol
 
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
 from upsguard.engine.destage import DestageGate, DestageWatch
 from upsguard.engine.executor import Executor, RunResult
-from upsguard.errors import UpsguardError
+from upsguard.engine.ledger import RunLedger
+from upsguard.errors import TemporaryError, UpsguardError
 from upsguard.events import EventSink, Notice, PhaseChanged, ReadingTaken
 from upsguard.models import (
     CacheMode,
+    Direction,
     Phase,
     PlatformName,
     PowerState,
     ResourceId,
+    RunId,
     StepId,
-    Target,
+    StepState,
     UpsName,
 )
 from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.ups.base import UpsSource
-from upsguard.policies.phases import Act, Decision, PhaseEngine, PowerView, RunState
+from upsguard.policies.phases import Act, Decision, PhaseEngine, PowerView
 from upsguard.policies.power import read_feeds
 from upsguard.policies.watch import UpsWatch
-from upsguard.runbooks.plan import Direction, Plan, Step
-from upsguard.runbooks.planner import build_plan
+from upsguard.runbooks.plan import Plan, Step
+from upsguard.runbooks.planner import Planner
+from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunSpec
 
 log = logging.getLogger(__name__)
 
 
-class RunBusy(UpsguardError):
+class RunBusy(TemporaryError):
     """A manual run was asked for while another run is in progress."""
 
 
 @dataclass(frozen=True, slots=True)
-class RunSpec:
-    """What a journal needs to rebuild a run after a crash."""
-
-    run: str
-    at: datetime
-    direction: Direction
-    kind: str  # shutdown | shedding | startup
-    origin: str  # policy | manual
-    reason: str
-    only: tuple[ResourceId, ...] | None = None
-
-
-class RunJournal(Protocol):
-    def run_planned(self, spec: RunSpec) -> None:
-        """Record the run before its first step starts (synchronously)."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
 class RunProgress:
-    """The run in progress, for ``upsguard status``."""
+    """The run in progress, for ``upsguard status`` and metrics."""
 
-    run: str
-    direction: str
-    kind: str
-    origin: str
+    spec: RunSpec
     total: int
-    finished: dict[str, str]  # step -> state
-    running: list[str]
-    point_of_no_return: str | None
+    finished: dict[StepId, StepState]
+    running: list[StepId]
+    point_of_no_return: StepId | None
 
 
-class OutageLoop:
+class OutageController:
+    """Polls the UPSes, asks the phase engine, and carries out its decisions: flips caches,
+    starts and cancels runs. The service ticks it from its poll loop; the simulator ticks
+    it on a virtual clock. Runs are owned by the ``ledger``; this class starts and stops
+    them and remembers only the executor of the one in progress."""
+
     def __init__(
         self,
         site: SiteConfig,
@@ -88,11 +74,10 @@ class OutageLoop:
         caches: DestageWatch,
         clock: Clock,
         events: EventSink,
-        inventory: Mapping[ResourceId, list[Target]] | None = None,
-        journal: RunJournal | None = None,
-        shutdown_plan: Plan | None = None,
+        planner: Planner | None = None,
+        ledger: RunLedger | None = None,
     ) -> None:
-        """``shutdown_plan``: one already built from this site and inventory, not built again."""
+        """``planner``: one already made for this site and inventory, not made again."""
         self.site = site
         configs = {u.name: u for u in site.ups}
         self.watches = {
@@ -106,31 +91,59 @@ class OutageLoop:
         self.caches = caches
         self._clock = clock
         self._events = events
-        self._inventory = inventory
+        self.ledger = ledger or RunLedger(clock, events)
         self.engine = PhaseEngine(site.policies, on_change=self._phase_changed)
-        self.shutdown_plan = shutdown_plan or build_plan(site, Direction.SHUTDOWN, inventory)
-        self.runs = RunState()
+        self.planner = planner or Planner(site)
+        self.shutdown_plan = self.planner.plan(Direction.SHUTDOWN)
         self.executor: Executor | None = None
         self._task: asyncio.Task[RunResult] | None = None
         self.view: PowerView | None = None
-        self.results: list[RunResult] = []
-        self._sequence = 0
-        self._journal = journal
-        self.spec: RunSpec | None = None
         self._in_flight: list[Step] = []
+        self._contact: dict[UpsName, str | None] = {}
+        self._ups_told: set[RunId] = set()
 
     # -- each poll ---------------------------------------------------------------------
 
     async def tick(self) -> PowerView:
+        """One poll of every UPS, then the decisions it calls for. Nothing here raises: a
+        decision that fails is that decision's failure, reported, and the next tick derives
+        what is wanted from the state again (a shutdown the phase wants and no run
+        carries is started then)."""
         readings = await asyncio.gather(*(w.poll() for w in self.watches.values()))
         for reading in readings:
             self._events(ReadingTaken(self._clock.now(), reading))
+        self._report_contact()
         view = self._view()
         self.view = view
-        self._sync_run_state()
-        for decision in self.engine.evaluate(view, self.runs, self.plan_seconds()):
-            await self._apply(decision)
+        for decision in self.engine.evaluate(view, self.ledger.site(), self.plan_seconds()):
+            try:
+                await self._apply(decision)
+            except Exception as exc:  # one decision's failure never stops the others
+                log.exception("%s failed", decision.act.value)
+                message = f"{decision.act.value} failed: {type(exc).__name__}: {exc}"
+                self._events(Notice(self._clock.now(), message, level="error"))
         return view
+
+    def _report_contact(self) -> None:
+        """A UPS that cannot be read is an alert (notified once), and so is its return."""
+        for name, watch in self.watches.items():
+            error = watch.last_error
+            if error == self._contact.get(name):
+                continue
+            if error is not None:
+                text = f"UPS {name} cannot be read: {error}"
+                self._events(Notice(self._clock.now(), text, level="warning"))
+            elif self._contact.get(name) is not None:
+                self._events(Notice(self._clock.now(), f"UPS {name} answers again"))
+            self._contact[name] = error
+
+    def alerts(self) -> list[str]:
+        """What a person should know now: UPSes that cannot be read."""
+        return [
+            f"UPS {name} cannot be read: {w.last_error}"
+            for name, w in self.watches.items()
+            if w.last_error is not None
+        ]
 
     def _view(self) -> PowerView:
         figures = {name: w.figures() for name, w in self.watches.items() if w.last is not None}
@@ -139,7 +152,13 @@ class OutageLoop:
         ]
         return PowerView(
             at_s=self._clock.monotonic(),
-            feeds=tuple(read_feeds(self.site.effective_feeds(), figures)),
+            feeds=tuple(
+                read_feeds(
+                    self.site.effective_feeds(),
+                    figures,
+                    self.site.policies.on_lost_contact_while_on_line,
+                )
+            ),
             min_charge_pct=min(charges) if charges else None,
         )
 
@@ -161,81 +180,45 @@ class OutageLoop:
         elif decision.act is Act.CACHES_WRITE_BACK:
             if self.caches.names:
                 await self.caches.set_mode(CacheMode.WRITE_BACK)
-            self.runs = RunState()
         elif decision.act is Act.START_SHEDDING:
             shed = {r.id for r in self.site.resources if r.shed}
             if shed:
-                self.runs.shedding_started = True
-                await self._start(
-                    build_plan(self.site, Direction.SHUTDOWN, self._inventory, shed),
-                    "shedding: " + decision.reason,
-                    kind="shedding",
-                    only=tuple(sorted(shed)),
-                )
+                reason = decision.reason
+                spec = self.ledger.new_spec(RunKind.SHEDDING, RunOrigin.POLICY, reason, shed)
+                await self._start(self.planner.plan(Direction.SHUTDOWN, shed), spec)
         elif decision.act is Act.START_SHUTDOWN:
-            await self._start(self.shutdown_plan, decision.reason)
-        elif decision.act is Act.CANCEL_SHUTDOWN:
-            await self._cancel()
-            self.runs.cancelled_before_ponr = True
-        elif decision.act is Act.CANCEL_STARTUP:
-            await self._cancel()
-            self.runs.startup_running = False
+            spec = self.ledger.new_spec(RunKind.SHUTDOWN, RunOrigin.POLICY, decision.reason)
+            await self._start(self.shutdown_plan, spec)
+        elif decision.act in (Act.CANCEL_SHUTDOWN, Act.CANCEL_STARTUP):
+            await self._stop_run(RunOutcome.CANCELLED)
         elif decision.act is Act.START_STARTUP:
-            await self._start(
-                build_plan(self.site, Direction.STARTUP, self._inventory), decision.reason
-            )
+            spec = self.ledger.new_spec(RunKind.STARTUP, RunOrigin.POLICY, decision.reason)
+            await self._start(self.planner.plan(Direction.STARTUP), spec)
 
     async def _start(
-        self,
-        plan: Plan,
-        reason: str,
-        *,
-        kind: str | None = None,
-        origin: str = "policy",
-        only: tuple[ResourceId, ...] | None = None,
-        run_id: str | None = None,
-        already_done: Collection[StepId] = (),
-    ) -> str:
-        await self._cancel()
-        self._sequence += 1
-        kind = kind or plan.direction.value
-        if run_id is None:
-            # milliseconds: a run id must not repeat one journaled by an earlier process
-            now = self._clock.now()
-            run_id = f"{kind}-{now:%Y%m%dT%H%M%S}.{now.microsecond // 1000:03d}Z-{self._sequence}"
-        self.spec = RunSpec(run_id, self._clock.now(), plan.direction, kind, origin, reason, only)
-        if self._journal is not None:
-            self._journal.run_planned(self.spec)
-        gate = DestageGate(self.caches, self.floor_reached)
-        self.executor = Executor(
-            self.site,
+        self, plan: Plan, spec: RunSpec, already_done: Collection[StepId] = ()
+    ) -> RunId:
+        await self._stop_run(RunOutcome.ABANDONED)
+        executor = Executor(
             plan,
             self.platforms,
             clock=self._clock,
             events=self._events,
-            run_id=run_id,
-            reason=reason,
-            cache_gate=gate,
+            ledger=self.ledger,
+            spec=spec,
+            cache_gate=DestageGate(self.caches, self.floor_reached),
             already_done=already_done,
+            before_step=self._before_step,
         )
-        if plan.direction is Direction.SHUTDOWN:
-            self.runs.something_stopped = True
-            self.runs.shutdown_running = plan is self.shutdown_plan
-            self.runs.shutdown_finished = False
-        else:
-            self.runs.startup_running = True
-            self.runs.startup_failed = False
+        self.executor = executor
+        executor.begin()
         settle, self._in_flight = self._in_flight, []
-        if plan.direction is Direction.SHUTDOWN:
-            settle = []
-        self._task = asyncio.create_task(self._run(self.executor, settle), name=run_id)
+        prelude = None
+        if settle and plan.direction is Direction.STARTUP:
+            prelude = functools.partial(self._settle, settle)
+        self._task = asyncio.create_task(executor.run(prelude), name=spec.id)
         self._task.add_done_callback(self._run_done)
-        return run_id
-
-    async def _run(self, executor: Executor, settle: list[Step]) -> RunResult:
-        if settle:
-            await self._settle(settle)
-        return await executor.run()
+        return spec.id
 
     async def _settle(self, steps: list[Step]) -> None:
         """A shutdown already asked for cannot be taken back: let it land before starting again,
@@ -247,54 +230,59 @@ class OutageLoop:
 
     async def _settle_one(self, step: Step) -> None:
         platform = self.platforms.get(PlatformName(step.platform or ""))
-        if platform is None:
+        if platform is None or step.settings is None:
             return
-        res = self.site.resource(step.resource)
-        wait = res.guest_timeout.total_seconds()
+        settings = step.settings
         try:
-            targets = list(step.targets) or await platform.resolve(res, direct=step.direct)
-            await asyncio.gather(*(platform.wait_for(t, PowerState.OFF, wait) for t in targets))
+            targets = list(step.targets) or await platform.resolve(
+                settings.resource, direct=step.direct
+            )
+            await asyncio.gather(
+                *(platform.wait_for(t, PowerState.OFF, settings.timeout_s) for t in targets)
+            )
         except UpsguardError as exc:
             log.warning("%s: could not wait for its shutdown to land: %s", step.id, exc)
 
+    async def _before_step(self, step: Step) -> None:
+        """The controller's own machine goes down last, and takes upsguard with it: the UPS
+        commands of the end of an outage go out before its step, or they never would."""
+        if step.settings is not None and step.settings.resource.runs_upsguard and self.executor:
+            await self._end_of_outage(self.executor.spec)
+
     def _run_done(self, task: asyncio.Task[RunResult]) -> None:
-        """A run ended by itself; a cancelled one is handled (and recorded) by ``_cancel``."""
-        if task.cancelled() or task.exception() is not None or self.executor is None:
+        """A whole-site shutdown that ended by itself: tell the UPSes what the site file says
+        (unless the controller's own machine's step did already)."""
+        if task.cancelled() or task.exception() is not None:
             return
         result = task.result()
-        if result.state == "cancelled" or result.run != self.executor.run_id:
+        if result.outcome in (RunOutcome.DONE, RunOutcome.FAILED):
+            asyncio.get_running_loop().create_task(self._end_of_outage(result.run))
+
+    async def _end_of_outage(self, spec: RunSpec) -> None:
+        """Once per whole-site shutdown on battery (not after a maintenance stop)."""
+        if spec.id in self._ups_told:
             return
-        self.results.append(result)
-        if result.direction is Direction.STARTUP:
-            self.runs.startup_running = False
-            if result.state != "done" and self.spec is not None and self.spec.only is None:
-                self.runs.startup_failed = True
-                return
-            self.runs.startup_finished = True
-            self.runs.something_stopped = False
-            self.runs.cancelled_before_ponr = False
-        elif self.executor.plan is self.shutdown_plan:
-            self.runs.shutdown_running = False
-            self.runs.shutdown_finished = True
-            if self.view is not None and self.view.on_battery:  # not after a maintenance stop
-                asyncio.get_running_loop().create_task(self._ups_commands())
+        if spec.kind is not RunKind.SHUTDOWN or spec.only is not None:
+            return
+        if self.view is None or not self.view.on_battery:
+            return
+        self._ups_told.add(spec.id)
+        await self._ups_commands()
 
-    async def _cancel(self) -> None:
+    async def _stop_run(self, outcome: RunOutcome) -> RunResult | None:
+        """Stop the run in progress, ending it with ``outcome``; its shutdowns in flight are
+        remembered so a startup that follows lets them land first."""
         task, self._task = self._task, None
-        if task is not None and not task.done():
-            if self.executor is not None and self.executor.plan.direction is Direction.SHUTDOWN:
-                by_id = self.executor.plan.by_id()
-                self._in_flight = [by_id[s] for s in sorted(self.executor.running)]
-            task.cancel()
-            result = await asyncio.gather(task, return_exceptions=True)
-            if self.executor is not None and isinstance(result[0], RunResult):
-                self.results.append(result[0])
-        self.runs.shutdown_running = False
-        self.runs.startup_running = False
-
-    def _sync_run_state(self) -> None:
-        if self.executor is not None and self.runs.shutdown_running:
-            self.runs.point_of_no_return = self.executor.point_of_no_return_passed
+        executor = self.executor
+        if task is None or task.done() or executor is None:
+            return None
+        if executor.plan.direction is Direction.SHUTDOWN:
+            by_id = executor.plan.by_id()
+            self._in_flight = [by_id[s] for s in sorted(executor.running)]
+        executor.stop(outcome)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return executor.result
 
     async def _ups_commands(self) -> None:
         """Everything is down: tell each UPS what the site file says (e.g. shutdown.return)."""
@@ -319,101 +307,76 @@ class OutageLoop:
         return self._task is not None and not self._task.done()
 
     def progress(self) -> RunProgress | None:
-        """The run in progress (or the last one), with the steps now running."""
-        if self.executor is None or self.spec is None:
-            return None
+        """The run in progress, with the steps now running."""
         ex = self.executor
+        if ex is None or not self.busy:
+            return None
         return RunProgress(
-            run=ex.run_id,
-            direction=ex.plan.direction.value,
-            kind=self.spec.kind,
-            origin=self.spec.origin,
+            spec=ex.spec,
             total=len(ex.plan.steps),
-            finished={s: o.state.value for s, o in ex.result.outcomes.items()},
+            finished={s: o.state for s, o in ex.result.outcomes.items()},
             running=sorted(ex.running),
-            point_of_no_return=ex.result.point_of_no_return,
+            point_of_no_return=ex.point_of_no_return,
         )
+
+    async def wait_idle(self) -> RunResult | None:
+        """Wait until the run in progress (if any) has ended; its result."""
+        task = self._task
+        if task is None:
+            return None
+        await asyncio.gather(task, return_exceptions=True)
+        return self.executor.result if self.executor is not None else None
 
     async def trigger(
         self, direction: Direction, only: Collection[ResourceId] | None, reason: str
-    ) -> str:
+    ) -> RunId:
         """A run asked for by a person; the whole site, or only some resources."""
         if self.busy and self.executor is not None:
             raise RunBusy(
                 f"run {self.executor.run_id} is in progress: wait for it or 'upsguard abort' first"
             )
-        chosen = tuple(sorted(only)) if only else None
-        reason = f"manual {direction.value}: {reason}"
+        chosen = set(only) if only else None
+        kind = RunKind.SHUTDOWN if direction is Direction.SHUTDOWN else RunKind.STARTUP
+        spec = self.ledger.new_spec(kind, RunOrigin.MANUAL, f"manual {kind}: {reason}", chosen)
+        if chosen is not None:
+            return await self._start(self.planner.plan(direction, chosen), spec)
         if direction is Direction.SHUTDOWN:
-            return await self._trigger_shutdown(chosen, reason)
-        plan = build_plan(self.site, Direction.STARTUP, self._inventory, _set(chosen))
-        if chosen is None and self.engine.phase is not Phase.RECOVERING:
-            self.engine.force(Phase.RECOVERING, reason)
-        run = await self._start(plan, reason, origin="manual", only=chosen)
-        if chosen is None:
-            self.runs.shutdown_manual = False
-        return run
+            self.engine.force(Phase.SHUTTING_DOWN, spec.reason)
+            if self.caches.names:
+                await self.caches.set_mode(CacheMode.WRITE_THROUGH)
+            return await self._start(self.shutdown_plan, spec)
+        if self.engine.phase is not Phase.RECOVERING:
+            self.engine.force(Phase.RECOVERING, spec.reason)
+        return await self._start(self.planner.plan(Direction.STARTUP), spec)
 
-    async def _trigger_shutdown(self, only: tuple[ResourceId, ...] | None, reason: str) -> str:
-        if only is not None:
-            plan = build_plan(self.site, Direction.SHUTDOWN, self._inventory, set(only))
-            return await self._start(plan, reason, origin="manual", only=only)
-        self.engine.force(Phase.SHUTTING_DOWN, reason)
-        if self.caches.names:
-            await self.caches.set_mode(CacheMode.WRITE_THROUGH)
-        self.runs.shutdown_manual = True
-        return await self._start(self.shutdown_plan, reason, origin="manual")
-
-    async def abort(self) -> str | None:
-        """Cancel the run in progress; returns its id (None when nothing ran)."""
+    async def abort(self) -> RunId | None:
+        """Cancel the run in progress (it ends ``aborted``); returns its id (None when
+        nothing ran)."""
         if not self.busy or self.executor is None:
             return None
-        run = self.executor.run_id
-        whole_site = self.runs.shutdown_running
-        await self._cancel()
+        run = self.executor.spec.id
+        whole_site = self.ledger.site().shutdown_running
+        await self._stop_run(RunOutcome.ABORTED)
         if whole_site and self.engine.phase is Phase.SHUTTING_DOWN:
-            if self.view is not None and self.view.on_battery:
-                self.engine.force(Phase.ON_BATTERY, "shutdown aborted")
-            else:
-                self.runs.cancelled_before_ponr = not self.runs.point_of_no_return
-                self.engine.force(Phase.RECOVERING, "shutdown aborted")
+            on_battery = self.view is not None and self.view.on_battery
+            self.engine.force(
+                Phase.ON_BATTERY if on_battery else Phase.RECOVERING, "shutdown aborted"
+            )
         return run
 
-    async def resume(
-        self,
-        spec: RunSpec,
-        done: Collection[StepId],
-        point_of_no_return: StepId | None,
-    ) -> str:
-        """Finish a run a dead controller left: the steps in ``done`` are not run again."""
-        only = set(spec.only) if spec.only is not None else None
-        if spec.kind == "shutdown" and only is None:
+    async def resume(self, spec: RunSpec, done: Collection[StepId]) -> RunId:
+        """Finish a run a dead or stopped controller left: the steps in ``done`` are not run
+        again; every other step first reads its target's real state."""
+        if spec.kind is RunKind.SHUTDOWN and spec.only is None:
             plan = self.shutdown_plan
-            self.runs.shutdown_manual = spec.origin == "manual"
         else:
-            plan = build_plan(self.site, spec.direction, self._inventory, only)
-        if spec.kind == "shedding":
-            self.runs.shedding_started = True
-        run = await self._start(
-            plan,
-            spec.reason,
-            kind=spec.kind,
-            origin=spec.origin,
-            only=spec.only,
-            run_id=spec.run,
-            already_done=done,
-        )
-        if self.executor is not None and point_of_no_return is not None:
-            self.executor.result.point_of_no_return = point_of_no_return
-            self.runs.point_of_no_return = True
-        return run
+            plan = self.planner.plan(spec.direction, set(spec.only) if spec.only else None)
+        return await self._start(plan, spec, already_done=done)
 
     def _phase_changed(self, old: Phase, new: Phase, reason: str) -> None:
         self._events(PhaseChanged(self._clock.now(), old, new, reason))
 
-    async def close(self) -> None:
-        await self._cancel()
-
-
-def _set(only: tuple[ResourceId, ...] | None) -> set[ResourceId] | None:
-    return set(only) if only is not None else None
+    async def interrupt(self) -> None:
+        """The service is stopping: the run in progress ends ``interrupted``, its running
+        steps too, and nothing that waits on them starts; the next start resumes it."""
+        await self._stop_run(RunOutcome.INTERRUPTED)

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import os
 import shlex
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -189,7 +192,7 @@ class Runner:
         job = Background(argv, self.ssh)
         if self.ssh is None:
             proc = await _spawn_local(argv)
-            job._kill = proc.terminate
+            job._kill = functools.partial(_signal_group, proc, signal.SIGTERM)
             job._task = asyncio.create_task(_collect_local(job, proc))
         else:
             conn = await self._connection()
@@ -342,6 +345,11 @@ async def connect(ssh: SshTarget, *, timeout: float) -> asyncssh.SSHClientConnec
         )
     except asyncssh.HostKeyNotVerifiable as exc:
         raise PermanentError(_host_key_message(ssh)) from exc
+    except asyncssh.KeyImportError as exc:
+        raise PermanentError(
+            f"{where}: cannot read the private key {ssh.key_file}: {exc}: check ssh.key_file "
+            "(an OpenSSH private key without a passphrase)"
+        ) from exc
     except asyncssh.PermissionDenied as exc:
         key = ssh.key_file or "the default keys in ~/.ssh"
         raise AuthenticationError(
@@ -397,11 +405,14 @@ def _write_once(path: Path, text: str) -> None:
 
 async def _spawn_local(argv: Sequence[str]) -> asyncio.subprocess.Process:
     try:
+        # a session of its own: a signal meant for the service (systemctl stop signals the
+        # whole unit) must not kill a step's command halfway; the service decides
         return await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
         )
     except FileNotFoundError as exc:
         raise PermanentError(
@@ -411,13 +422,19 @@ async def _spawn_local(argv: Sequence[str]) -> asyncio.subprocess.Process:
         raise PermanentError(f"{argv[0]}: not executable") from exc
 
 
+def _signal_group(proc: asyncio.subprocess.Process, sig: int) -> None:
+    """Signal the command and everything it started (its own session: see ``_spawn_local``);
+    a grandchild left behind would hold the pipes open, and the wait for it forever."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
 async def _run_local(argv: Sequence[str], input: str | None) -> CommandResult:
     proc = await _spawn_local(argv)
     try:
         out, err = await proc.communicate(input.encode() if input is not None else None)
     except asyncio.CancelledError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+        _signal_group(proc, signal.SIGKILL)
         with contextlib.suppress(Exception):
             await proc.wait()
         raise
@@ -437,8 +454,7 @@ async def _collect_local(job: Background, proc: asyncio.subprocess.Process) -> N
         await asyncio.gather(pump(proc.stdout, "stdout"), pump(proc.stderr, "stderr"))
         job.exit_status = await proc.wait()
     except asyncio.CancelledError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+        _signal_group(proc, signal.SIGKILL)
         raise
 
 

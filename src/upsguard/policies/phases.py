@@ -2,8 +2,9 @@
 
     normal -> on_battery -> shedding -> shutting_down -> down -> recovering -> normal
 
-It is pure: ``evaluate`` takes a ``PowerView`` and the state of the runs and
-returns ``Decision``s; the outage loop carries them out. Debounce (on battery
+It is pure: ``evaluate`` takes a ``PowerView`` and what the run ledger says of the
+site's runs (``SiteRuns``) and returns ``Decision``s; the outage controller carries them
+out. Debounce (on battery
 for ``after``), hysteresis (on line for ``online_for`` before power counts as
 back) and the hold all live here, so the simulator and the service decide
 alike.
@@ -20,6 +21,7 @@ from upsguard.config.policies import PoliciesConfig
 from upsguard.config.types import format_duration
 from upsguard.models import Phase
 from upsguard.policies.power import FeedReading
+from upsguard.runs import SiteRuns
 
 
 class Act(enum.StrEnum):
@@ -82,26 +84,6 @@ class PowerView:
         return max(values) if values else None
 
 
-@dataclass
-class RunState:
-    """What the outage loop reports about its runs."""
-
-    shutdown_running: bool = False
-    shutdown_finished: bool = False
-    point_of_no_return: bool = False
-    shedding_started: bool = False
-    startup_running: bool = False
-    startup_finished: bool = False
-    something_stopped: bool = False
-    cancelled_before_ponr: bool = False
-    startup_failed: bool = False
-    """The automatic startup ended with failed steps: the site stays recovering (caches
-    write-through) until a person runs the startup again; it is not retried in a loop."""
-    shutdown_manual: bool = False
-    """A person asked for the shutdown: power returning does not cancel it, and the site
-    stays down until a person asks for the startup."""
-
-
 PhaseListener = Callable[[Phase, Phase, str], None]
 
 
@@ -116,7 +98,7 @@ class PhaseEngine:
     at_floor: bool = False
     last_values: dict[str, float | None] = field(default_factory=dict)
 
-    def evaluate(self, view: PowerView, runs: RunState, plan_s: float) -> list[Decision]:
+    def evaluate(self, view: PowerView, runs: SiteRuns, plan_s: float) -> list[Decision]:
         self._track(view)
         values = self._values(view)
         flags = view.flags()
@@ -218,7 +200,7 @@ class PhaseEngine:
     def _normal(
         self,
         view: PowerView,
-        runs: RunState,
+        runs: SiteRuns,
         values: dict[str, float | None],
         flags: set[str],
         plan_s: float,
@@ -238,7 +220,7 @@ class PhaseEngine:
     def _on_battery(
         self,
         view: PowerView,
-        runs: RunState,
+        runs: SiteRuns,
         values: dict[str, float | None],
         flags: set[str],
         plan_s: float,
@@ -267,7 +249,7 @@ class PhaseEngine:
     def _shutting_down(
         self,
         view: PowerView,
-        runs: RunState,
+        runs: SiteRuns,
         values: dict[str, float | None],
         flags: set[str],
         plan_s: float,
@@ -280,13 +262,17 @@ class PhaseEngine:
             self._move(Phase.RECOVERING, "power back before the point of no return")
             out.append(Decision(Act.CANCEL_SHUTDOWN, "power back before the point of no return"))
             return
+        if runs.shutdown_running or any(d.act is Act.START_SHUTDOWN for d in out):
+            return
         if runs.shutdown_finished:
             self._move(Phase.DOWN, "shutdown runbook finished")
+        elif self._allowed():  # level-triggered: the phase wants a shutdown and none runs
+            out.append(Decision(Act.START_SHUTDOWN, "the site is shutting down and no run is"))
 
     def _down(
         self,
         view: PowerView,
-        runs: RunState,
+        runs: SiteRuns,
         values: dict[str, float | None],
         flags: set[str],
         plan_s: float,
@@ -300,7 +286,7 @@ class PhaseEngine:
     def _recovering(
         self,
         view: PowerView,
-        runs: RunState,
+        runs: SiteRuns,
         values: dict[str, float | None],
         flags: set[str],
         plan_s: float,

@@ -10,18 +10,30 @@ counts as on line.
 While a feed is at risk it lasts as long as enough UPSes still deliver: the
 on-battery members' runtimes, sorted, give the moment fewer than
 ``min_supplies`` are left.
+
+**Lost contact.** A UPS that stops answering (or was never read) while its last known
+state was on mains is ``unknown``: with the default policy
+(``on_lost_contact_while_on_line: alert``) it triggers nothing on its own and counts as
+supplying, unless another member of the same feed has already failed; then it counts as
+lost. A link flap or a broken UPS entry is an alert, not an outage (NUT's upsmon does the
+same). ``treat_as_outage`` counts it as off line once its ``link_grace`` has passed. A UPS
+lost while on battery always counts as draining, its runtime counted down from the last
+known value.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from upsguard.config.site import FeedConfig
 from upsguard.models import LinkState, UpsFlag, UpsName, UpsReading
 
 MAINS_PRESENT_V = 80.0
 """Below this input voltage a UPS in self-test is taken as really on battery."""
+
+LostContact = Literal["alert", "treat_as_outage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +55,10 @@ class FeedReading:
     debounces (a short OB blip never reaches it)."""
     members: tuple[str, ...] = ()
     """One word per member UPS: ``online``, ``self-test``, ``held``, ``on-battery``, ``lost``,
-    ``stale`` or ``unknown`` (never polled), in the feed's order."""
+    ``stale`` or ``unknown`` (lost contact while on mains, or never read), in the feed's
+    order."""
+    unknown: int = 0
+    """Members out of contact since they were last seen on mains (alerts, not outages)."""
 
     @property
     def at_risk(self) -> bool:
@@ -69,11 +84,22 @@ class UpsFigures:
     depletion_pct_per_min: float | None
     held_online: bool = False
     off_line_for_s: float = 0.0
+    last_seen_on_mains: bool = True
+    """Its last live reading said on mains (or there never was one)."""
 
     @property
     def supplying(self) -> bool:
         """Counts toward ``min_supplies``: on mains, or held through a short link loss."""
         return self.held_online or on_mains(self.reading)
+
+    @property
+    def unknown(self) -> bool:
+        """Out of contact (past its grace) since it was last seen on mains, or never read."""
+        return (
+            self.reading.link is not LinkState.OK
+            and not self.held_online
+            and self.last_seen_on_mains
+        )
 
     @property
     def word(self) -> str:
@@ -82,7 +108,9 @@ class UpsFigures:
             if reading.on_line:
                 return "online"
             return "self-test" if self_test(reading) else "on-battery"
-        return "held" if self.held_online else reading.link.value
+        if self.held_online:
+            return "held"
+        return "unknown" if self.unknown else reading.link.value
 
 
 def self_test(reading: UpsReading) -> bool:
@@ -101,10 +129,19 @@ def feed_name(feed: FeedConfig, index: int) -> str:
     return feed.name or f"feed{index}:" + "+".join(feed.ups)
 
 
-def read_feed(name: str, feed: FeedConfig, figures: Mapping[UpsName, UpsFigures]) -> FeedReading:
+def read_feed(
+    name: str,
+    feed: FeedConfig,
+    figures: Mapping[UpsName, UpsFigures],
+    lost_contact: LostContact = "alert",
+) -> FeedReading:
     members = [figures[u] for u in feed.ups if u in figures]
     supplying = [f for f in members if f.supplying]
-    draining = [f for f in members if not f.supplying]
+    failed = [f for f in members if not f.supplying and not f.unknown]
+    unknown = [f for f in members if f.unknown]
+    if lost_contact == "alert" and not failed:
+        supplying += unknown  # lost contact alone is no outage
+    draining = [f for f in members if f not in supplying]
     online = len(supplying)
     at_risk = online < feed.min_supplies
     charges = [f.reading.charge_pct for f in draining if f.reading.charge_pct is not None]
@@ -119,10 +156,11 @@ def read_feed(name: str, feed: FeedConfig, figures: Mapping[UpsName, UpsFigures]
         depletion_pct_per_min=max(rates) if rates else None,
         low_battery=at_risk and healthy < feed.min_supplies,
         forced_shutdown=any(f.reading.forced_shutdown for f in members),
-        lost=any(f.reading.link is not LinkState.OK and not f.held_online for f in members),
+        lost=any(f.reading.link is not LinkState.OK for f in draining),
         held=sum(1 for f in members if f.held_online),
         at_risk_for_s=_at_risk_for(feed, draining) if at_risk else 0.0,
         members=tuple(figures[u].word if u in figures else "unknown" for u in feed.ups),
+        unknown=len(unknown) + sum(1 for u in feed.ups if u not in figures),
     )
 
 
@@ -144,6 +182,8 @@ def _at_risk_for(feed: FeedConfig, draining: list[UpsFigures]) -> float:
 
 
 def read_feeds(
-    feeds: Sequence[FeedConfig], figures: Mapping[UpsName, UpsFigures]
+    feeds: Sequence[FeedConfig],
+    figures: Mapping[UpsName, UpsFigures],
+    lost_contact: LostContact = "alert",
 ) -> list[FeedReading]:
-    return [read_feed(feed_name(f, i), f, figures) for i, f in enumerate(feeds)]
+    return [read_feed(feed_name(f, i), f, figures, lost_contact) for i, f in enumerate(feeds)]

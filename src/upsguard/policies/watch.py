@@ -2,11 +2,12 @@
 
 ``UpsWatch`` wraps a ``UpsSource`` and is what the policy layer polls:
 
-- When the source fails, ``poll()`` returns the last known reading marked
-  ``lost`` with its age; when the source says its data is stale (NUT
-  ``DATA-STALE``), the last known values marked ``stale``. Neither is ever
-  ``on_line``. Only a ``PermanentError`` (wrong password, unknown UPS) before the
-  first good reading is raised, so that a service refuses to start on it.
+- ``poll()`` never raises: one broken UPS must not blind the controller to the others.
+  When the source fails (unreachable, wrong password, unknown UPS, a plugin's bug) it
+  returns the last known reading marked ``lost`` with its age, and ``last_error`` says
+  why; when the source says its data is stale (NUT ``DATA-STALE``), the last known
+  values marked ``stale``. Neither is ever ``on_line``; what a feed makes of it is
+  ``policies.power``'s lost-contact rule.
 - **Blip filter.** A link that drops while the UPS last said it was on mains is
   *held* on line for ``link_grace_s`` (15 s by default, the site file's
   ``link_grace``): the reading says ``lost``, but ``figures().held_online`` lets
@@ -37,7 +38,7 @@ from collections import deque
 
 from upsguard.clock import Clock
 from upsguard.config.ups import UpsConfig
-from upsguard.errors import ConfigError, PermanentError, UpsguardError
+from upsguard.errors import UpsguardError
 from upsguard.models import LinkState, UpsFlag, UpsReading
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.policies.power import UpsFigures, on_mains
@@ -84,10 +85,6 @@ class UpsWatch:
         """A reading now: fresh, or the last known one marked lost or stale with its age."""
         try:
             reading = await self.source.read()
-        except (PermanentError, ConfigError):
-            if self.last_ok is None:
-                raise
-            reading = self._lost(self._error_text())
         except UpsguardError as exc:
             reading = self._lost(str(exc))
         except Exception as exc:  # a plugin's bug must not stop the watch of the others
@@ -107,9 +104,6 @@ class UpsWatch:
         self._track(reading, now)
         self.last = reading
         return reading
-
-    def _error_text(self) -> str:
-        return "refused after it had answered (credentials changed?)"
 
     def _lost(self, error: str) -> UpsReading:
         if error != self.last_error:
@@ -207,6 +201,7 @@ class UpsWatch:
             depletion_pct_per_min=self.depletion_pct_per_min,
             held_online=self.held_online,
             off_line_for_s=self.off_line_for_s,
+            last_seen_on_mains=self.last_ok is None or on_mains(self.last_ok),
         )
 
 

@@ -12,93 +12,80 @@ import math
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
-from upsguard.config.resources import ResourceConfig
+from upsguard.config.resources import DEFAULT_START_S, DEFAULT_STOP_S, ResourceConfig
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
-from upsguard.memory import collector_paused
-from upsguard.models import CacheName, ResourceId, ResourceKind, StepId, Target
+from upsguard.models import (
+    CacheName,
+    Direction,
+    PlatformName,
+    ResourceId,
+    ResourceKind,
+    StepId,
+    Target,
+)
 from upsguard.runbooks.graph import Node, NodeId, ResourceGraph, build_graph
-from upsguard.runbooks.plan import Action, Direction, Plan, Step
+from upsguard.runbooks.plan import Action, Plan, Step, StepSettings
 from upsguard.runbooks.schedule import critical_path, list_schedule
 from upsguard.runbooks.topology import contract, topological_order
 
-HARD_OFF_ALLOWANCE_S = 60.0
-_STOP_DEFAULT_S = {
-    ResourceKind.VM: 60.0,
-    ResourceKind.VM_GROUP: 60.0,
-    ResourceKind.HOST: 180.0,
-    ResourceKind.STORAGE: 120.0,
-    ResourceKind.SWITCH: 60.0,
-    ResourceKind.COMMAND: 30.0,
-}
-_START_DEFAULT_S = {
-    ResourceKind.VM: 90.0,
-    ResourceKind.VM_GROUP: 90.0,
-    ResourceKind.HOST: 300.0,
-    ResourceKind.STORAGE: 240.0,
-    ResourceKind.SWITCH: 120.0,
-    ResourceKind.COMMAND: 30.0,
-}
+Inventory = Mapping[ResourceId, list[Target]]
 
 
-@collector_paused()  # a plan keeps nearly all it builds: see upsguard.memory
-def build_plan(
-    site: SiteConfig,
-    direction: Direction | str,
-    inventory: Mapping[ResourceId, list[Target]] | None = None,
-    only: set[ResourceId] | None = None,
-    unplanned: Mapping[str, Sequence[str]] | None = None,
-) -> Plan:
-    """The ordered plan; ``only`` limits it to some resources and what must stop before them.
+class Planner:
+    """Plans of one site (and, optionally, one reading of live inventory).
 
-    ``unplanned``: per host name, the running VMs live inventory found that no resource
-    covers; the host step stops them first, and its text says so.
+    The graph, the managers' descendants and the cache gates are the same for every plan
+    of the site, so they are worked out once, here, and shared by the shutdown, the
+    startup and every partial plan (shedding, ``trigger --only``).
     """
-    direction = Direction(direction)
-    graph, managers, gated = _graph_facts(site, inventory)
-    resources = site.resource_index()
-    keep, left_to_ups = _select_nodes(site, graph, direction, resources, only)
-    order_edges = contract(graph, keep)
-    if direction is Direction.STARTUP:
-        order_edges = _reversed(order_edges)
-    order = topological_order(order_edges, [n for n in graph.nodes if n in keep])
-    maker = _StepMaker(site, direction, managers, gated, order)
-    maker.unplanned = unplanned or {}
-    steps = [maker.step(graph.nodes[n], order_edges[n]) for n in order]
-    limits = {name: site.platform(name).max_parallel for name in _platforms(steps)}
-    path, path_s = critical_path(steps, limits)
-    return Plan(
-        direction=direction,
-        steps=tuple(steps),
-        critical_path=path,
-        critical_path_s=path_s,
-        estimate_s=list_schedule(steps, limits),
-        limits=limits,
-        left_to_ups=tuple(left_to_ups),
-        notes=tuple(_notes(site, left_to_ups, direction)),
-    )
+
+    def __init__(
+        self,
+        site: SiteConfig,
+        inventory: Inventory | None = None,
+        unplanned: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
+        """``unplanned``: per host name, the running VMs live inventory found that no
+        resource covers; the host step stops them first, and its text says so."""
+        self.site = site
+        self.inventory = inventory
+        self._unplanned = unplanned or {}
+        self._graph = build_graph(site, inventory)
+        self._managers = _manager_descendants(site, self._graph)
+        self._gated = _cache_gates(site, self._graph)
+
+    def plan(self, direction: Direction | str, only: set[ResourceId] | None = None) -> Plan:
+        """The ordered plan; ``only`` limits it to some resources and what must stop before
+        them."""
+        direction = Direction(direction)
+        site, graph = self.site, self._graph
+        keep, left_to_ups = _select_nodes(site, graph, direction, site.resource_index(), only)
+        order_edges = contract(graph, keep)
+        if direction is Direction.STARTUP:
+            order_edges = _reversed(order_edges)
+        order = topological_order(order_edges, [n for n in graph.nodes if n in keep])
+        maker = _StepMaker(site, direction, self._managers, self._gated, order, self._unplanned)
+        steps = [maker.step(graph.nodes[n], order_edges[n]) for n in order]
+        limits = {name: site.platform(name).max_parallel for name in _platforms(steps)}
+        path, path_s = critical_path(steps, limits)
+        return Plan(
+            direction=direction,
+            steps=tuple(steps),
+            critical_path=path,
+            critical_path_s=path_s,
+            estimate_s=list_schedule(steps, limits),
+            limits=limits,
+            stop_on_failure=direction is Direction.STARTUP or site.policies.step_failure == "stop",
+            left_to_ups=tuple(left_to_ups),
+            notes=tuple(_notes(site, left_to_ups, direction)),
+        )
 
 
-_GraphFacts = tuple[ResourceGraph, dict[str, set[NodeId]], dict[NodeId, list[CacheName]]]
-_last_facts: tuple[SiteConfig, _GraphFacts] | None = None
-
-
-def _graph_facts(
-    site: SiteConfig, inventory: Mapping[ResourceId, list[Target]] | None
-) -> _GraphFacts:
-    """The graph, managers' descendants and cache gates: the same for both directions.
-
-    A loaded site is immutable, so what was worked out for the last one planned
-    without live inventory is kept: planning shutdown then startup builds it once.
-    """
-    global _last_facts
-    if inventory is None and _last_facts is not None and _last_facts[0] is site:
-        return _last_facts[1]
-    graph = build_graph(site, inventory)
-    facts = (graph, _manager_descendants(site, graph), _cache_gates(site, graph))
-    if inventory is None:
-        _last_facts = (site, facts)
-    return facts
+def build_plans(site: SiteConfig, inventory: Inventory | None = None) -> tuple[Plan, Plan]:
+    """The site's shutdown and startup plans."""
+    planner = Planner(site, inventory)
+    return planner.plan(Direction.SHUTDOWN), planner.plan(Direction.STARTUP)
 
 
 def _select_nodes(
@@ -220,6 +207,7 @@ class _StepMaker:
         managers: dict[str, set[NodeId]],
         gated: dict[NodeId, list[CacheName]],
         nodes: Sequence[NodeId],
+        unplanned: Mapping[str, Sequence[str]],
     ) -> None:
         self._site = site
         self._resources = site.resource_index()
@@ -227,7 +215,8 @@ class _StepMaker:
         self._prefix = "stop" if direction is Direction.SHUTDOWN else "start"
         self._managers = managers
         self._gated = gated if direction is Direction.SHUTDOWN else {}
-        self.unplanned: Mapping[str, Sequence[str]] = {}
+        self.unplanned = unplanned
+        self._settings: dict[ResourceId, StepSettings] = {}
         self._limits: dict[str, int] = {}
         self._timings: dict[tuple[str, ResourceKind], float | None] = {}
         self._ids = {n: StepId(f"{self._prefix}:{n}") for n in nodes}
@@ -265,13 +254,29 @@ class _StepMaker:
             waits_for=waits_for,
             estimate_s=per_unit,
             description=self._describe(res, node, action, count, direct),
+            settings=self._settings_of(res),
             targets=node.targets,
             members=count,
             caches=tuple(self._gated.get(node.id, ())),
             direct=direct,
-            power_via=res.power_on_via if self._direction is Direction.STARTUP else None,
-            timeout_s=_timeout(res, self._direction),
         )
+
+    def _settings_of(self, res: ResourceConfig) -> StepSettings:
+        """One per resource: a group's members share their resource's settings."""
+        found = self._settings.get(res.id)
+        if found is None:
+            startup = self._direction is Direction.STARTUP
+            found = self._settings[res.id] = StepSettings(
+                resource=res,
+                timeout_s=_timeout(res, self._direction),
+                retries=res.retries,
+                fallback=res.fallback,
+                fallback_without_graceful=self._site.fallback_without_graceful(res),
+                power_on_via=PlatformName(res.power_on_via)
+                if startup and res.power_on_via
+                else None,
+            )
+        return found
 
     def _describe(
         self, res: ResourceConfig, node: Node, action: Action, count: int, direct: bool
@@ -323,7 +328,7 @@ class _StepMaker:
         simulated = self._simulated_timing(res) if res.platform else None
         if simulated is not None:
             return simulated
-        table = _STOP_DEFAULT_S if self._direction is Direction.SHUTDOWN else _START_DEFAULT_S
+        table = DEFAULT_STOP_S if self._direction is Direction.SHUTDOWN else DEFAULT_START_S
         extra = 60.0 if res.maintenance_mode and self._direction is Direction.SHUTDOWN else 0.0
         return table[res.kind] + extra
 
@@ -359,9 +364,13 @@ def _simulated_field(kind: ResourceKind, direction: Direction) -> str:
     return "host_shutdown" if kind is ResourceKind.HOST else "device_shutdown"
 
 
+STARTUP_TIMEOUT_S = 600.0
+"""How long a start may take to be on and healthy when the resource has no ``health:``."""
+
+
 def _timeout(res: ResourceConfig, direction: Direction) -> float:
     if direction is Direction.STARTUP:
-        return res.health.timeout.total_seconds() if res.health else 600.0
+        return res.health.timeout.total_seconds() if res.health else STARTUP_TIMEOUT_S
     return res.guest_timeout.total_seconds()
 
 

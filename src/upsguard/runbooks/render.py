@@ -74,7 +74,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
                 "count": s.members,
                 "caches": list(s.caches),
                 "direct": s.direct,
-                "power_via": s.power_via,
+                "power_via": s.settings.power_on_via if s.settings else None,
                 "description": s.description,
             }
             for s in plan.steps

@@ -21,9 +21,8 @@ from upsguard.config.scenario import Scenario
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
 from upsguard.engine.destage import DestageWatch
-from upsguard.engine.outage_controller import OutageLoop
-from upsguard.events import Event, RiskAccepted, RunFinished, RunStarted, StepFinished, describe
-from upsguard.memory import collector_paused
+from upsguard.engine.outage_controller import OutageController
+from upsguard.events import Event, RiskAccepted, RunFinished, StepFinished, describe
 from upsguard.models import CacheName, Phase, PlatformName, StepState, UpsName
 from upsguard.plugins.caches.base import CacheProvider
 from upsguard.plugins.caches.simulated import SimulatedCache
@@ -31,7 +30,7 @@ from upsguard.plugins.platforms.simulated import Behaviour, Fleet, SimulatedPlat
 from upsguard.plugins.registry import used_platform_names
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.plugins.ups.simulated import SimulatedUps
-from upsguard.runbooks.plan import Plan
+from upsguard.runs import RunKind, RunOutcome
 from upsguard.simulation.world import PowerWorld
 
 ORIGIN = datetime(2026, 1, 1, tzinfo=UTC)
@@ -67,12 +66,8 @@ class SimulationReport:
         return 0 if self.ok else 1
 
 
-def simulate(
-    site: SiteConfig, scenario: Scenario, shutdown_plan: Plan | None = None
-) -> SimulationReport:
-    """``shutdown_plan``: the site's plan when the caller has built it already."""
-    with collector_paused():
-        return run_virtual(Simulation(site, scenario, shutdown_plan).run())
+def simulate(site: SiteConfig, scenario: Scenario) -> SimulationReport:
+    return run_virtual(Simulation(site, scenario).run())
 
 
 def dry_run_site(site: SiteConfig) -> SiteConfig:
@@ -97,7 +92,6 @@ class Simulation:
         self,
         site: SiteConfig,
         scenario: Scenario,
-        shutdown_plan: Plan | None = None,
         *,
         observers: Sequence[EventObserver] = (),
         on_moment: MomentObserver | None = None,
@@ -106,27 +100,24 @@ class Simulation:
         self._on_moment = on_moment
         self.site = dry_run_site(site)
         self.scenario = scenario
-        self._shutdown_plan = shutdown_plan
         self.report = SimulationReport(
             scenario=scenario.name,
             required_margin_s=site.policies.required_margin.total_seconds(),
         )
         self._min_runtime_s: float | None = None
-        self._shedding_runs: set[str] = set()
 
     async def run(self) -> SimulationReport:
         loop = asyncio.get_running_loop()
         self.clock = LoopClock(loop, ORIGIN)
         self.world = PowerWorld(self.site, self.scenario, self.clock)
         self.platforms = self._platforms()
-        outage = OutageLoop(
+        outage = OutageController(
             self.site,
             sources=self._sources(),
             platforms=dict(self.platforms),
             caches=DestageWatch(self.site, self._caches(), self.clock, self._record),
             clock=self.clock,
             events=self._record,
-            shutdown_plan=self._shutdown_plan,
         )
         self.report.plan_estimate_s = outage.shutdown_plan.estimate_s
         self.report.plan_critical_path_s = outage.shutdown_plan.critical_path_s
@@ -134,7 +125,7 @@ class Simulation:
         try:
             await self._drive(outage, last_change)
         finally:
-            await outage.close()
+            await outage.interrupt()
         self._verdict(outage)
         return self.report
 
@@ -222,7 +213,7 @@ class Simulation:
 
     # -- the run -------------------------------------------------------------------------------
 
-    async def _drive(self, outage: OutageLoop, last_change: float) -> None:
+    async def _drive(self, outage: OutageController, last_change: float) -> None:
         poll = self.site.policies.poll_interval.total_seconds()
         horizon = self.scenario.horizon.total_seconds()
         while self.clock.monotonic() < horizon:
@@ -239,18 +230,17 @@ class Simulation:
             low = self._min_runtime_s
             self._min_runtime_s = runtime if low is None else min(low, runtime)
 
-    def _settled(self, outage: OutageLoop) -> bool:
+    def _settled(self, outage: OutageController) -> bool:
         """Nothing more will happen: back to normal, or down with no power to come back."""
-        running = outage.runs.shutdown_running or outage.runs.startup_running
-        if running:
+        if outage.busy:
             return False
         phase = outage.engine.phase
         if phase is Phase.NORMAL:
             return all(self.world.mains.values())
         return phase is Phase.DOWN and not any(self.world.mains.values())
 
-    def _ran_out(self, outage: OutageLoop) -> bool:
-        if not self.world.depleted_at or outage.runs.shutdown_finished:
+    def _ran_out(self, outage: OutageController) -> bool:
+        if not self.world.depleted_at or outage.ledger.site().shutdown_finished:
             return False
         name, at = min(self.world.depleted_at.items(), key=lambda kv: kv[1])
         executor = outage.executor
@@ -270,22 +260,18 @@ class Simulation:
     def _record(self, event: Event) -> None:
         for observer in self._observers:
             observer(event)
-        if isinstance(event, RunStarted) and event.reason.startswith("shedding"):
-            self._shedding_runs.add(event.run)
         if isinstance(event, StepFinished) and event.state is StepState.FAILED:
             self.report.failed_steps.append(f"{event.step}: {event.detail}")
         if isinstance(event, RiskAccepted):
             self.report.risks.append(event.what)
-        if isinstance(event, RunFinished) and event.direction == "shutdown":
+        if isinstance(event, RunFinished) and event.spec.kind is RunKind.SHUTDOWN:
             self._shutdown_finished(event)
         text = describe(event)
         if text is not None:
             self._note(self.clock.monotonic(), text, event.kind)
 
     def _shutdown_finished(self, event: RunFinished) -> None:
-        if event.state != "done" and event.state != "failed":
-            return
-        if event.run in self._shedding_runs:
+        if event.outcome not in (RunOutcome.DONE, RunOutcome.FAILED):
             return
         on_battery = [n for n, on in self.world.mains.items() if not on]
         if not on_battery:
@@ -303,7 +289,7 @@ class Simulation:
 
     # -- the verdict -----------------------------------------------------------------------------
 
-    def _verdict(self, outage: OutageLoop) -> None:
+    def _verdict(self, outage: OutageController) -> None:
         rep = self.report
         rep.end_s = self.clock.monotonic()
         rep.final_phase = outage.engine.phase.value

@@ -1,0 +1,104 @@
+"""A stop signal interrupts steps (neither failed nor done); resume re-checks them in order,
+and never stops the controller's own machine a second time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.faults.lab import Lab
+
+pytestmark = [pytest.mark.nut, pytest.mark.timeout(240)]
+
+
+def test_sigterm_during_a_step_interrupts_it_and_the_next_start_resumes_in_order(
+    lab: Lab, tmp_path: Path
+) -> None:
+    svc = lab.service(tmp_path)
+    lab.hold("db")
+    try:
+        svc.start()
+        lab.outage()
+        svc.wait(lambda: lab.begun("db"), "db's stop to begin")
+        assert svc.terminate(group=True) == 0  # systemctl stop: SIGTERM to the whole unit
+        calls = lab.calls()
+        assert "stop h1" not in calls and "stop nas1" not in calls  # nothing went on
+        journal = svc.read_journal()
+        (run,) = journal.runs()
+        steps = {s.step: s.state for s in run.steps}
+        journal.close()
+        assert run.state == "interrupted"
+        assert steps == {"stop:web": "done", "stop:db": "interrupted"}
+        lab.release("db")
+        svc.start()
+        lab.wait_all_off(svc)
+    finally:
+        svc.stop()
+    assert lab.order_violations() == []
+    assert lab.stopped() == ["web", "db", "h1", "nas1"]
+    journal = svc.read_journal()
+    (run,) = journal.runs()
+    journal.close()
+    assert (run.state, run.resumed) == ("done", 1)
+
+
+def own_machine_site(lab: Lab) -> None:
+    lab.resources.append(
+        {"id": "mgmt", "kind": "host", "runs_upsguard": True, "estimate": {"stop": "20s"}}
+    )
+
+
+def test_the_ups_command_goes_out_before_the_controllers_own_machine_stops(
+    lab: Lab, tmp_path: Path
+) -> None:
+    own_machine_site(lab)
+    admin = {"user": "admin", "password_file": str(lab.nut.password_file("admin"))}
+    ups = lab.ups("ups1", at_shutdown_end={"command": "load.off", "delay": "90s"})
+    ups["nut"].update(admin)
+    svc = lab.service(tmp_path, ups=[ups])
+    try:
+        svc.start()
+        lab.outage()
+        svc.wait(lambda: lab.is_off("mgmt"), "the controller's own machine to stop")
+        events = [e["text"] for e in svc.api().get("/events?after=0")["events"]]
+    finally:
+        svc.stop()
+    sent = next(i for i, t in enumerate(events) if "UPS ups1: sent load.off" in t)
+    own = next(i for i, t in enumerate(events) if "start stop:mgmt" in t)
+    assert sent < own, events
+    assert lab.stopped()[-1] == "mgmt"
+
+
+def test_a_delay_shorter_than_the_own_machines_stop_is_refused(lab: Lab, tmp_path: Path) -> None:
+    own_machine_site(lab)
+    lab.resources[-1]["estimate"] = {"stop": "2m"}  # the UPS's 30 s delay cannot cover it
+    ups = lab.ups("ups1", at_shutdown_end={"command": "load.off", "delay": "30s"})
+    svc = lab.service(tmp_path, ups=[ups])
+    result = svc.cli("validate", check=False)
+    assert result.returncode == 2
+    assert "at_shutdown_end.delay" in result.stderr and "mgmt" in result.stderr
+
+
+def test_sigterm_while_the_own_machine_stops_does_not_stop_it_again_at_the_next_boot(
+    lab: Lab, tmp_path: Path
+) -> None:
+    own_machine_site(lab)
+    svc = lab.service(tmp_path)
+    lab.hold("mgmt")
+    try:
+        svc.start()
+        lab.outage()
+        svc.wait(lambda: lab.begun("mgmt"), "the own machine's stop to begin")
+        assert svc.terminate(group=True) == 0  # the poweroff stops the service
+        lab.release("mgmt")
+        svc.start()  # the next boot
+        journal = svc.read_journal()
+        svc.wait(lambda: journal.runs()[0].state == "done", "the run to be closed as done")
+        assert journal.runs()[0].detail.startswith("finished by the controller's own poweroff")
+        journal.close()
+        st = svc.status()
+        assert st["run"] is None
+    finally:
+        svc.stop()
+    assert lab.calls().count("stop mgmt") == 1

@@ -1,0 +1,227 @@
+"""The QEMU guest proves it can host the real kernel caches: it boots Debian's kernel, answers
+over SSH with a checked host key, and can build bcache, lvmcache (dm-cache) and dm-writecache
+devices in write-back mode on its scratch disks.
+
+Each test asserts what the guest's kernel and tools report, never how long anything took.
+The provider tests (bcache, lvmcache, writecache) build on these and on the facts recorded in
+docs/real-kernel-caches.md.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.peers.guest import Guest
+
+pytestmark = pytest.mark.guest
+
+MIB = 1024 * 1024
+
+
+def _bcache_writeback(guest: Guest, backing: str, cache: str) -> str:
+    """Make ``backing`` a bcache device cached by ``cache`` in write-back mode, the way an
+    operator would without udev: format each, register each, attach by cache-set UUID.
+    Returns the sysfs directory of the bcache device."""
+    guest.check(f"make-bcache -B {backing} && make-bcache -C {cache}")
+    guest.check(
+        f"echo {backing} > /sys/fs/bcache/register && echo {cache} > /sys/fs/bcache/register"
+    )
+    cset = guest.check("cd /sys/fs/bcache && ls -d *-*-*-*-*").split()
+    assert len(cset) == 1, cset
+    sysfs = "/sys/block/bcache0/bcache"
+    assert guest.check(f"cat {sysfs}/state").strip() == "no cache"
+    guest.check(f"echo {cset[0]} > {sysfs}/attach")
+    guest.check(f"echo writeback > {sysfs}/cache_mode")
+    return sysfs
+
+
+def test_guest_boots_debian_kernel_and_answers_over_ssh(guest: Guest) -> None:
+    status, out, _ = guest.run("uname -r; id -u; cat /proc/cmdline")
+    release, uid, cmdline = out.splitlines()
+    assert status == 0
+    assert re.fullmatch(r"6\.1\.0-\d+-amd64", release)
+    assert uid == "0"
+    assert "console=ttyS0" in cmdline
+    assert guest.check("ls /dev/vda /dev/vdb /dev/vdc").split() == list(guest.disks)
+
+
+def test_guest_host_key_is_checked(guest: Guest, tmp_path: Path) -> None:
+    """The known_hosts file the fixture writes is what lets ssh in: a file naming another
+    key for the same address is refused, as the project's SSH runner must refuse it."""
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    key_type, key = other.with_suffix(".pub").read_text().split()[:2]
+    wrong = tmp_path / "known_hosts.wrong"
+    wrong.write_text(f"[{guest.host}]:{guest.port} {key_type} {key}\n")
+    argv = [
+        "ssh",
+        "-i",
+        str(guest.key_file),
+        "-p",
+        str(guest.port),
+        "-o",
+        f"UserKnownHostsFile={wrong}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ControlMaster=no",
+        "-o",
+        "ControlPath=none",
+        f"{guest.user}@{guest.host}",
+        "true",
+    ]
+    refused = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert refused.returncode == 255
+    assert "Host key verification failed" in refused.stderr
+
+
+def test_kernel_has_bcache_and_device_mapper_cache_targets(guest: Guest) -> None:
+    assert "register" in guest.check("ls /sys/fs/bcache").split()
+    targets = {line.split()[0] for line in guest.check("dmsetup targets").splitlines()}
+    assert {"cache", "writecache"} <= targets
+    modules = {line.split()[0] for line in guest.check("cat /proc/modules").splitlines()}
+    assert {"bcache", "dm_mod", "dm_cache", "dm_cache_smq", "dm_writecache"} <= modules
+
+
+def test_bcache_device_in_writeback_mode_holds_dirty_data(clean_guest: Guest) -> None:
+    guest = clean_guest
+    backing, cache, _ = guest.disks
+    sysfs = _bcache_writeback(guest, backing, cache)
+    assert "[writeback]" in guest.check(f"cat {sysfs}/cache_mode")
+    assert guest.check(f"cat {sysfs}/state").strip() == "clean"
+    # Sequential writes bypass the cache unless sequential_cutoff is 0 (docs/real-kernel-caches.md).
+    guest.check(f"echo 0 > {sysfs}/sequential_cutoff")
+    guest.check("dd if=/dev/urandom of=/dev/bcache0 bs=1M count=16 oflag=direct status=none")
+    assert guest.check(f"cat {sysfs}/state").strip() == "dirty"
+    dirty = guest.check(f"cat {sysfs}/dirty_data").strip()
+    assert dirty.endswith("M") and float(dirty[:-1]) > 0, dirty
+
+
+def test_lvmcache_pool_in_writeback_on_two_disks(clean_guest: Guest) -> None:
+    guest = clean_guest
+    slow, fast, _ = guest.disks
+    guest.check(f"pvcreate -q {slow} {fast} && vgcreate -q vg {slow} {fast}")
+    guest.check(f"lvcreate -q -y -n origin -L 512M vg {slow}")
+    guest.check(f"lvcreate -q -y --type cache-pool -n fast -L 256M vg {fast}")
+    guest.check("lvconvert -q -y --type cache --cachepool vg/fast --cachemode writeback vg/origin")
+    report = guest.check(
+        "lvs --noheadings --separator , -o lv_name,segtype,cache_mode,cache_policy,"
+        "cache_dirty_blocks vg/origin"
+    )
+    assert report.strip().split(",") == ["origin", "cache", "writeback", "smq", "0"]
+    table = guest.check("dmsetup table vg-origin").split()
+    assert table[2] == "cache" and "writeback" in table
+    assert guest.check("ls /dev/vg/origin /dev/mapper/vg-origin").split()
+
+
+def test_dm_writecache_device(clean_guest: Guest) -> None:
+    guest = clean_guest
+    origin, cache, _ = guest.disks
+    sectors = int(guest.check(f"blockdev --getsz {origin}"))
+    guest.check(f"dmsetup create wc --table '0 {sectors} writecache s {origin} {cache} 4096 0'")
+    guest.check("dd if=/dev/urandom of=/dev/mapper/wc bs=1M count=16 oflag=direct status=none")
+    # <start> <length> writecache <error> <blocks> <free blocks> <blocks under writeback> ...
+    status = guest.check("dmsetup status wc").split()
+    assert status[:3] == ["0", str(sectors), "writecache"]
+    error, blocks, free = int(status[3]), int(status[4]), int(status[5])
+    assert error == 0
+    assert blocks - free >= 16 * MIB // 4096
+
+
+# --- No data lost: each kernel cache, destaged the way docs/real-kernel-caches.md records,
+# --- gives back on its origin exactly what was written through it.
+
+DATA_MB = 32
+
+
+def _source(guest: Guest, disk: str) -> str:
+    """Fill the start of ``disk`` with random data and return its sha256: the data to write
+    through a cache comes from a disk outside it, so its hash is known without holding it."""
+    guest.check(f"dd if=/dev/urandom of={disk} bs=1M count={DATA_MB} oflag=direct status=none")
+    return _sha256(guest, disk)
+
+
+def _sha256(guest: Guest, device: str, skip_bytes: int = 0) -> str:
+    flags = "direct,skip_bytes,count_bytes"
+    out = guest.check(
+        f"dd if={device} bs=1M iflag={flags} skip={skip_bytes} count={DATA_MB * MIB} "
+        "status=none | sha256sum"
+    )
+    return out.split()[0]
+
+
+def _wait_for(guest: Guest, cmd: str, done: str, within: float = 600.0) -> str:
+    """Poll ``cmd`` in the guest until its output, stripped, equals ``done``; return it.
+    The loop runs in the guest (one SSH call); ``within`` is a safety net, never a measure."""
+    script = (
+        f"i=0; while [ $i -lt {int(within * 2)} ]; do out=$({cmd}); "
+        f'[ "$out" = "{done}" ] && echo "$out" && exit 0; sleep 0.5; i=$((i+1)); done; '
+        'echo "$out"; exit 1'
+    )
+    return guest.check(script).strip()
+
+
+def test_bcache_destage_at_full_speed_keeps_every_byte(clean_guest: Guest) -> None:
+    guest = clean_guest
+    backing, cache, source = guest.disks
+    want = _source(guest, source)
+    sysfs = _bcache_writeback(guest, backing, cache)
+    guest.check(f"echo 0 > {sysfs}/sequential_cutoff")
+    guest.check(f"dd if={source} of=/dev/bcache0 bs=1M count={DATA_MB} oflag=direct status=none")
+    assert guest.check(f"cat {sysfs}/dirty_data").strip() != "0.0k"
+    guest.check(
+        f"echo writethrough > {sysfs}/cache_mode && echo 0 > {sysfs}/writeback_percent && "
+        f"echo 0 > {sysfs}/writeback_delay && echo 1 > {sysfs}/writeback_running"
+    )
+    assert _wait_for(guest, f"cat {sysfs}/dirty_data", "0.0k") == "0.0k"
+    guest.check(f"echo 1 > {sysfs}/detach")
+    assert _wait_for(guest, f"cat {sysfs}/state", "no cache") == "no cache"
+    super_block = guest.check(f"bcache-super-show {backing}")
+    first = re.search(r"dev\.data\.first_sector\s+(\d+)", super_block)
+    assert first, super_block
+    assert _sha256(guest, backing, skip_bytes=int(first.group(1)) * 512) == want
+
+
+def test_lvmcache_writethrough_returns_clean_and_uncache_keeps_every_byte(
+    clean_guest: Guest,
+) -> None:
+    guest = clean_guest
+    slow, fast, source = guest.disks
+    want = _source(guest, source)
+    guest.check(f"pvcreate -q {slow} {fast} && vgcreate -q vg {slow} {fast}")
+    guest.check(f"lvcreate -q -y -n origin -L 256M vg {slow}")
+    guest.check(f"lvcreate -q -y --type cache-pool -n fast -L 128M vg {fast}")
+    guest.check("lvconvert -q -y --type cache --cachepool vg/fast --cachemode writeback vg/origin")
+    guest.check(f"dd if={source} of=/dev/vg/origin bs=1M count={DATA_MB} oflag=direct status=none")
+    # lvchange waits until the cache is clean (it loads the cleaner policy while it waits).
+    guest.check("lvchange -q --cachemode writethrough vg/origin")
+    report = guest.check(
+        "lvs --noheadings --separator , -o cache_mode,cache_policy,cache_dirty_blocks vg/origin"
+    )
+    assert report.strip().split(",") == ["writethrough", "smq", "0"]
+    guest.check("lvconvert -q -y --uncache vg/origin")
+    assert _sha256(guest, "/dev/vg/origin") == want
+
+
+def test_dm_writecache_cleaner_message_drains_and_keeps_every_byte(clean_guest: Guest) -> None:
+    guest = clean_guest
+    origin, cache, source = guest.disks
+    want = _source(guest, source)
+    sectors = int(guest.check(f"blockdev --getsz {origin}"))
+    guest.check(f"dmsetup create wc --table '0 {sectors} writecache s {origin} {cache} 4096 0'")
+    guest.check(f"dd if={source} of=/dev/mapper/wc bs=1M count={DATA_MB} oflag=direct status=none")
+    status = guest.check("dmsetup status wc").split()
+    blocks, free = int(status[4]), int(status[5])
+    assert blocks - free >= DATA_MB * MIB // 4096  # below the high watermark: nothing drains
+    guest.check("dmsetup message wc 0 cleaner")
+    # Drained: every block free again and none under writeback.
+    fields = "dmsetup status wc | cut -d' ' -f5-7"
+    assert _wait_for(guest, fields, f"{blocks} {blocks} 0") == f"{blocks} {blocks} 0"
+    guest.check("dmsetup remove wc")
+    assert _sha256(guest, origin) == want

@@ -1,0 +1,255 @@
+"""A real Linux kernel in a QEMU guest, reached over SSH, for the kernel cache providers.
+
+This machine's own kernel has no device-mapper and no bcache and loads no modules, so tests of
+bcache, dm-writecache and lvmcache (dm-cache) boot Debian's kernel under QEMU (TCG: nested KVM
+is far slower here) from the image ``scripts/guest-image`` builds and caches.
+
+Fixtures (register ``tests.peers.guest`` in tests/conftest.py's ``pytest_plugins``):
+
+* ``guest`` (session): a running ``Guest``. Useful attributes: ``host``, ``port``, ``user``
+  (root), ``key_file``, ``known_hosts`` (vouches for the guest's real host key), ``disks``
+  (the guest's raw scratch disks, ``/dev/vda``...), ``run(cmd)`` -> ``(exit, stdout, stderr)``
+  and ``check(cmd)`` -> stdout (fails the test on a non-zero exit). ``host``, ``port``,
+  ``user``, ``key_file`` and ``known_hosts`` are what ``upsguard.plugins.remote.SshTarget``
+  asks for, so a provider under test can be pointed at the guest as it is.
+* ``clean_guest`` (function): the same guest, with every bcache device, device-mapper device
+  and volume group stopped and the scratch disks wiped before the test, so tests sharing one
+  boot never see each other's caches.
+
+Commands run as root through the guest's ``/bin/sh`` (dash, as on a Debian host). The guest
+has no udev: ``/dev`` is a devtmpfs, bcache devices are registered by writing to
+``/sys/fs/bcache/register``, and lvm2 creates its own device nodes.
+If QEMU is missing or the image cannot be built the fixture fails and says why.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.peers.ports import free_port
+from tests.peers.process import wait_started
+
+REPO = Path(__file__).resolve().parents[2]
+GUEST_IMAGE = REPO / "scripts" / "guest-image"
+DISK_NAMES = ("vda", "vdb", "vdc")
+DISK_BYTES = 2 * 1024**3  # sparse: only what a test writes takes space on the host
+# A safety net, not a measurement: a TCG boot takes about 15 s on 2 busy cores.
+BOOT_WITHIN = 300.0
+BUILD_WITHIN = 900.0
+COMMAND_TIMEOUT = 900.0
+
+# Stops whatever a test left behind, innermost first (bcache devices and dm devices hold the
+# disks open), then wipes every signature: without udev nothing registers a disk again unless
+# a test does.
+_RESET = r"""
+set -u
+for dev in /sys/block/bcache*/bcache; do [ -e "$dev/stop" ] && echo 1 > "$dev/stop"; done
+for cset in /sys/fs/bcache/*-*-*-*-*; do [ -e "$cset/stop" ] && echo 1 > "$cset/stop"; done
+i=0
+while ls -d /sys/block/bcache* /sys/fs/bcache/*-*-*-*-* >/dev/null 2>&1 && [ $i -lt 300 ]; do
+    sleep 0.1; i=$((i + 1))
+done
+vgchange -an >/dev/null 2>&1
+dmsetup remove_all --force >/dev/null 2>&1
+for disk in DISKS; do
+    wipefs -a -q "$disk" || exit 1
+    dd if=/dev/zero of="$disk" bs=1M count=8 oflag=direct status=none || exit 1
+done
+rm -rf /etc/lvm/backup /etc/lvm/archive /run/lvm/*
+ls -d /sys/block/bcache* /sys/fs/bcache/*-*-*-*-* 2>/dev/null && exit 1
+[ -z "$(dmsetup ls | grep -v 'No devices found')" ] || exit 1
+exit 0
+"""
+
+
+@dataclass
+class Guest:
+    host: str
+    port: int
+    user: str
+    key_file: Path
+    known_hosts: Path
+    disks: tuple[str, ...]
+    console_log: Path
+    image_dir: Path
+    control_path: Path
+    boot_seconds: float = (
+        0.0  # from starting QEMU to the first SSH command: reported, never asserted
+    )
+
+    def ssh_argv(self, *extra: str) -> list[str]:
+        """The ``ssh`` command line for this guest; one multiplexed connection serves every
+        call (a fresh key exchange costs about a second of emulated CPU)."""
+        return [
+            "ssh",
+            "-i",
+            str(self.key_file),
+            "-p",
+            str(self.port),
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={self.control_path}",
+            "-o",
+            "ControlPersist=yes",
+            "-o",
+            "ServerAliveInterval=15",
+            *extra,
+            f"{self.user}@{self.host}",
+        ]
+
+    def run(
+        self, cmd: str, input: str | None = None, timeout: float = COMMAND_TIMEOUT
+    ) -> tuple[int, str, str]:
+        """Run ``cmd`` with the guest's shell; return its exit status, stdout and stderr.
+
+        A non-zero status is a result for the caller to judge; 255 means ssh itself failed.
+        """
+        done = subprocess.run(
+            [*self.ssh_argv(), cmd],
+            input=input if input is not None else "",
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        return done.returncode, done.stdout, done.stderr
+
+    def check(self, cmd: str, input: str | None = None, timeout: float = COMMAND_TIMEOUT) -> str:
+        """Run ``cmd`` and return its stdout; fail the test, showing both streams, if it exits
+        non-zero."""
+        status, out, err = self.run(cmd, input=input, timeout=timeout)
+        if status != 0:
+            pytest.fail(f"guest: `{cmd}` exited {status}\nstdout: {out[-2000:]}\nstderr: {err}")
+        return out
+
+    def reset(self) -> None:
+        """Stop every cache and device-mapper device and wipe the scratch disks."""
+        self.check("sh -s", input=_RESET.replace("DISKS", " ".join(self.disks)))
+
+    def close(self) -> None:
+        """End the shared SSH connection (its master runs in the background)."""
+        subprocess.run([*self.ssh_argv("-O", "exit")], capture_output=True, timeout=30, check=False)
+
+
+def build_image() -> Path:
+    """The cached image's directory; ``scripts/guest-image`` builds it the first time."""
+    try:
+        done = subprocess.run(
+            [str(GUEST_IMAGE)], capture_output=True, text=True, timeout=BUILD_WITHIN, check=False
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"scripts/guest-image did not finish within {BUILD_WITHIN:g}s")
+    if done.returncode != 0:
+        pytest.fail(f"scripts/guest-image failed ({done.returncode}): {done.stderr[-3000:]}")
+    image = Path(done.stdout.strip().splitlines()[-1])
+    for name in ("vmlinuz", "initrd.cpio", "id_ed25519", "ssh_host_ed25519_key.pub"):
+        if not (image / name).is_file():
+            pytest.fail(f"scripts/guest-image left no {name} in {image}")
+    return image
+
+
+def _greets(port: int) -> bool:
+    """True once the guest's sshd sends its banner. QEMU's user network accepts on the host
+    port at once and closes when the guest refuses, so only the banner proves sshd is up."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+            sock.settimeout(2)
+            return sock.recv(64).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def guest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guest]:
+    qemu = shutil.which("qemu-system-x86_64")
+    if qemu is None:
+        pytest.fail("qemu-system-x86_64 is missing: run scripts/setup --tests")
+    image = build_image()
+    base = tmp_path_factory.mktemp("guest")
+    port = free_port()
+    known_hosts = base / "known_hosts"
+    key_type, key = (image / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+    known_hosts.write_text(f"[127.0.0.1]:{port} {key_type} {key}\n")
+    drives: list[str] = []
+    for name in DISK_NAMES:
+        disk = base / f"{name}.img"
+        with disk.open("wb") as file:
+            file.truncate(DISK_BYTES)
+        drives += ["-drive", f"file={disk},if=virtio,format=raw,cache=unsafe"]
+    console = base / "console.log"
+    argv = [
+        qemu,
+        "-accel",
+        "tcg",
+        "-m",
+        "768",
+        "-smp",
+        "1",
+        "-nographic",
+        "-no-reboot",
+        "-kernel",
+        str(image / "vmlinuz"),
+        "-initrd",
+        str(image / "initrd.cpio"),
+        "-append",
+        # quiet: every console character costs the emulated CPU; warnings still show.
+        "console=ttyS0 panic=-1 quiet",
+        *drives,
+        "-nic",
+        f"user,model=virtio-net-pci,hostfwd=tcp:127.0.0.1:{port}-:22",
+        "-device",
+        "virtio-rng-pci",
+    ]
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=console.open("wb"), stderr=subprocess.STDOUT
+    )
+    machine = Guest(
+        host="127.0.0.1",
+        port=port,
+        user="root",
+        key_file=image / "id_ed25519",
+        known_hosts=known_hosts,
+        disks=tuple(f"/dev/{name}" for name in DISK_NAMES),
+        console_log=console,
+        image_dir=image,
+        control_path=base / "ssh.ctl",
+    )
+    started = time.monotonic()
+    try:
+        wait_started(proc, console, lambda: _greets(port), "QEMU guest", BOOT_WITHIN, pause=0.5)
+        if "MODPROBE FAILED" in console.read_text(errors="replace"):
+            pytest.fail(f"guest: kernel modules did not load: {console.read_text()[-3000:]}")
+        machine.check("true")
+        machine.boot_seconds = time.monotonic() - started
+        yield machine
+    finally:
+        machine.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def clean_guest(guest: Guest) -> Guest:
+    guest.reset()
+    return guest

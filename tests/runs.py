@@ -1,0 +1,30 @@
+"""Running one plan on its own, outside the outage controller (tests and benchmarks)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from upsguard.clock import Clock
+from upsguard.engine.executor import CacheGate, Executor
+from upsguard.engine.ledger import RunLedger
+from upsguard.events import EventSink
+from upsguard.models import Direction, PlatformName
+from upsguard.plugins.platforms.base import Platform
+from upsguard.runbooks.plan import Plan
+from upsguard.runs import RunKind, RunOrigin
+
+
+def executor_for(
+    plan: Plan,
+    platforms: Mapping[PlatformName, Platform],
+    clock: Clock,
+    events: EventSink,
+    cache_gate: CacheGate | None = None,
+) -> Executor:
+    """An executor of ``plan`` as a manual run, with a ledger of its own."""
+    ledger = RunLedger(clock, events)
+    kind = RunKind.SHUTDOWN if plan.direction is Direction.SHUTDOWN else RunKind.STARTUP
+    spec = ledger.new_spec(kind, RunOrigin.MANUAL, "test")
+    return Executor(
+        plan, platforms, clock=clock, events=events, ledger=ledger, spec=spec, cache_gate=cache_gate
+    )
