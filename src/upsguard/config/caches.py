@@ -121,7 +121,7 @@ class ExternalCacheSettings(CacheBase):
 
 def _cache_tag(value: Any) -> str:
     kind = value.get("provider") if isinstance(value, dict) else getattr(value, "provider", None)
-    return kind if kind in BUILTIN_PROVIDERS else "external"
+    return kind if isinstance(kind, str) and kind in BUILTIN_PROVIDERS else "external"
 
 
 CacheConfig = Annotated[

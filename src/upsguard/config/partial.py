@@ -72,6 +72,7 @@ def partial_site(data: dict[Any, Any], exc: ValidationError) -> PartialSite:
         except ValidationError:
             skipped[name] = None
     values.setdefault("site", "")
+    values.setdefault("ups", [])  # a section that failed as a whole: nothing of it to check
     unchecked = Unchecked(
         ups=skipped.get("ups", frozenset()),
         resources=skipped.get("resources", frozenset()),

@@ -178,7 +178,7 @@ class ExternalPlatformSettings(PlatformBase):
 
 def _platform_tag(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if kind in BUILTIN_TYPES else "external"
+    return kind if isinstance(kind, str) and kind in BUILTIN_TYPES else "external"
 
 
 PlatformConfig = Annotated[
