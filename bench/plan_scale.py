@@ -33,16 +33,17 @@ def one_run(site_file: Path) -> dict[str, object]:
     """The three phases, timed, in this process."""
     from upsguard.config import load_site
     from upsguard.config.scenario import DEFAULT_SCENARIO
-    from upsguard.runbooks.planner import build_plans
+    from upsguard.runbooks.planner import Planner
     from upsguard.simulation.simulator import simulate
 
     stolen = _stolen_s()
     t0 = time.perf_counter()
     site = load_site(site_file)
     t1 = time.perf_counter()
-    shutdown, startup = build_plans(site)
+    planner = Planner(site)
+    shutdown, startup = planner.plan("shutdown"), planner.plan("startup")
     t2 = time.perf_counter()
-    report = simulate(site, DEFAULT_SCENARIO)
+    report = simulate(site, DEFAULT_SCENARIO, planner)
     t3 = time.perf_counter()
     return {
         "validate": t1 - t0,

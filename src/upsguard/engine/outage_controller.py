@@ -29,7 +29,6 @@ from upsguard.events import (
 )
 from upsguard.models import (
     CacheMode,
-    CacheName,
     Direction,
     Phase,
     PlatformName,
@@ -50,11 +49,6 @@ from upsguard.runbooks.planner import Planner
 from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunSpec
 
 log = logging.getLogger(__name__)
-
-
-def _caches_of(plan: Plan) -> list[CacheName]:
-    """The caches in the data path of a plan's hardware."""
-    return sorted({c for step in plan.steps for c in step.caches})
 
 
 class RunBusy(TemporaryError):
@@ -89,8 +83,11 @@ class OutageController:
         events: EventSink,
         planner: Planner | None = None,
         ledger: RunLedger | None = None,
+        dry_run: bool = False,
     ) -> None:
-        """``planner``: one already made for this site and inventory, not made again."""
+        """``planner``: one already made for this site and inventory, not made again.
+        ``dry_run``: the simulator's controller (no health probe touches the network)."""
+        self._dry_run = dry_run
         self.site = site
         configs = {u.name: u for u in site.ups}
         self.watches = {
@@ -109,6 +106,7 @@ class OutageController:
         self.planner = planner or Planner(site)
         self.shutdown_plan = self.planner.plan(Direction.SHUTDOWN)
         self.feeds = {feed_name(f, i): f for i, f in enumerate(site.effective_feeds())}
+        self._all_resources = frozenset(r.id for r in site.resources)
         self._scoped: dict[tuple[str, ...], Plan] = {}
         self.executor: Executor | None = None
         self._task: asyncio.Task[RunResult] | None = None
@@ -199,19 +197,24 @@ class OutageController:
         out = {}
         for name in self.feeds:
             plan = self.plan_for((name,))
-            eta = self.caches.eta_s(_caches_of(plan)) if self.caches.status else 0.0
+            eta = self.caches.eta_s(plan.caches) if self.caches.status else 0.0
             out[name] = plan.estimate_s + (eta or 0.0)
         return out
 
     def plan_for(self, feeds: tuple[str, ...] | None) -> Plan:
         """The shutdown plan of some feeds: what they power and what needs that; the site's
-        plan when they power everything."""
-        scope = self.scope(feeds)
-        if scope is None:
+        plan when they power everything. Worked out once per set of feeds."""
+        if feeds is None:
             return self.shutdown_plan
-        key = tuple(sorted(feeds or ()))
+        key = tuple(sorted(feeds))
         if key not in self._scoped:
-            self._scoped[key] = self.planner.plan(Direction.SHUTDOWN, scope)
+            scope = self.scope(key)
+            plan = (
+                self.shutdown_plan
+                if scope is None
+                else self.planner.plan(Direction.SHUTDOWN, scope)
+            )
+            self._scoped[key] = plan
         return self._scoped[key]
 
     def scope(self, feeds: tuple[str, ...] | None) -> set[ResourceId] | None:
@@ -219,7 +222,7 @@ class OutageController:
         if feeds is None:
             return None
         powered = {rid for name in feeds for rid in self.feeds[name].powers}
-        return None if powered >= {r.id for r in self.site.resources} else powered
+        return None if powered >= self._all_resources else powered
 
     def floor_reached(self) -> bool:
         return self.engine.at_floor
@@ -232,7 +235,7 @@ class OutageController:
             at_risk = (
                 self.caches.names
                 if decision.feeds is None
-                else _caches_of(self.plan_for(decision.feeds))
+                else self.plan_for(decision.feeds).caches
             )
             flip = [c for c in at_risk if c not in self.caches.flipped_at]
             if flip:
@@ -278,6 +281,7 @@ class OutageController:
             cache_gate=DestageGate(self.caches, self.floor_reached),
             already_done=already_done,
             before_step=self._before_step,
+            dry_run=self._dry_run,
         )
         self.executor = executor
         executor.begin()
