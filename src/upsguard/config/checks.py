@@ -6,11 +6,11 @@ at once, with the file and line it came from.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 from upsguard.config.site import SiteConfig
-from upsguard.config.source import Suggestions
+from upsguard.config.source import Suggestions, suggest
 from upsguard.config.types import format_duration, shorten
 from upsguard.models import ResourceId, ResourceKind
 
@@ -46,6 +46,34 @@ def site_problems(site: SiteConfig, unchecked: Unchecked = _NOTHING) -> list[Pro
     problems.extend(_cycles(site))
     problems.extend(_ups_command_outlasts_own_machine(site))
     return problems
+
+
+PluginNames = Callable[[str], Collection[str]]
+"""The plugin names of a family (``platform``, ``cache``), built in and installed."""
+
+
+def plugin_problems(site: SiteConfig, names: PluginNames) -> Iterator[Problem]:
+    """A platform ``type`` or cache ``provider`` no plugin provides: what ``run`` would
+    refuse, so that ``validate`` (the unit's ExecStartPre) refuses it too."""
+    platforms = names("platform")
+    for key, settings in site.platforms.items():
+        kind = getattr(settings, "type", None)
+        if isinstance(kind, str) and kind not in platforms:
+            hint = suggest(kind, platforms)
+            yield (
+                ("platforms", key, "type"),
+                f"no platform plugin named {shorten(kind)!r}{hint}: built in or installed: "
+                + ", ".join(platforms),
+            )
+    caches = names("cache")
+    for i, cache in enumerate(site.caches):
+        if cache.provider not in caches:
+            hint = suggest(cache.provider, caches)
+            yield (
+                ("caches", i, "provider"),
+                f"no cache plugin named {shorten(cache.provider)!r}{hint}: built in or "
+                "installed: " + ", ".join(caches),
+            )
 
 
 def _duplicates(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:

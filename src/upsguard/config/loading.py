@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from upsguard.config.checks import Problem, site_problems
+from upsguard.config.checks import PluginNames, Problem, plugin_problems, site_problems
 from upsguard.config.partial import partial_site
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import SourceText, is_secret, load_yaml, suggest
@@ -25,12 +25,13 @@ M = TypeVar("M", bound=BaseModel)
 MAX_ENTRIES = 20_000
 
 
-def load_site(path: Path | str) -> SiteConfig:
-    """Parse and check a site file; raises ``ConfigError`` listing every problem with file:line."""
-    return check_site(load_yaml(Path(path)))
+def load_site(path: Path | str, plugins: PluginNames | None = None) -> SiteConfig:
+    """Parse and check a site file; raises ``ConfigError`` listing every problem with file:line.
+    ``plugins``: the plugin names there are, to check the site's types against."""
+    return check_site(load_yaml(Path(path)), plugins)
 
 
-def check_site(source: SourceText) -> SiteConfig:
+def check_site(source: SourceText, plugins: PluginNames | None = None) -> SiteConfig:
     """The site of a parsed file, or ``ConfigError`` with every problem found in one pass."""
     data = _top_mapping(source)
     _within_limits(data, source)
@@ -42,6 +43,8 @@ def check_site(source: SourceText) -> SiteConfig:
         problems += [source.problem(loc, msg) for loc, msg in partial.problems()]
         raise ConfigError(list(dict.fromkeys(problems))) from None
     found: list[Problem] = site_problems(site)
+    if plugins is not None:
+        found += plugin_problems(site, plugins)
     if found:
         raise ConfigError([source.problem(loc, msg) for loc, msg in found])
     site.keep_origin(source.origin(p for i in range(len(site.ups)) for p in _ups_paths(i)))
