@@ -412,6 +412,15 @@ class Journal:
 
     # -- reading back ----------------------------------------------------------------------------
 
+    def mains_back_since(self) -> datetime | None:
+        """When every feed was last seen back on mains (None while one is on battery), so
+        that the startup policy's ``online_for`` survives a restart."""
+        row = self.db.execute(
+            "SELECT kind, at FROM events WHERE kind IN ('OnBattery', 'PowerRestored')"
+            " ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        return parse_iso(row[1]) if row is not None and row[0] == "PowerRestored" else None
+
     def last_phase(self) -> Phase | None:
         row = self.db.execute("SELECT new FROM phases ORDER BY id DESC LIMIT 1").fetchone()
         return Phase(row[0]) if row else None
