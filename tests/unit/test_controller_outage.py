@@ -18,7 +18,7 @@ from upsguard.controller.resume import reap_and_resume
 from upsguard.engine.destage import DestageWatch
 from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import UpsUnreachable
-from upsguard.events import Event, EventBus, PhaseChanged, RunFinished, StepStarted
+from upsguard.events import Event, EventBus, Notice, PhaseChanged, RunFinished, StepStarted
 from upsguard.models import (
     Direction,
     Phase,
@@ -73,6 +73,9 @@ class ScriptedUps:
             raise UpsUnreachable("ups1@127.0.0.1: connection refused")
         if state == "OL":
             return UpsReading(self.name, self._clock.now(), frozenset({UpsFlag.OL}), 100.0, 900.0)
+        if state == "CAL":  # a battery test: on battery on purpose, mains present
+            flags = frozenset({UpsFlag.OB, UpsFlag.CAL})
+            return UpsReading(self.name, self._clock.now(), flags, 99.0, 900.0, input_voltage=230)
         return UpsReading(
             self.name,
             self._clock.now(),
@@ -282,3 +285,16 @@ def test_the_startup_policys_online_timer_survives_a_restart(tmp_path: Path) -> 
     at = (back[0].at - datetime(2026, 1, 1, tzinfo=UTC)).total_seconds()
     assert 700 <= at < 720  # 100 s + 10 min, at the next poll
 
+
+def test_a_self_test_is_one_event_and_no_outage() -> None:
+    h = Harness(lambda t: "CAL" if 20 <= t < 30 else "OL")
+
+    async def go() -> None:
+        loop = h.build()
+        await h.drive(loop, 60)
+        await loop.interrupt()
+
+    run_virtual(go())
+    notes = [e.message for e in h.kinds(Notice)]
+    assert notes == ["UPS ups1 self-test: on battery 10s, ignored"]
+    assert h.kinds(PhaseChanged) == []

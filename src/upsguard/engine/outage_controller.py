@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
+from upsguard.config.types import format_duration
 from upsguard.engine.destage import DestageGate, DestageWatch
 from upsguard.engine.executor import Executor, RunResult
 from upsguard.engine.ledger import RunLedger
@@ -30,6 +31,7 @@ from upsguard.events import (
 from upsguard.models import (
     CacheMode,
     Direction,
+    LinkState,
     Phase,
     PlatformName,
     PowerState,
@@ -38,11 +40,12 @@ from upsguard.models import (
     StepId,
     StepState,
     UpsName,
+    UpsReading,
 )
 from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.policies.phases import Act, Decision, PhaseEngine, PowerView
-from upsguard.policies.power import feed_name, read_feeds
+from upsguard.policies.power import feed_name, read_feeds, self_test
 from upsguard.policies.watch import UpsWatch
 from upsguard.runbooks.plan import Plan, Step
 from upsguard.runbooks.planner import Planner
@@ -115,6 +118,7 @@ class OutageController:
         self._contact: dict[UpsName, str | None] = {}
         self._ups_told: set[RunId] = set()
         self._at_risk: dict[str, bool] = {}
+        self._self_test: dict[UpsName, float] = {}
 
     # -- each poll ---------------------------------------------------------------------
 
@@ -126,6 +130,7 @@ class OutageController:
         readings = await asyncio.gather(*(w.poll() for w in self.watches.values()))
         for reading in readings:
             self._events(ReadingTaken(self._clock.now(), reading))
+            self._report_self_test(reading)
         self._report_contact()
         view = self._view()
         self._report_feeds(view)
@@ -138,6 +143,18 @@ class OutageController:
                 message = f"{decision.act.value} failed: {type(exc).__name__}: {exc}"
                 self._events(Notice(self._clock.now(), message, level="error"))
         return view
+
+    def _report_self_test(self, reading: UpsReading) -> None:
+        """A battery test is on battery on purpose: one event says so when it ends."""
+        began = self._self_test.get(reading.ups)
+        testing = reading.link is LinkState.OK and self_test(reading)
+        if testing and began is None:
+            self._self_test[reading.ups] = self._clock.monotonic()
+        elif not testing and began is not None:
+            del self._self_test[reading.ups]
+            took = format_duration(self._clock.monotonic() - began)
+            text = f"UPS {reading.ups} self-test: on battery {took}, ignored"
+            self._events(Notice(self._clock.now(), text))
 
     def _report_contact(self) -> None:
         """A UPS that cannot be read is an alert (notified once), and so is its return."""
