@@ -63,7 +63,11 @@ class CriticalFloor(Model):
 
 
 class PoliciesConfig(Model):
-    poll_interval: Interval = timedelta(seconds=5)
+    poll_interval: Interval = Field(
+        timedelta(seconds=1),
+        description="how often every UPS is read: a poll of upsd costs microseconds, and the "
+        "reaction to an outage is about one poll",
+    )
     on_battery: OnBatteryPolicy = OnBatteryPolicy()
     shedding: SheddingPolicy | None = None
     shutdown: ShutdownPolicy = ShutdownPolicy()
