@@ -27,6 +27,7 @@ from upsguard.reports.story import (
     StepRecord,
     Story,
 )
+from upsguard.runbooks.plan import Durations
 from upsguard.runbooks.planner import Planner
 
 MARGIN = timedelta(minutes=1)
@@ -50,21 +51,40 @@ def pick_runs(journal: Journal, run_id: str | None) -> list[RunRow]:
 
 
 def story_from_journal(
-    journal: Journal, site: SiteConfig, runs: Sequence[RunRow], title: str, source: str
+    journal: Journal,
+    site: SiteConfig,
+    runs: Sequence[RunRow],
+    title: str,
+    source: str,
+    *,
+    planned_with: Durations | None = None,
+    learned: Durations | None = None,
 ) -> Story:
-    """The story of ``runs`` (oldest first), with the outage around them."""
+    """The story of ``runs``, with the outage around them (no run: the whole journal, as a
+    dry run that needed no shutdown leaves it).
+
+    Each run is compared with the plan its planner made: by default with the durations the
+    journal had learned before it; ``planned_with`` when the runs were planned otherwise (a
+    dry run). The outlook uses ``learned``, by default everything this journal learned."""
     runs = sorted(runs, key=lambda r: r.started)
-    first = parse_iso(runs[0].started)
-    origin = _outage_start(journal, first) or first
-    end = max(_run_end(journal, r) for r in runs)
+    if runs:
+        first = parse_iso(runs[0].started)
+        origin = _outage_start(journal, first) or first
+        end = max(_run_end(r) for r in runs)
+    else:
+        origin, end = _journal_span(journal)
     window = (iso(origin - MARGIN), iso(end + MARGIN))
     events = journal.events_between(*window)
-    learned = learned_durations(journal)
+    if learned is None:
+        learned = learned_durations(journal)
     stories: list[RunStory] = []
     outlooks = []
     for run in runs:
         facts = _facts(run)
-        planner = Planner(site, durations=learned_durations(journal, before=facts.started))
+        used = planned_with
+        if used is None:
+            used = learned_durations(journal, before=facts.started)
+        planner = Planner(site, durations=used)
         plan = plan_for(planner, facts)
         story = run_story(facts, [_record(s) for s in run.steps], plan, origin)
         stories.append(story)
@@ -95,7 +115,17 @@ def _outage_start(journal: Journal, run_start: datetime) -> datetime | None:
     return None
 
 
-def _run_end(journal: Journal, run: RunRow) -> datetime:
+def _journal_span(journal: Journal) -> tuple[datetime, datetime]:
+    """From the first phase change away from normal (else the first event) to the last event."""
+    phases = list(reversed(journal.phases(limit=1000)))
+    events = journal.events(after=0, limit=1) + journal.events(after=-1)
+    if not events:
+        raise PermanentError(f"journal {journal.path}: nothing recorded yet, nothing to report")
+    start = next((p.at for p in phases if p.new != Phase.NORMAL.value), events[0].at)
+    return parse_iso(start), parse_iso(events[-1].at)
+
+
+def _run_end(run: RunRow) -> datetime:
     ends = [parse_iso(s.ended) for s in run.steps if s.ended]
     if run.ended:
         ends.append(parse_iso(run.ended))
@@ -155,7 +185,9 @@ def _moments(
     ]
     for event in events:
         if event.kind == "RiskAccepted":
-            out.append(Moment(_seconds(event.at, origin), "risk", event.text.removeprefix("RISK: ")))
+            out.append(
+                Moment(_seconds(event.at, origin), "risk", event.text.removeprefix("RISK: "))
+            )
         elif event.kind == "PointOfNoReturn":
             out.append(Moment(_seconds(event.at, origin), "trigger", event.text))
     for run in runs:

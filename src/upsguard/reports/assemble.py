@@ -256,8 +256,13 @@ def outlook(
     following = plan_for(Planner(site, durations=learned), facts)
     before = used.by_id()
     changes = [
-        PlanChange(s.id, before[s.id].estimate_s, before[s.id].estimate_source, s.estimate_s,
-                   s.estimate_source)
+        PlanChange(
+            s.id,
+            before[s.id].estimate_s,
+            before[s.id].estimate_source,
+            s.estimate_s,
+            s.estimate_source,
+        )
         for s in following.steps
         if s.id in before and abs(s.estimate_s - before[StepId(s.id)].estimate_s) >= 1.0
     ]
@@ -269,5 +274,6 @@ def outlook(
         learned_critical_path=tuple(following.critical_path),
         learned_critical_path_s=following.critical_path_s,
         actual_s=actual_s,
+        learned_steps=sum(1 for s in following.steps if s.estimate_source.startswith("p90")),
         changes=tuple(changes[:CHANGES_SHOWN]),
     )

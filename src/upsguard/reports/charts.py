@@ -111,6 +111,8 @@ def battery_svg(samples: Sequence[BatterySample], moments: Sequence[Moment]) -> 
         x_title="minutes from the start of the outage",
         y_title="runtime left (minutes)",
         stroke_style={"width": 2},
+        secondary_range=(0, 100),
+        value_formatter=lambda value: f"{value:.0f}",
     )
     top = 0.0
     for ups in sorted({s.ups for s in samples}):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from datetime import datetime
+from typing import TypeVar
 
 import jinja2
 
@@ -18,6 +19,9 @@ from upsguard.reports.runbook import RunBook
 from upsguard.reports.story import Story
 
 FORMATS = ("html", "md")
+MD_READINGS = 60
+"""Readings listed in a Markdown report (it has no chart): spread over the outage."""
+T = TypeVar("T")
 
 
 @functools.cache
@@ -47,7 +51,7 @@ def report(story: Story, fmt: str, ok: bool = True) -> str:
     if fmt == "md":
         template = _environment().get_template("report.md.j2")
         rows = [b for b in story.battery if b.on_battery]
-        return template.render(story=story, story_ok=ok, battery_rows=rows)
+        return template.render(story=story, story_ok=ok, battery_rows=_thin(rows, MD_READINGS))
     template = _environment().get_template("report.html.j2")
     return template.render(
         story=story,
@@ -64,12 +68,22 @@ def runbook(book: RunBook, fmt: str) -> str:
     return _environment().get_template(name).render(book=book, version=__version__)
 
 
+def _thin(rows: list[T], most: int) -> list[T]:
+    """At most about ``most`` rows, evenly spread, the last one kept."""
+    if len(rows) <= most:
+        return rows
+    every = -(-len(rows) // most)
+    return [*rows[::every][:-1], rows[-1]] if (len(rows) - 1) % every else rows[::every]
+
+
 def _duration(value: float | None) -> str:
     return "" if value is None else format_duration(value)
 
 
 def _tplus(value: float | None) -> str:
-    return "" if value is None else f"T+{format_duration(value)}"
+    if value is None:
+        return ""
+    return f"T-{format_duration(-value)}" if value < 0 else f"T+{format_duration(value)}"
 
 
 def _ratio(value: float | None) -> str:

@@ -165,6 +165,8 @@ class Outlook:
     learned_critical_path: tuple[str, ...]
     learned_critical_path_s: float
     actual_s: float | None
+    learned_steps: int = 0
+    """How many steps of the next plan have a learned duration (0: nothing learned yet)."""
     changes: tuple[PlanChange, ...] = ()
 
 
