@@ -185,14 +185,17 @@ def _automatic(step: Step, res: ResourceConfig | None, platform: PlatformBase | 
             return f"Proxmox API: status/shutdown of {name}; status/stop after {timeout}"
         case (Action.GUEST_SHUTDOWN, LibvirtSettings()):
             return f"libvirt: virDomainShutdown {name}; virDomainDestroy after {timeout}"
-        case (_, SshSettings()):
-            command = res.shutdown if step.id.startswith("stop:") else res.startup
-            return f"ssh {platform.user}@{name} '{command or 'poweroff'}'"
-        case (_, CommandSettings()):
-            command = res.shutdown if step.id.startswith("stop:") else res.startup
+    stop = step.id.startswith("stop:")
+    if not stop and res.power_on_via:
+        return f"powers {name} on through {res.power_on_via}, then waits until it answers"
+    command = res.shutdown if stop else res.startup
+    match platform:
+        case SshSettings() if command:
+            return f"ssh {platform.user}@{name} '{command}'"
+        case SshSettings() if stop:
+            return f"ssh {platform.user}@{name} 'poweroff'"
+        case CommandSettings() if command:
             return f"runs on the upsguard machine: {command}"
-        case (Action.HOST_POWER_ON, _) if res.power_on_via:
-            return f"powers {name} on through {res.power_on_via}, then waits until it is connected"
     return step.description
 
 

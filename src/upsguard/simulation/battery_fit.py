@@ -32,7 +32,8 @@ from upsguard.models import UpsName
 from upsguard.reports.story import BatteryFit, BatterySample
 from upsguard.simulation.battery import Battery
 
-MIN_DROP_PCT = 5.0
+MIN_DROP_PCT = 10.0
+"""Charge is read in whole percent: over a 10 % fall the reading error stays near 10 %."""
 MIN_READINGS = 3
 AGED = 0.9
 """Lasting less than 90 % of the model is more than reading noise: the battery has aged."""
@@ -94,7 +95,7 @@ def _fit_one(
     )
     full_w = modelled_load_w(site, ups.name)
     watts = _watts(on_battery, full_w)
-    modelled = [_with_model(s, battery, watts.get(id(s))) for s in samples]
+    modelled = [_with_model(s, battery, watts.get(s.at_s)) for s in samples]
     usable = [s for s in modelled if s.on_battery and s.model_runtime_s is not None]
     if full_w <= 0 or not usable:
         why = "no watts in the site file" if full_w <= 0 else "the UPS reports no load"
@@ -113,10 +114,10 @@ def _fit_one(
     return modelled, _verdict(ups, len(usable), ratio, basis)
 
 
-def _watts(samples: list[BatterySample], full_w: float) -> dict[int, float]:
-    """Each on-battery reading's load in watts: its percent against the first percent of its
-    outage, which stands for the full modelled load."""
-    out: dict[int, float] = {}
+def _watts(samples: list[BatterySample], full_w: float) -> dict[float, float]:
+    """Each on-battery reading's load in watts (by its time): its percent against the first
+    percent of its outage, which stands for the full modelled load."""
+    out: dict[float, float] = {}
     reference: float | None = None
     last_at: float | None = None
     for sample in samples:
@@ -124,7 +125,7 @@ def _watts(samples: list[BatterySample], full_w: float) -> dict[int, float]:
             reference = sample.load_pct or None
         last_at = sample.at_s
         if reference and sample.load_pct is not None:
-            out[id(sample)] = full_w * sample.load_pct / reference
+            out[sample.at_s] = full_w * sample.load_pct / reference
     return out
 
 
@@ -135,14 +136,14 @@ def _with_model(sample: BatterySample, battery: Battery, watts: float | None) ->
 
 
 def _discharge_ratio(
-    samples: list[BatterySample], battery: Battery, watts: dict[int, float]
+    samples: list[BatterySample], battery: Battery, watts: dict[float, float]
 ) -> tuple[float, str] | None:
     """The model's expected fall of charge over the outage, over the fall observed."""
     expected = observed = 0.0
     for a, b in _pairs(samples):
         if a.charge_pct is None or b.charge_pct is None:
             continue
-        load = (watts.get(id(a), 0.0) + watts.get(id(b), 0.0)) / 2
+        load = (watts.get(a.at_s, 0.0) + watts.get(b.at_s, 0.0)) / 2
         if load <= 0:
             continue
         expected += (b.at_s - a.at_s) / battery.full_runtime_s(load) * 100
