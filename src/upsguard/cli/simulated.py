@@ -19,7 +19,7 @@ from upsguard.controller.journal import Journal
 from upsguard.controller.learned import learned_or_none
 from upsguard.controller.story import story_from_journal
 from upsguard.reports import render
-from upsguard.reports.story import CacheSample, Story
+from upsguard.reports.story import DRAIN_READING, CacheSample, Story
 from upsguard.runbooks.plan import Durations
 from upsguard.simulation.simulator import ORIGIN, SimulationReport, simulate
 
@@ -54,7 +54,7 @@ def _with_simulation(story: Story, outcome: SimulationReport) -> Story:
     """The verdict, and the dirty bytes the destage watch read (in the story's time)."""
     shift = (story.origin - ORIGIN).total_seconds()
     drained = [
-        CacheSample(s.cache, s.at_s - shift, s.dirty_bytes, "dirty data read")
+        CacheSample(s.cache, s.at_s - shift, s.dirty_bytes, DRAIN_READING)
         for s in outcome.cache_samples
     ]
     caches = sorted((*story.caches, *drained), key=lambda c: c.at_s)

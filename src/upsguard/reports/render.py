@@ -16,7 +16,7 @@ from upsguard import __version__
 from upsguard.config.types import format_bytes, format_duration
 from upsguard.reports import charts
 from upsguard.reports.runbook import RunBook
-from upsguard.reports.story import Story
+from upsguard.reports.story import DRAIN_READING, Story
 
 FORMATS = ("html", "md")
 MD_READINGS = 60
@@ -34,6 +34,7 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
     )
+    env.globals["DRAIN_READING"] = DRAIN_READING
     env.filters.update(
         duration=_duration,
         tplus=_tplus,

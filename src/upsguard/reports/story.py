@@ -133,6 +133,10 @@ class BatteryFit:
     """A corrected ``runtime_at`` when the UPS lasts measurably less than the model."""
 
 
+DRAIN_READING = "dirty data read"
+"""The note of a cache sample that is only a reading of its dirty bytes (charted, not listed)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CacheSample:
     """A cache's dirty data at one moment (None where only the event is known: a flip, a
