@@ -60,7 +60,7 @@ GIVEN = {"db": "20s", "nas": "2m"}  # the estimates a person wrote; the rest are
 
 def write_site(root: Path) -> Path:
     resources: list[dict[str, Any]] = []
-    for rid, (_, needs) in RESOURCES.items():
+    for rid in RESOURCES:
         entry: dict[str, Any] = {
             "id": rid,
             "kind": "command",
