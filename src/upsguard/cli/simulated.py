@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from upsguard.cli.reports import with_battery_model, write_output
+from upsguard.clock import run_virtual
 from upsguard.config.scenario import Scenario
 from upsguard.config.site import SiteConfig
 from upsguard.controller.journal import Journal
@@ -20,17 +21,19 @@ from upsguard.controller.learned import learned_or_none
 from upsguard.controller.story import story_from_journal
 from upsguard.reports import render
 from upsguard.reports.story import DRAIN_READING, CacheSample, Story
-from upsguard.runbooks.plan import Durations
-from upsguard.simulation.simulator import ORIGIN, SimulationReport, simulate
+from upsguard.runbooks.planner import Planner
+from upsguard.simulation.simulator import ORIGIN, Simulation, SimulationReport
 
 
 def simulated_report(
-    site: SiteConfig, scenario: Scenario, durations: Durations | None, output: Path
+    site: SiteConfig, scenario: Scenario, planner: Planner, output: Path
 ) -> SimulationReport:
+    """Runs the dry run (with ``planner``'s durations), writes its report to ``output``."""
     with tempfile.TemporaryDirectory(prefix="upsguard-simulate-") as tmp:
         journal = Journal(Path(tmp) / "simulation.sqlite")
         try:
-            outcome = simulate(site, scenario, durations=durations, observers=[journal.record])
+            simulation = Simulation(site, scenario, planner, observers=[journal.record])
+            outcome = run_virtual(simulation.run())
             runs = journal.runs(limit=1000)
             title = f"Simulated outage: scenario {scenario.name}"
             story = story_from_journal(
@@ -39,7 +42,7 @@ def simulated_report(
                 runs,
                 title=title,
                 source="simulation",
-                planned_with=durations or {},
+                planned_with=planner.durations,
                 learned=learned_or_none(site.journal) or {},
             )
         finally:

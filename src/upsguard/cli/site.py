@@ -118,10 +118,10 @@ async def _inventory(
 def cmd_simulate(args: argparse.Namespace) -> int:
     site = site_of(args)
     scenario = load_scenario(args.scenario, site)
-    durations = durations_of(args, site)
+    planner = Planner(site, durations=durations_of(args, site))
     if args.report is None:
-        outcome = simulate(site, scenario, durations=durations)
+        outcome = simulate(site, scenario, planner)
     else:
-        outcome = simulated_report(site, scenario, durations, args.report)
+        outcome = simulated_report(site, scenario, planner, args.report)
     print(report.report_json(outcome) if args.format == "json" else report.report_text(outcome))
     return outcome.exit_code
