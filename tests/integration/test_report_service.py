@@ -83,6 +83,9 @@ def test_report_last_after_a_real_run_tells_every_step_and_the_plan_learns(
     configured = service.cli("plan", "shutdown", "--durations", "configured").stdout
     assert "(estimate)" in configured and "p90" not in configured
 
+    battery = service.cli("battery").stdout  # the built-in simulated UPS never left the mains
+    assert "no UPS of site drill has been on battery" in battery
+
     missing = service.cli("report", "no-such-run", check=False)
     assert missing.returncode != 0 and "no run 'no-such-run'" in missing.stderr
     assert "Traceback" not in missing.stderr
