@@ -13,4 +13,5 @@ pytest_plugins = [
     "tests.peers.wol",
     "tests.peers.libvirt",
     "tests.peers.guest",
+    "tests.peers.browser",
 ]

@@ -14,6 +14,8 @@ from upsguard.cli.common import (
     site_of,
 )
 from upsguard.cli.inventory import unplanned_by_host
+from upsguard.cli.reports import add_durations_option, durations_of
+from upsguard.cli.simulated import simulated_report
 from upsguard.clock import SystemClock
 from upsguard.config.scenario import load_scenario
 from upsguard.config.site import SiteConfig
@@ -40,12 +42,20 @@ def register(commands: Subparsers) -> None:
     add_site_option(p)
     add_format_option(p, "text", "json", "dot", "mermaid")
     p.add_argument("--live", action="store_true", help="expand VM groups from live inventory")
+    add_durations_option(p)
     p.set_defaults(handler=cmd_plan)
 
     p = commands.add_parser("simulate", help="dry-run an outage on a virtual clock")
     add_site_option(p)
     p.add_argument("--scenario", type=Path, help="scenario file (default: mains fail for good)")
     add_format_option(p)
+    add_durations_option(p)
+    p.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE",
+        help="also write the retrospective of the dry run (FILE.html, or .md for Markdown)",
+    )
     p.set_defaults(handler=cmd_simulate)
 
 
@@ -79,7 +89,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     site = site_of(args)
     inventory, unplanned = run_async(_inventory(site)) if args.live else (None, None)
-    plan = Planner(site, inventory, unplanned).plan(args.direction)
+    durations = durations_of(args, site)
+    plan = Planner(site, inventory, unplanned, durations=durations).plan(args.direction)
     output = {
         "text": render.plan_text,
         "json": render.plan_json,
@@ -107,6 +118,10 @@ async def _inventory(
 def cmd_simulate(args: argparse.Namespace) -> int:
     site = site_of(args)
     scenario = load_scenario(args.scenario, site)
-    outcome = simulate(site, scenario)
+    planner = Planner(site, durations=durations_of(args, site))
+    if args.report is None:
+        outcome = simulate(site, scenario, planner)
+    else:
+        outcome = simulated_report(site, scenario, planner, args.report)
     print(report.report_json(outcome) if args.format == "json" else report.report_text(outcome))
     return outcome.exit_code

@@ -114,6 +114,12 @@ class ResourceConfig(Model):
         None, description="this VM is the manager of that platform (vCenter): it goes last"
     )
     runs_upsguard: bool = Field(False, description="upsguard itself runs here: it goes last")
+    contact: str | None = Field(
+        None, description="who to call about it: a name from 'contacts', or any text (run book)"
+    )
+    manual: str | None = Field(
+        None, description="how to stop and start it by hand when upsguard is down (run book)"
+    )
 
     @model_validator(mode="after")
     def _kind_fields(self) -> ResourceConfig:

@@ -33,6 +33,16 @@ class FeedConfig(Model):
     powers: list[ResourceId] = Field(default_factory=list)
 
 
+class Contact(Model):
+    """Someone to call during an outage; printed in the run book."""
+
+    name: str
+    role: str | None = Field(None, description="what they look after, e.g. 'storage'")
+    phone: str | None = None
+    email: str | None = None
+    notes: str | None = None
+
+
 class SiteConfig(Model):
     site: str = Field(description="a short name for this site, used in logs and the journal")
     ups: list[UpsConfig] = Field(min_length=1)
@@ -43,6 +53,9 @@ class SiteConfig(Model):
     policies: PoliciesConfig = PoliciesConfig()
     journal: str = Field("/var/lib/upsguard/journal.sqlite", description="SQLite journal path")
     service: ServiceConfig = ServiceConfig()
+    contacts: list[Contact] = Field(
+        default_factory=list, description="who to call during an outage (printed in the run book)"
+    )
     _origin: Origin | None = PrivateAttr(None)
 
     def keep_origin(self, origin: Origin) -> None:

@@ -461,6 +461,39 @@ class Journal:
         ).fetchall()
         return [_step_row(r) for r in rows]
 
+    def finished_steps(self, before: str | None = None) -> list[tuple[StepRow, str]]:
+        """Every step attempt that ran and ended ``done``, each with its run's direction,
+        newest run first (what durations are learned from). ``before``: only runs that
+        started before this ISO time. Steps that never started (skipped, cancelled, a
+        barrier) have no duration and are left out."""
+        where = "AND r.started < ?" if before is not None else ""
+        rows = self.db.execute(
+            "SELECT s.run, s.step, s.action, s.attempt, s.started, s.ended, s.state, s.detail,"
+            " s.tries, s.fallback_used, r.direction FROM steps s JOIN runs r ON r.id = s.run"
+            f" WHERE s.state = 'done' AND s.ended IS NOT NULL AND s.action != '-' {where}"
+            " ORDER BY r.started DESC, r.rowid DESC, s.id",
+            () if before is None else (before,),
+        ).fetchall()
+        return [(_step_row(r[:10]), r[10]) for r in rows]
+
+    def readings_between(self, start: str, end: str) -> list[ReadingRow]:
+        """Readings from ``start`` to ``end`` (ISO times), oldest first."""
+        rows = self.db.execute(
+            "SELECT at, ups, status, charge, runtime, load, input_voltage, link FROM readings"
+            " WHERE at >= ? AND at <= ? ORDER BY id",
+            (start, end),
+        ).fetchall()
+        return [ReadingRow(*r) for r in rows]
+
+    def events_between(self, start: str, end: str) -> list[EventRow]:
+        """Events from ``start`` to ``end`` (ISO times), oldest first."""
+        rows = self.db.execute(
+            "SELECT id, at, kind, level, text, run FROM events WHERE at >= ? AND at <= ?"
+            " ORDER BY id",
+            (start, end),
+        ).fetchall()
+        return [EventRow(*r) for r in rows]
+
     def readings(self, limit: int = 100, ups: str | None = None) -> list[ReadingRow]:
         where, args = ("WHERE ups = ?", [ups]) if ups else ("", [])
         rows = self.db.execute(

@@ -25,6 +25,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from upsguard.clock import Clock, SystemClock
 from upsguard.config.site import SiteConfig
 from upsguard.controller.journal import Journal
+from upsguard.controller.learned import learned_durations
 from upsguard.controller.lock import JournalLock
 from upsguard.controller.metrics import Metrics
 from upsguard.controller.notify import Notifier
@@ -38,6 +39,7 @@ from upsguard.events import Event, EventBus, Notice, describe, level
 from upsguard.models import PlatformName
 from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.registry import build_cache_providers, build_platforms, build_ups_sources
+from upsguard.runbooks.planner import Planner
 
 log = logging.getLogger(__name__)
 event_log = logging.getLogger("upsguard.events")
@@ -125,6 +127,7 @@ class Service:
             caches=caches,
             clock=self.clock,
             events=self.bus,
+            planner=Planner(self.site, durations=learned_durations(self.journal)),
         )
         self._overrides = Overrides(self.site, self._controller, self.bus, self.clock)
         self.metrics.attach(self._controller)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from upsguard.config.resources import Fallback, ResourceConfig
@@ -31,6 +32,44 @@ class Action(enum.StrEnum):
     POWER_ON = "power_on"
     HOST_POWER_ON = "host_power_on"
     BARRIER = "barrier"
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedDuration:
+    """How long one resource's step took in past runs (real runs and drills), from the journal.
+
+    Plans use ``p90_s``: the runtime trigger (``runtime < plan + margin``) must start the
+    shutdown early enough for a slow outage, not a typical one; ``median_s`` is what a
+    typical outage takes, shown beside it.
+    """
+
+    median_s: float
+    p90_s: float
+    runs: int
+    """How many runs the figures come from."""
+    per_member: bool = False
+    """Learned from the steps of single VMs of a group expanded from live inventory, not
+    from whole-group steps: a figure for one member."""
+
+    @property
+    def source(self) -> str:
+        return f"p90 of {self.runs} run{'s' if self.runs != 1 else ''}"
+
+
+Durations = Mapping[tuple[ResourceId, Direction], LearnedDuration]
+"""Learned figures per resource and direction (``stop`` or ``start``)."""
+
+
+class EstimateSource(enum.StrEnum):
+    """Where a step's estimate came from when no run taught it (learned ones say ``p90 of N
+    runs``)."""
+
+    ESTIMATE = "estimate"
+    """The resource's ``estimate:`` in the site file."""
+    PLATFORM = "platform"
+    """The simulated platform's typical duration for the action."""
+    DEFAULT = "default"
+    """upsguard's default for the resource's kind."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +109,9 @@ class Step:
     members: int = 1  # the VMs a group step covers
     caches: tuple[CacheName, ...] = ()
     direct: bool = False
+    estimate_source: str = EstimateSource.DEFAULT.value
+    """Where ``estimate_s`` came from: ``p90 of 4 runs``, ``estimate``, ``platform``,
+    ``default`` (barriers: ``default``, they take no time)."""
 
     @property
     def is_point_of_no_return(self) -> bool:

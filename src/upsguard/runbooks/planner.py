@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
 from upsguard.config.resources import DEFAULT_START_S, DEFAULT_STOP_S, ResourceConfig
@@ -25,7 +26,15 @@ from upsguard.models import (
     Target,
 )
 from upsguard.runbooks.graph import Node, NodeId, ResourceGraph, build_graph
-from upsguard.runbooks.plan import Action, Plan, Step, StepSettings
+from upsguard.runbooks.plan import (
+    Action,
+    Durations,
+    EstimateSource,
+    LearnedDuration,
+    Plan,
+    Step,
+    StepSettings,
+)
 from upsguard.runbooks.schedule import critical_path, list_schedule
 from upsguard.runbooks.topology import contract, topological_order
 
@@ -38,6 +47,11 @@ class Planner:
     The graph, the managers' descendants and the cache gates are the same for every plan
     of the site, so they are worked out once, here, and shared by the shutdown, the
     startup and every partial plan (shedding, ``trigger --only``).
+
+    Each step's estimate comes from, in order: what past runs took (``durations``, learned
+    from the journal; their p90), the resource's ``estimate:``, the simulated platform's
+    typical duration, upsguard's default for the kind. The step says which
+    (``Step.estimate_source``).
     """
 
     def __init__(
@@ -45,11 +59,15 @@ class Planner:
         site: SiteConfig,
         inventory: Inventory | None = None,
         unplanned: Mapping[str, Sequence[str]] | None = None,
+        *,
+        durations: Durations | None = None,
     ) -> None:
         """``unplanned``: per host name, the running VMs live inventory found that no
-        resource covers; the host step stops them first, and its text says so."""
+        resource covers; the host step stops them first, and its text says so.
+        ``durations``: learned figures per resource and direction (``controller.learned``)."""
         self.site = site
         self.inventory = inventory
+        self.durations: Durations = durations or {}
         self._unplanned = unplanned or {}
         self._graph = build_graph(site, inventory)
         self._managers = _manager_descendants(site, self._graph)
@@ -72,7 +90,15 @@ class Planner:
         if direction is Direction.STARTUP:
             order_edges = _reversed(order_edges)
         order = topological_order(order_edges, [n for n in graph.nodes if n in keep])
-        maker = _StepMaker(site, direction, self._managers, self._gated, order, self._unplanned)
+        maker = _StepMaker(
+            site,
+            direction,
+            self._managers,
+            self._gated,
+            order,
+            self._unplanned,
+            self.durations,
+        )
         steps = [maker.step(graph.nodes[n], order_edges[n]) for n in order]
         limits = {name: site.platform(name).max_parallel for name in _platforms(steps)}
         path, path_s = critical_path(steps, limits)
@@ -207,8 +233,10 @@ class _StepMaker:
         gated: dict[NodeId, list[CacheName]],
         nodes: Sequence[NodeId],
         unplanned: Mapping[str, Sequence[str]],
+        durations: Durations,
     ) -> None:
         self._site = site
+        self._durations = durations
         self._resources = site.resource_index()
         self._direction = direction
         self._prefix = "stop" if direction is Direction.SHUTDOWN else "start"
@@ -241,9 +269,10 @@ class _StepMaker:
         count = (
             len(node.targets) if node.targets and node.kind is ResourceKind.VM_GROUP else node.count
         )
-        per_unit = self._estimate(res)
-        if count > 1:
-            per_unit *= math.ceil(count / self._limit(res.platform))
+        figure = self._learned(res, node) or self._estimate(res)
+        seconds = figure.seconds
+        if count > 1 and not figure.whole_step:
+            seconds *= math.ceil(count / self._limit(res.platform))
         return Step(
             id=sid,
             resource=node.resource,
@@ -251,13 +280,14 @@ class _StepMaker:
             platform=res.platform,
             action=action,
             waits_for=waits_for,
-            estimate_s=per_unit,
+            estimate_s=seconds,
             description=self._describe(res, node, action, count, direct),
             settings=self._settings_of(res),
             targets=node.targets,
             members=count,
             caches=tuple(self._gated.get(node.id, ())),
             direct=direct,
+            estimate_source=figure.source,
         )
 
     def _settings_of(self, res: ResourceConfig) -> StepSettings:
@@ -320,16 +350,29 @@ class _StepMaker:
             self._limits[platform] = self._site.platform(platform).max_parallel
         return self._limits[platform]
 
-    def _estimate(self, res: ResourceConfig) -> float:
+    def _learned(self, res: ResourceConfig, node: Node) -> _Figure | None:
+        """What past runs took, when they took it in the shape of this step: a figure learned
+        from single members fits a member or each round of a group; one learned from whole
+        group steps fits only a whole group."""
+        learned: LearnedDuration | None = self._durations.get((res.id, self._direction))
+        if learned is None:
+            return None
+        member = node.id != res.id  # one VM of a group expanded from inventory
+        if member and not learned.per_member:
+            return None
+        whole = res.kind is ResourceKind.VM_GROUP and not member and not learned.per_member
+        return _Figure(learned.p90_s, learned.source, whole_step=whole)
+
+    def _estimate(self, res: ResourceConfig) -> _Figure:
         given = res.estimate.stop if self._direction is Direction.SHUTDOWN else res.estimate.start
         if given is not None:
-            return given.total_seconds()
+            return _Figure(given.total_seconds(), EstimateSource.ESTIMATE.value)
         simulated = self._simulated_timing(res) if res.platform else None
         if simulated is not None:
-            return simulated
+            return _Figure(simulated, EstimateSource.PLATFORM.value)
         table = DEFAULT_STOP_S if self._direction is Direction.SHUTDOWN else DEFAULT_START_S
         extra = 60.0 if res.maintenance_mode and self._direction is Direction.SHUTDOWN else 0.0
-        return table[res.kind] + extra
+        return _Figure(table[res.kind] + extra, EstimateSource.DEFAULT.value)
 
     def _simulated_timing(self, res: ResourceConfig) -> float | None:
         key = (res.platform or "", res.kind)
@@ -339,6 +382,16 @@ class _StepMaker:
             )
             self._timings[key] = typical.total_seconds() if typical is not None else None
         return self._timings[key]
+
+
+@dataclass(frozen=True, slots=True)
+class _Figure:
+    """One step's duration and where it came from."""
+
+    seconds: float
+    source: str
+    whole_step: bool = False
+    """Already covers every member of a group (learned from whole-group steps)."""
 
 
 _SHUTDOWN_ACTION = {

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from upsguard.config.types import format_duration
-from upsguard.runbooks.plan import Plan, Step
+from upsguard.runbooks.plan import Action, Plan, Step
 
 MAX_WAITS_SHOWN = 4
 
@@ -21,15 +21,18 @@ def plan_text(plan: Plan) -> str:
         "",
     ]
     width = max((len(s.id) for s in plan.steps), default=10)
+    source_width = max((len(s.estimate_source) for s in plan.steps), default=7) + 2
     for index, step in enumerate(plan.steps, 1):
         mark = "*" if step.id in critical else " "
-        lines.append(
+        source = f"({step.estimate_source})"
+        head = (
             f"{index:>4} {mark} {step.id:<{width}}  ~{format_duration(step.estimate_s):>6}"
-            f"  {step.description}"
+            f" {source:<{source_width}}  "
         )
+        lines.append(head + step.description)
         extra = _step_extras(step)
         if extra:
-            lines.append(f"{'':>7}{'':<{width}}          {extra}")
+            lines.append(" " * len(head) + extra)
     lines.append("")
     lines.append("* = on the critical path: " + " -> ".join(plan.critical_path))
     lines.extend(f"note: {n}" for n in plan.notes)
@@ -57,6 +60,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
     return {
         "direction": plan.direction.value,
         "estimate_s": plan.estimate_s,
+        "estimate_sources": _source_counts(plan),
         "critical_path_s": plan.critical_path_s,
         "critical_path": list(plan.critical_path),
         "limits": plan.limits,
@@ -71,6 +75,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
                 "action": s.action.value,
                 "waits_for": list(s.waits_for),
                 "estimate_s": s.estimate_s,
+                "estimate_source": s.estimate_source,
                 "count": s.members,
                 "caches": list(s.caches),
                 "direct": s.direct,
@@ -80,6 +85,18 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
             for s in plan.steps
         ],
     }
+
+
+def _source_counts(plan: Plan) -> dict[str, int]:
+    """How many steps took their estimate from each source (learned ones count as
+    ``learned``)."""
+    counts: dict[str, int] = {}
+    for step in plan.steps:
+        if step.action is Action.BARRIER:
+            continue
+        key = "learned" if step.estimate_source.startswith("p90") else step.estimate_source
+        counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def plan_dot(plan: Plan) -> str:

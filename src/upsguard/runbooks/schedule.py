@@ -50,6 +50,14 @@ def critical_path(
 
 def list_schedule(steps: Sequence[Step], limits: Mapping[str, int]) -> float:
     """Makespan when each step starts as soon as it may and a platform slot is free."""
+    return max((end for _, end in scheduled_times(steps, limits).values()), default=0.0)
+
+
+def scheduled_times(
+    steps: Sequence[Step], limits: Mapping[str, int]
+) -> dict[StepId, tuple[float, float]]:
+    """Each step's planned start and end (seconds from the run's start) in that schedule:
+    the planned side of a retrospective's timeline."""
     index = {s.id: i for i, s in enumerate(steps)}
     remaining = [len(s.waits_for) for s in steps]
     dependents: list[list[int]] = [[] for _ in steps]
@@ -60,19 +68,18 @@ def list_schedule(steps: Sequence[Step], limits: Mapping[str, int]) -> float:
     ready_at = [0.0] * len(steps)
     ready = [(0.0, i) for i, s in enumerate(steps) if not s.waits_for]
     heapq.heapify(ready)
-    makespan = 0.0
+    times: dict[StepId, tuple[float, float]] = {}
     while ready:
         at, i = heapq.heappop(ready)
         end = _place(steps[i], at, slots, limits)
-        if end > makespan:
-            makespan = end
+        times[steps[i].id] = (end - steps[i].estimate_s if steps[i].members <= 1 else at, end)
         for dep in dependents[i]:
             if end > ready_at[dep]:
                 ready_at[dep] = end
             remaining[dep] -= 1
             if remaining[dep] == 0:
                 heapq.heappush(ready, (ready_at[dep], dep))
-    return makespan
+    return times
 
 
 def _place(

@@ -29,8 +29,10 @@ from upsguard.plugins.platforms.simulated import Behaviour, Fleet, SimulatedPlat
 from upsguard.plugins.registry import used_platform_names
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.plugins.ups.simulated import SimulatedUps
+from upsguard.reports.story import CacheSample
 from upsguard.runbooks.planner import Planner
 from upsguard.runs import RunKind, RunOutcome
+from upsguard.simulation.learned import learned_behaviour
 from upsguard.simulation.world import PowerWorld
 
 ORIGIN = datetime(2026, 1, 1, tzinfo=UTC)
@@ -60,6 +62,8 @@ class SimulationReport:
     plan_critical_path_s: float = 0.0
     end_s: float = 0.0
     final_phase: str = Phase.NORMAL.value
+    cache_samples: list[CacheSample] = field(default_factory=list)
+    """Each cache's dirty data while the caches drain (the drain curves of a retrospective)."""
 
     @property
     def exit_code(self) -> int:
@@ -100,17 +104,19 @@ class Simulation:
             required_margin_s=site.policies.required_margin.total_seconds(),
         )
         self._min_runtime_s: float | None = None
+        self._last_dirty: dict[str, int | None] = {}
 
     async def run(self) -> SimulationReport:
         loop = asyncio.get_running_loop()
         self.clock = LoopClock(loop, ORIGIN)
         self.world = PowerWorld(self.site, self.scenario, self.clock)
         self.platforms = self._platforms()
+        self._providers = self._caches()
         outage = OutageController(
             self.site,
             sources=self._sources(),
             platforms=dict(self.platforms),
-            caches=DestageWatch(self.site, self._caches(), self.clock, self._record),
+            caches=DestageWatch(self.site, self._providers, self.clock, self._record),
             clock=self.clock,
             events=self._record,
             planner=self._planner,
@@ -139,6 +145,9 @@ class Simulation:
             )
             for rid, b in self.scenario.steps.items()
         }
+        learned = self._planner.durations if self._planner is not None else None
+        if learned:  # the simulated targets take as long as the plan's learned figures
+            behaviour = {**learned_behaviour(self.site, learned), **behaviour}
         fleet = Fleet(self.world.power_changed, behaviour)
         out: dict[PlatformName, SimulatedPlatform] = {}
         for name in sorted(used_platform_names(self.site)):
@@ -216,6 +225,8 @@ class Simulation:
         while self.clock.monotonic() < horizon:
             view = await outage.tick()
             self._watch_runtime(view.on_battery, view.runtime_s())
+            if outage.caches.flipped_at:
+                await self._sample_caches()
             if self._ran_out(outage):
                 return
             if self.clock.monotonic() > last_change and self._settled(outage):
@@ -226,6 +237,21 @@ class Simulation:
         if on_battery and runtime is not None:
             low = self._min_runtime_s
             self._min_runtime_s = runtime if low is None else min(low, runtime)
+
+    async def _sample_caches(self) -> None:
+        """Each cache's dirty bytes while the caches drain, read from the simulated provider
+        itself (a side-effect free read: the destage watch's own polls and rates stay as they
+        are); a cache found clean is read no more."""
+        at = self.clock.monotonic()
+        for name, provider in self._providers.items():
+            if self._last_dirty.get(name, -1) == 0:
+                continue
+            for target in await provider.targets():
+                dirty = (await provider.read(target)).dirty_bytes
+                key = f"{name}/{target.name}" if target.name != name else name
+                if self._last_dirty.get(key, -1) != dirty:
+                    self._last_dirty[key] = dirty
+                    self.report.cache_samples.append(CacheSample(key, at, dirty))
 
     def _settled(self, outage: OutageController) -> bool:
         """Nothing more will happen: back to normal, or down with no power to come back."""

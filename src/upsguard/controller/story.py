@@ -1,0 +1,244 @@
+"""A retrospective's story from the journal: the run, its plan, the outage around it.
+
+The plan a run is compared with is the one its planner made: the site file plus the
+durations learned from the runs before it. The story starts with the outage (the phase
+change to ``on_battery`` that led to the run) when there was one, else with the run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from upsguard.config.site import SiteConfig
+from upsguard.controller.journal import Journal
+from upsguard.controller.learned import learned_durations
+from upsguard.controller.rows import EventRow, RunRow, StepRow, iso, parse_iso
+from upsguard.errors import PermanentError
+from upsguard.models import Phase
+from upsguard.reports.assemble import outlook, plan_for, run_story
+from upsguard.reports.story import (
+    BatterySample,
+    CacheSample,
+    Moment,
+    RunFacts,
+    RunStory,
+    StepRecord,
+    Story,
+)
+from upsguard.runbooks.plan import Durations
+from upsguard.runbooks.planner import Planner
+
+MARGIN = timedelta(minutes=1)
+"""Readings and events this long before and after the story still belong to it."""
+_CACHE = re.compile(r"cache (\S+?)[/ ]")
+
+
+def pick_runs(journal: Journal, run_id: str | None) -> list[RunRow]:
+    """The run asked for, or the newest; a one-line error when there is none."""
+    if run_id is not None:
+        run = journal.run(run_id)
+        if run is None:
+            raise PermanentError(
+                f"journal {journal.path}: no run '{run_id}': 'upsguard history' lists the runs"
+            )
+        return [run]
+    newest = journal.runs(limit=1)
+    if not newest:
+        raise PermanentError(f"journal {journal.path}: no run yet, nothing to report")
+    return newest
+
+
+def story_from_journal(
+    journal: Journal,
+    site: SiteConfig,
+    runs: Sequence[RunRow],
+    title: str,
+    source: str,
+    *,
+    planned_with: Durations | None = None,
+    learned: Durations | None = None,
+) -> Story:
+    """The story of ``runs``, with the outage around them (no run: the whole journal, as a
+    dry run that needed no shutdown leaves it).
+
+    Each run is compared with the plan its planner made: by default with the durations the
+    journal had learned before it; ``planned_with`` when the runs were planned otherwise (a
+    dry run). The outlook uses ``learned``, by default everything this journal learned."""
+    runs = sorted(runs, key=lambda r: r.started)
+    if runs:
+        first = parse_iso(runs[0].started)
+        origin = _outage_start(journal, first) or first
+        end = max(_run_end(r) for r in runs)
+    else:
+        origin, end = _journal_span(journal)
+    window = (iso(origin - MARGIN), iso(end + MARGIN))
+    events = journal.events_between(*window)
+    if learned is None:
+        learned = learned_durations(journal)
+    stories: list[RunStory] = []
+    outlooks = []
+    for run in runs:
+        facts = _facts(run)
+        used = planned_with
+        if used is None:
+            used = learned_durations(journal, before=facts.started)
+        planner = Planner(site, durations=used)
+        plan = plan_for(planner, facts)
+        story = run_story(facts, [_record(s) for s in run.steps], plan, origin)
+        stories.append(story)
+        outlooks.append(outlook(site, facts, plan, learned, story.duration_s))
+    return Story(
+        title=title,
+        site=site.site,
+        source=source,
+        origin=origin,
+        runs=tuple(stories),
+        moments=tuple(_moments(journal, events, origin, window, stories)),
+        battery=tuple(_battery(journal, origin, window)),
+        caches=tuple(_caches(journal, events, origin, window)),
+        outlook=tuple(outlooks),
+    )
+
+
+def _outage_start(journal: Journal, run_start: datetime) -> datetime | None:
+    """When the site went on battery before this run, if it did not come back in between."""
+    before = iso(run_start)
+    for phase in journal.phases(limit=200):  # newest first
+        if phase.at > before:
+            continue
+        if phase.new == Phase.ON_BATTERY.value:
+            return parse_iso(phase.at)
+        if phase.new == Phase.NORMAL.value:
+            return None
+    return None
+
+
+def _journal_span(journal: Journal) -> tuple[datetime, datetime]:
+    """From the first phase change away from normal (else the first event) to the last event."""
+    phases = list(reversed(journal.phases(limit=1000)))
+    events = journal.events(after=0, limit=1) + journal.events(after=-1)
+    if not events:
+        raise PermanentError(f"journal {journal.path}: nothing recorded yet, nothing to report")
+    start = next((p.at for p in phases if p.new != Phase.NORMAL.value), events[0].at)
+    return parse_iso(start), parse_iso(events[-1].at)
+
+
+def _run_end(run: RunRow) -> datetime:
+    ends = [parse_iso(s.ended) for s in run.steps if s.ended]
+    if run.ended:
+        ends.append(parse_iso(run.ended))
+    return max(ends, default=parse_iso(run.started))
+
+
+def _facts(run: RunRow) -> RunFacts:
+    return RunFacts(
+        id=run.id,
+        kind=run.kind,
+        direction=run.direction,
+        origin=run.origin,
+        reason=run.reason,
+        started=parse_iso(run.started),
+        ended=parse_iso(run.ended) if run.ended else None,
+        state=run.state,
+        detail=run.detail,
+        only=run.only,
+        point_of_no_return=run.point_of_no_return,
+    )
+
+
+def _record(row: StepRow) -> StepRecord:
+    return StepRecord(
+        step=row.step,
+        action=row.action,
+        started=parse_iso(row.started) if row.action != "-" else None,
+        ended=parse_iso(row.ended) if row.ended else None,
+        state=row.state,
+        detail=row.detail,
+        tries=row.tries,
+        fallback_used=row.fallback_used,
+    )
+
+
+def _seconds(at: str, origin: datetime) -> float:
+    return (parse_iso(at) - origin).total_seconds()
+
+
+def _moments(
+    journal: Journal,
+    events: list[EventRow],
+    origin: datetime,
+    window: tuple[str, str],
+    runs: list[RunStory],
+) -> list[Moment]:
+    start, end = window
+    out = [
+        Moment(_seconds(p.at, origin), "phase", f"{p.old} -> {p.new}", why=p.reason)
+        for p in journal.phases(limit=1000)
+        if start <= p.at <= end
+    ]
+    out += [
+        Moment(_seconds(o.at, origin), "override", o.action, who=o.who, why=o.reason)
+        for o in journal.overrides(limit=1000)
+        if start <= o.at <= end
+    ]
+    for event in events:
+        if event.kind == "RiskAccepted":
+            out.append(
+                Moment(_seconds(event.at, origin), "risk", event.text.removeprefix("RISK: "))
+            )
+        elif event.kind == "PointOfNoReturn":
+            out.append(Moment(_seconds(event.at, origin), "trigger", event.text))
+    for run in runs:
+        facts = run.facts
+        text = f"{facts.kind} run starts ({facts.origin}): {facts.reason}"
+        out.append(Moment(run.start_s, "trigger", text))
+    out.sort(key=lambda m: m.at_s)
+    return out
+
+
+def _battery(journal: Journal, origin: datetime, window: tuple[str, str]) -> list[BatterySample]:
+    return [
+        BatterySample(
+            ups=r.ups,
+            at_s=_seconds(r.at, origin),
+            charge_pct=r.charge,
+            runtime_s=r.runtime,
+            load_pct=r.load,
+            on_battery="OB" in r.status.split(),
+        )
+        for r in journal.readings_between(*window)
+        if r.link == "ok"
+    ]
+
+
+def _caches(
+    journal: Journal, events: list[EventRow], origin: datetime, window: tuple[str, str]
+) -> list[CacheSample]:
+    """What the journal knows of each cache: its flips, when it was clean, risks taken with
+    it dirty. The journal keeps no dirty-byte figures: a flip's bytes are unknown (None)."""
+    start, end = window
+    out = [
+        CacheSample(
+            op.cache,
+            _seconds(op.at, origin),
+            None,
+            f"{op.target} -> {op.mode}" + ("" if op.ok else f" FAILED: {op.detail}"),
+        )
+        for op in journal.cache_ops(limit=10_000)
+        if start <= op.at <= end
+    ]
+    for event in events:
+        if event.kind not in ("CacheClean", "RiskAccepted"):
+            continue
+        found = _CACHE.search(event.text + " ")
+        if found is None:
+            continue
+        clean = event.kind == "CacheClean"
+        note = event.text if clean else event.text.removeprefix("RISK: ")
+        out.append(
+            CacheSample(found.group(1), _seconds(event.at, origin), 0 if clean else None, note)
+        )
+    out.sort(key=lambda c: c.at_s)
+    return out

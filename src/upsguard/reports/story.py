@@ -1,0 +1,193 @@
+"""What a retrospective tells, as plain values: a neutral model that the journal (a real run)
+and the simulator (a dry run) both fill, and that one renderer draws.
+
+Times are seconds from the story's ``origin`` (the start of the outage, or of the first run
+when there was no outage), so a real run and a simulated one read the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One step of a run as it was recorded (the input side: a journal row, or the events of
+    a simulation)."""
+
+    step: str
+    action: str
+    started: datetime | None
+    ended: datetime | None
+    state: str
+    detail: str
+    tries: int = 1
+    fallback_used: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """One run as it was recorded."""
+
+    id: str
+    kind: str
+    direction: str
+    origin: str
+    reason: str
+    started: datetime
+    ended: datetime | None
+    state: str
+    detail: str = ""
+    only: tuple[str, ...] | None = None
+    point_of_no_return: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A slow, failed or fallback step, and what a person could do about it."""
+
+    step: str
+    kind: str  # slow | failed | fallback
+    text: str
+    suggestion: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepStory:
+    """One step, planned against actual. Times in seconds from the story's origin."""
+
+    id: str
+    resource: str
+    action: str
+    description: str
+    waits_for: tuple[str, ...]
+    state: str  # done, failed, ... or "not run"
+    detail: str = ""
+    planned_start_s: float | None = None
+    planned_s: float | None = None
+    estimate_source: str = ""
+    start_s: float | None = None
+    actual_s: float | None = None
+    tries: int = 1
+    fallback_used: bool = False
+    critical: bool = False
+    """On the path that decided how long the run took (the planned one when nothing ran)."""
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunStory:
+    facts: RunFacts
+    start_s: float
+    duration_s: float | None
+    planned_s: float
+    planned_critical_path_s: float
+    steps: tuple[StepStory, ...]
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def ratio(self) -> float | None:
+        """Actual over planned; above 1 the run took longer than its plan said."""
+        if self.duration_s is None or self.planned_s <= 0:
+            return None
+        return self.duration_s / self.planned_s
+
+
+@dataclass(frozen=True, slots=True)
+class Moment:
+    """A phase change, an override, a risk taken, or a trigger point."""
+
+    at_s: float
+    kind: str  # phase | override | risk | trigger
+    text: str
+    who: str = ""
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BatterySample:
+    ups: str
+    at_s: float
+    charge_pct: float | None
+    runtime_s: float | None
+    load_pct: float | None
+    on_battery: bool
+    model_runtime_s: float | None = None
+    """What the site file's battery model (``runtime_at``, Peukert) says for this charge and
+    load; None where the load is not known."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatteryFit:
+    """Observed runtime against the battery model, for one UPS."""
+
+    ups: str
+    samples: int
+    ratio: float | None
+    """Observed over modelled runtime; below 1 the battery lasts less than the model says."""
+    basis: str
+    """What the ratio was measured on (the discharge, or the UPS's own runtime figure)."""
+    verdict: str
+    suggestion: str | None = None
+    """A corrected ``runtime_at`` when the UPS lasts measurably less than the model."""
+
+
+DRAIN_READING = "dirty data read"
+"""The note of a cache sample that is only a reading of its dirty bytes (charted, not listed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSample:
+    """A cache's dirty data at one moment (None where only the event is known: a flip, a
+    wait) and what happened then."""
+
+    cache: str
+    at_s: float
+    dirty_bytes: int | None
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanChange:
+    """A step whose next estimate differs from the one the run was planned with."""
+
+    step: str
+    before_s: float
+    before_source: str
+    after_s: float
+    after_source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Outlook:
+    """What the next outage would look like with the durations learned so far."""
+
+    direction: str
+    configured_s: float
+    learned_s: float
+    learned_critical_path: tuple[str, ...]
+    learned_critical_path_s: float
+    actual_s: float | None
+    learned_steps: int = 0
+    """How many steps of the next plan have a learned duration (0: nothing learned yet)."""
+    changes: tuple[PlanChange, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Story:
+    title: str
+    site: str
+    source: str  # journal | simulation
+    origin: datetime
+    runs: tuple[RunStory, ...]
+    moments: tuple[Moment, ...] = ()
+    battery: tuple[BatterySample, ...] = ()
+    battery_fits: tuple[BatteryFit, ...] = ()
+    caches: tuple[CacheSample, ...] = ()
+    outlook: tuple[Outlook, ...] = ()
+    verdict: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    def kind(self, kind: str) -> list[Moment]:
+        return [m for m in self.moments if m.kind == kind]

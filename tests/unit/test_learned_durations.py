@@ -1,0 +1,190 @@
+"""Durations learned from the journal: filled through ``Journal.record`` with the events a run
+sends, read back as median and p90 per resource and direction, and used by the planner,
+which says where each figure came from."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.sites import site_from
+from upsguard.cli import main
+from upsguard.controller.journal import Journal
+from upsguard.controller.learned import learned_durations
+from upsguard.events import RunFinished, RunStarted, StepFinished, StepStarted
+from upsguard.models import Direction, ResourceId, RunId, StepId, StepState
+from upsguard.runbooks import render
+from upsguard.runbooks.planner import Planner
+from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunSpec
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def site_data(journal: Path) -> dict[str, Any]:
+    return {
+        "site": "learn",
+        "journal": str(journal),
+        "ups": [
+            {"name": "ups1", "simulated": {}, "runtime_at": {"minutes": 30, "load_watts": 400}}
+        ],
+        "platforms": {
+            "vc": {"type": "simulated", "guest_shutdown": "40s"},
+            "cmd": {"type": "command"},
+        },
+        "resources": [
+            {"id": "db", "kind": "vm", "platform": "vc", "runs_on": ["h1"]},
+            {"id": "app", "kind": "vm", "platform": "vc", "runs_on": ["h1"], "depends_on": ["db"]},
+            {
+                "id": "nas",
+                "kind": "command",
+                "platform": "cmd",
+                "shutdown": "true",
+                "estimate": {"stop": "90s"},
+            },
+            {
+                "id": "h1",
+                "kind": "host",
+                "platform": "cmd",
+                "depends_on": ["nas"],
+                "shutdown": "true",
+            },
+        ],
+    }
+
+
+class RunWriter:
+    """Sends a journal the events of runs, as the executor would."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.count = 0
+
+    def run(
+        self,
+        steps: dict[str, float],
+        *,
+        kind: RunKind = RunKind.SHUTDOWN,
+        origin: RunOrigin = RunOrigin.POLICY,
+        details: dict[str, str] | None = None,
+        states: dict[str, StepState] | None = None,
+    ) -> str:
+        """One run whose steps (id -> seconds) run one after the other."""
+        self.count += 1
+        start = T0 + timedelta(hours=self.count)
+        run = RunId(f"{kind}-{self.count}")
+        spec = RunSpec(run, kind, origin, "test", start)
+        record = self.journal.record
+        record(RunStarted(start, spec, len(steps)))
+        at = start
+        for step, seconds in steps.items():
+            record(StepStarted(at, run, StepId(step), "guest_shutdown"))
+            at += timedelta(seconds=seconds)
+            state = (states or {}).get(step, StepState.DONE)
+            detail = (details or {}).get(step, f"{step} shut down")
+            record(StepFinished(at, run, StepId(step), state, detail))
+        record(RunFinished(at, spec, RunOutcome.DONE, "done"))
+        return run
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Iterator[Journal]:
+    j = Journal(tmp_path / "journal.sqlite")
+    yield j
+    j.close()
+
+
+def test_median_and_p90_per_resource_and_direction_from_real_runs_and_drills(
+    journal: Journal,
+) -> None:
+    runs = RunWriter(journal)
+    for seconds in (30.0, 40.0, 50.0):
+        runs.run({"stop:db": seconds, "stop:app": 10.0})
+    runs.run({"stop:db": 200.0}, origin=RunOrigin.MANUAL)  # a drill counts too
+    runs.run({"start:db": 90.0}, kind=RunKind.STARTUP)
+
+    learned = learned_durations(journal)
+
+    db = learned[(ResourceId("db"), Direction.SHUTDOWN)]
+    assert (db.runs, db.median_s) == (4, 45.0)
+    assert 50.0 < db.p90_s <= 200.0  # interpolated, never above the slowest run
+    assert db.source == "p90 of 4 runs"
+    assert learned[(ResourceId("db"), Direction.STARTUP)].median_s == 90.0
+    assert learned[(ResourceId("app"), Direction.SHUTDOWN)].source == "p90 of 3 runs"
+
+
+def test_steps_that_had_nothing_to_do_or_did_not_finish_teach_nothing(journal: Journal) -> None:
+    runs = RunWriter(journal)
+    runs.run({"stop:db": 40.0})
+    runs.run({"stop:db": 0.5}, details={"stop:db": "db already off"})
+    runs.run({"stop:db": 300.0}, states={"stop:db": StepState.FAILED})
+    runs.run({"stop:db": 600.0}, states={"stop:db": StepState.INTERRUPTED})
+
+    db = learned_durations(journal)[(ResourceId("db"), Direction.SHUTDOWN)]
+
+    assert (db.runs, db.median_s, db.p90_s) == (1, 40.0, 40.0)
+
+
+def test_only_the_newest_runs_count_and_before_gives_what_a_run_knew(journal: Journal) -> None:
+    runs = RunWriter(journal)
+    runs.run({"stop:db": 500.0})  # an old, slow guest since fixed
+    for _ in range(3):
+        runs.run({"stop:db": 20.0})
+
+    assert learned_durations(journal, runs=3)[(ResourceId("db"), Direction.SHUTDOWN)].p90_s == 20.0
+    before_second = T0 + timedelta(hours=2)
+    early = learned_durations(journal, before=before_second)
+    assert early[(ResourceId("db"), Direction.SHUTDOWN)].median_s == 500.0
+
+
+def test_members_of_an_expanded_group_teach_a_per_member_figure(journal: Journal) -> None:
+    RunWriter(journal).run({"stop:web/web-01": 30.0, "stop:web/web-02": 50.0})
+
+    web = learned_durations(journal)[(ResourceId("web"), Direction.SHUTDOWN)]
+
+    assert web.per_member and web.median_s == 40.0 and web.runs == 1
+
+
+def test_the_plan_says_where_each_estimate_came_from(tmp_path: Path, journal: Journal) -> None:
+    site = site_from(tmp_path, site_data(tmp_path / "journal.sqlite"))
+    runs = RunWriter(journal)
+    for seconds in (30.0, 40.0, 50.0, 60.0):
+        runs.run({"stop:db": seconds})
+    learned = learned_durations(journal)
+
+    plan = Planner(site, durations=learned).plan(Direction.SHUTDOWN)
+
+    sources = {s.resource: (s.estimate_source, s.estimate_s) for s in plan.steps}
+    assert sources["db"][0] == "p90 of 4 runs" and 50.0 < sources["db"][1] <= 60.0
+    assert sources["app"] == ("platform", 40.0)  # the simulated platform's typical figure
+    assert sources["nas"] == ("estimate", 90.0)  # the site file's estimate
+    assert sources["h1"] == ("default", 180.0)  # upsguard's default for a host
+    configured = Planner(site).plan(Direction.SHUTDOWN)
+    assert {s.estimate_source for s in configured.steps} == {"platform", "estimate", "default"}
+    assert "(p90 of 4 runs)" in render.plan_text(plan)
+    as_json = json.loads(render.plan_json(plan))
+    assert as_json["estimate_sources"] == {"learned": 1, "platform": 1, "estimate": 1, "default": 1}
+    assert {s["id"]: s["estimate_source"] for s in as_json["steps"]}["stop:db"] == "p90 of 4 runs"
+
+
+def test_plan_cli_learns_from_the_sites_journal_unless_told_configured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "site.yaml"
+    site_from(tmp_path, site_data(tmp_path / "journal.sqlite"))  # writes site.yaml
+    assert main(["plan", "shutdown", "-c", str(path)]) == 0  # no journal yet: configured
+    assert "p90" not in capsys.readouterr().out
+
+    journal = Journal(tmp_path / "journal.sqlite")
+    RunWriter(journal).run({"stop:db": 30.0, "stop:app": 12.0})
+    journal.close()
+
+    assert main(["plan", "shutdown", "-c", str(path)]) == 0
+    learned = capsys.readouterr().out
+    assert "stop:db" in learned and "(p90 of 1 run)" in learned
+    assert main(["plan", "shutdown", "-c", str(path), "--durations", "configured"]) == 0
+    assert "p90" not in capsys.readouterr().out
