@@ -17,6 +17,7 @@ import yaml
 
 from upsguard.cli.client import ApiClient
 from upsguard.controller.journal import Journal
+from upsguard.errors import TemporaryError
 
 CLI = [sys.executable, "-c", "import sys; from upsguard.cli import main; sys.exit(main())"]
 
@@ -55,8 +56,11 @@ class ServiceProcess:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 pytest.fail(f"upsguard run exited {proc.returncode}:\n{self.log.read_text()}")
-            if self.socket.exists() and client.running():
-                return
+            try:
+                if self.socket.exists() and client.running():
+                    return
+            except TemporaryError:  # the socket is there, the service not answering yet
+                pass
             time.sleep(0.1)
         pytest.fail(f"upsguard run did not answer within {timeout}s:\n{self.log.read_text()}")
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
@@ -130,10 +131,10 @@ class OutageController:
         readings = await asyncio.gather(*(w.poll() for w in self.watches.values()))
         for reading in readings:
             self._events(ReadingTaken(self._clock.now(), reading))
-            self._report_self_test(reading)
-        self._report_contact()
+            self._reporting(self._report_self_test, reading)
+        self._reporting(self._report_contact)
         view = self._view()
-        self._report_feeds(view)
+        self._reporting(self._report_feeds, view)
         self.view = view
         for decision in self.engine.evaluate(view, self.ledger.site(), self.plan_seconds()):
             try:
@@ -143,6 +144,14 @@ class OutageController:
                 message = f"{decision.act.value} failed: {type(exc).__name__}: {exc}"
                 self._events(Notice(self._clock.now(), message, level="error"))
         return view
+
+    def _reporting(self, report: Callable[..., None], *args: Any) -> None:
+        """What only informs (an event about a self-test, a feed, a UPS out of reach) must
+        never cost the decisions of this tick: its failure is logged, and the tick goes on."""
+        try:
+            report(*args)
+        except Exception:
+            log.exception("%s failed", report.__name__)
 
     def _report_self_test(self, reading: UpsReading) -> None:
         """A battery test is on battery on purpose: one event says so when it ends."""
