@@ -245,3 +245,21 @@ def test_examples_plan_cleanly() -> None:
         for direction in ("shutdown", "startup"):
             plan = Planner(site).plan(direction)
             assert plan.steps
+
+
+def test_a_cache_that_carries_a_host_gates_that_host(tmp_path: Path) -> None:
+    data = simple_site()
+    data["caches"] = [{"name": "raid", "provider": "simulated", "carries": ["h2"]}]
+    steps = Planner(site_from(tmp_path, data)).plan("shutdown").by_id()
+    assert steps["stop:h2"].caches == ("raid",) and steps["stop:nas"].caches == ("raid",)
+    assert steps["stop:h1"].caches == ()
+
+
+def test_a_group_of_unknown_placement_puts_every_host_it_could_be_on_in_the_data_path(
+    tmp_path: Path,
+) -> None:
+    data = simple_site()
+    data["resources"][2].pop("runs_on")  # web-*: nobody says where they run
+    data["caches"] = [{"name": "flash", "provider": "simulated", "carries": ["web"]}]
+    steps = Planner(site_from(tmp_path, data)).plan("shutdown").by_id()
+    assert steps["stop:h1"].caches == ("flash",) and steps["stop:h2"].caches == ("flash",)

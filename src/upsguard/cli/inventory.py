@@ -14,8 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from rich.console import RenderableType
 
@@ -24,16 +23,9 @@ from upsguard.cli.common import Subparsers, add_format_option, add_site_option, 
 from upsguard.clock import SystemClock
 from upsguard.config.site import SiteConfig
 from upsguard.errors import PermanentError, TemporaryError
-from upsguard.models import PlatformName, ResourceId, ResourceKind, Target
-from upsguard.plugins.platforms.base import Platform
+from upsguard.models import PlatformName, ResourceKind
+from upsguard.plugins.platforms.base import InventorySource, Platform
 from upsguard.plugins.registry import build_platforms
-
-
-@runtime_checkable
-class InventorySource(Protocol):
-    """A platform that can list what it manages (as plain data)."""
-
-    async def inventory_report(self) -> dict[str, Any]: ...
 
 
 def register(commands: Subparsers) -> None:
@@ -104,22 +96,6 @@ async def _report(site: SiteConfig, name: PlatformName, platform: Platform) -> d
     report["unplanned"] = [vm["name"] for vm in report["vms"] if vm["unplanned"]]
     report["problems"] = problems
     return report
-
-
-async def unplanned_by_host(
-    platforms: Mapping[PlatformName, Platform], inventory: Mapping[ResourceId, list[Target]]
-) -> dict[str, list[str]]:
-    """Per host name, the running VMs that no resource resolved to (system VMs aside)."""
-    covered = {t.ref or t.name for targets in inventory.values() for t in targets}
-    out: dict[str, list[str]] = {}
-    for platform in platforms.values():
-        if not isinstance(platform, InventorySource):
-            continue
-        for vm in (await platform.inventory_report())["vms"]:
-            running = vm["power"] == "poweredOn" and vm["host"]
-            if running and not vm["system"] and vm["ref"] not in covered:
-                out.setdefault(vm["host"], []).append(vm["name"])
-    return out
 
 
 def report_parts(report: dict[str, Any]) -> list[RenderableType]:

@@ -13,14 +13,12 @@ from upsguard.cli.common import (
     run_async,
     site_of,
 )
-from upsguard.cli.inventory import unplanned_by_host
 from upsguard.cli.reports import add_durations_option, durations_of
 from upsguard.cli.simulated import simulated_report
 from upsguard.clock import SystemClock
 from upsguard.config.scenario import load_scenario
 from upsguard.config.site import SiteConfig
-from upsguard.engine.inventory import live_inventory
-from upsguard.models import ResourceId, Target
+from upsguard.engine.inventory import LiveInventory, read_inventory
 from upsguard.plugins.registry import build_platforms
 from upsguard.runbooks import render
 from upsguard.runbooks.planner import Planner
@@ -88,9 +86,15 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     site = site_of(args)
-    inventory, unplanned = run_async(_inventory(site)) if args.live else (None, None)
+    live = run_async(_inventory(site)) if args.live else None
     durations = durations_of(args, site)
-    plan = Planner(site, inventory, unplanned, durations=durations).plan(args.direction)
+    planner = Planner(
+        site,
+        live.targets if live else None,
+        live.unplanned if live else None,
+        durations=durations,
+    )
+    plan = planner.plan(args.direction)
     output = {
         "text": render.plan_text,
         "json": render.plan_json,
@@ -101,15 +105,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _inventory(
-    site: SiteConfig,
-) -> tuple[dict[ResourceId, list[Target]], dict[str, list[str]]]:
+async def _inventory(site: SiteConfig) -> LiveInventory:
     platforms = build_platforms(site, SystemClock())
     try:
         for platform in platforms.values():
             await platform.open()
-        inventory = await live_inventory(site, platforms)
-        return inventory, await unplanned_by_host(platforms, inventory)
+        return await read_inventory(site, platforms)
     finally:
         for platform in platforms.values():
             await platform.close()

@@ -33,6 +33,7 @@ from upsguard.controller.overrides import Overrides
 from upsguard.controller.resume import reap_and_resume
 from upsguard.controller.status import ServiceInfo, service_status
 from upsguard.engine.destage import DestageWatch
+from upsguard.engine.inventory import read_inventory
 from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import UpsguardError
 from upsguard.events import Event, EventBus, Notice, describe, level
@@ -42,6 +43,11 @@ from upsguard.plugins.registry import build_cache_providers, build_platforms, bu
 from upsguard.runbooks.planner import Planner
 
 log = logging.getLogger(__name__)
+
+INVENTORY_WITHIN_S = 60.0
+"""How long the platforms may take to list their VMs before plans are made without."""
+REPLAN_EVERY_S = 300.0
+"""VMs move (vMotion, DRS): plans are made again from fresh inventory this often."""
 event_log = logging.getLogger("upsguard.events")
 
 
@@ -77,6 +83,7 @@ class Service:
         self.ticks = 0
         self.last_tick_error: str | None = None
         self._poll_lock = asyncio.Lock()
+        self._inventory_problem: str | None = None
 
     def _journal_problem(self, problem: str | None) -> None:
         """The journal's trouble is an alert, notified like any other; never a stop."""
@@ -127,7 +134,8 @@ class Service:
             caches=caches,
             clock=self.clock,
             events=self.bus,
-            planner=Planner(self.site, durations=learned_durations(self.journal)),
+            planner=await self.planner(),
+            replan=self.planner,
         )
         self._overrides = Overrides(self.site, self._controller, self.bus, self.clock)
         self.metrics.attach(self._controller)
@@ -135,6 +143,33 @@ class Service:
             self.resumed = await reap_and_resume(
                 self.journal, self._controller, self.clock, self.bus
             )
+
+    async def planner(self) -> Planner:
+        """Plans from live inventory (where each VM runs decides which hosts wait on which
+        cache) and learned durations; without inventory, from the site file alone, and the
+        risk is said."""
+        durations = learned_durations(self.journal)
+        try:
+            async with asyncio.timeout(INVENTORY_WITHIN_S):
+                found = await read_inventory(self.site, self.platforms)
+        except Exception as exc:  # a platform down, or a plugin's bug: plan without it
+            if not isinstance(exc, UpsguardError | TimeoutError):
+                log.exception("reading live inventory failed")
+            why = str(exc) or f"no answer within {INVENTORY_WITHIN_S:g}s"
+            if why != self._inventory_problem:
+                self._inventory_problem = why
+                message = (
+                    f"planning without live inventory ({why}): VMs are placed as the site "
+                    "file says, so a cache may not gate the host a VM really runs on"
+                )
+                self.bus(Notice(self.clock.now(), message, level="warning"))
+            return Planner(self.site, durations=durations)
+        self._inventory_problem = None
+        return Planner(self.site, found.targets, found.unplanned, durations=durations)
+
+    async def _refresh_plans(self) -> None:
+        if self._controller is not None:
+            self._controller.use_planner(await self.planner())
 
     async def open_platforms(self) -> None:
         """Connect every platform not yet connected; one that fails is retried later."""
@@ -213,6 +248,9 @@ class Service:
             asyncio.create_task(self.watch_power(stop), name="power watch"),
             asyncio.create_task(_every(60.0, self.open_platforms, stop), name="platforms"),
             asyncio.create_task(_every(15.0, self._retry_journal, stop), name="journal"),
+            asyncio.create_task(
+                _every(REPLAN_EVERY_S, self._refresh_plans, stop, first=False), name="plans"
+            ),
         ]
         if self.site.caches:
             tasks.append(
@@ -259,12 +297,21 @@ def _log_event(event: Event) -> None:
         event_log.log(logging.getLevelName(level(event).upper()), text.strip())
 
 
-async def _every(period_s: float, job: Callable[[], Awaitable[None]], stop: asyncio.Event) -> None:
-    """``job`` now, then every ``period_s`` on the loop's monotonic clock, until ``stop``."""
+async def _every(
+    period_s: float,
+    job: Callable[[], Awaitable[None]],
+    stop: asyncio.Event,
+    first: bool = True,
+) -> None:
+    """``job`` now (unless not ``first``), then every ``period_s`` on the loop's monotonic
+    clock, until ``stop``."""
     loop = asyncio.get_running_loop()
+    skip = not first
     while not stop.is_set():
         started = loop.time()
-        await job()
+        if not skip:
+            await job()
+        skip = False
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(max(0.0, started + period_s - loop.time())):
                 await stop.wait()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +55,10 @@ from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunSpec
 log = logging.getLogger(__name__)
 
 
+REPLAN_WITHIN_S = 15.0
+"""How long a run may wait for fresh inventory before it is planned (it goes on without)."""
+
+
 class RunBusy(TemporaryError):
     """A manual run was asked for while another run is in progress."""
 
@@ -88,10 +92,14 @@ class OutageController:
         planner: Planner | None = None,
         ledger: RunLedger | None = None,
         dry_run: bool = False,
+        replan: Callable[[], Awaitable[Planner | None]] | None = None,
     ) -> None:
         """``planner``: one already made for this site and inventory, not made again.
-        ``dry_run``: the simulator's controller (no health probe touches the network)."""
+        ``dry_run``: the simulator's controller (no health probe touches the network).
+        ``replan``: asked for a fresh planner (live inventory) before a policy run is planned,
+        within ``REPLAN_WITHIN_S``; without an answer the run goes with the plan it has."""
         self._dry_run = dry_run
+        self._replan = replan
         self.site = site
         configs = {u.name: u for u in site.ups}
         self.watches = {
@@ -227,6 +235,13 @@ class OutageController:
             out[name] = plan.estimate_s + (eta or 0.0)
         return out
 
+    def use_planner(self, planner: Planner) -> None:
+        """Plan from now on with ``planner`` (fresh inventory, learned durations); a run in
+        progress keeps the plan it started with."""
+        self.planner = planner
+        self.shutdown_plan = planner.plan(Direction.SHUTDOWN)
+        self._scoped.clear()
+
     def plan_for(self, feeds: tuple[str, ...] | None) -> Plan:
         """The shutdown plan of some feeds: what they power and what needs that; the site's
         plan when they power everything. Worked out once per set of feeds."""
@@ -257,6 +272,8 @@ class OutageController:
 
     async def _apply(self, decision: Decision) -> None:
         log.info("%s: %s", decision.act.value, decision.reason)
+        if decision.act in (Act.START_SHUTDOWN, Act.START_SHEDDING, Act.START_STARTUP):
+            await self._fresh_plans()
         if decision.act is Act.CACHES_WRITE_THROUGH:
             at_risk = (
                 self.caches.names
@@ -292,6 +309,18 @@ class OutageController:
         elif decision.act is Act.START_STARTUP:
             spec = self.ledger.new_spec(RunKind.STARTUP, RunOrigin.POLICY, decision.reason)
             await self._start(self.planner.plan(Direction.STARTUP), spec)
+
+    async def _fresh_plans(self) -> None:
+        """Where the VMs are now decides which hosts wait on which cache: ask once more."""
+        if self._replan is None:
+            return
+        try:
+            async with asyncio.timeout(REPLAN_WITHIN_S):
+                planner = await self._replan()
+        except TimeoutError:
+            planner = None
+        if planner is not None:
+            self.use_planner(planner)
 
     async def _start(
         self, plan: Plan, spec: RunSpec, already_done: Collection[StepId] = ()

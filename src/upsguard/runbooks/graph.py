@@ -168,7 +168,8 @@ def _placement_edges(
         if res.kind not in (ResourceKind.VM, ResourceKind.VM_GROUP):
             continue
         for nid in members[res.id]:
-            hosts = list(res.runs_on) or _hosts_from_targets(graph.nodes[nid], host_by_name)
+            # where live inventory found it, else where the site file says it runs
+            hosts = _hosts_from_targets(graph.nodes[nid], host_by_name) or list(res.runs_on)
             for host in hosts:
                 graph.edge(nid, host)
             if not hosts and res.platform is not None:

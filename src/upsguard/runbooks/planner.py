@@ -202,16 +202,21 @@ def _data_path(
 ) -> set[ResourceId]:
     """The hardware a resource's writes go through: its hosts, and the storage they depend on.
 
-    Only hardware is followed past the first hop: a VM that needs another VM
-    (for DNS, say) does not put that VM's host in its data path.
+    A VM is where live inventory found it, else where the site file says; when neither
+    knows, on any host of its platform (each of them could hold its data). A host or
+    storage named itself is in its own data path. Only hardware is followed past the
+    first hop: a VM that needs another VM (for DNS, say) does not put that VM's host in
+    its data path.
     """
     index = site.resource_index()
-    found: set[ResourceId] = set()
+    found: set[ResourceId] = {start} if index[start].kind.is_hardware else set()
     stack = [start]
     while stack:
         res = index[stack.pop()]
-        nxt = [*res.depends_on, *res.runs_on, *placed_on.get(res.id, ())]
-        for rid in nxt:
+        hosts = placed_on.get(res.id) or list(res.runs_on)
+        if not hosts and res.kind in (ResourceKind.VM, ResourceKind.VM_GROUP) and res.platform:
+            hosts = [h.id for h in site.hosts_of_platform(res.platform)]
+        for rid in [*res.depends_on, *hosts]:
             if rid not in found and index[rid].kind.is_hardware:
                 found.add(rid)
                 stack.append(rid)

@@ -124,3 +124,15 @@ class ResourceTargets:
                 f"target {target.name} was not resolved by platform {self._platform}"
             )
         return res
+
+
+@runtime_checkable
+class InventorySource(Protocol):
+    """A platform that can list everything it manages (vSphere): an optional capability.
+
+    ``inventory_report`` returns plain data: ``{"vms": [{"name", "ref", "host", "power",
+    "system", ...}], "hosts": [...], ...}``. Raises ``PlatformUnreachable`` when the
+    platform does not answer.
+    """
+
+    async def inventory_report(self) -> dict[str, Any]: ...
