@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.sites import write_site
+from upsguard.cli import main
 from upsguard.config import load_site
 from upsguard.errors import ConfigError
 
@@ -203,3 +206,20 @@ def test_yaml_errors_name_the_line_and_what_is_wrong(tmp_path: Path) -> None:
         f"{site_file}:9: not valid YAML: did not find expected ',' or ']' (while parsing a flow "
         "sequence)"
     )
+
+
+def test_validate_warns_of_what_can_never_be_powered_on(tmp_path: Path) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text(
+        "site: t\nups: [{name: u, simulated: {}}]\n"
+        "resources:\n"
+        "  - {id: nas, kind: storage, platform: ssh, host: 10.0.0.9, shutdown: poweroff}\n"
+        "  - {id: nas2, kind: storage, platform: ssh, host: 10.0.0.8, shutdown: poweroff,\n"
+        "     start: false}\n"
+    )
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert main(["validate", "-c", str(site)]) == 0
+    (line,) = err.getvalue().splitlines()
+    assert line.startswith("upsguard: warning: resources[0]: nas can never be powered on")
+    assert line.endswith(f"({site}:4)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from upsguard.cli.common import (
@@ -16,6 +17,7 @@ from upsguard.cli.common import (
 from upsguard.cli.reports import add_durations_option, durations_of
 from upsguard.cli.simulated import simulated_report
 from upsguard.clock import SystemClock
+from upsguard.config.checks import site_warnings
 from upsguard.config.scenario import load_scenario
 from upsguard.config.site import SiteConfig
 from upsguard.engine.inventory import LiveInventory, read_inventory
@@ -60,6 +62,8 @@ def register(commands: Subparsers) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     site = site_of(args)
     shutdown = Planner(site).plan("shutdown")
+    for loc, message in site_warnings(site):
+        print(f"upsguard: warning: {site.problem(loc, message)}", file=sys.stderr)
     print(
         f"{args.config}: ok: site '{site.site}', {len(site.ups)} UPS, "
         f"{len(site.resources)} resources, {len(site.caches)} caches, "

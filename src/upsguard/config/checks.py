@@ -76,6 +76,45 @@ def plugin_problems(site: SiteConfig, names: PluginNames) -> Iterator[Problem]:
             )
 
 
+def site_warnings(site: SiteConfig) -> list[Problem]:
+    """What validate says without refusing the site: risks a person should know of."""
+    return [*_never_powered_on(site), *_caches_of_unknown_placement(site)]
+
+
+def _never_powered_on(site: SiteConfig) -> Iterator[Problem]:
+    for i, res in enumerate(site.resources):
+        if not res.starts or res.kind not in (ResourceKind.HOST, ResourceKind.STORAGE):
+            continue
+        if res.runs_upsguard:  # up whenever upsguard runs: its startup finds it up
+            continue
+        if res.power_on_via is None and not site.platform(res.platform or "none").can_power_on(res):
+            yield (
+                ("resources", i),
+                f"{res.id} can never be powered on by upsguard: no power_on_via (a BMC or "
+                "wol) and no startup command; the startup runbook will fail on it. Add "
+                "power_on_via, or start: false if it comes back with the power by itself",
+            )
+
+
+def _caches_of_unknown_placement(site: SiteConfig) -> Iterator[Problem]:
+    vms = (ResourceKind.VM, ResourceKind.VM_GROUP)
+    index = site.resource_index()
+    for i, cache in enumerate(site.caches):
+        for rid in cache.carries:
+            res = index.get(rid)
+            if res is None or res.kind not in vms or res.runs_on or res.platform is None:
+                continue
+            hosts = [h.id for h in site.hosts_of_platform(res.platform)]
+            if len(hosts) > 1:
+                yield (
+                    ("caches", i),
+                    f"cache {cache.name} carries {rid}, whose placement the site file does not "
+                    f"give: the service plans from live inventory, but when that cannot be read "
+                    f"every host of {res.platform} ({', '.join(hosts)}) waits for the cache "
+                    f"(see 'upsguard plan shutdown --live')",
+                )
+
+
 def _duplicates(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
     for section, names in (
         ("ups", [u.name for u in site.ups]),

@@ -47,7 +47,10 @@ def check_site(source: SourceText, plugins: PluginNames | None = None) -> SiteCo
         found += plugin_problems(site, plugins)
     if found:
         raise ConfigError([source.problem(loc, msg) for loc, msg in found])
-    site.keep_origin(source.origin(p for i in range(len(site.ups)) for p in _ups_paths(i)))
+    kept = [p for i in range(len(site.ups)) for p in _ups_paths(i)]
+    kept += [("resources", i) for i in range(len(site.resources))]
+    kept += [("caches", i) for i in range(len(site.caches))]
+    site.keep_origin(source.origin(kept))
     return site
 
 

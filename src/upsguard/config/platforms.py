@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Discriminator, Field, Tag
 
 from upsguard.config.base import Credentials, Model, union_tags
+from upsguard.config.resources import ResourceConfig
 from upsguard.config.types import Duration, Interval
 
 #: Types a resource may name directly as its platform, with default settings.
@@ -38,6 +39,11 @@ class PlatformBase(Model):
         """How long an action (``guest_shutdown``, ``host_power_on``, ...) takes on this
         platform when the platform itself knows; None for real platforms."""
         return None
+
+    def can_power_on(self, res: ResourceConfig) -> bool:
+        """Whether this platform alone can bring the resource back (without its
+        ``power_on_via``): a BMC, Wake-on-LAN, a hypervisor for its VMs."""
+        return True
 
 
 class DirectHostAccess(Credentials):
@@ -81,6 +87,10 @@ class VsphereSettings(PlatformBase, Credentials):
     def fallback_without_tools(self) -> Literal["skip"] | None:
         return "skip" if self.without_tools == "skip" else None
 
+    def can_power_on(self, res: ResourceConfig) -> bool:
+        """vCenter starts VMs; a host it shut down needs its BMC (``power_on_via``)."""
+        return not res.kind.is_hardware
+
     @property
     def leaves_unplanned_vms(self) -> bool:
         return self.unplanned_vms == "ignore"
@@ -110,6 +120,10 @@ class SshSettings(PlatformBase):
     known_hosts: Path | None = None
     timeout: Duration = timedelta(seconds=20)
     poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
+
+    def can_power_on(self, res: ResourceConfig) -> bool:
+        """Only through the resource's own ``startup`` command."""
+        return res.startup is not None
 
 
 class WolSettings(PlatformBase):
@@ -143,6 +157,10 @@ class CommandSettings(PlatformBase):
     shell: str = "/bin/sh"
     timeout: Duration = timedelta(minutes=5)
     poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
+
+    def can_power_on(self, res: ResourceConfig) -> bool:
+        """Only through the resource's own ``startup`` command."""
+        return res.startup is not None
 
 
 class SimulatedPlatformSettings(PlatformBase):
