@@ -21,7 +21,8 @@ platforms:
   sim: {type: simulated, guest_shutdown: 30s, host_shutdown: 90s, power_on: 30s,
         host_power_on: 2m, device_shutdown: 40s}
 caches:
-  - {name: flash, provider: simulated, carries: [db], dirty: 6GiB, destage_rate: 100MiB/s}
+  - {name: flash, provider: simulated, carries: [db], dirty: 6GiB, destage_rate: 100MiB/s,
+     worst_case_rate: 100MiB/s}
 resources:
   - {id: web, kind: vm, platform: sim, runs_on: [esx1], watts: 60, depends_on: [db]}
   - {id: db, kind: vm, platform: sim, runs_on: [esx1], watts: 80}

@@ -33,6 +33,11 @@ class CacheBase(Model):
         default_factory=list, description="resources whose data passes through this cache"
     )
     destage_timeout: Duration = timedelta(minutes=10)
+    worst_case_rate: ByteRate | None = Field(
+        None,
+        description="the slowest this cache destages; until a rate is measured, the runtime "
+        "trigger counts dirty data at this rate (without it, as destage_timeout)",
+    )
     on_timeout: Literal["wait_until_floor", "continue"] = Field(
         "wait_until_floor",
         description="after destage_timeout: keep waiting down to the critical floor, or go on",

@@ -167,13 +167,23 @@ class DestageWatch:
         self.status[key] = status
         return status
 
-    def eta_s(self, names: Iterable[CacheName] | None = None) -> float | None:
-        """The longest ETA among the named caches' targets (None when one is unknown)."""
+    def eta_s(self, names: Iterable[CacheName] | None = None) -> float:
+        """The longest time the named caches' targets need to be clean. Dirty data whose
+        drain rate is not measured yet (still write-back, or one reading so far) counts at
+        the cache's ``worst_case_rate``, or as its whole ``destage_timeout``: never as
+        nothing, or the runtime trigger would start the shutdown too late."""
         chosen = set(names) if names is not None else set(self.names)
-        etas = [s.eta_s for s in self.status.values() if s.cache in chosen and not s.clean]
-        if not etas:
-            return 0.0
-        return None if any(e is None for e in etas) else max(e for e in etas if e is not None)
+        etas = [self._eta(s) for s in self.status.values() if s.cache in chosen and not s.clean]
+        return max(etas, default=0.0)
+
+    def _eta(self, status: CacheStatus) -> float:
+        if status.eta_s is not None:
+            return status.eta_s
+        settings = self._settings[status.cache]
+        dirty = status.state.dirty_bytes if status.state is not None else None
+        if dirty is not None and settings.worst_case_rate:
+            return dirty / settings.worst_case_rate
+        return settings.destage_timeout.total_seconds()
 
     async def wait_clean(
         self,

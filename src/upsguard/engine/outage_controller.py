@@ -128,6 +128,7 @@ class OutageController:
         self._ups_told: set[RunId] = set()
         self._at_risk: dict[str, bool] = {}
         self._self_test: dict[UpsName, float] = {}
+        self._cache_reading: asyncio.Task[Any] | None = None
 
     # -- each poll ---------------------------------------------------------------------
 
@@ -144,6 +145,7 @@ class OutageController:
         view = self._view()
         self._reporting(self._report_feeds, view)
         self.view = view
+        self._read_caches(view)
         for decision in self.engine.evaluate(view, self.ledger.site(), self.plan_seconds()):
             try:
                 await self._apply(decision)
@@ -152,6 +154,14 @@ class OutageController:
                 message = f"{decision.act.value} failed: {type(exc).__name__}: {exc}"
                 self._events(Notice(self._clock.now(), message, level="error"))
         return view
+
+    def _read_caches(self, view: PowerView) -> None:
+        """On battery, the caches' dirty data decides when the shutdown must start: read them
+        every poll (in the background: a slow cache never delays a decision)."""
+        if not view.on_battery or not self.caches.names:
+            return
+        if self._cache_reading is None or self._cache_reading.done():
+            self._cache_reading = asyncio.create_task(self.caches.poll(), name="cache reading")
 
     def _reporting(self, report: Callable[..., None], *args: Any) -> None:
         """What only informs (an event about a self-test, a feed, a UPS out of reach) must

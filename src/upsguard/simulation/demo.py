@@ -31,7 +31,7 @@ site: demo
 ups:
   - name: ups1
     simulated: {}
-    runtime_at: {minutes: 14, load_watts: 900}
+    runtime_at: {minutes: 18, load_watts: 900}
     other_load_watts: 60
 platforms:
   vcenter:
@@ -42,8 +42,8 @@ platforms:
     power_on: 30s
     host_power_on: 2m
 caches:
-  - {name: esx01-flash, provider: simulated, carries: [sql01, app], dirty: 48GiB,
-     destage_rate: 100MiB/s, destage_timeout: 10m}
+  - {name: esx01-flash, provider: simulated, carries: [sql01, app], dirty: 12GiB,
+     destage_rate: 100MiB/s, worst_case_rate: 80MiB/s, destage_timeout: 10m}
 resources:
   - {id: dc01, kind: vm, platform: vcenter, runs_on: [esx01], watts: 40}
   - {id: sql01, kind: vm, platform: vcenter, runs_on: [esx01], watts: 90, depends_on: [dc01]}

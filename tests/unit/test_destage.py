@@ -1,0 +1,32 @@
+"""Watching caches drain: what the runtime trigger counts for the destage still ahead."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from upsguard.clock import LoopClock, run_virtual
+from upsguard.config.caches import SimulatedCacheSettings
+from upsguard.config.site import SiteConfig
+from upsguard.engine.destage import DestageWatch
+from upsguard.plugins.caches.simulated import SimulatedCache
+
+
+def test_dirty_data_of_unknown_drain_rate_counts_as_its_destage_timeout() -> None:
+    """Until two readings give a rate, the runtime trigger must not count the destage as
+    nothing: it counts the cache's destage_timeout, or its worst_case_rate when given."""
+
+    async def eta(**settings: object) -> float | None:
+        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        cache = SimulatedCacheSettings.model_validate(
+            {"name": "flash", "provider": "simulated", "dirty": "1GiB", **settings}
+        )
+        site = SiteConfig.model_validate(
+            {"site": "t", "ups": [{"name": "u", "simulated": {}}], "caches": [cache]}
+        )
+        watch = DestageWatch(site, {cache.name: SimulatedCache(cache, clock)}, clock, print)
+        await watch.poll()  # one reading: dirty known, rate not yet
+        return watch.eta_s()
+
+    assert run_virtual(eta(destage_timeout="7m")) == 420.0
+    assert run_virtual(eta(worst_case_rate="16MiB/s")) == 64.0
