@@ -238,6 +238,7 @@ def test_metrics_and_notifications(tmp_path: Path) -> None:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             metrics = response.read().decode()
         assert 'upsguard_phase{phase="down"} 1.0' in metrics
+        assert 'upsguard_feed_at_risk{feed="ups1"} 0.0' in metrics
         assert 'upsguard_ups_charge_percent{ups="ups1"} 95.0' in metrics
         step = 'action="host_shutdown",direction="shutdown",state="done"'
         assert f"upsguard_step_duration_seconds_count{{{step}}} 1.0" in metrics

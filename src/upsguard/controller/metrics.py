@@ -110,6 +110,14 @@ def _phase(loop: OutageController) -> Iterator[GaugeMetricFamily]:
     yield phase
     held = GaugeMetricFamily("upsguard_held", "1 while a manual hold defers automatic actions")
     held.add_metric([], 1.0 if loop.engine.held else 0.0)
+    feeds = GaugeMetricFamily(
+        "upsguard_feed_at_risk",
+        "1 while too few of a feed's UPSes supply from mains",
+        labels=["feed"],
+    )
+    for feed in loop.view.feeds if loop.view is not None else ():
+        feeds.add_metric([feed.name], 1.0 if feed.at_risk else 0.0)
+    yield feeds
     yield held
 
 
