@@ -16,23 +16,20 @@ from typing import Any
 
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
-from upsguard.config.types import format_duration
 from upsguard.engine.destage import DestageGate, DestageWatch
 from upsguard.engine.executor import Executor, RunResult
 from upsguard.engine.ledger import RunLedger
+from upsguard.engine.news import PowerNews
 from upsguard.errors import TemporaryError, UpsguardError
 from upsguard.events import (
     EventSink,
     Notice,
-    OnBattery,
     PhaseChanged,
-    PowerRestored,
     ReadingTaken,
 )
 from upsguard.models import (
     CacheMode,
     Direction,
-    LinkState,
     Phase,
     PlatformName,
     PowerState,
@@ -41,12 +38,11 @@ from upsguard.models import (
     StepId,
     StepState,
     UpsName,
-    UpsReading,
 )
 from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.policies.phases import Act, Decision, PhaseEngine, PowerView
-from upsguard.policies.power import feed_name, read_feeds, self_test
+from upsguard.policies.power import feed_name, read_feeds
 from upsguard.policies.watch import UpsWatch
 from upsguard.runbooks.plan import Plan, Step
 from upsguard.runbooks.planner import Planner
@@ -124,10 +120,8 @@ class OutageController:
         self._task: asyncio.Task[RunResult] | None = None
         self.view: PowerView | None = None
         self._in_flight: list[Step] = []
-        self._contact: dict[UpsName, str | None] = {}
+        self._news = PowerNews(self.feeds, clock, events)
         self._ups_told: set[RunId] = set()
-        self._at_risk: dict[str, bool] = {}
-        self._self_test: dict[UpsName, float] = {}
         self._cache_reading: asyncio.Task[Any] | None = None
 
     # -- each poll ---------------------------------------------------------------------
@@ -140,10 +134,9 @@ class OutageController:
         readings = await asyncio.gather(*(w.poll() for w in self.watches.values()))
         for reading in readings:
             self._events(ReadingTaken(self._clock.now(), reading))
-            self._reporting(self._report_self_test, reading)
-        self._reporting(self._report_contact)
+        self._news.readings(readings, self.watches.values())
         view = self._view()
-        self._reporting(self._report_feeds, view)
+        self._news.feeds(view)
         self.view = view
         self._read_caches(view)
         for decision in self.engine.evaluate(view, self.ledger.site(), self.plan_seconds()):
@@ -162,53 +155,6 @@ class OutageController:
             return
         if self._cache_reading is None or self._cache_reading.done():
             self._cache_reading = asyncio.create_task(self.caches.poll(), name="cache reading")
-
-    def _reporting(self, report: Callable[..., None], *args: Any) -> None:
-        """What only informs (an event about a self-test, a feed, a UPS out of reach) must
-        never cost the decisions of this tick: its failure is logged, and the tick goes on."""
-        try:
-            report(*args)
-        except Exception:
-            log.exception("%s failed", report.__name__)
-
-    def _report_self_test(self, reading: UpsReading) -> None:
-        """A battery test is on battery on purpose: one event says so when it ends."""
-        began = self._self_test.get(reading.ups)
-        testing = reading.link is LinkState.OK and self_test(reading)
-        if testing and began is None:
-            self._self_test[reading.ups] = self._clock.monotonic()
-        elif not testing and began is not None:
-            del self._self_test[reading.ups]
-            took = format_duration(self._clock.monotonic() - began)
-            text = f"UPS {reading.ups} self-test: on battery {took}, ignored"
-            self._events(Notice(self._clock.now(), text))
-
-    def _report_contact(self) -> None:
-        """A UPS that cannot be read is an alert (notified once), and so is its return."""
-        for name, watch in self.watches.items():
-            error = watch.last_error
-            if error == self._contact.get(name):
-                continue
-            if error is not None:
-                text = f"UPS {name} cannot be read: {error}"
-                self._events(Notice(self._clock.now(), text, level="warning"))
-            elif self._contact.get(name) is not None:
-                self._events(Notice(self._clock.now(), f"UPS {name} answers again"))
-            self._contact[name] = error
-
-    def _report_feeds(self, view: PowerView) -> None:
-        """Each feed going on battery, and back on mains, is an event of its own."""
-        for feed in view.feeds:
-            was = self._at_risk.get(feed.name, False)
-            if feed.at_risk and not was:
-                members = ", ".join(
-                    f"{ups} {word}"
-                    for ups, word in zip(self.feeds[feed.name].ups, feed.members, strict=False)
-                )
-                self._events(OnBattery(self._clock.now(), feed.name, members))
-            elif was and not feed.at_risk:
-                self._events(PowerRestored(self._clock.now(), feed.name))
-            self._at_risk[feed.name] = feed.at_risk
 
     def alerts(self) -> list[str]:
         """What a person should know now: UPSes that cannot be read."""
