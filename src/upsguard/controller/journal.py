@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sqlite3
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from upsguard.controller.journal_file import Corrupt, move_aside, open_file
 from upsguard.controller.rows import (
     CacheOpRow,
     EventRow,
@@ -95,8 +95,8 @@ class Journal:
             self.db = self._open_repairing()
         else:
             try:
-                self.db = _open_file(self.path)
-            except _Corrupt as exc:
+                self.db = open_file(self.path)
+            except Corrupt as exc:
                 raise PermanentError(f"journal {path}: {exc}") from exc
             except (OSError, sqlite3.Error) as exc:
                 raise PermanentError(
@@ -113,14 +113,14 @@ class Journal:
 
     def _open_repairing(self) -> sqlite3.Connection:
         try:
-            return _open_file(self.path, check=True)
-        except _Corrupt as exc:
-            aside = _move_aside(self.path)
+            return open_file(self.path, check=True)
+        except Corrupt as exc:
+            aside = move_aside(self.path)
             log.warning(
                 "journal %s: %s; moved aside to %s, starting a fresh journal", self.path, exc, aside
             )
             try:
-                return _open_file(self.path)
+                return open_file(self.path)
             except (OSError, sqlite3.Error) as again:
                 return self._memory_copy(f"cannot write {self.path}: {again}")
         except (OSError, sqlite3.Error) as exc:
@@ -170,7 +170,7 @@ class Journal:
                 except BaseException:
                     self.db = memory
                     raise
-        except (OSError, sqlite3.Error, _Corrupt):
+        except (OSError, sqlite3.Error, Corrupt):
             return False
         memory.close()
         log.warning(
@@ -183,10 +183,10 @@ class Journal:
 
     def _open_repairing_quietly(self) -> sqlite3.Connection:
         try:
-            return _open_file(self.path, check=True)
-        except _Corrupt as exc:
-            log.warning("journal %s: %s; moved aside to %s", self.path, exc, _move_aside(self.path))
-            return _open_file(self.path)
+            return open_file(self.path, check=True)
+        except Corrupt as exc:
+            log.warning("journal %s: %s; moved aside to %s", self.path, exc, move_aside(self.path))
+            return open_file(self.path)
 
     def _safely(self, apply: Callable[[], object], event: Event | None = None) -> None:
         """Apply a write; when the file refuses it, go on in memory and keep the event."""
@@ -573,53 +573,6 @@ def _step_row(r: tuple[Any, ...]) -> StepRow:
         tries=r[8],
         fallback_used=bool(r[9]),
     )
-
-
-class _Corrupt(Exception):
-    """The file is not a journal this upsguard can use: moved aside, not overwritten."""
-
-
-def _open_file(path: str, check: bool = False) -> sqlite3.Connection:
-    """Open (creating it, mode 0600) and migrate the journal file; ``check`` also runs
-    SQLite's quick check. Raises ``_Corrupt`` for a file that is not a usable journal,
-    ``OSError`` or ``sqlite3.Error`` for one that cannot be opened or written."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    created = not Path(path).exists()
-    db = sqlite3.connect(path, timeout=5.0)
-    try:
-        if created:
-            os.chmod(path, 0o600)
-        db.execute("PRAGMA busy_timeout = 5000")
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = NORMAL")
-        if check:
-            (verdict,) = db.execute("PRAGMA quick_check(1)").fetchone()
-            if verdict != "ok":
-                raise _Corrupt(f"the database is damaged ({verdict})")
-        migrate(db, path)
-    except sqlite3.OperationalError:
-        db.close()
-        raise
-    except sqlite3.DatabaseError as exc:  # not a database, malformed
-        db.close()
-        raise _Corrupt(str(exc)) from exc
-    except PermanentError as exc:  # a newer schema
-        db.close()
-        raise _Corrupt(str(exc).removeprefix(f"journal {path}: ")) from exc
-    except BaseException:
-        db.close()
-        raise
-    return db
-
-
-def _move_aside(path: str) -> str:
-    """Rename the journal (and its WAL files) out of the way; returns the new name."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    aside = f"{path}.bad-{stamp}"
-    for suffix in ("", "-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(path + suffix, aside + suffix)
-    return aside
 
 
 __all__ = ["Journal", "parse_iso"]

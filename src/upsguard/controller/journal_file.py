@@ -1,0 +1,60 @@
+"""The journal's SQLite file: opening it (created mode 0600, WAL), telling a corrupt file
+from one that cannot be written, and moving a corrupt one aside."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+from upsguard.controller.schema import migrate
+from upsguard.errors import PermanentError
+
+
+class Corrupt(Exception):
+    """The file is not a journal this upsguard can use: moved aside, not overwritten."""
+
+
+def open_file(path: str, check: bool = False) -> sqlite3.Connection:
+    """Open (creating it, mode 0600) and migrate the journal file; ``check`` also runs
+    SQLite's quick check. Raises ``Corrupt`` for a file that is not a usable journal,
+    ``OSError`` or ``sqlite3.Error`` for one that cannot be opened or written."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    created = not Path(path).exists()
+    db = sqlite3.connect(path, timeout=5.0)
+    try:
+        if created:
+            os.chmod(path, 0o600)
+        db.execute("PRAGMA busy_timeout = 5000")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")
+        if check:
+            (verdict,) = db.execute("PRAGMA quick_check(1)").fetchone()
+            if verdict != "ok":
+                raise Corrupt(f"the database is damaged ({verdict})")
+        migrate(db, path)
+    except sqlite3.OperationalError:
+        db.close()
+        raise
+    except sqlite3.DatabaseError as exc:  # not a database, malformed
+        db.close()
+        raise Corrupt(str(exc)) from exc
+    except PermanentError as exc:  # a newer schema
+        db.close()
+        raise Corrupt(str(exc).removeprefix(f"journal {path}: ")) from exc
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def move_aside(path: str) -> str:
+    """Rename the journal (and its WAL files) out of the way; returns the new name."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    aside = f"{path}.bad-{stamp}"
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path + suffix, aside + suffix)
+    return aside
