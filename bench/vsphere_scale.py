@@ -35,11 +35,11 @@ from tests.peers.vcsim import Vcsim, make_tls, start_vcsim, wait_task
 
 from upsguard.clock import SystemClock
 from upsguard.config.loading import load_site
+from upsguard.engine.executor import Executor
+from upsguard.engine.inventory import live_inventory
 from upsguard.models import PlatformName
-from upsguard.runbooks.executor import Executor
-from upsguard.runbooks.inventory import live_inventory
+from upsguard.plugins.registry import build_platforms
 from upsguard.runbooks.planner import build_plan
-from upsguard.runbooks.plugins import build_platforms
 
 
 def timeline(events: list[Any]) -> str:
