@@ -398,7 +398,8 @@ def test_power_up_after_the_outage(lab: Vcsim, tmp_path: Path) -> None:
 # --- sessions and hand-over ---------------------------------------------------------------
 
 
-def test_expired_session_is_renewed(lab: Vcsim, tmp_path: Path) -> None:
+@pytest.mark.parametrize("watch", ["updates", "poll"])
+def test_expired_session_is_renewed(lab: Vcsim, tmp_path: Path, watch: str) -> None:
     async def body(p: VspherePlatform) -> bool:
         (web,) = await p.resolve(res("web", "vm", vm="web-02"))
         session_manager = p.manager.conn.content.sessionManager
@@ -406,7 +407,7 @@ def test_expired_session_is_renewed(lab: Vcsim, tmp_path: Path) -> None:
         await p.stop(web, StopMethod.GRACEFUL)
         return await p.wait_for(web, PowerState.OFF, 20)
 
-    assert run_with(make(lab, tmp_path), body)
+    assert run_with(make(lab, tmp_path, watch=watch, poll_interval="100ms"), body)
     assert lab.vm("web-02").runtime.powerState == "poweredOff"
 
 

@@ -1,9 +1,10 @@
-"""The vsphere platform's pure parts: selectors, system VMs, states, settings, and the map
-from pyVmomi's faults to upsguard's errors."""
+"""The vsphere platform's pure parts: selectors, system VMs, states, settings, the map
+from pyVmomi's faults to upsguard's errors, and the lean reads' property values."""
 
 from __future__ import annotations
 
 import http.client
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from upsguard.plugins.platforms.vsphere import VspherePlatform
 from upsguard.plugins.platforms.vsphere.endpoint import Endpoint
 from upsguard.plugins.platforms.vsphere.faults import fault_text, vsphere_faults
 from upsguard.plugins.platforms.vsphere.inventory import Snapshot, VmInfo, is_system_vm
+from upsguard.plugins.platforms.vsphere.lean import value
 from upsguard.plugins.platforms.vsphere.states import host_power, vm_power
 
 
@@ -189,3 +191,18 @@ def test_errors_of_upsguard_and_unknown_ones_pass_unchanged() -> None:
     assert caught.value is config
     with pytest.raises(KeyError), vsphere_faults(ENDPOINT, "read the inventory"):
         raise KeyError("runtime.powerState")
+
+
+def test_property_values_keep_their_types() -> None:
+    """The shapes vCenter sends (seen from vcsim): xsi:type on each val, enums as text."""
+    xsi = "{http://www.w3.org/2001/XMLSchema-instance}type"
+    assert value(ET.Element("val", {xsi: "xsd:boolean"})) is False
+    flag = ET.Element("val", {xsi: "xsd:boolean"})
+    flag.text = "true"
+    assert value(flag) is True
+    count = ET.Element("val", {xsi: "xsd:int"})
+    count.text = "42"
+    assert value(count) == 42
+    power = ET.Element("val", {xsi: "VirtualMachinePowerState"})
+    power.text = "poweredOn"
+    assert vm_power({"runtime.powerState": value(power)}) is PowerState.ON

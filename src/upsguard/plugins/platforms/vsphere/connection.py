@@ -21,6 +21,7 @@ from pyVmomi import vim
 from upsguard.errors import PlatformUnreachable
 from upsguard.plugins.platforms.vsphere.endpoint import Endpoint
 from upsguard.plugins.platforms.vsphere.faults import vsphere_faults
+from upsguard.plugins.platforms.vsphere.lean import LeanReads
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -42,6 +43,7 @@ class Connection:
         self.pool_size = pool_size  # kept-alive HTTPS connections: one per thread that calls
         self._stub: Any = None
         self._content: Any = None
+        self.lean: LeanReads | None = None  # the hot reads' cheaper path (after ``open``)
         self._lock = threading.Lock()
         self.round_trips = 0  # calls made through ``call``
         self.logins = 0
@@ -60,6 +62,7 @@ class Connection:
                     httpConnectionTimeout=HTTP_TIMEOUT_S,
                 )
                 self._stub = SessionStub(soap, self._login, retryCount=ATTEMPTS)
+                self.lean = LeanReads(soap, ep.host, ep.port, ep.ssl_context(), HTTP_TIMEOUT_S)
             # the first call logs in
             self._content = ServiceInstance("ServiceInstance", self._stub).RetrieveContent()
 
@@ -105,8 +108,10 @@ class Connection:
 
     def close(self) -> None:
         """Log out when logged in, and drop the kept-alive connections. Never raises."""
-        stub, content = self._stub, self._content
-        self._stub = self._content = None
+        stub, content, lean = self._stub, self._content, self.lean
+        self._stub = self._content = self.lean = None
+        if lean is not None:
+            lean.close()
         if stub is None:
             return
         try:

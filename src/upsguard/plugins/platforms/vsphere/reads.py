@@ -2,7 +2,8 @@
 
 One ``RetrievePropertiesEx`` (then ``ContinueRetrievePropertiesEx`` for further
 pages) reads any number of objects in one round trip; the inventory, the watch's
-polls and the fresh power-state checks all read this way.
+polls and the fresh power-state checks all read this way. Reads of scalars take
+the lean path when given one (see ``lean``), and pyVmomi's otherwise.
 """
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from pyVmomi import vim, vmodl
+from pyVmomi import VmomiSupport, vim, vmodl
+
+from upsguard.plugins.platforms.vsphere.lean import MAX_OBJECTS, Found, LeanReads
 
 PC: Any = vmodl.query.PropertyCollector  # pyVmomi's classes are untyped
+wsdl_name: Any = VmomiSupport.GetWsdlName  # a type's name in the API (``VirtualMachine``)
 Props = dict[str, Any]
 #: Managed object type (``vim.VirtualMachine``) -> the property paths to read of it.
 Paths = Mapping[Any, list[str]]
-MAX_OBJECTS = 5000  # per page
 
 
 def moid(obj: Any) -> str:
@@ -28,11 +31,9 @@ def moid(obj: Any) -> str:
     return str(obj._GetMoId())
 
 
-def read_view(collector: Any, view: Any, paths: Paths) -> dict[str, tuple[Any, Props]]:
-    """Every object in the ContainerView ``view``: id -> (the object, its properties)."""
-    return {
-        moid(c.obj): (c.obj, props_of(c)) for c in retrieve(collector, view_filter(view, paths))
-    }
+def read_view(collector: Any, view: Any, paths: Paths, lean: LeanReads | None = None) -> Found:
+    """Scalar properties of every object in the ContainerView ``view``."""
+    return _scalars(collector, view_filter(view, paths), lean)
 
 
 def view_filter(view: Any, paths: Paths) -> Any:
@@ -45,9 +46,9 @@ def view_filter(view: Any, paths: Paths) -> Any:
 
 
 def read_objects(
-    collector: Any, objects: Iterable[Any], paths: Paths
+    collector: Any, objects: Iterable[Any], paths: Paths, lean: LeanReads | None = None
 ) -> tuple[dict[str, Props], set[str]]:
-    """Properties of the given managed objects, and the ids vSphere no longer knows.
+    """Scalar properties of the given managed objects, and the ids vSphere no longer knows.
 
     An object that no longer exists (deleted meanwhile) fails the whole read: it is
     left out, and the read is made again without it.
@@ -60,14 +61,24 @@ def read_objects(
             propSet=[PC.PropertySpec(type=kind, pathSet=props) for kind, props in paths.items()],
         )
         try:
-            return {moid(c.obj): props_of(c) for c in retrieve(collector, spec)}, gone
+            found = _scalars(collector, spec, lean)
         except vmodl.fault.ManagedObjectNotFound as exc:
             missing = moid(exc.obj) if exc.obj is not None else None
             if missing not in wanted:
                 raise
             del wanted[missing]
             gone.add(missing)
+        else:
+            return {ref: props for ref, (_, props) in found.items()}, gone
     return {}, gone
+
+
+def _scalars(collector: Any, spec: Any, lean: LeanReads | None) -> Found:
+    if lean is not None:
+        found = lean.retrieve(collector, spec)
+        if found is not None:
+            return found
+    return {moid(c.obj): (wsdl_name(type(c.obj)), props_of(c)) for c in retrieve(collector, spec)}
 
 
 def retrieve(collector: Any, spec: Any) -> list[Any]:

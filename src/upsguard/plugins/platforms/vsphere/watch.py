@@ -39,6 +39,7 @@ from upsguard.plugins.platforms.vsphere.reads import (
     read_objects,
     read_view,
     view_filter,
+    wsdl_name,
 )
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,9 @@ IDLE_POLLS = 10  # with nobody waiting, polls are this many intervals apart
 FULL_EVERY = 20  # while some wait, every this many polls reads everything, else only them
 BACKOFF = 2  # while nothing changes, polls slow down to this many intervals apart
 SMALL_POLL = 100  # ... unless they read this many objects or fewer
+#: A poll reads the whole view (no object named in the request) once 1 / VIEW_SHARE of all
+#: objects or more are due: pyVmomi takes ~55 us to build and write each object's spec.
+VIEW_SHARE = 3
 #: Fresh power-state checks per read: the first targets go on while the rest are read.
 FRESH_CHUNK = 100
 #: What a poll reads of the objects being waited for: the states wait_for decides on.
@@ -68,6 +72,8 @@ BUSY = {
     vim.VirtualMachine: ["runtime.powerState"],
     vim.HostSystem: ["runtime.powerState", "runtime.connectionState", "runtime.inMaintenanceMode"],
 }
+#: The same types by their WSDL names, as reads name them.
+KINDS = {wsdl_name(kind): kind for kind in WATCHED}
 Predicate = Callable[[dict[str, Any]], bool]
 Run = Callable[[str, Callable[[], T]], Awaitable[T]]
 
@@ -83,7 +89,7 @@ class Watcher:
         self._poll_s = poll_s
         self.state: dict[str, Props] = {}
         self._as_of: dict[str, float] = {}  # ref -> when the read behind state[ref] began
-        self._objects: dict[str, Any] = {}  # ref -> its managed object, from the full reads
+        self._kinds: dict[str, str] = {}  # ref -> its type's WSDL name, from the full reads
         self._lock = threading.Lock()  # the watch thread and the fresh reads both write
         self._waiters: dict[int, tuple[str, Predicate, asyncio.Future[None]]] = {}
         self._ids = itertools.count()
@@ -213,18 +219,23 @@ class Watcher:
                 # what a read less than an interval ago told (a fresh power-state check just
                 # before the stop) need not be read again yet
                 due = {r for r in waited if self._as_of.get(r, -1e9) <= began - interval * 0.9}
-                if not waited or polls % FULL_EVERY == 0 or not waited <= self._objects.keys():
+                if not waited or polls % FULL_EVERY == 0 or not waited <= self._kinds.keys():
                     self.round_trips += 1
-                    seen = read_view(collector, view, WATCHED)
-                    self._objects = {ref: obj for ref, (obj, _) in seen.items()}
+                    seen = read_view(collector, view, WATCHED, self._conn.lean)
+                    self._kinds = {ref: kind for ref, (kind, _) in seen.items()}
                     self.merge({ref: props for ref, (_, props) in seen.items()}, began, full=True)
+                elif len(due) * VIEW_SHARE >= len(self._kinds):
+                    # most objects are due: the view costs less than naming each of them
+                    self.round_trips += 1
+                    seen = read_view(collector, view, BUSY, self._conn.lean)
+                    self.merge({ref: props for ref, (_, props) in seen.items()}, began)
                 elif due:
                     self.round_trips += 1
-                    objects = [self._objects[ref] for ref in due]
-                    found, gone = read_objects(collector, objects, BUSY)
+                    objects = [self._conn.ref(KINDS[self._kinds[ref]], ref) for ref in due]
+                    found, gone = read_objects(collector, objects, BUSY, self._conn.lean)
                     self.merge(found, began, gone)
                     for ref in gone:  # deleted meanwhile: the next full read settles it
-                        self._objects.pop(ref, None)
+                        self._kinds.pop(ref, None)
                 self._loop.call_soon_threadsafe(self._wake)
                 self._ready.set()
                 if not self._waiters:  # idle: read seldom, but at once when someone waits
@@ -342,7 +353,7 @@ class Fresh:
                 collector = self._conn.content.propertyCollector.CreatePropertyCollector()
                 self._local.collector = collector
             try:
-                return read_objects(collector, objects, BUSY)
+                return read_objects(collector, objects, BUSY, self._conn.lean)
             except vmodl.fault.ManagedObjectNotFound as exc:
                 if attempt == 2 or exc.obj is None or moid(exc.obj) != moid(collector):
                     raise
