@@ -21,7 +21,7 @@ from pyVmomi import vim
 from upsguard.errors import PlatformUnreachable
 from upsguard.plugins.platforms.vsphere.endpoint import Endpoint
 from upsguard.plugins.platforms.vsphere.faults import vsphere_faults
-from upsguard.plugins.platforms.vsphere.lean import LeanReads
+from upsguard.plugins.platforms.vsphere.lean import SDK_PATH, LeanReads
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -57,6 +57,7 @@ class Connection:
                 soap = SmartStubAdapter(  # asks the endpoint which API version it speaks
                     host=ep.host,
                     port=ep.port,
+                    path=SDK_PATH,
                     sslContext=ep.ssl_context(),
                     poolSize=self.pool_size,
                     httpConnectionTimeout=HTTP_TIMEOUT_S,

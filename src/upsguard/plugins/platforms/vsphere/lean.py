@@ -10,14 +10,14 @@ booleans), so these reads:
 
 * build the request with pyVmomi's own ``SoapStubAdapter.SerializeRequest``,
 * send it with ``http.client`` on a kept-alive connection of each thread,
-  carrying the session's cookie, and
+  carrying the session's id (``GetSessionId``), and
 * parse an answer of HTTP 200 with ElementTree.
 
 Anything else (a fault, a lost session, a dropped connection) answers None,
 and the caller makes the same read through pyVmomi, which raises the fault,
-logs in again or reconnects as for any other call. Only public pyVmomi API is
-used: the stub upsguard made, its public methods and attributes, and
-``_GetMethodInfo``, which pyVmomi documents as supported.
+logs in again or reconnects as for any other call. Only pyVmomi's public API
+is used: the ``SoapStubAdapter`` upsguard made, its public methods and its
+``versionId``, and ``_GetMethodInfo``, which pyVmomi documents as supported.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ PC: Any = vmodl.query.PropertyCollector  # pyVmomi's classes are untyped
 #: What a read found: managed object id -> (its type's WSDL name, property path -> value).
 Found = dict[str, tuple[str, dict[str, Any]]]
 MAX_OBJECTS = 5000  # per page
+SDK_PATH = "/sdk"  # where vCenter and ESXi answer SOAP
+SESSION_COOKIE = "vmware_soap_session"
 _V = "{urn:vim25}"
 _XSI_TYPE = "{http://www.w3.org/2001/XMLSchema-instance}type"
 _INTS = {"int", "long", "short", "byte"}
@@ -85,12 +87,14 @@ class LeanReads:
             with self._lock:
                 self._opened.add(conn)
         headers = {
-            "Cookie": self._soap.cookie,  # the session pyVmomi logged in (and renews)
-            "SOAPAction": self._soap.versionId,
+            # the session pyVmomi logged in (and logs in again): GetSessionId is its way
+            # to share a session with another client
+            "Cookie": f'{SESSION_COOKIE}="{self._soap.GetSessionId()}"',
+            "SOAPAction": self._soap.versionId,  # the API version pyVmomi settled on
             "Content-Type": "text/xml; charset=UTF-8",
         }
         try:
-            conn.request("POST", self._soap.path, body, headers)
+            conn.request("POST", SDK_PATH, body, headers)
             response = conn.getresponse()
             answer = response.read()
         except (OSError, http.client.HTTPException):
