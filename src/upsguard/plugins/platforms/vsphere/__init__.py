@@ -14,7 +14,7 @@ Inside, outermost first (an import-linter contract keeps it so)::
     session                  one endpoint: calls in threads, watch, inventory
     watch, inventory, tags   property watch and fresh reads; the inventory; tags
     connection, reads        pyVmomi's session stub; PropertyCollector reads
-    faults                   pyVmomi's errors as upsguard's, at one boundary
+    lean, faults             cheaper reads of scalars; pyVmomi's errors as upsguard's
     endpoint, states         where to log in; property values as power states
 """
 
