@@ -17,7 +17,7 @@ from pyVmomi import vim
 
 from upsguard.config.resources import ResourceConfig
 from upsguard.errors import GracefulUnavailable, PermanentError, StepFailed, UpsguardError
-from upsguard.models import PowerState, Target
+from upsguard.models import PowerState, ResourceKind, Target
 from upsguard.plugins.platforms.vsphere.locate import Located, Locator, Resolved
 from upsguard.plugins.platforms.vsphere.states import TOOLS_RUNNING, host_power, is_off
 from upsguard.plugins.platforms.vsphere.tasks import TaskLog, task_error
@@ -123,7 +123,7 @@ class HostSteps:
             return
         log.warning("%s: shutting down VMs no resource covers: %s", target.name, names)
         grace = min(res.guest_timeout.total_seconds() if res else 300.0, UNPLANNED_GRACE_S)
-        vms = [(vm.name, Located(at.session, vm.ref)) for vm in left]
+        vms = [(vm.name, Located(at.session, vm.ref, ResourceKind.VM)) for vm in left]
         await asyncio.gather(*(_shutdown_or_power_off(vm, name) for name, vm in vms))
         watcher = at.session.watcher
         off = await asyncio.gather(*(watcher.wait(vm.ref, is_off, grace) for _, vm in vms))
@@ -167,7 +167,7 @@ class HostSteps:
             except PermanentError as exc:
                 log.warning("%s: retreat mode not set: %s", target.name, exc)
         for vm in agents:
-            await power_off(Located(at.session, vm.ref), f"system VM {vm.name}")
+            await power_off(Located(at.session, vm.ref, ResourceKind.VM), f"system VM {vm.name}")
 
 
 async def _shutdown_or_power_off(vm: Located, name: str) -> None:

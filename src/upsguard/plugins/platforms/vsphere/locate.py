@@ -55,7 +55,7 @@ class Located:
 
     session: Session
     ref: str
-    kind: ResourceKind = ResourceKind.VM
+    kind: ResourceKind
 
     def obj(self) -> Any:
         """The target as a pyVmomi managed object (no request is made)."""
