@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from pyVmomi import VmomiSupport, vim, vmodl
+from pyVmomi import VmomiSupport, vmodl
 
 from upsguard.plugins.platforms.vsphere.lean import MAX_OBJECTS, Found, LeanReads
 
@@ -32,13 +32,14 @@ def moid(obj: Any) -> str:
 
 
 def read_view(collector: Any, view: Any, paths: Paths, lean: LeanReads | None = None) -> Found:
-    """Scalar properties of every object in the ContainerView ``view``."""
+    """Scalar properties of every object in ``view`` (a ContainerView or a ListView)."""
     return _scalars(collector, view_filter(view, paths), lean)
 
 
 def view_filter(view: Any, paths: Paths) -> Any:
-    """A filter over every object in ``view``, for reads and for update waits alike."""
-    traverse = PC.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)
+    """A filter over every object in ``view`` (a ContainerView or a ListView), for reads
+    and for update waits alike."""
+    traverse = PC.TraversalSpec(name="view", path="view", skip=False, type=type(view))
     return PC.FilterSpec(
         objectSet=[PC.ObjectSpec(obj=view, skip=True, selectSet=[traverse])],
         propSet=[PC.PropertySpec(type=kind, pathSet=props) for kind, props in paths.items()],

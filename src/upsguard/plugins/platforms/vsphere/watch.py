@@ -6,10 +6,13 @@ updates land in ``state`` (managed object id -> property -> value), and every
 asyncio waiter whose condition became true is woken. So a hundred VMs being
 waited for cost one open request, not a hundred polls.
 
-With ``poll_s`` set, the thread instead reads the same properties of the whole
-inventory with one ``RetrievePropertiesEx`` per interval. vcsim recomputes a
-collector's whole filter for every single change, which makes update waits
-quadratic there at a thousand VMs; one read per interval stays linear.
+With ``poll_s`` set, the thread instead reads with one ``RetrievePropertiesEx``
+per interval: the objects being waited for, through a ListView that holds just
+them (so a poll's request names no object: pyVmomi spends ~55 us building and
+writing each object named), or, now and then and while nobody waits, every
+object. vcsim recomputes a collector's whole filter for every single change,
+which makes update waits quadratic there at a thousand VMs; one read per
+interval stays linear.
 
 Every value in ``state`` carries the start time of the read (or the return of
 the update) it came from, so an older answer never overwrites a newer one.
@@ -62,9 +65,6 @@ IDLE_POLLS = 10  # with nobody waiting, polls are this many intervals apart
 FULL_EVERY = 20  # while some wait, every this many polls reads everything, else only them
 BACKOFF = 2  # while nothing changes, polls slow down to this many intervals apart
 SMALL_POLL = 100  # ... unless they read this many objects or fewer
-#: A poll reads the whole view (no object named in the request) once 1 / VIEW_SHARE of all
-#: objects or more are due: pyVmomi takes ~55 us to build and write each object's spec.
-VIEW_SHARE = 3
 #: Fresh power-state checks per read: the first targets go on while the rest are read.
 FRESH_CHUNK = 100
 #: What a poll reads of the objects being waited for: the states wait_for decides on.
@@ -205,9 +205,10 @@ class Watcher:
                     log.debug("cleanup of watch objects failed: %s", exc)
 
     def _poll(self, interval: float) -> None:
-        collector, view = self._conn.call(
-            "create a property collector", lambda: _make_view(self._conn.content)
+        collector, view, waited_view = self._conn.call(
+            "create a property collector", lambda: _make_views(self._conn.content)
         )
+        listed: dict[str, Any] = {}  # what waited_view holds: ref -> its managed object
         try:
             polls = 0
             delay = interval
@@ -216,26 +217,16 @@ class Watcher:
                 waited = {ref for ref, _, _ in list(self._waiters.values())}
                 before = {ref: self.state.get(ref) for ref in waited}
                 began = time.monotonic()
-                # what a read less than an interval ago told (a fresh power-state check just
-                # before the stop) need not be read again yet
-                due = {r for r in waited if self._as_of.get(r, -1e9) <= began - interval * 0.9}
+                self.round_trips += 1
                 if not waited or polls % FULL_EVERY == 0 or not waited <= self._kinds.keys():
-                    self.round_trips += 1
                     seen = read_view(collector, view, WATCHED, self._conn.lean)
                     self._kinds = {ref: kind for ref, (kind, _) in seen.items()}
                     self.merge({ref: props for ref, (_, props) in seen.items()}, began, full=True)
-                elif len(due) * VIEW_SHARE >= len(self._kinds):
-                    # most objects are due: the view costs less than naming each of them
-                    self.round_trips += 1
-                    seen = read_view(collector, view, BUSY, self._conn.lean)
+                else:
+                    if waited != listed.keys():  # the request names no object: the view does
+                        self._relist(waited_view, listed, waited)
+                    seen = read_view(collector, waited_view, BUSY, self._conn.lean)
                     self.merge({ref: props for ref, (_, props) in seen.items()}, began)
-                elif due:
-                    self.round_trips += 1
-                    objects = [self._conn.ref(KINDS[self._kinds[ref]], ref) for ref in due]
-                    found, gone = read_objects(collector, objects, BUSY, self._conn.lean)
-                    self.merge(found, began, gone)
-                    for ref in gone:  # deleted meanwhile: the next full read settles it
-                        self._kinds.pop(ref, None)
                 self._loop.call_soon_threadsafe(self._wake)
                 self._ready.set()
                 if not self._waiters:  # idle: read seldom, but at once when someone waits
@@ -255,11 +246,22 @@ class Watcher:
                     delay = interval
                     self._stop.wait(began + interval - time.monotonic())
         finally:
-            for obj in (collector, view):
+            for obj in (collector, view, waited_view):
                 try:
                     obj.Destroy()
                 except Exception as exc:  # best effort: the session may be gone
                     log.debug("cleanup of the poll objects failed: %s", exc)
+
+    def _relist(self, waited_view: Any, listed: dict[str, Any], waited: set[str]) -> None:
+        """Make the ListView of waited objects hold ``waited``, sending only the changes."""
+        add = {ref: self._conn.ref(KINDS[self._kinds[ref]], ref) for ref in waited - listed.keys()}
+        remove = [listed.pop(ref) for ref in listed.keys() - waited]
+        # vSphere answers with the objects it no longer knows (deleted meanwhile): the next
+        # full read drops them from the state
+        unknown = {
+            moid(obj) for obj in waited_view.ModifyListView(add=list(add.values()), remove=remove)
+        }
+        listed.update({ref: obj for ref, obj in add.items() if ref not in unknown})
 
     def _apply(self, update: Any, returned: float) -> None:
         """Apply one WaitForUpdatesEx answer; it tells the state as of its return."""
@@ -361,15 +363,18 @@ class Fresh:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _make_view(content: Any) -> tuple[Any, Any]:
-    """A PropertyCollector of the watch's own, and a view of every VM and host."""
+def _make_views(content: Any) -> tuple[Any, Any, Any]:
+    """A PropertyCollector of the watch's own, a view of every VM and host, and a ListView
+    (empty for now) of the objects being waited for."""
     collector = content.propertyCollector.CreatePropertyCollector()
     view = content.viewManager.CreateContainerView(content.rootFolder, list(WATCHED), True)
-    return collector, view
+    return collector, view, content.viewManager.CreateListView(obj=[])
 
 
 def _make_collector(content: Any) -> tuple[Any, Any]:
-    """The same, with a filter over the view whose updates ``WaitForUpdatesEx`` returns."""
-    collector, view = _make_view(content)
+    """A PropertyCollector of the watch's own with a filter over a view of every VM and
+    host, whose updates ``WaitForUpdatesEx`` returns."""
+    collector = content.propertyCollector.CreatePropertyCollector()
+    view = content.viewManager.CreateContainerView(content.rootFolder, list(WATCHED), True)
     collector.CreateFilter(view_filter(view, WATCHED), partialUpdates=True)
     return collector, view
