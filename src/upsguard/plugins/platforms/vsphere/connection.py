@@ -47,12 +47,14 @@ class Connection:
         self._lock = threading.Lock()
         self.round_trips = 0  # calls made through ``call``
         self.logins = 0
+        self._closed = False  # a call still under way after close() must not log in again
 
     def open(self) -> None:
         """Reach the endpoint and log in. Raises AuthenticationError, PlatformUnreachable,
         PermanentError (a certificate not trusted, a fault at login)."""
         ep = self.endpoint
         with self._lock, vsphere_faults(ep):
+            self._closed = False
             if self._stub is None:
                 soap = SmartStubAdapter(  # asks the endpoint which API version it speaks
                     host=ep.host,
@@ -70,6 +72,8 @@ class Connection:
     def _login(self, soap: Any) -> None:
         """pyVmomi's login hook, run under its lock on the bare stub before the first call
         and after a lost session."""
+        if self._closed:
+            raise PlatformUnreachable(f"{self.endpoint.label}: the session was closed")
         manager = ServiceInstance("ServiceInstance", soap).RetrieveContent().sessionManager
         if self.logins:
             # a call that failed with the old session asks again even when another thread
@@ -109,6 +113,7 @@ class Connection:
 
     def close(self) -> None:
         """Log out when logged in, and drop the kept-alive connections. Never raises."""
+        self._closed = True
         stub, content, lean = self._stub, self._content, self.lean
         self._stub = self._content = self.lean = None
         if lean is not None:
