@@ -132,8 +132,8 @@ async def measure(site_path: Path) -> dict[str, Any]:
             "state": result.state,
             "failed": [o.detail for o in result.failed][:3],
             "timeline": timeline(events),
-            "watch_round_trips": vc.manager.watcher.round_trips if vc.manager.watcher else 0,
-            "check_reads": vc.manager.fresh.reads if vc.manager.fresh else 0,
+            "watch_round_trips": vc.manager.watcher.round_trips,
+            "check_reads": vc.manager.fresh.reads,
         }
     finally:
         await vc.close()

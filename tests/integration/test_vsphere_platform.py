@@ -398,15 +398,16 @@ def test_power_up_after_the_outage(lab: Vcsim, tmp_path: Path) -> None:
 # --- sessions and hand-over ---------------------------------------------------------------
 
 
-def test_expired_session_is_renewed(lab: Vcsim, tmp_path: Path) -> None:
+@pytest.mark.parametrize("watch", ["updates", "poll"])
+def test_expired_session_is_renewed(lab: Vcsim, tmp_path: Path, watch: str) -> None:
     async def body(p: VspherePlatform) -> bool:
         (web,) = await p.resolve(res("web", "vm", vm="web-02"))
-        si = p.manager.conn.si
-        await asyncio.to_thread(si.content.sessionManager.Logout)  # as if it timed out
+        session_manager = p.manager.conn.content.sessionManager
+        await asyncio.to_thread(session_manager.Logout)  # as if it timed out
         await p.stop(web, StopMethod.GRACEFUL)
         return await p.wait_for(web, PowerState.OFF, 20)
 
-    assert run_with(make(lab, tmp_path), body)
+    assert run_with(make(lab, tmp_path, watch=watch, poll_interval="100ms"), body)
     assert lab.vm("web-02").runtime.powerState == "poweredOff"
 
 

@@ -1,12 +1,11 @@
-"""The vsphere platform's pure parts: selectors, system VMs, states, fault lines, settings,
-and the lean reads' HTTP framing (over a local socket pair)."""
+"""The vsphere platform's pure parts: selectors, system VMs, states, settings, the map
+from pyVmomi's faults to upsguard's errors, and the lean reads' property values."""
 
 from __future__ import annotations
 
-import socket
+import http.client
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pyVmomi import vim
@@ -14,12 +13,20 @@ from pyVmomi import vim
 from upsguard.clock import SystemClock
 from upsguard.config.platforms import VsphereSettings
 from upsguard.config.resources import Selector
-from upsguard.errors import ConfigError
+from upsguard.errors import (
+    AuthenticationError,
+    ConfigError,
+    GracefulUnavailable,
+    PermanentError,
+    PlatformUnreachable,
+    UpsguardError,
+)
 from upsguard.models import PlatformName, PowerState
 from upsguard.plugins.platforms.vsphere import VspherePlatform
-from upsguard.plugins.platforms.vsphere.connection import Endpoint, fault_text
+from upsguard.plugins.platforms.vsphere.endpoint import Endpoint
+from upsguard.plugins.platforms.vsphere.faults import fault_text, vsphere_faults
 from upsguard.plugins.platforms.vsphere.inventory import Snapshot, VmInfo, is_system_vm
-from upsguard.plugins.platforms.vsphere.reads import _read_chunked, _value
+from upsguard.plugins.platforms.vsphere.lean import value
 from upsguard.plugins.platforms.vsphere.states import host_power, vm_power
 
 
@@ -121,48 +128,81 @@ def test_inline_password_is_refused() -> None:
         )
 
 
-# --- the lean SOAP reads: HTTP framing and values ----------------------------------------
+# --- pyVmomi's faults as upsguard's errors ---------------------------------------------
+
+ENDPOINT = Endpoint("vsphere platform 'vc'", "vc.lab", 443, "ops@vsphere.local", lambda: "pw")
 
 
-def _served(payload: bytes) -> tuple[Any, Any]:
-    """A connected socket pair whose far end has sent ``payload`` in small pieces."""
-    near, far = socket.socketpair()
-    for i in range(0, len(payload), 7):  # pieces that split sizes, data and line ends
-        far.sendall(payload[i : i + 7])
-    return near, far
+@pytest.mark.parametrize(
+    ("raised", "error", "line"),
+    [
+        (
+            vim.fault.InvalidLogin(msg="Login failure"),
+            AuthenticationError,
+            "vsphere platform 'vc': vc.lab:443 refused the login of user 'ops@vsphere.local': "
+            "check the user and its password file or variable",
+        ),
+        (
+            vim.fault.NotAuthenticated(),
+            AuthenticationError,
+            "vsphere platform 'vc': power off web-01: session lost",
+        ),
+        (vim.fault.ToolsUnavailable(), GracefulUnavailable, "VMware Tools are not running"),
+        (
+            vim.fault.InvalidState(msg="the host is\n in maintenance mode"),
+            PermanentError,
+            "vsphere platform 'vc': power off web-01: "
+            "the host is in maintenance mode (InvalidState)",
+        ),
+        (
+            ConnectionResetError(104, "Connection reset by peer"),
+            PlatformUnreachable,
+            "vsphere platform 'vc': power off web-01: vc.lab:443 did not answer: "
+            "connection reset by peer",
+        ),
+        (
+            http.client.RemoteDisconnected("Remote end closed connection without response"),
+            PlatformUnreachable,
+            "vsphere platform 'vc': power off web-01: vc.lab:443 did not answer: "
+            "Remote end closed connection without response",
+        ),
+    ],
+)
+def test_faults_become_the_most_specific_error_on_one_line(
+    raised: Exception, error: type[UpsguardError], line: str
+) -> None:
+    with pytest.raises(error) as caught, vsphere_faults(ENDPOINT, "power off web-01"):
+        raise raised
+    assert type(caught.value) is error
+    assert str(caught.value) == line
+    assert caught.value.__cause__ is raised
 
 
-def test_a_chunked_answer_is_put_together_across_reads() -> None:
-    """RFC 9112 7.1: hex sizes (with an extension), chunks, a last empty chunk, trailers."""
-    body = b"4;ext=1\r\nWiki\r\n7\r\npedia i\r\nB\r\nn \r\nchunks.\r\n0\r\nX-Trailer: 1\r\n\r\n"
-    near, far = _served(body)
-    with near, far:
-        assert _read_chunked(near, b"") == b"Wikipedia in \r\nchunks."
+def test_a_login_that_finds_nobody_names_the_address() -> None:
+    with pytest.raises(PlatformUnreachable) as caught, vsphere_faults(ENDPOINT):
+        raise ConnectionRefusedError(111, "Connection refused")
+    assert str(caught.value) == "vsphere platform 'vc': cannot reach vc.lab:443: connection refused"
 
 
-def test_a_chunked_answer_without_trailers_ends_at_the_empty_line() -> None:
-    near, far = _served(b"3\r\nabc\r\n0\r\n\r\n")
-    with near, far:
-        assert _read_chunked(near, b"") == b"abc"
-
-
-def test_an_answer_cut_short_is_an_error_not_a_short_value() -> None:
-    near, far = _served(b"10\r\nshort")
-    far.close()
-    with near, pytest.raises(ConnectionError):
-        _read_chunked(near, b"")
+def test_errors_of_upsguard_and_unknown_ones_pass_unchanged() -> None:
+    config = ConfigError("vsphere platform 'vc': cannot read ca_file x")
+    with pytest.raises(ConfigError) as caught, vsphere_faults(ENDPOINT, "read the inventory"):
+        raise config
+    assert caught.value is config
+    with pytest.raises(KeyError), vsphere_faults(ENDPOINT, "read the inventory"):
+        raise KeyError("runtime.powerState")
 
 
 def test_property_values_keep_their_types() -> None:
     """The shapes vCenter sends (seen from vcsim): xsi:type on each val, enums as text."""
     xsi = "{http://www.w3.org/2001/XMLSchema-instance}type"
-    assert _value(ET.Element("val", {xsi: "xsd:boolean"})) is False
+    assert value(ET.Element("val", {xsi: "xsd:boolean"})) is False
     flag = ET.Element("val", {xsi: "xsd:boolean"})
     flag.text = "true"
-    assert _value(flag) is True
+    assert value(flag) is True
     count = ET.Element("val", {xsi: "xsd:int"})
     count.text = "42"
-    assert _value(count) == 42
+    assert value(count) == 42
     power = ET.Element("val", {xsi: "VirtualMachinePowerState"})
     power.text = "poweredOn"
-    assert vm_power({"runtime.powerState": _value(power)}) is PowerState.ON
+    assert vm_power({"runtime.powerState": value(power)}) is PowerState.ON

@@ -1,91 +1,52 @@
-"""vSphere (vCenter or one ESXi host) through pyvmomi: stop and start VMs and hosts.
+"""vSphere (vCenter or one ESXi host) through pyVmomi: stop and start VMs and hosts.
 
 The platform reads the inventory in one request, watches power and Tools
-state of everything through one PropertyCollector, and runs pyvmomi's
+state of everything through one PropertyCollector, and runs pyVmomi's
 blocking calls in a thread pool of its own. Once the VM that runs vCenter
 itself has been stopped, every later call goes to the ESXi hosts directly
-(``direct_hosts`` in the site file), each with its own watch.
+(``direct_hosts`` in the site file), each with its own session and watch.
+
+Inside, outermost first (an import-linter contract keeps it so)::
+
+    VspherePlatform (here)   the Platform protocol; which step a target takes
+    resolve, hosts -> vms    resources to targets; host and VM steps
+    locate, tasks            which session reaches a target; tasks and their errors
+    session                  one endpoint: calls in threads, watch, inventory
+    watch, inventory, tags   property watch and fresh reads; the inventory; tags
+    connection, reads        pyVmomi's session stub; PropertyCollector reads
+    lean, faults             cheaper reads of scalars; pyVmomi's errors as upsguard's
+    endpoint, states         where to log in; property values as power states
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 from upsguard.clock import Clock
 from upsguard.config.platforms import VsphereSettings
 from upsguard.config.resources import ResourceConfig
-from upsguard.config.types import resolve_secret
-from upsguard.errors import ConfigError, PermanentError, PlatformUnreachable
+from upsguard.errors import PlatformUnreachable, StepFailed
 from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod, Target
-from upsguard.plugins.platforms.vsphere.connection import Connection, Endpoint
-from upsguard.plugins.platforms.vsphere.inventory import Snapshot, VmInfo, read_snapshot
-from upsguard.plugins.platforms.vsphere.states import TOOLS_RUNNING
-from upsguard.plugins.platforms.vsphere.tasks import Operations
-from upsguard.plugins.platforms.vsphere.waiter import Fresh, Watcher
+from upsguard.plugins.platforms.vsphere.endpoint import (
+    Endpoint,
+    host_endpoint,
+    manager_endpoint,
+)
+from upsguard.plugins.platforms.vsphere.hosts import HostSteps
+from upsguard.plugins.platforms.vsphere.inventory import Snapshot
+from upsguard.plugins.platforms.vsphere.locate import Locator, Resolved
+from upsguard.plugins.platforms.vsphere.resolve import Resolver
+from upsguard.plugins.platforms.vsphere.session import Session
+from upsguard.plugins.platforms.vsphere.states import host_power, power_of, vm_power
+from upsguard.plugins.platforms.vsphere.tasks import TaskLog
+from upsguard.plugins.platforms.vsphere.vms import VmSteps
 
 __all__ = ["VspherePlatform"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-SNAPSHOT_TTL_S = 5.0
-NAMED_TTL_S = 60.0  # a read this recent finds a VM or host by name (ids stay put)
-RECONNECT_S = 5.0  # while vCenter does not answer, how often to try it again
 WORKERS_MAX = 16  # threads for pyVmomi's blocking calls; each call returns within milliseconds
-
-
-class Site:
-    """One endpoint (vCenter, or an ESXi host reached directly) with its session and watch."""
-
-    def __init__(
-        self, endpoint: Endpoint, pool: ThreadPoolExecutor, poll_s: float | None = None
-    ) -> None:
-        # a kept-alive connection for every worker thread, the watch and the fresh reads:
-        # pyVmomi closes what is returned beyond its pool, and a new TLS handshake is dear
-        self.conn = Connection(endpoint, WORKERS_MAX + 4)
-        self.pool = pool
-        self.poll_s = poll_s
-        self.watcher: Watcher | None = None
-        self.fresh: Fresh | None = None
-        self.snapshot: Snapshot | None = None
-        self.snapshot_at = float("-inf")
-        self._reading = asyncio.Lock()  # concurrent callers share one read
-
-    async def run(self, what: str, fn: Callable[[Any], T]) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.pool, self.conn.call, what, fn)
-
-    async def open(self) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self.pool, self.conn.login)
-        if self.watcher is None:
-            self.watcher = Watcher(self.conn, loop, self.poll_s)
-            self.fresh = Fresh(self.watcher, self.run)
-            await loop.run_in_executor(self.pool, self.watcher.start)
-
-    async def inventory(
-        self, now: float, fresh: bool = False, max_age: float = SNAPSHOT_TTL_S
-    ) -> Snapshot:
-        """The inventory, read again when older than ``max_age`` seconds or when ``fresh``."""
-        async with self._reading:
-            stale = self.snapshot is None or now - self.snapshot_at > max_age
-            if stale or (fresh and self.snapshot_at < now):
-                self.snapshot = await self.run("read the inventory", read_snapshot)
-                self.snapshot_at = now
-            assert self.snapshot is not None
-            return self.snapshot
-
-    async def close(self) -> None:
-        if self.watcher is not None:
-            self.watcher.stop()
-            self.watcher = None
-            self.fresh = None
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self.pool, self.conn.close)
 
 
 class VspherePlatform:
@@ -94,54 +55,39 @@ class VspherePlatform:
     def __init__(self, name: PlatformName, settings: VsphereSettings, clock: Clock) -> None:
         self.name = name
         self.settings = settings
-        self._clock = clock
         workers = min(settings.max_parallel, WORKERS_MAX) + 2
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"vsphere-{name}")
-        self._poll_s = settings.poll_interval.total_seconds() if settings.watch == "poll" else None
-        self.manager = Site(self._endpoint(), self._pool, self._poll_s)
-        self._direct: dict[str, Site] = {}
-        self._resources: dict[tuple[ResourceKind, str], ResourceConfig] = {}
-        self.manager_down = False  # we stopped vCenter's own VM: it stays down for this run
-        self._unreachable_since: float | None = None  # vCenter did not answer (after an outage)
-        self._last_try = float("-inf")
-        self._ops = Operations(self)
+        poll_s = settings.poll_interval.total_seconds() if settings.watch == "poll" else None
 
-    # --- connections -----------------------------------------------------------------------
+        def session(endpoint: Endpoint) -> Session:
+            return Session(endpoint, self._pool, workers, poll_s)
 
-    def _endpoint(self) -> Endpoint:
-        s = self.settings
-        label = f"vsphere platform '{self.name}'"
-        if not s.user:
-            raise ConfigError(f"{label}: 'user' is required")
-        if not (s.password_file or s.password_env):
-            raise ConfigError(f"{label}: give password_file or password_env")
-        secret = self._secret(label, s.password_file, s.password_env)
-        return Endpoint(label, s.host, s.port, s.user, secret, s.verify_tls, s.ca_file)
+        self._resolved = Resolved()
+        self._locator = Locator(
+            name,
+            session(manager_endpoint(name, settings)),
+            lambda host: session(host_endpoint(name, settings, host)),
+            settings.direct_hosts is not None,
+            self._resolved,
+            clock,
+        )
+        self._resolver = Resolver(
+            name, self._locator, self._resolved, list(settings.direct_addresses)
+        )
+        self._tasks = TaskLog()
+        self._vms = VmSteps(self._locator, self._tasks)
+        self._hosts = HostSteps(
+            self._locator,
+            self._tasks,
+            self._resolved,
+            retreat_system_vms=settings.system_vms == "retreat",
+            stop_unplanned_vms=settings.unplanned_vms == "shutdown",
+        )
 
-    @staticmethod
-    def _secret(label: str, file: Any, env: str | None) -> Callable[[], str]:
-        def read() -> str:
-            return resolve_secret(f"{label} password", file, env) or ""
-
-        return read
-
-    def direct_site(self, host_name: str) -> Site:
-        """The session to one ESXi host, used once vCenter is down (made on first use)."""
-        if host_name not in self._direct:
-            access = self.settings.direct_hosts
-            label = f"vsphere platform '{self.name}', ESXi host '{host_name}'"
-            if access is None or not access.user:
-                raise PermanentError(
-                    f"{label}: vCenter is down and no direct_hosts credentials are given"
-                )
-            address = self.settings.direct_addresses.get(host_name, host_name)
-            host, _, port = address.rpartition(":") if ":" in address else (address, "", "443")
-            secret = self._secret(label, access.password_file, access.password_env)
-            endpoint = Endpoint(
-                label, host, int(port), access.user, secret, access.verify_tls, access.ca_file
-            )
-            self._direct[host_name] = Site(endpoint, self._pool, self._poll_s)
-        return self._direct[host_name]
+    @property
+    def manager(self) -> Session:
+        """The session with vCenter (or the one ESXi host) the site file names."""
+        return self._locator.manager
 
     async def open(self) -> None:
         if not self.settings.verify_tls:
@@ -150,42 +96,19 @@ class VspherePlatform:
                 self.name,
                 self.settings.host,
             )
-        try:
-            await self.manager.open()
-        except PlatformUnreachable as exc:
-            if self.settings.direct_hosts is None:
-                raise
-            log.warning("%s; working with the ESXi hosts directly until it answers", exc)
-            self._unreachable_since = self._last_try = self.now()
-
-    async def manager_usable(self) -> bool:
-        """False while vCenter is down: stopped by us, or not answering (retried every 5 s)."""
-        if self.manager_down:
-            return False
-        if self._unreachable_since is None:
-            return True
-        now = self.now()
-        if now - self._last_try >= RECONNECT_S:
-            self._last_try = now
-            try:
-                await self.manager.open()
-            except PlatformUnreachable:
-                return False
-            log.info("vsphere platform '%s': vCenter answers again", self.name)
-            self._unreachable_since = None
-        return self._unreachable_since is None
+        await self._locator.open()
 
     async def close(self) -> None:
-        for site in [self.manager, *self._direct.values()]:
+        for session in self._locator.sessions():
             try:
-                await site.close()
+                await session.close()
             except Exception as exc:  # close never raises
-                log.debug("closing %s failed: %s", site.conn.endpoint.label, exc)
+                log.debug("closing %s failed: %s", session.label, exc)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def inventory(self, fresh: bool = True) -> Snapshot:
         """What vCenter sees now (for ``upsguard inventory`` and live plans)."""
-        return await self.manager.inventory(self.now(), fresh=fresh)
+        return await self.manager.inventory(self._locator.now(), fresh=fresh)
 
     async def inventory_report(self) -> dict[str, Any]:
         """The inventory as plain data for ``upsguard inventory``: no pyvmomi types leak out."""
@@ -224,152 +147,54 @@ class VspherePlatform:
             "round_trips": snap.round_trips,
         }
 
-    # --- resources to targets --------------------------------------------------------------
+    # --- the Platform protocol ---------------------------------------------------------------
 
     async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
-        can_go_direct = self.settings.direct_hosts is not None
-        serves = resource.serves_platform == self.name
-        if can_go_direct and ((direct and serves) or not await self.manager_usable()):
-            targets = await self._resolve_direct(resource)
-        else:
-            tagged = await self._tagged(resource)
-            # a VM or host named by the site file keeps its id (a miss reads again below);
-            # a selector may match VMs made since, so a group wants a recent read
-            by_name = resource.kind in (ResourceKind.VM, ResourceKind.HOST)
-            max_age = NAMED_TTL_S if by_name else SNAPSHOT_TTL_S
-            snap = await self.manager.inventory(self.now(), max_age=max_age)
-            try:
-                targets = self._resolve_in(snap, resource, tagged)
-            except PermanentError:  # perhaps made since the last read: look once more
-                snap = await self.manager.inventory(self.now(), fresh=True)
-                targets = self._resolve_in(snap, resource, tagged)
-        if direct:
-            targets = [replace(t, direct=True) for t in targets]
-        for target in targets:
-            self._resources[(target.kind, target.name)] = resource
-        return targets
-
-    async def _tagged(self, res: ResourceConfig) -> set[str] | None:
-        """Ids of the VMs carrying the selector's tag (tags live in the REST API), or None."""
-        if res.select is None or res.select.tag is None:
-            return None
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._ops.tagged_vms, res)
-
-    def _resolve_in(
-        self, snap: Snapshot, res: ResourceConfig, tagged: set[str] | None = None
-    ) -> list[Target]:
-        what = f"resource '{res.id}'"
-        if res.kind is ResourceKind.VM:
-            found = snap.vms_named(res.target_name)
-            if not found:
-                raise PermanentError(
-                    f"{what}: no VM named '{res.target_name}' on vsphere platform '{self.name}'"
-                )
-            if len(found) > 1:
-                refs = ", ".join(v.ref for v in found)
-                raise PermanentError(
-                    f"{what}: {len(found)} VMs are named '{res.target_name}' ({refs}): "
-                    "rename them or use a vm_group selector"
-                )
-            return [self._vm_target(snap, found[0])]
-        if res.kind is ResourceKind.VM_GROUP:
-            assert res.select is not None
-            self._check_selector(snap, res)
-            # vCLS and other system VMs belong to vSphere: host steps deal with them
-            members = [vm for vm in snap.select(res.select, tagged) if not vm.system]
-            return [self._vm_target(snap, vm) for vm in members]
-        if res.kind is ResourceKind.HOST:
-            host = snap.host_named(res.target_name)
-            if host is None:
-                raise PermanentError(
-                    f"{what}: no host named '{res.target_name}' on vsphere platform '{self.name}'"
-                )
-            return [Target(self.name, ResourceKind.HOST, host.name, ref=host.ref)]
-        raise PermanentError(f"{what}: a vsphere platform powers VMs and hosts, not {res.kind}")
-
-    def _check_selector(self, snap: Snapshot, res: ResourceConfig) -> None:
-        sel = res.select
-        assert sel is not None
-        if sel.attribute:
-            known = {k for vm in snap.vms.values() for k in vm.attributes}
-            missing = sorted(set(sel.attribute) - known)
-            if missing:
-                raise PermanentError(
-                    f"resource '{res.id}': no VM has the custom attribute "
-                    f"{', '.join(repr(m) for m in missing)}: check the selector"
-                )
-        if sel.folder:
-            want = sel.folder.strip("/")
-            folders = {v.folder for v in snap.vms.values()}
-            if not any(f == want or f.startswith(want + "/") for f in folders):
-                raise PermanentError(
-                    f"resource '{res.id}': no VM folder '{want}' on vsphere platform '{self.name}'"
-                )
-
-    def _vm_target(self, snap: Snapshot, vm: VmInfo) -> Target:
-        return Target(
-            self.name,
-            ResourceKind.VM,
-            vm.name,
-            ref=vm.ref,
-            host=snap.host_name(vm.host_ref),
-            system=vm.system,
-            graceful=vm.tools == TOOLS_RUNNING if vm.power == "poweredOn" else None,
-        )
-
-    async def _resolve_direct(self, res: ResourceConfig) -> list[Target]:
-        """Targets read from the ESXi hosts named in direct_addresses (vCenter is gone)."""
-        targets: list[Target] = []
-        for host_name in self.settings.direct_addresses:
-            site = self.direct_site(host_name)
-            snap = await site.inventory(self.now())
-            if res.kind is ResourceKind.HOST and res.target_name == host_name:
-                return [Target(self.name, ResourceKind.HOST, host_name)]
-            if res.kind is ResourceKind.VM:
-                targets += [
-                    Target(self.name, ResourceKind.VM, v.name, host=host_name, system=v.system)
-                    for v in snap.vms_named(res.target_name)
-                ]
-        if not targets:
-            raise PermanentError(
-                f"resource '{res.id}': not found on any ESXi host in direct_addresses"
-            )
-        return targets
-
-    def now(self) -> float:
-        """Seconds on the injected clock (the inventory cache and reconnects use it)."""
-        return self._clock.monotonic()
-
-    def planned_vm_names(self) -> set[str]:
-        """VMs some resource resolved to on this platform (the rest are unplanned)."""
-        return {name for kind, name in self._resources if kind is ResourceKind.VM}
-
-    def resource_of(self, target: Target) -> ResourceConfig | None:
-        return self._resources.get((target.kind, target.name))
-
-    async def goes_direct(self, target: Target) -> bool:
-        """Through the ESXi host: vCenter's own VM, steps planned direct, while vCenter is down."""
-        if self.settings.direct_hosts is None:
-            return False
-        res = self.resource_of(target)
-        if target.direct or (res is not None and res.serves_platform == self.name):
-            return True
-        return not await self.manager_usable()
-
-    # --- the Platform protocol, delegated to the operations --------------------------------
+        return await self._resolver.resolve(resource, direct=direct)
 
     async def power_state(self, target: Target) -> PowerState:
-        return await self._ops.power_state(target)
+        """Read now, never from the watch alone: a stale "off" would skip a VM that is on.
+
+        Checks of many targets at once share one read (see ``Fresh``).
+        """
+        at = await self._locator.locate(target)
+        return power_of(target, await at.session.fresh.props(at.obj()))
 
     async def stop(self, target: Target, method: StopMethod) -> None:
-        await self._ops.stop(target, method)
+        if target.kind is ResourceKind.HOST:
+            await self._hosts.stop(target, self._resolved.resource_of(target))
+        else:
+            await self._vms.stop(target, method)
+        if self._locator.serves_this_platform(target):
+            self._locator.manager_stopping()
+            log.info("%s: vCenter's own VM is stopping; later steps go to ESXi hosts", target.name)
 
     async def start(self, target: Target) -> None:
-        await self._ops.start(target)
+        if target.kind is ResourceKind.HOST:
+            await self._hosts.start(target)
+            return
+        await self._vms.start(target)
+        if self._locator.serves_this_platform(target):
+            self._locator.manager_starting()  # usable again once it answers
 
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
-        return await self._ops.wait_for(target, state, timeout)
+        """From the session's watch; when it runs out, a failed task is the step's error."""
+        at = await self._locator.locate(target)
+        power = host_power if target.kind is ResourceKind.HOST else vm_power
+        if await at.session.watcher.wait(at.ref, lambda p: power(p) is state, timeout):
+            return True
+        try:
+            error = await self._tasks.error_of(target)
+        except PlatformUnreachable:
+            if target.kind is ResourceKind.HOST and state is PowerState.OFF:
+                log.info("%s: no longer answers after its shutdown: off", target.name)
+                return True
+            raise
+        if error:
+            raise StepFailed(f"{target.name}: {error}")
+        return False
 
     async def healthy(self, target: Target) -> bool:
-        return await self._ops.healthy(target)
+        if target.kind is ResourceKind.HOST:
+            return await self._hosts.healthy(target)
+        return await self._vms.healthy(target)

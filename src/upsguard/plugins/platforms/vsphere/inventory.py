@@ -13,11 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyVmomi import vim, vmodl
+from pyVmomi import vim
 
 from upsguard.config.resources import Selector
+from upsguard.plugins.platforms.vsphere.reads import moid, pages, props_of, view_filter
 
-PC: Any = vmodl.query.PropertyCollector  # pyVmomi's classes are untyped
 VM_PROPS = [
     "name",
     "parent",
@@ -115,14 +115,18 @@ def _matches(vm: VmInfo, sel: Selector, tagged: set[str] | None) -> bool:
     return not (sel.tag is not None and (tagged is None or vm.ref not in tagged))
 
 
-def read_snapshot(si: Any) -> Snapshot:
-    """The whole inventory: a view, one RetrievePropertiesEx (plus pages), the field names."""
-    content = si.RetrieveContent()
+def read_snapshot(content: Any) -> Snapshot:
+    """The whole inventory: a view, one RetrievePropertiesEx (plus pages), the field names.
+
+    ``content`` is the endpoint's ServiceContent.
+    """
     view = content.viewManager.CreateContainerView(content.rootFolder, list(_KINDS), True)
-    trips = 2
+    trips = 1
+    objects: list[Any] = []
     try:
-        objects, pages = _retrieve(content.propertyCollector, view)
-        trips += pages
+        for page in pages(content.propertyCollector, view_filter(view, _KINDS)):
+            objects += page
+            trips += 1
     finally:
         view.Destroy()
         trips += 1
@@ -133,32 +137,13 @@ def read_snapshot(si: Any) -> Snapshot:
     return _index(objects, field_names, trips)
 
 
-def _retrieve(collector: Any, view: Any) -> tuple[list[Any], int]:
-    traverse = PC.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)
-    spec = PC.FilterSpec(
-        objectSet=[PC.ObjectSpec(obj=view, skip=True, selectSet=[traverse])],
-        propSet=[PC.PropertySpec(type=kind, pathSet=props) for kind, props in _KINDS.items()],
-    )
-    options = PC.RetrieveOptions(maxObjects=5000)
-    result = collector.RetrievePropertiesEx([spec], options)
-    pages = 1
-    objects: list[Any] = []
-    while result is not None:
-        objects.extend(result.objects or [])
-        if not result.token:
-            break
-        result = collector.ContinueRetrievePropertiesEx(result.token)
-        pages += 1
-    return objects, pages
-
-
 def _index(objects: Iterable[Any], field_names: dict[int, str], trips: int) -> Snapshot:
     props: dict[str, dict[str, Any]] = {}
     kinds: dict[str, Any] = {}
-    for obj in objects:
-        ref = obj.obj._moId
-        kinds[ref] = obj.obj
-        props[ref] = {p.name: p.val for p in obj.propSet or []}
+    for content in objects:
+        ref = moid(content.obj)
+        kinds[ref] = content.obj
+        props[ref] = props_of(content)
     names = {ref: p.get("name", ref) for ref, p in props.items()}
     parents = {ref: _moid(p.get("parent")) for ref, p in props.items()}
 
@@ -233,4 +218,4 @@ def is_system_vm(name: str, folder: str, managed_by: str | None) -> bool:
 
 
 def _moid(obj: Any) -> str | None:
-    return None if obj is None else str(obj._moId)
+    return None if obj is None else moid(obj)

@@ -1,17 +1,12 @@
-"""How vSphere's property values read as upsguard power states, and small call helpers."""
+"""How vSphere's property values read as upsguard power states."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
-
-from pyVmomi import vim as _vim
 
 from upsguard.models import PowerState, ResourceKind, Target
 
-vim: Any = _vim  # untyped in pyVmomi
 TOOLS_RUNNING = "guestToolsRunning"
-
 
 _VM_POWER = {
     "poweredOn": PowerState.ON,
@@ -43,12 +38,3 @@ def power_of(target: Target, props: dict[str, Any]) -> PowerState:
 
 def is_off(props: dict[str, Any]) -> bool:
     return vm_power(props) is PowerState.OFF
-
-
-def mo(kind: Any, ref: str, si: Any) -> Any:
-    """A managed object stub for ``ref`` on ``si``'s connection (no request is made)."""
-    return kind(ref, si._stub)
-
-
-def power_off_call(ref: str) -> Callable[[Any], Any]:
-    return lambda si: mo(vim.VirtualMachine, ref, si).PowerOffVM_Task()

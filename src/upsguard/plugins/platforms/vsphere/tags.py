@@ -15,14 +15,13 @@ import urllib.request
 from typing import Any
 
 from upsguard.errors import PermanentError, PlatformUnreachable
-from upsguard.plugins.platforms.vsphere.connection import Connection
+from upsguard.plugins.platforms.vsphere.endpoint import Endpoint
 
 _BASE = "/rest/com/vmware/cis"
 
 
 class _Rest:
-    def __init__(self, conn: Connection) -> None:
-        ep = conn.endpoint
+    def __init__(self, ep: Endpoint) -> None:
         self._root = f"https://{ep.host}:{ep.port}{_BASE}"
         self._context = ep.ssl_context()
         self._label = ep.label
@@ -57,10 +56,10 @@ class _Rest:
             self._request("DELETE", "/session")
 
 
-def tagged_vm_ids(conn: Connection, resource: str, tag: str) -> set[str]:
+def tagged_vm_ids(endpoint: Endpoint, resource: str, tag: str) -> set[str]:
     """Managed object ids of the VMs carrying ``tag`` ("category:name" or "name")."""
     category, _, name = tag.rpartition(":")
-    rest = _Rest(conn)
+    rest = _Rest(endpoint)
     try:
         categories = {
             c: rest.get(f"/tagging/category/id:{c}")["name"] for c in rest.get("/tagging/category")

@@ -6,10 +6,13 @@ updates land in ``state`` (managed object id -> property -> value), and every
 asyncio waiter whose condition became true is woken. So a hundred VMs being
 waited for cost one open request, not a hundred polls.
 
-With ``poll_s`` set, the thread instead reads the same properties of the whole
-inventory with one ``RetrievePropertiesEx`` per interval. vcsim recomputes a
-collector's whole filter for every single change, which makes update waits
-quadratic there at a thousand VMs; one read per interval stays linear.
+With ``poll_s`` set, the thread instead reads with one ``RetrievePropertiesEx``
+per interval: the objects being waited for, through a ListView that holds just
+them (so a poll's request names no object: pyVmomi spends ~55 us building and
+writing each object named), or, now and then and while nobody waits, every
+object. vcsim recomputes a collector's whole filter for every single change,
+which makes update waits quadratic there at a thousand VMs; one read per
+interval stays linear.
 
 Every value in ``state`` carries the start time of the read (or the return of
 the update) it came from, so an older answer never overwrites a newer one.
@@ -30,11 +33,18 @@ from typing import Any, TypeVar
 
 from pyVmomi import vim, vmodl
 
-from upsguard.errors import UpsguardError
+from upsguard.errors import PlatformUnreachable, UpsguardError
 from upsguard.plugins.platforms.vsphere.connection import Connection
-from upsguard.plugins.platforms.vsphere.reads import Props, read_objects, read_view
+from upsguard.plugins.platforms.vsphere.reads import (
+    PC,
+    Props,
+    moid,
+    read_objects,
+    read_view,
+    view_filter,
+    wsdl_name,
+)
 
-PC: Any = vmodl.query.PropertyCollector  # pyVmomi's classes are untyped
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -62,11 +72,10 @@ BUSY = {
     vim.VirtualMachine: ["runtime.powerState"],
     vim.HostSystem: ["runtime.powerState", "runtime.connectionState", "runtime.inMaintenanceMode"],
 }
-#: The same, by the type names the lean reads use.
-WATCHED_PATHS = {kind._wsdlName: props for kind, props in WATCHED.items()}
-BUSY_PATHS = {kind._wsdlName: props for kind, props in BUSY.items()}
+#: The same types by their WSDL names, as reads name them.
+KINDS = {wsdl_name(kind): kind for kind in WATCHED}
 Predicate = Callable[[dict[str, Any]], bool]
-Run = Callable[[str, Callable[[Any], T]], Awaitable[T]]
+Run = Callable[[str, Callable[[], T]], Awaitable[T]]
 
 
 class Watcher:
@@ -80,7 +89,7 @@ class Watcher:
         self._poll_s = poll_s
         self.state: dict[str, Props] = {}
         self._as_of: dict[str, float] = {}  # ref -> when the read behind state[ref] began
-        self._kinds: dict[str, str] = {}  # ref -> its type name, from the full reads
+        self._kinds: dict[str, str] = {}  # ref -> its type's WSDL name, from the full reads
         self._lock = threading.Lock()  # the watch thread and the fresh reads both write
         self._waiters: dict[int, tuple[str, Predicate, asyncio.Future[None]]] = {}
         self._ids = itertools.count()
@@ -88,7 +97,6 @@ class Watcher:
         self._kick = threading.Event()  # a new waiter: poll now
         self._ready = threading.Event()
         self._error: BaseException | None = None
-        self._session: Any = None  # the login the current watch runs in
         self._thread = threading.Thread(target=self._run, name="vsphere-watch", daemon=True)
         self.round_trips = 0
 
@@ -96,7 +104,10 @@ class Watcher:
         """Start the thread and block until the first full update arrived."""
         self._thread.start()
         if not self._ready.wait(timeout):
-            raise TimeoutError("the first PropertyCollector update did not arrive")
+            raise PlatformUnreachable(
+                f"{self._conn.endpoint.label}: the first property update did not arrive "
+                f"within {timeout:.0f}s"
+            )
         if self._error is not None:
             raise self._error
 
@@ -163,16 +174,17 @@ class Watcher:
                     return
                 log.warning("property watch interrupted: %s; retrying", exc)
                 self._stop.wait(2.0)
-            except Exception as exc:  # the session went away or the connection dropped
+            except Exception as exc:  # the connection dropped, or the session (and the
+                # collector with it) is gone: the connection logs in again by itself
                 if self._stop.is_set():
                     return
                 log.info("property watch restarting after %s", type(exc).__name__)
-                self._conn.forget(self._session)
                 self._stop.wait(1.0)
 
     def _watch(self) -> None:
-        self._session = self._conn.si
-        collector, view = self._conn.call("create a property collector", _make_collector)
+        collector, view = self._conn.call(
+            "create a property collector", lambda: _make_collector(self._conn.content)
+        )
         try:
             version = ""
             options = PC.WaitOptions(maxWaitSeconds=MAX_WAIT_S)
@@ -193,10 +205,10 @@ class Watcher:
                     log.debug("cleanup of watch objects failed: %s", exc)
 
     def _poll(self, interval: float) -> None:
-        self._session = self._conn.si
-        content = self._conn.call("read service content", lambda si: si.RetrieveContent())
-        collector = content.propertyCollector.CreatePropertyCollector()  # see Fresh
-        view = content.viewManager.CreateContainerView(content.rootFolder, list(WATCHED), True)
+        collector, view, waited_view = self._conn.call(
+            "create a property collector", lambda: _make_views(self._conn.content)
+        )
+        listed: dict[str, Any] = {}  # what waited_view holds: ref -> its managed object
         try:
             polls = 0
             delay = interval
@@ -205,20 +217,16 @@ class Watcher:
                 waited = {ref for ref, _, _ in list(self._waiters.values())}
                 before = {ref: self.state.get(ref) for ref in waited}
                 began = time.monotonic()
-                # what a read less than an interval ago told (a fresh power-state check just
-                # before the stop) need not be read again yet
-                due = {r for r in waited if self._as_of.get(r, -1e9) <= began - interval * 0.9}
+                self.round_trips += 1
                 if not waited or polls % FULL_EVERY == 0 or not waited <= self._kinds.keys():
-                    self.round_trips += 1
-                    found, self._kinds = read_view(collector, view, WATCHED_PATHS)
-                    self.merge(found, began, full=True)
-                elif due:
-                    self.round_trips += 1
-                    objects = [(self._kinds[ref], ref) for ref in due]
-                    found, gone = read_objects(collector, objects, BUSY_PATHS)
-                    self.merge(found, began, gone)
-                    for ref in gone:  # deleted meanwhile: the next full read settles it
-                        self._kinds.pop(ref, None)
+                    seen = read_view(collector, view, WATCHED, self._conn.lean)
+                    self._kinds = {ref: kind for ref, (kind, _) in seen.items()}
+                    self.merge({ref: props for ref, (_, props) in seen.items()}, began, full=True)
+                else:
+                    if waited != listed.keys():  # the request names no object: the view does
+                        self._relist(waited_view, listed, waited)
+                    seen = read_view(collector, waited_view, BUSY, self._conn.lean)
+                    self.merge({ref: props for ref, (_, props) in seen.items()}, began)
                 self._loop.call_soon_threadsafe(self._wake)
                 self._ready.set()
                 if not self._waiters:  # idle: read seldom, but at once when someone waits
@@ -238,18 +246,29 @@ class Watcher:
                     delay = interval
                     self._stop.wait(began + interval - time.monotonic())
         finally:
-            for obj in (collector, view):
+            for obj in (collector, view, waited_view):
                 try:
                     obj.Destroy()
                 except Exception as exc:  # best effort: the session may be gone
                     log.debug("cleanup of the poll objects failed: %s", exc)
+
+    def _relist(self, waited_view: Any, listed: dict[str, Any], waited: set[str]) -> None:
+        """Make the ListView of waited objects hold ``waited``, sending only the changes."""
+        add = {ref: self._conn.ref(KINDS[self._kinds[ref]], ref) for ref in waited - listed.keys()}
+        remove = [listed.pop(ref) for ref in listed.keys() - waited]
+        # vSphere answers with the objects it no longer knows (deleted meanwhile): the next
+        # full read drops them from the state
+        unknown = {
+            moid(obj) for obj in waited_view.ModifyListView(add=list(add.values()), remove=remove)
+        }
+        listed.update({ref: obj for ref, obj in add.items() if ref not in unknown})
 
     def _apply(self, update: Any, returned: float) -> None:
         """Apply one WaitForUpdatesEx answer; it tells the state as of its return."""
         with self._lock:
             for filter_update in update.filterSet or []:
                 for obj in filter_update.objectSet or []:
-                    ref = obj.obj._moId
+                    ref = moid(obj.obj)
                     if self._as_of.get(ref, float("-inf")) > returned:
                         continue  # a read begun after this answer already told more
                     self._as_of[ref] = returned
@@ -269,24 +288,25 @@ class Fresh:
     """Power-state checks answered by a read begun after the question, shared by all askers.
 
     The executor checks every target before stopping it; a thousand checks
-    asked in the same moment become a few lean reads of just those objects (run
-    in the platform's threads, ``FRESH_CHUNK`` objects each, so that the first
+    asked in the same moment become a few reads of just those objects (run in
+    the platform's threads, ``FRESH_CHUNK`` objects each, so that the first
     targets are stopped while the others are still read), whose answers also
     refresh the watch's ``state``.
     """
 
-    def __init__(self, watcher: Watcher, run: Run[Any]) -> None:
+    def __init__(self, watcher: Watcher, conn: Connection, run: Run[Any]) -> None:
         self._watcher = watcher
+        self._conn = conn
         self._run = run
-        self._asked: dict[str, tuple[str, list[asyncio.Future[Props]]]] = {}
+        self._asked: dict[str, tuple[Any, list[asyncio.Future[Props]]]] = {}
         self._reading: asyncio.Task[None] | None = None
-        self._local = threading.local()  # each worker thread's (stub, PropertyCollector)
+        self._local = threading.local()  # each worker thread's own PropertyCollector
         self.reads = 0
 
-    async def props(self, ref: str, kind: str) -> Props:
-        """The watched properties of ``ref`` (of type ``kind``) as vSphere has them now."""
+    async def props(self, obj: Any) -> Props:
+        """The watched properties of the managed object ``obj`` as vSphere has them now."""
         future: asyncio.Future[Props] = asyncio.get_running_loop().create_future()
-        self._asked.setdefault(ref, (kind, []))[1].append(future)
+        self._asked.setdefault(moid(obj), (obj, []))[1].append(future)
         if self._reading is None or self._reading.done():
             # a task starts after the callbacks already queued: askers of this moment join
             self._reading = asyncio.create_task(self._read_all_asked())
@@ -299,15 +319,15 @@ class Fresh:
             chunks = [refs[i : i + FRESH_CHUNK] for i in range(0, len(refs), FRESH_CHUNK)]
             await asyncio.gather(*(self._read({r: asked[r] for r in chunk}) for chunk in chunks))
 
-    async def _read(self, asked: dict[str, tuple[str, list[asyncio.Future[Props]]]]) -> None:
+    async def _read(self, asked: dict[str, tuple[Any, list[asyncio.Future[Props]]]]) -> None:
         """One read for these askers; each gets its answer, or the error (the executor retries)."""
-        objects = [(kind, ref) for ref, (kind, _) in asked.items()]
+        objects = [obj for obj, _ in asked.values()]
         began = time.monotonic()
         self.reads += 1
         try:
             found, gone = await self._run(
                 f"read the power state of {len(objects)} objects",
-                lambda si: read_objects(self._collector_of(si), objects, BUSY_PATHS),
+                lambda: self._read_objects(objects),
             )
         except Exception as exc:
             for _, futures in asked.values():
@@ -321,32 +341,40 @@ class Fresh:
                 if not future.done():
                     future.set_result(found.get(ref, {}))
 
-    def _collector_of(self, si: Any) -> Any:
-        """A PropertyCollector of this thread's own, made once per login.
+    def _read_objects(self, objects: list[Any]) -> tuple[dict[str, Props], set[str]]:
+        """Read with this thread's own PropertyCollector, made on first use.
 
         vCenter (and vcsim) serve one collector's requests one at a time: reads
         sharing the session's default collector would queue behind each other
-        and behind the watch. The collectors end with the session.
+        and behind the watch. A collector ends with its session: after a new
+        login the old one is not found, and a new one is made.
         """
-        mine: tuple[Any, Any] | None = getattr(self._local, "collector", None)
-        if mine is None or mine[0] is not si._stub:
-            default = si.RetrieveContent().propertyCollector
-            mine = (si._stub, default.CreatePropertyCollector())
-            self._local.collector = mine
-        return mine[1]
+        for attempt in (1, 2):
+            collector = getattr(self._local, "collector", None)
+            if collector is None:
+                collector = self._conn.content.propertyCollector.CreatePropertyCollector()
+                self._local.collector = collector
+            try:
+                return read_objects(collector, objects, BUSY, self._conn.lean)
+            except vmodl.fault.ManagedObjectNotFound as exc:
+                if attempt == 2 or exc.obj is None or moid(exc.obj) != moid(collector):
+                    raise
+                self._local.collector = None
+        raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _filter_spec(view: Any) -> Any:
-    traverse = PC.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)
-    return PC.FilterSpec(
-        objectSet=[PC.ObjectSpec(obj=view, skip=True, selectSet=[traverse])],
-        propSet=[PC.PropertySpec(type=kind, pathSet=props) for kind, props in WATCHED.items()],
-    )
-
-
-def _make_collector(si: Any) -> tuple[Any, Any]:
-    content = si.RetrieveContent()
+def _make_views(content: Any) -> tuple[Any, Any, Any]:
+    """A PropertyCollector of the watch's own, a view of every VM and host, and a ListView
+    (empty for now) of the objects being waited for."""
     collector = content.propertyCollector.CreatePropertyCollector()
     view = content.viewManager.CreateContainerView(content.rootFolder, list(WATCHED), True)
-    collector.CreateFilter(_filter_spec(view), partialUpdates=True)
+    return collector, view, content.viewManager.CreateListView(obj=[])
+
+
+def _make_collector(content: Any) -> tuple[Any, Any]:
+    """A PropertyCollector of the watch's own with a filter over a view of every VM and
+    host, whose updates ``WaitForUpdatesEx`` returns."""
+    collector = content.propertyCollector.CreatePropertyCollector()
+    view = content.viewManager.CreateContainerView(content.rootFolder, list(WATCHED), True)
+    collector.CreateFilter(view_filter(view, WATCHED), partialUpdates=True)
     return collector, view
