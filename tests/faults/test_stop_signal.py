@@ -33,6 +33,7 @@ def test_sigterm_during_a_step_interrupts_it_and_the_next_start_resumes_in_order
         lab.release("db")
         svc.start()
         lab.wait_all_off(svc)
+        svc.wait(lambda: svc.status()["phase"] == "down", "the run to finish")
     finally:
         svc.stop()
     assert lab.order_violations() == []

@@ -67,11 +67,13 @@ class FeedReading:
     @property
     def state(self) -> str:
         """One word for people: ``online``, ``degraded`` (a member is off line but enough
-        supply), ``at-risk`` or ``low-battery``."""
+        supply), ``unknown`` (a member is out of contact), ``at-risk`` or ``low-battery``."""
         if self.at_risk:
             return "low-battery" if self.low_battery or self.forced_shutdown else "at-risk"
         if self.forced_shutdown:
             return "low-battery"
+        if self.unknown:
+            return "unknown"
         return "degraded" if self.online < len(self.members) else "online"
 
 
