@@ -104,8 +104,8 @@ class SnmpSim:
         settings.update(snmp)
         return self.ups_config(agent, **settings)
 
-    def get(self, agent: str, oid: str) -> int:
-        """One INTEGER or TimeTicks value of ``agent`` as the agent answers it now (v2c)."""
+    def get(self, agent: str, *oids: str) -> dict[str, int]:
+        """INTEGER or TimeTicks values of ``agent`` as the agent answers them now (v2c)."""
         from pysnmp.hlapi.v3arch.asyncio import (
             CommunityData,
             ContextData,
@@ -116,7 +116,7 @@ class SnmpSim:
             get_cmd,
         )
 
-        async def read() -> int:
+        async def read() -> dict[str, int]:
             engine = SnmpEngine()
             try:
                 target = await UdpTransportTarget.create(("127.0.0.1", self.port), 2, 1)
@@ -125,10 +125,10 @@ class SnmpSim:
                     CommunityData(agent),
                     target,
                     ContextData(),
-                    ObjectType(ObjectIdentity(oid)),
+                    *(ObjectType(ObjectIdentity(oid)) for oid in oids),
                 )
-                assert not error and not status, f"GET {oid}: {error or status}"
-                return int(binds[0][1])
+                assert not error and not status, f"GET {oids}: {error or status}"
+                return {oid: int(value) for oid, (_, value) in zip(oids, binds, strict=True)}
             finally:
                 engine.close_dispatcher()
 

@@ -57,9 +57,7 @@ def test_inline_community_is_refused_like_an_inline_password(tmp_path: Path) -> 
 
 
 def test_public_and_a_community_file_is_a_choice_to_make(tmp_path: Path) -> None:
-    (only,) = problems(
-        tmp_path, "{host: 10.0.0.5, allow_public_community: true, community_env: C}"
-    )
+    (only,) = problems(tmp_path, "{host: 10.0.0.5, allow_public_community: true, community_env: C}")
     assert "choose one" in only
 
 

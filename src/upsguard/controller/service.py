@@ -38,6 +38,7 @@ from upsguard.events import Event, EventBus, Notice, describe, level
 from upsguard.models import PlatformName
 from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.registry import build_cache_providers, build_platforms, build_ups_sources
+from upsguard.plugins.ups.base import UpsSource
 
 log = logging.getLogger(__name__)
 event_log = logging.getLogger("upsguard.events")
@@ -75,6 +76,7 @@ class Service:
         self.ticks = 0
         self.last_tick_error: str | None = None
         self._poll_lock = asyncio.Lock()
+        self._news = asyncio.Event()
 
     def _journal_problem(self, problem: str | None) -> None:
         """The journal's trouble is an alert, notified like any other; never a stop."""
@@ -162,6 +164,25 @@ class Service:
         async with self._poll_lock:
             await self.tick()
 
+    def request_poll(self) -> None:
+        """A UPS announced a change (an SNMP trap): poll at once. Requests before that poll
+        starts share it; one during it brings one more poll after it."""
+        self._news.set()
+
+    async def _poll_on_news(self) -> None:
+        while True:
+            await self._news.wait()
+            self._news.clear()
+            await self.poll_now()
+
+    async def _watch_news(self, source: UpsSource) -> None:
+        """A UPS's own news channel; losing it only means waiting for the next poll."""
+        try:
+            await source.watch_for_news(self.request_poll)
+        except Exception as exc:  # one UPS's channel never stops the others or the polls
+            message = f"UPS {source.name}: not listening for its news: {exc} (polled as usual)"
+            self.bus(Notice(self.clock.now(), message, level="warning"))
+
     async def refresh_caches(self) -> None:
         """Keep the caches' mode and dirty bytes current for status and metrics (a destage
         wait polls on its own, faster)."""
@@ -210,6 +231,11 @@ class Service:
             asyncio.create_task(self.watch_power(stop), name="power watch"),
             asyncio.create_task(_every(60.0, self.open_platforms, stop), name="platforms"),
             asyncio.create_task(_every(15.0, self._retry_journal, stop), name="journal"),
+            asyncio.create_task(self._poll_on_news(), name="news"),
+            *(
+                asyncio.create_task(self._watch_news(source), name=f"news of {name}")
+                for name, source in self.controller.sources.items()
+            ),
         ]
         if self.site.caches:
             tasks.append(
