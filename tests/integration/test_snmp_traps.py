@@ -213,7 +213,8 @@ def test_a_v3_trap_from_the_ups_engine_is_news_once_a_poll_met_that_engine(
 def test_a_trap_port_in_use_is_one_clear_line(snmpsim: SnmpSim) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
         taken.bind(("127.0.0.1", 0))
-        config = listening(snmpsim.ups_config("ups-mib"), taken.getsockname()[1])
+        port = taken.getsockname()[1]
+        config = listening(snmpsim.ups_config("ups-mib"), port)
 
         async def scenario() -> None:
             source = SnmpSource(config, SystemClock())
@@ -225,7 +226,7 @@ def test_a_trap_port_in_use_is_one_clear_line(snmpsim: SnmpSim) -> None:
         with pytest.raises(UpsguardError) as info:
             asyncio.run(scenario())
     message = str(info.value)
-    assert f"127.0.0.1:{taken.getsockname()[1]}" in message and "\n" not in message
+    assert f"127.0.0.1:{port}" in message and "\n" not in message
 
 
 def test_without_a_trap_port_there_is_nothing_to_watch(snmpsim: SnmpSim) -> None:
