@@ -10,8 +10,9 @@ import pytest
 
 from tests.sites import write_site
 from upsguard.config import load_site
-from upsguard.config.ups import UpsConfig
+from upsguard.config.ups import SnmpSettings, UpsConfig
 from upsguard.errors import ConfigError
+from upsguard.plugins.ups.snmp.control import SETS
 
 SITE = """\
 site: hq
@@ -104,3 +105,7 @@ def test_the_nut_style_commands_pass_validate(tmp_path: Path, mib: str, command:
     text = SITE.replace("{SNMP}", f"{{host: h, mib: {mib}, allow_public_community: true}}")
     text = text.replace("    snmp:", f"    at_shutdown_end: {{command: {command}}}\n    snmp:")
     load_site(write_site(tmp_path, text))
+
+
+def test_validate_knows_exactly_the_commands_the_source_has_sets_for() -> None:
+    assert {mib: frozenset(sets) for mib, sets in SETS.items()} == dict(SnmpSettings.COMMANDS)

@@ -205,12 +205,13 @@ class SnmpSource:
         if s.trap_port is None:
             return
         target = await self._resolved()
-        port = open_trap_port(s.trap_address, s.trap_port)
+        auth = self._auth_data()
         engine_id = agent_engine_id(_address(target)) if s.version == "3" else None
+        port = open_trap_port(s.trap_address, s.trap_port)
         try:
-            listener = port.listen(self._auth_data(), _address(target)[0], news, engine_id)
+            listener = port.listen(auth, _address(target)[0], news, engine_id)
         except BaseException:
-            stop_listening(port, None)
+            stop_listening(port, None)  # closes a port nobody else listens on
             raise
         self._traps, self._trap_engine_id = (port, listener), engine_id
         try:

@@ -88,12 +88,16 @@ class TrapPort:
                 f"cannot listen for SNMP traps on {self.where}: {exc.strerror}; give "
                 "snmp.trap_port a free port (below 1024 needs CAP_NET_BIND_SERVICE)"
             ) from exc
-        self.engine = SnmpEngine()
+        try:
+            self.engine = SnmpEngine()
+            transport = udp.UdpAsyncioTransport().open_server_mode(sock=sock)
+            config.add_transport(self.engine, udp.DOMAIN_NAME, transport)
+        except BaseException:
+            sock.close()
+            raise
         self.listeners: list[Listener] = []
         self._communities: dict[str, str] = {}
         self._sender = _Sender()
-        transport = udp.UdpAsyncioTransport().open_server_mode(sock=sock)
-        config.add_transport(self.engine, udp.DOMAIN_NAME, transport)
         self.engine.observer.register_observer(self._note, "rfc3412.receiveMessage:request")
         ntfrcv.NotificationReceiver(self.engine, self._received)
 
@@ -188,8 +192,9 @@ def open_trap_port(address: str, port: int) -> TrapPort:
 
 def stop_listening(port: TrapPort, listener: Listener | None) -> None:
     """The last listener of a port closes it."""
-    with contextlib.suppress(ValueError):
-        port.listeners.remove(listener)  # type: ignore[arg-type]
+    if listener is not None:
+        with contextlib.suppress(ValueError):
+            port.listeners.remove(listener)
     if not port.listeners:
         ports = _PORTS.get(asyncio.get_running_loop(), {})
         if ports.get(port.key) is port:
