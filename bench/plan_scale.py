@@ -2,13 +2,13 @@
 """Time to validate, plan and simulate a synthetic site of 5,000 VMs on 200 hosts, on one core.
 
 Each is done once per run: the site file is read and checked, both plans are
-built, and the simulation runs the shutdown plan built here (as ``upsguard
-simulate`` runs the one it builds). Every run is a fresh process, so nothing is
+built, and the simulation runs, building its own plan as ``upsguard simulate``
+does. Every run is a fresh process, so nothing is
 warm from the run before, and is held to one core; the verdict is on the median
 of ``--runs`` runs, as this machine's speed drifts by a fifth from one minute to
 the next.
 
-Target: under 1 s for all three together. A benchmark, not a test: it prints its figures,
+Target: under 2 s for all three together. A benchmark, not a test: it prints its figures,
 and beside each run the time the hypervisor gave this core to others (steal).
 """
 
@@ -33,17 +33,17 @@ def one_run(site_file: Path) -> dict[str, object]:
     """The three phases, timed, in this process."""
     from upsguard.config import load_site
     from upsguard.config.scenario import DEFAULT_SCENARIO
-    from upsguard.runbooks.planner import build_plan
+    from upsguard.runbooks.planner import Planner
     from upsguard.simulation.simulator import simulate
 
     stolen = _stolen_s()
     t0 = time.perf_counter()
     site = load_site(site_file)
     t1 = time.perf_counter()
-    shutdown = build_plan(site, "shutdown")
-    startup = build_plan(site, "startup")
+    planner = Planner(site)
+    shutdown, startup = planner.plan("shutdown"), planner.plan("startup")
     t2 = time.perf_counter()
-    report = simulate(site, DEFAULT_SCENARIO, shutdown)
+    report = simulate(site, DEFAULT_SCENARIO, planner)
     t3 = time.perf_counter()
     return {
         "validate": t1 - t0,
@@ -86,7 +86,7 @@ def main() -> int:
         figures = "".join(f"{run[p]:8.3f}" for p in PHASES)
         print(f"{i:3d}  {figures}{_total(run):8.3f}   ({run['stolen']:.2f})")
     median = statistics.median(_total(r) for r in runs)
-    print(f"median total: {median:.3f} s  (target < 1 s: {'met' if median < 1 else 'NOT met'})")
+    print(f"median total: {median:.3f} s  (target < 2 s: {'met' if median < 2 else 'NOT met'})")
     reference = _reference_s()
     print(
         f"machine speed: a fixed pure-Python workload took {reference * 1000:.0f} ms "

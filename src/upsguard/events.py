@@ -19,7 +19,6 @@ from upsguard.models import (
     RunId,
     StepId,
     StepState,
-    UpsName,
     UpsReading,
 )
 from upsguard.runs import RunOutcome, RunSpec
@@ -41,17 +40,17 @@ class ReadingTaken(Event):
 
 @dataclass(frozen=True, slots=True)
 class OnBattery(Event):
-    ups: UpsName
+    """A feed went at risk: too few of its UPSes supply from mains."""
+
+    feed: str
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)
 class PowerRestored(Event):
-    ups: UpsName
+    """A feed is supplied from mains again; the startup policy's timer counts from here."""
 
-
-@dataclass(frozen=True, slots=True)
-class LowBattery(Event):
-    ups: UpsName
+    feed: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +178,8 @@ def describe(event: Event) -> str | None:
             return f"phase {old} -> {new}: {reason}"
         case RunStarted(spec=spec, steps=steps, resumed=resumed):
             verb = "resumed" if resumed else "started"
-            return f"{spec.kind} runbook {verb} ({steps} steps): {spec.reason}  [{spec.id}]"
+            feeds = f", feeds {', '.join(spec.feeds)}" if spec.feeds else ""
+            return f"{spec.kind} runbook {verb} ({steps} steps{feeds}): {spec.reason}  [{spec.id}]"
         case RunFinished(spec=spec, outcome=outcome, detail=detail):
             return f"{spec.kind} runbook {outcome}: {detail}"
         case StepWaiting(step=step, reason=reason):
@@ -191,6 +191,10 @@ def describe(event: Event) -> str | None:
             return f"cache {cache}/{target} -> {mode}{verdict}"
         case CacheClean(cache=cache, waited_s=waited):
             return f"cache {cache} clean (waited {waited:.0f} s)"
+        case OnBattery(feed=feed, detail=detail):
+            return f"feed {feed} on battery: {detail}"
+        case PowerRestored(feed=feed):
+            return f"feed {feed} on mains again"
         case RiskAccepted(what=what):
             return f"RISK: {what}"
         case OverrideApplied(who=who, action=action, reason=reason, detail=detail):
@@ -212,6 +216,8 @@ def level(event: Event) -> str:
     if isinstance(event, OverrideApplied):
         return "warning"
     if isinstance(event, CacheModeChanged) and not event.ok:
+        return "warning"
+    if isinstance(event, OnBattery):
         return "warning"
     return "info"
 

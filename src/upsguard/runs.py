@@ -82,6 +82,9 @@ class RunSpec:
     reason: str
     at: datetime
     only: tuple[ResourceId, ...] | None = None
+    """The resources the run is limited to (and what must stop before them); None: all."""
+    feeds: tuple[str, ...] | None = None
+    """The feeds an outage run is for (what they power is ``only``); None: every feed."""
 
     @property
     def direction(self) -> Direction:
@@ -89,8 +92,9 @@ class RunSpec:
 
     @property
     def concerns_the_site(self) -> bool:
-        """A whole-site run, or shedding; a partial manual run says nothing about the site."""
-        return self.only is None or self.kind is RunKind.SHEDDING
+        """A whole-site run, or one a policy started for some feeds; a partial manual run
+        says nothing about the site's outage."""
+        return self.only is None or self.origin is RunOrigin.POLICY
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,9 +137,16 @@ class SiteRuns:
 
     @property
     def shutdown_running(self) -> bool:
-        """The whole site's shutdown is in progress."""
+        """The site's shutdown (of every feed, or of the feeds at risk) is in progress."""
         a = self.active
-        return a is not None and a.spec.kind is RunKind.SHUTDOWN and a.spec.only is None
+        return a is not None and a.spec.kind is RunKind.SHUTDOWN and a.spec.concerns_the_site
+
+    @property
+    def shutdown_feeds(self) -> tuple[str, ...] | None:
+        """The feeds the latest shutdown is for: None for every feed, () for no shutdown."""
+        if not self._latest_is(RunKind.SHUTDOWN) or self.latest is None:
+            return ()
+        return self.latest.spec.feeds
 
     @property
     def startup_running(self) -> bool:

@@ -25,13 +25,17 @@ def test_a_ups_entry_without_a_source_is_a_config_error_not_a_fake_ups(
     svc = lab.service(tmp_path)
     text = svc.site.read_text()
     site = yaml.safe_load(text)
-    site["ups"] = [{"name": "ups1", "nut": None}]  # the nut: body commented out
-    svc.site.write_text(yaml.safe_dump(site))
-    for command in ("validate", "run"):
-        result = svc.cli(command, check=False)
-        assert result.returncode == 2, result.stderr
-        assert "ups[0]" in result.stderr and "simulated: {}" in result.stderr
-        assert "Traceback" not in result.stderr
+    for entry, says in (
+        ({"name": "ups1", "nut": None}, "'nut:' is empty"),  # the nut: body commented out
+        ({"name": "ups1"}, "simulated: {}"),  # no source at all
+    ):
+        site["ups"] = [entry]
+        svc.site.write_text(yaml.safe_dump(site))
+        for command in ("validate", "run"):
+            result = svc.cli(command, check=False)
+            assert result.returncode == 2, result.stderr
+            (line,) = result.stderr.strip().splitlines()
+            assert line.startswith("upsguard: ups[0]: ") and says in line
 
 
 def test_one_broken_ups_does_not_blind_the_watch_of_the_others(lab: Lab, tmp_path: Path) -> None:

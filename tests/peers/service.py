@@ -115,6 +115,7 @@ class ServiceProcess:
 
 
 def write_site(tmp: Path, site: dict[str, Any], name: str = "site.yaml") -> ServiceProcess:
+    tmp.mkdir(parents=True, exist_ok=True)
     socket = tmp / "run" / "upsguard.sock"
     journal = tmp / "journal.sqlite"
     site = {"journal": str(journal), **site}

@@ -18,7 +18,7 @@ from upsguard.controller.resume import reap_and_resume
 from upsguard.engine.destage import DestageWatch
 from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import UpsUnreachable
-from upsguard.events import Event, EventBus, PhaseChanged, RunFinished, StepStarted
+from upsguard.events import Event, EventBus, Notice, PhaseChanged, RunFinished, StepStarted
 from upsguard.models import (
     Direction,
     Phase,
@@ -73,6 +73,9 @@ class ScriptedUps:
             raise UpsUnreachable("ups1@127.0.0.1: connection refused")
         if state == "OL":
             return UpsReading(self.name, self._clock.now(), frozenset({UpsFlag.OL}), 100.0, 900.0)
+        if state == "CAL":  # a battery test: on battery on purpose, mains present
+            flags = frozenset({UpsFlag.OB, UpsFlag.CAL})
+            return UpsReading(self.name, self._clock.now(), flags, 99.0, 900.0, input_voltage=230)
         return UpsReading(
             self.name,
             self._clock.now(),
@@ -97,7 +100,8 @@ class Harness:
 
     def build(self) -> OutageController:
         s = site()
-        self.clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        if not hasattr(self, "clock"):  # the real world's clock outlives a controller
+            self.clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
         bus = self.bus = EventBus()
         bus.subscribe(self.events.append)
         if self.journal is not None:
@@ -258,3 +262,39 @@ def _target(platform: SimulatedPlatform, name: str):  # type: ignore[no-untyped-
     from upsguard.models import ResourceKind, Target
 
     return Target(platform.name, ResourceKind.HOST, name)
+
+
+def test_the_startup_policys_online_timer_survives_a_restart(tmp_path: Path) -> None:
+    """Mains back at t=100; the service restarts 5 minutes later; the site is recovered
+    10 minutes after the mains came back (startup.online_for), not 10 after the restart."""
+    journal = Journal(tmp_path / "j.sqlite")
+    h = Harness(lambda t: "OB" if t < 100 else "OL", journal)
+
+    async def go() -> None:
+        first = h.build()
+        await h.drive(first, 400)
+        await first.interrupt()
+        second = h.build()
+        await reap_and_resume(journal, second, h.clock, h.bus)
+        await h.drive(second, 1200)
+        await second.interrupt()
+
+    run_virtual(go())
+    journal.close()
+    back = [e for e in h.kinds(PhaseChanged) if e.new is Phase.NORMAL]
+    at = (back[0].at - datetime(2026, 1, 1, tzinfo=UTC)).total_seconds()
+    assert 700 <= at < 720  # 100 s + 10 min, at the next poll
+
+
+def test_a_self_test_is_one_event_and_no_outage() -> None:
+    h = Harness(lambda t: "CAL" if 20 <= t < 30 else "OL")
+
+    async def go() -> None:
+        loop = h.build()
+        await h.drive(loop, 60)
+        await loop.interrupt()
+
+    run_virtual(go())
+    notes = [e.message for e in h.kinds(Notice)]
+    assert notes == ["UPS ups1 self-test: on battery 10s, ignored"]
+    assert h.kinds(PhaseChanged) == []

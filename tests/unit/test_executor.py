@@ -18,6 +18,7 @@ from upsguard.clock import LoopClock, run_virtual
 from upsguard.config.platforms import SimulatedPlatformSettings
 from upsguard.config.site import SiteConfig
 from upsguard.engine.executor import RunResult
+from upsguard.engine.slots import Slots
 from upsguard.errors import PlatformUnreachable
 from upsguard.events import Event, PointOfNoReturn, StepFinished, StepStarted
 from upsguard.models import PlatformName, PowerState, ResourceId, StepState, StopMethod, Target
@@ -208,6 +209,27 @@ def test_a_failing_event_sink_ends_the_run_with_its_error_instead_of_hanging(
 
     with pytest.raises(OSError, match="disk full"):
         run_virtual(main())
+
+
+def test_platform_slots_go_first_come_first_served_and_a_cancelled_waiter_passes_its_turn() -> None:
+    async def main() -> list[str]:
+        slots = Slots(1)
+        order: list[str] = []
+
+        async def use(name: str, hold: float) -> None:
+            async with slots:
+                order.append(name)
+                await asyncio.sleep(hold)
+
+        first = asyncio.create_task(use("a", 10))
+        await asyncio.sleep(0)
+        waiting = [asyncio.create_task(use(n, 1)) for n in ("b", "c", "d")]
+        await asyncio.sleep(1)
+        waiting[0].cancel()  # b gives up before its turn
+        await asyncio.gather(first, *waiting, return_exceptions=True)
+        return order
+
+    assert run_virtual(main()) == ["a", "c", "d"]
 
 
 class HangingPlatform(SimulatedPlatform):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from upsguard.config import SiteConfig, load_site
+from upsguard.plugins import registry
 
 T = TypeVar("T")
 Handler = Callable[[argparse.Namespace], int]
@@ -36,7 +37,8 @@ def add_format_option(parser: argparse.ArgumentParser, *choices: str) -> None:
 
 
 def site_of(args: argparse.Namespace) -> SiteConfig:
-    return load_site(args.config)
+    """The site file, checked against the plugins installed here, as ``run`` would use it."""
+    return load_site(args.config, registry.names)
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

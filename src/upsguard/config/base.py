@@ -10,7 +10,9 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
+    )
 
 
 class Credentials(Model):

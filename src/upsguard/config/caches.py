@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Discriminator, Field, Tag
 
 from upsguard.config.base import Credentials, Model, union_tags
-from upsguard.config.types import ByteRate, ByteSize, Duration
+from upsguard.config.types import ByteRate, ByteSize, Duration, Interval
 from upsguard.models import CacheName, ResourceId
 
 
@@ -37,7 +37,7 @@ class CacheBase(Model):
         "wait_until_floor",
         description="after destage_timeout: keep waiting down to the critical floor, or go on",
     )
-    poll_interval: Duration = timedelta(seconds=2)
+    poll_interval: Interval = timedelta(seconds=2)
     targets: list[str] = Field(
         default_factory=list, description="devices or objects to manage; empty = all found"
     )
@@ -79,7 +79,7 @@ class OpencasSettings(CacheBase):
 class StorcliSettings(CacheBase):
     provider: Literal["storcli"]
     storcli_command: str = "storcli64"
-    controller: int = 0
+    controller: int = Field(0, ge=0, le=255)
     write_back_policy: Literal["WB", "AWB"] = "WB"
 
 
@@ -115,13 +115,13 @@ class SimulatedCacheSettings(CacheBase):
 
 
 class ExternalCacheSettings(CacheBase):
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
     provider: str
 
 
 def _cache_tag(value: Any) -> str:
     kind = value.get("provider") if isinstance(value, dict) else getattr(value, "provider", None)
-    return kind if kind in BUILTIN_PROVIDERS else "external"
+    return kind if isinstance(kind, str) and kind in BUILTIN_PROVIDERS else "external"
 
 
 CacheConfig = Annotated[

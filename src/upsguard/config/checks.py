@@ -6,37 +6,79 @@ at once, with the file and line it came from.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 
 from upsguard.config.site import SiteConfig
-from upsguard.config.source import suggest
-from upsguard.config.types import format_duration
+from upsguard.config.source import Suggestions, suggest
+from upsguard.config.types import format_duration, shorten
 from upsguard.config.ups import SnmpSettings
 from upsguard.models import ResourceId, ResourceKind
 
 Loc = tuple[str | int, ...]
 Problem = tuple[Loc, str]
 
+
+@dataclass(frozen=True)
+class Unchecked:
+    """Names of entries that failed validation, so that references to them are not called
+    unknown; ``None`` for a section that could not be read at all (nothing into it is
+    judged)."""
+
+    ups: frozenset[str] | None = frozenset()
+    resources: frozenset[str] | None = frozenset()
+    platforms: frozenset[str] | None = frozenset()
+
+    @staticmethod
+    def has(names: frozenset[str] | None, name: str) -> bool:
+        return names is None or name in names
+
+
+_NOTHING = Unchecked()
+
 _NEEDS_PLATFORM = (ResourceKind.VM, ResourceKind.VM_GROUP, ResourceKind.HOST, ResourceKind.COMMAND)
 
 
-def site_problems(site: SiteConfig) -> list[Problem]:
+def site_problems(site: SiteConfig, unchecked: Unchecked = _NOTHING) -> list[Problem]:
+    """Problems across sections; references to ``unchecked`` names are taken as valid."""
     problems: list[Problem] = []
-    for check in (
-        _duplicates,
-        _references,
-        _platform_refs,
-        _feeds,
-        _caches,
-        _cycles,
-        _ups_command_outlasts_own_machine,
-        _snmp_can_send,
-    ):
-        problems.extend(check(site))
+    for check in (_duplicates, _references, _platform_refs, _feeds, _caches):
+        problems.extend(check(site, unchecked))
+    problems.extend(_cycles(site))
+    problems.extend(_ups_command_outlasts_own_machine(site))
+    problems.extend(_snmp_can_send(site))
     return problems
 
 
-def _duplicates(site: SiteConfig) -> Iterator[Problem]:
+PluginNames = Callable[[str], Collection[str]]
+"""The plugin names of a family (``platform``, ``cache``), built in and installed."""
+
+
+def plugin_problems(site: SiteConfig, names: PluginNames) -> Iterator[Problem]:
+    """A platform ``type`` or cache ``provider`` no plugin provides: what ``run`` would
+    refuse, so that ``validate`` (the unit's ExecStartPre) refuses it too."""
+    platforms = names("platform")
+    for key, settings in site.platforms.items():
+        kind = getattr(settings, "type", None)
+        if isinstance(kind, str) and kind not in platforms:
+            hint = suggest(kind, platforms)
+            yield (
+                ("platforms", key, "type"),
+                f"no platform plugin named {shorten(kind)!r}{hint}: built in or installed: "
+                + ", ".join(platforms),
+            )
+    caches = names("cache")
+    for i, cache in enumerate(site.caches):
+        if cache.provider not in caches:
+            hint = suggest(cache.provider, caches)
+            yield (
+                ("caches", i, "provider"),
+                f"no cache plugin named {shorten(cache.provider)!r}{hint}: built in or "
+                "installed: " + ", ".join(caches),
+            )
+
+
+def _duplicates(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
     for section, names in (
         ("ups", [u.name for u in site.ups]),
         ("resources", [r.id for r in site.resources]),
@@ -45,27 +87,33 @@ def _duplicates(site: SiteConfig) -> Iterator[Problem]:
         seen: set[str] = set()
         for index, name in enumerate(names):
             if name in seen:
-                yield (section, index), f"duplicate name '{name}'"
+                yield (section, index), f"duplicate name {shorten(name)!r}"
             seen.add(name)
 
 
-def _unknown(kind: str, name: str, known: Sequence[str]) -> str:
-    return f"unknown {kind} '{name}'{suggest(name, known)}"
+def _unknown(kind: str, name: str, hint: Suggestions) -> str:
+    return f"unknown {kind} {shorten(name)!r}{hint(name)}"
 
 
-def _references(site: SiteConfig) -> Iterator[Problem]:
+def _references(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
     ids = [r.id for r in site.resources]
     known = set(ids)
+    hint = Suggestions(ids)
     index = site.resource_index()
     for i, res in enumerate(site.resources):
         for j, dep in enumerate(res.depends_on):
             if dep not in known:
-                yield ("resources", i, "depends_on", j), _unknown("resource", dep, ids)
+                if not Unchecked.has(unchecked.resources, dep):
+                    yield ("resources", i, "depends_on", j), _unknown("resource", dep, hint)
             elif dep == res.id:
-                yield ("resources", i, "depends_on", j), f"'{res.id}' cannot depend on itself"
+                yield (
+                    ("resources", i, "depends_on", j),
+                    f"{shorten(res.id)!r} cannot depend on itself",
+                )
         for j, host in enumerate(res.runs_on):
             if host not in known:
-                yield ("resources", i, "runs_on", j), _unknown("resource", host, ids)
+                if not Unchecked.has(unchecked.resources, host):
+                    yield ("resources", i, "runs_on", j), _unknown("resource", host, hint)
             elif index[host].kind is not ResourceKind.HOST:
                 yield (
                     ("resources", i, "runs_on", j),
@@ -73,40 +121,47 @@ def _references(site: SiteConfig) -> Iterator[Problem]:
                 )
 
 
-def _platform_refs(site: SiteConfig) -> Iterator[Problem]:
-    names = [*site.platforms, "ssh", "command", "wol", "none", "simulated"]
+def _platform_refs(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
+    hint = Suggestions([*site.platforms, "ssh", "command", "wol", "none", "simulated"])
+    named = Suggestions(site.platforms)
+
+    def unknown(name: str, implicit: bool) -> bool:
+        known = site.knows_platform(name) if implicit else name in site.platforms
+        return not known and not Unchecked.has(unchecked.platforms, name)
+
     for i, res in enumerate(site.resources):
         if res.platform is None:
             if res.kind in _NEEDS_PLATFORM:
                 yield ("resources", i), f"a {res.kind} needs 'platform'"
-        elif not site.knows_platform(res.platform):
-            yield ("resources", i, "platform"), _unknown("platform", res.platform, names)
-        if res.power_on_via is not None and res.power_on_via not in site.platforms:
+        elif unknown(res.platform, implicit=True):
+            yield ("resources", i, "platform"), _unknown("platform", res.platform, hint)
+        if res.power_on_via is not None and unknown(res.power_on_via, implicit=False):
             yield (
                 ("resources", i, "power_on_via"),
-                _unknown("platform", res.power_on_via, list(site.platforms)),
+                _unknown("platform", res.power_on_via, named),
             )
-        if res.serves_platform is not None and res.serves_platform not in site.platforms:
+        if res.serves_platform is not None and unknown(res.serves_platform, implicit=False):
             yield (
                 ("resources", i, "serves_platform"),
-                _unknown("platform", res.serves_platform, list(site.platforms)),
+                _unknown("platform", res.serves_platform, named),
             )
     controllers = [i for i, r in enumerate(site.resources) if r.runs_upsguard]
     for i in controllers[1:]:
         yield ("resources", i, "runs_upsguard"), "only one resource can run upsguard"
 
 
-def _feeds(site: SiteConfig) -> Iterator[Problem]:
+def _feeds(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
     ups_names = [u.name for u in site.ups]
     ids = [r.id for r in site.resources]
     known = set(ids)
+    ups_hint, hint = Suggestions(ups_names), Suggestions(ids)
     for i, feed in enumerate(site.feeds):
         for j, ups in enumerate(feed.ups):
-            if ups not in ups_names:
-                yield ("feeds", i, "ups", j), _unknown("UPS", ups, ups_names)
+            if ups not in ups_names and not Unchecked.has(unchecked.ups, ups):
+                yield ("feeds", i, "ups", j), _unknown("UPS", ups, ups_hint)
         for j, rid in enumerate(feed.powers):
-            if rid not in known:
-                yield ("feeds", i, "powers", j), _unknown("resource", rid, ids)
+            if rid not in known and not Unchecked.has(unchecked.resources, rid):
+                yield ("feeds", i, "powers", j), _unknown("resource", rid, hint)
         if feed.min_supplies > len(feed.ups):
             yield (
                 ("feeds", i, "min_supplies"),
@@ -114,15 +169,17 @@ def _feeds(site: SiteConfig) -> Iterator[Problem]:
             )
 
 
-def _caches(site: SiteConfig) -> Iterator[Problem]:
+def _caches(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
     ids = [r.id for r in site.resources]
-    known = set(ids)
+    hint = Suggestions(ids)
+    known = set(ids) | (unchecked.resources or set())
+    everything = unchecked.resources is None
     for i, cache in enumerate(site.caches):
-        if cache.lives_on is not None and cache.lives_on not in known:
-            yield ("caches", i, "lives_on"), _unknown("resource", cache.lives_on, ids)
+        if cache.lives_on is not None and cache.lives_on not in known and not everything:
+            yield ("caches", i, "lives_on"), _unknown("resource", cache.lives_on, hint)
         for j, rid in enumerate(cache.carries):
-            if rid not in known:
-                yield ("caches", i, "carries", j), _unknown("resource", rid, ids)
+            if rid not in known and not everything:
+                yield ("caches", i, "carries", j), _unknown("resource", rid, hint)
 
 
 OWN_MACHINE_MARGIN_S = 30.0
@@ -171,8 +228,10 @@ def _cycles(site: SiteConfig) -> Iterator[Problem]:
     position = {r.id: i for i, r in enumerate(site.resources)}
     for cycle in find_cycles(graph):
         start = cycle[0]
-        loop = " -> ".join([*cycle, start])
-        yield ("resources", position[start], "depends_on"), f"cycle: {loop}"
+        names = [shorten(n, 40) for n in [*cycle, start]]
+        if len(names) > 9:  # the start, the way back, and how many in between
+            names = [*names[:4], f"... {len(names) - 8} more", *names[-4:]]
+        yield ("resources", position[start], "depends_on"), f"cycle: {' -> '.join(names)}"
 
 
 def find_cycles(graph: dict[ResourceId, list[ResourceId]]) -> list[list[ResourceId]]:

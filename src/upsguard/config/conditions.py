@@ -8,6 +8,7 @@ time, into a ``Condition`` the policy engine evaluates.
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 
-from upsguard.config.types import parse_duration
+from upsguard.config.types import parse_duration, shorten
 
 Metric = Literal["runtime", "charge", "depletion", "on_battery_for"]
 FLAGS = ("low_battery", "fsd", "on_battery", "ups_lost")
@@ -64,12 +65,15 @@ def parse_condition(value: Any) -> Condition:
     match = _COMPARISON.match(text)
     if not match:
         raise ValueError(
-            f"{text!r} is not a condition: use one of {', '.join(FLAGS)} "
+            f"{shorten(text)!r} is not a condition: use one of {', '.join(FLAGS)} "
             "or 'METRIC < VALUE' with METRIC one of " + ", ".join(METRICS)
         )
     metric, op, rhs = match.groups()
     if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r} in {text!r}: use one of {', '.join(METRICS)}")
+        raise ValueError(
+            f"unknown metric {shorten(metric)!r} in {shorten(text)!r}: "
+            f"use one of {', '.join(METRICS)}"
+        )
     threshold, plus_plan = _parse_value(metric, rhs, text)
     return Condition(text=text, metric=metric, op=op, threshold=threshold, plus_plan=plus_plan)
 
@@ -83,11 +87,16 @@ def _parse_value(metric: str, rhs: str, text: str) -> tuple[float, bool]:
             return (-offset if sign == "-" else offset), True
         return parse_duration(rhs).total_seconds(), False
     number = rhs.replace("%/min", "").replace("%", "").strip()
+    unit = "%/min" if metric == "depletion" else "%"
     try:
-        return float(number), False
+        value = float(number)
     except ValueError:
-        unit = "%/min" if metric == "depletion" else "%"
-        raise ValueError(f"{text!r}: {metric} is compared with a number in {unit}") from None
+        value = math.nan
+    if not 0 <= value <= 100:  # NaN too: a comparison with it would never hold
+        raise ValueError(
+            f"{shorten(text)!r}: {metric} is compared with a number from 0 to 100 {unit}"
+        ) from None
+    return value, False
 
 
 ConditionText = Annotated[

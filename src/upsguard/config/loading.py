@@ -1,74 +1,130 @@
-"""From a file on disk to typed models, with every problem reported at once."""
+"""From a file on disk to typed models, with every problem reported at once.
+
+Field problems and cross-section problems (unknown references, cycles) come in one
+report: when some entries fail validation, the cross-section checks run on the entries
+that passed (``upsguard.config.partial``), so a user fixes everything in one round.
+"""
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from upsguard.config.checks import site_problems
+from upsguard.config.checks import PluginNames, Problem, plugin_problems, site_problems
+from upsguard.config.partial import partial_site
 from upsguard.config.site import SiteConfig
-from upsguard.config.source import SourceText, load_yaml, suggest
+from upsguard.config.source import SourceText, is_secret, load_yaml, suggest
+from upsguard.config.types import shorten
 from upsguard.errors import ConfigError
-from upsguard.memory import collector_paused
 
 M = TypeVar("M", bound=BaseModel)
 
+#: The most entries a section (resources, ups, caches, ...) may have.
+MAX_ENTRIES = 20_000
 
-def load_site(path: Path | str) -> SiteConfig:
+
+def load_site(path: Path | str, plugins: PluginNames | None = None) -> SiteConfig:
     """Parse and check a site file; raises ``ConfigError`` listing every problem with file:line.
+    ``plugins``: the plugin names there are, to check the site's types against."""
+    return check_site(load_yaml(Path(path)), plugins)
 
-    The cyclic collector waits while the file is read (see ``upsguard.memory``); then the
-    model is moved out of its reach for good (``gc.freeze``): it lives as long as the
-    process, and the 60,000 objects of a 5,000-VM site would otherwise be rescanned for
-    30 ms by every full collection, several of which planning triggers. Reference counting
-    still frees a replaced model: none of it forms cycles.
-    """
-    with collector_paused():
-        source = load_yaml(Path(path))
-        site = validate(SiteConfig, source)
-        problems = site_problems(site)
-        if problems:
-            raise ConfigError([source.problem(loc, msg) for loc, msg in problems])
-        gc.freeze()
+
+def check_site(source: SourceText, plugins: PluginNames | None = None) -> SiteConfig:
+    """The site of a parsed file, or ``ConfigError`` with every problem found in one pass."""
+    data = _top_mapping(source)
+    _within_limits(data, source)
+    try:
+        site = SiteConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = _describe(exc, source, SiteConfig)
+        partial = partial_site(data, exc)
+        problems += [source.problem(loc, msg) for loc, msg in partial.problems()]
+        raise ConfigError(list(dict.fromkeys(problems))) from None
+    found: list[Problem] = site_problems(site)
+    if plugins is not None:
+        found += plugin_problems(site, plugins)
+    if found:
+        raise ConfigError([source.problem(loc, msg) for loc, msg in found])
+    site.keep_origin(source.origin(p for i in range(len(site.ups)) for p in _ups_paths(i)))
     return site
 
 
+def _ups_paths(index: int) -> list[tuple[str | int, ...]]:
+    return [("ups", index), ("ups", index, "runtime_at")]
+
+
 def validate(model: type[M], source: SourceText) -> M:
+    data = _top_mapping(source)
+    _within_limits(data, source)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source, model)) from None
+
+
+def _top_mapping(source: SourceText) -> dict[Any, Any]:
     if not isinstance(source.data, dict):
         raise ConfigError(f"{source.file}:1: expected a mapping of settings at the top")
-    try:
-        return model.model_validate(source.data)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc, source)) from None
+    return source.data
 
 
-def _describe(exc: ValidationError, source: SourceText) -> list[str]:
+def _within_limits(data: dict[Any, Any], source: SourceText) -> None:
+    for section, value in data.items():
+        if isinstance(value, list | dict) and len(value) > MAX_ENTRIES:
+            raise ConfigError(
+                source.problem(
+                    (section,),
+                    f"{len(value):,} entries: a section holds at most {MAX_ENTRIES:,} "
+                    "(see docs/site-file.md, Limits)",
+                )
+            )
+
+
+def _describe(exc: ValidationError, source: SourceText, model: type[BaseModel]) -> list[str]:
     problems: list[str] = []
     for error in exc.errors(include_url=False):
         loc = tuple(error["loc"])
-        problems.append(source.problem(loc, _message(error, loc, source)))
+        problems.append(source.problem(loc, _message(error, loc, source, model)))
     return list(dict.fromkeys(problems))
 
 
-def _message(error: Any, loc: tuple[str | int, ...], source: SourceText) -> str:
+def _message(
+    error: Any, loc: tuple[str | int, ...], source: SourceText, model: type[BaseModel]
+) -> str:
     kind = error["type"]
     if kind == "missing":
         return "required field is missing"
     if kind == "extra_forbidden":
         path = source.known_path(loc)
         field = str(path[-1])
-        known = _known_fields(path[:-1], source)
-        return f"unknown field '{field}'{suggest(field, known)}"
+        known = _known_fields(model, path[:-1], source)
+        return f"unknown field {shorten(field)!r}{suggest(field, known)}"
+    if is_secret(loc) and kind in ("value_error", "assertion_error"):
+        return "not a valid value (not shown: the field holds a secret)"
+    if kind == "path_type":
+        return "expected a path, written as a string like /etc/upsguard/nut.pw"
+    if kind == "float_type" and isinstance(error.get("input"), int):
+        return "the number is too large"
     message = str(error["msg"])
     message = message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return _lower_first_word(message)
+
+
+def _lower_first_word(message: str) -> str:
+    """``Input should be ...`` reads ``input should be ...`` after the path; an acronym
+    (``SNMP version 3 needs 'user'``) keeps its capitals."""
+    first = message.split(" ", 1)[0]
+    if first[1:2].isupper():
+        return message
     return message[:1].lower() + message[1:]
 
 
-def _known_fields(parent: tuple[str | int, ...], source: SourceText) -> list[str]:
+def _known_fields(
+    model: type[BaseModel], parent: tuple[str | int, ...], source: SourceText
+) -> list[str]:
     """Names allowed next to an unknown one; read from the models by walking the path."""
     from upsguard.config.schema_walk import fields_at
 
-    return fields_at(SiteConfig, parent, source.data)
+    return fields_at(model, parent, source.data)

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Discriminator, Field, Tag
 
 from upsguard.config.base import Credentials, Model, union_tags
-from upsguard.config.types import Duration
+from upsguard.config.types import Duration, Interval
 
 #: Types a resource may name directly as its platform, with default settings.
 IMPLICIT_TYPES = ("ssh", "command", "wol", "none", "simulated")
@@ -62,7 +62,7 @@ class VsphereSettings(PlatformBase, Credentials):
         description="how waits learn of changes: WaitForUpdatesEx pushes them (best on vCenter), "
         "or one RetrievePropertiesEx of every waited object each poll_interval",
     )
-    poll_interval: Duration = Field(
+    poll_interval: Interval = Field(
         timedelta(milliseconds=500), description="with watch: poll, the time between reads"
     )
     direct_addresses: dict[str, str] = Field(
@@ -90,7 +90,7 @@ class IpmiSettings(PlatformBase, Credentials):
     type: Literal["ipmi"]
     host: str
     port: int = Field(623, ge=1, le=65535)
-    poll_interval: Duration = Field(timedelta(seconds=2), description="how often a wait polls")
+    poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
 
 
 class RedfishSettings(PlatformBase, Credentials):
@@ -99,7 +99,7 @@ class RedfishSettings(PlatformBase, Credentials):
     verify_tls: bool = True
     ca_file: Path | None = None
     system_id: str | None = None
-    poll_interval: Duration = Field(timedelta(seconds=2), description="how often a wait polls")
+    poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
 
 
 class SshSettings(PlatformBase):
@@ -109,7 +109,7 @@ class SshSettings(PlatformBase):
     key_file: Path | None = None
     known_hosts: Path | None = None
     timeout: Duration = timedelta(seconds=20)
-    poll_interval: Duration = Field(timedelta(seconds=2), description="how often a wait polls")
+    poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
 
 
 class WolSettings(PlatformBase):
@@ -117,13 +117,13 @@ class WolSettings(PlatformBase):
     broadcast: str = "255.255.255.255"
     port: int = Field(9, ge=1, le=65535)
     check_port: int = Field(22, ge=1, le=65535, description="TCP port that answers once up")
-    poll_interval: Duration = Field(timedelta(seconds=2), description="how often a wait polls")
+    poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
 
 
 class LibvirtSettings(PlatformBase):
     type: Literal["libvirt"]
     uri: str = "qemu:///system"
-    poll_interval: Duration = Field(timedelta(seconds=2), description="how often a wait polls")
+    poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
 
 
 class ProxmoxSettings(PlatformBase, Credentials):
@@ -134,7 +134,7 @@ class ProxmoxSettings(PlatformBase, Credentials):
     token_name: str | None = None
     token_file: Path | None = None
     token_env: str | None = None
-    poll_interval: Duration = Field(timedelta(seconds=2), description="how often a wait polls")
+    poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
     ca_file: Path | None = None
 
 
@@ -142,7 +142,7 @@ class CommandSettings(PlatformBase):
     type: Literal["command"]
     shell: str = "/bin/sh"
     timeout: Duration = timedelta(minutes=5)
-    poll_interval: Duration = Field(timedelta(seconds=2), description="how often a wait polls")
+    poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
 
 
 class SimulatedPlatformSettings(PlatformBase):
@@ -172,13 +172,13 @@ class NoPlatform(PlatformBase):
 class ExternalPlatformSettings(PlatformBase):
     """A platform provided by a third-party plugin; its own module checks the rest."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
     type: str
 
 
 def _platform_tag(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if kind in BUILTIN_TYPES else "external"
+    return kind if isinstance(kind, str) and kind in BUILTIN_TYPES else "external"
 
 
 PlatformConfig = Annotated[

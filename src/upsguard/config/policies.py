@@ -9,7 +9,7 @@ from pydantic import Field
 
 from upsguard.config.base import Model
 from upsguard.config.conditions import ConditionText, parse_condition
-from upsguard.config.types import Duration
+from upsguard.config.types import Duration, Interval
 
 OnBatteryAction = Literal["caches_write_through"]
 StartupAction = Literal["startup_runbook", "caches_write_back"]
@@ -63,7 +63,7 @@ class CriticalFloor(Model):
 
 
 class PoliciesConfig(Model):
-    poll_interval: Duration = timedelta(seconds=5)
+    poll_interval: Interval = timedelta(seconds=5)
     on_battery: OnBatteryPolicy = OnBatteryPolicy()
     shedding: SheddingPolicy | None = None
     shutdown: ShutdownPolicy = ShutdownPolicy()

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from upsguard.config.base import Model
-from upsguard.config.types import Duration
+from upsguard.config.types import Duration, Interval
 from upsguard.models import ResourceId, ResourceKind
 
 Fallback = Literal["power_off", "skip", "fail"]
@@ -31,6 +31,9 @@ DEFAULT_START_S = {
     ResourceKind.COMMAND: 30.0,
 }
 """After a graceful stop timed out: power off, leave it running, or fail the step."""
+
+#: One resource draws at most a megawatt.
+MAX_WATTS = 1_000_000
 
 
 class Selector(Model):
@@ -56,7 +59,7 @@ class HealthCheck(Model):
     command: str | None = Field(None, description="command that must exit 0")
     platform: bool = Field(True, description="the platform's own check (Tools running, connected)")
     timeout: Duration = timedelta(minutes=10)
-    interval: Duration = timedelta(seconds=5)
+    interval: Interval = timedelta(seconds=5)
 
 
 class Estimate(Model):
@@ -76,14 +79,17 @@ class ResourceConfig(Model):
     host: str | None = Field(None, description="address or name on the platform; default: the id")
     select: Selector | None = None
     count: int | None = Field(
-        None, ge=0, description="vm_group: members expected, for plans made without inventory"
+        None,
+        ge=0,
+        le=100_000,
+        description="vm_group: members expected, for plans made without inventory",
     )
     runs_on: list[ResourceId] = Field(
         default_factory=list,
         description="hosts a VM runs on, when known without live inventory",
     )
     depends_on: list[ResourceId] = Field(default_factory=list)
-    watts: float = Field(0.0, ge=0)
+    watts: float = Field(0.0, ge=0, le=MAX_WATTS)
     shed: bool = Field(False, description="stop early, while shedding load, to buy runtime")
     stop: bool | None = Field(
         None, description="stopped by the shutdown runbook; default: yes, except switches"

@@ -1,4 +1,9 @@
-"""Scenario files for ``upsguard simulate``: what happens to the power, and what misbehaves."""
+"""Scenario files for ``upsguard simulate``: what happens to the power, and what misbehaves.
+
+Loading a scenario also checks what the simulator needs of the site (each UPS's
+``runtime_at``) and that the run stays bounded (polls within the horizon, flaps), so that
+these are config errors naming ``file:line`` rather than failures deep in a run.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +17,28 @@ from upsguard.config.base import Model
 from upsguard.config.checks import Problem
 from upsguard.config.loading import validate
 from upsguard.config.site import SiteConfig
-from upsguard.config.source import load_yaml, parse_yaml, suggest
-from upsguard.config.types import ByteRate, ByteSize, Duration
+from upsguard.config.source import (
+    SourceText,
+    Suggestions,
+    format_path,
+    load_yaml,
+    parse_yaml,
+)
+from upsguard.config.types import (
+    ByteRate,
+    ByteSize,
+    Duration,
+    Interval,
+    duration_phrase,
+    shorten,
+)
 from upsguard.errors import ConfigError
 from upsguard.models import CacheName, ResourceId, UpsName
+
+#: A flapping entry changes the mains at most this often.
+MAX_MAINS_CHANGES = 100_000
+#: The simulator polls at most this often (the horizon over the site's poll_interval).
+MAX_POLLS = 200_000
 
 
 class Outage(Model):
@@ -35,13 +58,19 @@ class Flapping(Model):
 
     start: Duration
     stop: Duration
-    every: Duration = timedelta(seconds=3)
+    every: Interval = timedelta(seconds=3)
     ups: list[UpsName] | None = None
 
     @model_validator(mode="after")
     def _order(self) -> Flapping:
-        if self.stop <= self.start or self.every.total_seconds() <= 0:
-            raise ValueError("flapping needs start < stop and every > 0")
+        if self.stop <= self.start:
+            raise ValueError("flapping needs start < stop")
+        changes = (self.stop - self.start) / self.every
+        if changes > MAX_MAINS_CHANGES:
+            raise ValueError(
+                f"{changes:,.0f} changes of mains: at most {MAX_MAINS_CHANGES:,}; "
+                "make 'every' longer or the span shorter"
+            )
         return self
 
 
@@ -86,29 +115,75 @@ DEFAULT_SCENARIO = Scenario(
 
 
 def load_scenario(path: Path | str | None, site: SiteConfig) -> Scenario:
+    """The scenario of ``path`` (the default outage without one), checked against the site;
+    ``ConfigError`` names the file and line of each problem, in either file."""
     if path is None:
+        _check(DEFAULT_SCENARIO, site, None)
         return DEFAULT_SCENARIO
-    source = load_yaml(Path(path))
-    scenario = validate(Scenario, source)
-    problems = list(_references(scenario, site))
-    if problems:
-        raise ConfigError([source.problem(loc, msg) for loc, msg in problems])
-    return scenario
+    return _checked(load_yaml(Path(path)), site)
 
 
 def parse_scenario(text: str, site: SiteConfig, name: str = "scenario") -> Scenario:
-    source = parse_yaml(text, name)
+    return _checked(parse_yaml(text, name), site)
+
+
+def _checked(source: SourceText, site: SiteConfig) -> Scenario:
     scenario = validate(Scenario, source)
-    problems = list(_references(scenario, site))
-    if problems:
-        raise ConfigError([source.problem(loc, msg) for loc, msg in problems])
+    _check(scenario, site, source)
     return scenario
+
+
+def _check(scenario: Scenario, site: SiteConfig, source: SourceText | None) -> None:
+    problems = [
+        site.problem(("ups", i, "runtime_at"), RUNTIME_AT_NEEDED)
+        for i, ups in enumerate(site.ups)
+        if ups.runtime_at is None
+    ]
+    own = [*_references(scenario, site), *_polls(scenario, site)]
+    if source is not None:
+        problems += [source.problem(loc, msg) for loc, msg in own]
+    else:
+        problems += [f"{format_path(loc)}: {msg}" for loc, msg in own]
+    if problems:
+        raise ConfigError(problems)
+
+
+RUNTIME_AT_NEEDED = (
+    "the simulator needs the battery's runtime at a load: add "
+    "runtime_at: {minutes: 30, load_watts: 400} with this UPS's figures"
+)
+
+
+def runtime_at_missing(site: SiteConfig, index: int) -> str:
+    """The problem of a UPS without ``runtime_at`` in a simulation, with file:line."""
+    return site.problem(("ups", index, "runtime_at"), RUNTIME_AT_NEEDED)
+
+
+def _polls(scenario: Scenario, site: SiteConfig) -> list[Problem]:
+    """The simulator's loops poll until the horizon at worst (a cache that never drains):
+    their count is bounded, so that a simulation ends in seconds, not days."""
+    intervals = [(site.policies.poll_interval, "policies.poll_interval")]
+    intervals += [
+        (c.poll_interval, f"caches[{i}].poll_interval") for i, c in enumerate(site.caches)
+    ]
+    poll, field = min(intervals, key=lambda pair: pair[0])
+    polls = scenario.horizon / poll
+    if polls <= MAX_POLLS:
+        return []
+    return [
+        (
+            ("horizon",),
+            f"{polls:,.0f} polls of {duration_phrase(poll)} (the site's {field}): the "
+            f"simulator makes at most {MAX_POLLS:,}; shorten the horizon",
+        )
+    ]
 
 
 def _references(scenario: Scenario, site: SiteConfig) -> list[Problem]:
     ups = [u.name for u in site.ups]
     ids = [r.id for r in site.resources]
     caches = [c.name for c in site.caches]
+    ups_hint, ups_known = Suggestions(ups), set(ups)
     out: list[Problem] = []
     lists: list[tuple[tuple[str | int, ...], list[UpsName] | None]] = [
         (("outage", "ups"), scenario.outage.ups if scenario.outage else None),
@@ -117,14 +192,15 @@ def _references(scenario: Scenario, site: SiteConfig) -> list[Problem]:
     ]
     for loc, names in lists:
         for j, name in enumerate(names or []):
-            if name not in ups:
-                out.append(((*loc, j), f"unknown UPS '{name}'{suggest(name, ups)}"))
+            if name not in ups_known:
+                out.append(((*loc, j), f"unknown UPS {shorten(name)!r}{ups_hint(name)}"))
     for section, keys, known, what in (
         ("ups", scenario.ups, ups, "UPS"),
         ("steps", scenario.steps, ids, "resource"),
         ("caches", scenario.caches, caches, "cache"),
     ):
+        hint, names_known = Suggestions(known), set(known)
         for key in keys:
-            if key not in known:
-                out.append(((section, key), f"unknown {what} '{key}'{suggest(key, known)}"))
+            if key not in names_known:
+                out.append(((section, key), f"unknown {what} {shorten(key)!r}{hint(key)}"))
     return out

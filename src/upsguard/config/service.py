@@ -9,9 +9,9 @@ from typing import Literal
 from pydantic import Field
 
 from upsguard.config.base import Model
-from upsguard.config.types import Duration
+from upsguard.config.types import Duration, LongDuration
 
-NotifyOn = Literal["phase", "step_failed", "run", "risk"]
+NotifyOn = Literal["phase", "step_failed", "run", "risk", "override", "alert"]
 
 
 class WebhookSettings(Model):
@@ -35,7 +35,9 @@ class NotifySettings(Model):
     command_timeout: Duration = timedelta(seconds=30)
     webhook: WebhookSettings | None = None
     on: list[NotifyOn] = Field(
-        default_factory=lambda: list[NotifyOn](["phase", "step_failed", "risk"]),
+        default_factory=lambda: list[NotifyOn](
+            ["phase", "step_failed", "risk", "override", "alert"]
+        ),
         description="which events are sent",
     )
 
@@ -55,7 +57,7 @@ class ServiceConfig(Model):
         timedelta(minutes=1),
         description="while normal, journal one reading per UPS this often (all while on battery)",
     )
-    keep_readings: Duration = Field(
+    keep_readings: LongDuration = Field(
         timedelta(days=90), description="older readings are pruned from the journal"
     )
     notify: NotifySettings = NotifySettings()

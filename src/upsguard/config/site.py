@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, Self
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from upsguard.config.base import Model
 from upsguard.config.caches import CacheConfig
@@ -19,6 +19,7 @@ from upsguard.config.platforms import (
 from upsguard.config.policies import PoliciesConfig
 from upsguard.config.resources import Fallback, ResourceConfig
 from upsguard.config.service import ServiceConfig
+from upsguard.config.source import Origin, format_path
 from upsguard.config.ups import UpsConfig
 from upsguard.models import ResourceId, ResourceKind, UpsName
 
@@ -28,7 +29,7 @@ class FeedConfig(Model):
 
     name: str | None = None
     ups: list[UpsName] = Field(min_length=1)
-    min_supplies: int = Field(1, ge=1)
+    min_supplies: int = Field(1, ge=1, le=1000)
     powers: list[ResourceId] = Field(default_factory=list)
 
 
@@ -42,6 +43,18 @@ class SiteConfig(Model):
     policies: PoliciesConfig = PoliciesConfig()
     journal: str = Field("/var/lib/upsguard/journal.sqlite", description="SQLite journal path")
     service: ServiceConfig = ServiceConfig()
+    _origin: Origin | None = PrivateAttr(None)
+
+    def keep_origin(self, origin: Origin) -> None:
+        """Remember where the entries were, for problems found after loading."""
+        self._origin = origin
+
+    def problem(self, loc: tuple[str | int, ...], message: str) -> str:
+        """A problem found after loading (by the simulator's checks), with file:line when
+        the site came from a file."""
+        if self._origin is None:
+            return f"{format_path(loc)}: {message}"
+        return self._origin.problem(loc, message)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """A copy whose indexes are rebuilt: cached lookups must follow ``update``."""

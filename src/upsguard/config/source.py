@@ -1,13 +1,10 @@
-"""Reading YAML while remembering where each value came from.
+"""A parsed YAML file and where each value in it came from.
 
 Every error upsguard reports about a site file names the field path and the
-``file:line`` it came from, so the loader keeps a map from path to line.
-
-Site files are read as YAML 1.2 by ryaml (Rust): a 5,000-VM site parses in
-50 ms where PyYAML takes 600 ms. YAML 1.2 also spares users 1.1's surprises
-(``no`` and ``on`` as booleans, ``1:30`` as a number) and duplicate keys are
-an error instead of the last one silently winning. Merge keys (``<<``) are
-applied here. PyYAML, only when an error is reported, maps paths to lines.
+``file:line`` it came from. One parse (``upsguard.config.parsing``) gives the data and
+the node tree; the tree is searched for a path's line only when a problem is reported,
+and is let go with the ``SourceText`` once the file is checked. What a later check
+needs (the simulator's, on UPS entries) is kept in a small ``Origin``.
 """
 
 from __future__ import annotations
@@ -15,160 +12,198 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ryaml
-import yaml
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from upsguard.config.parsing import NodeProblem, parse
+from upsguard.config.reading import read_text
+from upsguard.config.types import shorten
 from upsguard.errors import ConfigError
-
-try:  # libyaml maps lines ten times faster; the pure loader gives the same result
-    from yaml import CSafeLoader as _Loader
-except ImportError:  # pragma: no cover - depends on how PyYAML was built
-    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
 
 PathKey = tuple[str | int, ...]
 
 
 @dataclass
 class SourceText:
-    """A parsed YAML document and, when an error needs them, the line of every path in it."""
+    """A parsed YAML document and its node tree, from which lines are read on demand."""
 
     file: str
     data: Any
-    text: str = ""
+    root: Node | None = None
+    _keys: dict[int, dict[str, tuple[int, Node]]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
-    @cached_property
-    def lines(self) -> dict[PathKey, int]:
-        """Computed only when a problem is reported: big sites load faster without it."""
-        lines: dict[PathKey, int] = {}
-        loader = _Loader(self.text)
-        try:
-            node = loader.get_single_node()
-        finally:
-            loader.dispose()
-        if node is not None:
-            _record_lines(node, (), lines)
-        return lines
+    def where(self, loc: Sequence[Any]) -> str:
+        """``site.yaml:41`` for the deepest prefix of ``loc`` that is in the file."""
+        return f"{self.file}:{self._line(loc)}"
 
-    def where(self, loc: Sequence[str | int]) -> str:
-        """``site.yaml:41`` for the deepest known prefix of ``loc``."""
-        best = self.lines.get((), 1)
-        path: PathKey = ()
-        for part in loc:
-            candidate = (*path, part)
-            if candidate in self.lines:
-                path = candidate
-                best = self.lines[candidate]
-        return f"{self.file}:{best}"
-
-    def problem(self, loc: Sequence[str | int], message: str) -> str:
+    def problem(self, loc: Sequence[Any], message: str) -> str:
         return f"{format_path(self.known_path(loc))}: {message} ({self.where(loc)})"
 
-    def known_path(self, loc: Sequence[str | int]) -> PathKey:
+    def known_path(self, loc: Sequence[Any]) -> PathKey:
         """Drop the parts of a pydantic location that are not in the file (union tags)."""
-        path: PathKey = ()
+        path: list[Any] = []
+        node = self.root
         for part in loc:
-            if (*path, part) in self.lines:
-                path = (*path, part)
-        return path if path else tuple(loc)
+            found = self._step(node, part)
+            if found is not None:
+                path.append(part)
+                node = found[1]
+        return tuple(path) if path else tuple(loc)
+
+    def _line(self, loc: Sequence[Any]) -> int:
+        node = self.root
+        if node is None:
+            return 1
+        line = int(node.start_mark.line) + 1
+        for part in loc:
+            found = self._step(node, part)
+            if found is not None:
+                line, node = found
+        return line
+
+    def _step(self, node: Node | None, part: Any) -> tuple[int, Node] | None:
+        """The line and node of ``part`` under ``node``; a mapping entry's line is its key's.
+        A mapping's keys are indexed on first use: a file with thousands of problems in
+        one big mapping must not search it once per problem."""
+        if isinstance(node, MappingNode):
+            if id(node) not in self._keys:
+                self._keys[id(node)] = _key_index(node)
+            return self._keys[id(node)].get(str(part))
+        if isinstance(node, SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            item = node.value[part]
+            return int(item.start_mark.line) + 1, item
+        return None
+
+    def origin(self, paths: Iterable[PathKey]) -> Origin:
+        """The lines of ``paths``, kept for checks made after the tree is let go."""
+        return Origin(self.file, {tuple(p): self._line(p) for p in paths})
 
 
-def format_path(path: Iterable[str | int]) -> str:
+@dataclass(frozen=True)
+class Origin:
+    """The file and the lines of a few paths in it, for problems found after loading."""
+
+    file: str
+    lines: dict[PathKey, int] = field(default_factory=dict)
+
+    def problem(self, loc: Sequence[str | int], message: str) -> str:
+        line = 1
+        for size in range(len(loc), 0, -1):
+            if tuple(loc[:size]) in self.lines:
+                line = self.lines[tuple(loc[:size])]
+                break
+        return f"{format_path(loc)}: {message} ({self.file}:{line})"
+
+
+def _key_index(node: MappingNode) -> dict[str, tuple[int, Node]]:
+    """Each key's line and value node; the last of equal keys wins, as merged keys (``<<``)
+    come before the mapping's own."""
+    return {
+        str(key.value): (int(key.start_mark.line) + 1, value)
+        for key, value in node.value
+        if isinstance(key, ScalarNode)
+    }
+
+
+def _path_to(root: Node, line: int, column: int) -> PathKey:
+    """The path of the node (or mapping key) at ``line``/``column``; () when none is.
+    Depth first, each node once: an alias shares its anchor's node."""
+    seen: set[int] = set()
+    work: list[tuple[Node, PathKey]] = [(root, ())]
+    while work:
+        node, path = work.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if _at(node, line, column):
+            return path
+        if isinstance(node, MappingNode):
+            for key, value in node.value:
+                if not isinstance(key, ScalarNode):  # a list as a key: the mapping is the place
+                    if _at(key, line, column):
+                        return path
+                    continue
+                child = (*path, key.value)
+                if _at(key, line, column):
+                    return child
+                work.append((value, child))
+        elif isinstance(node, SequenceNode):
+            work.extend((item, (*path, i)) for i, item in enumerate(node.value))
+    return ()
+
+
+def _at(node: Node, line: int, column: int) -> bool:
+    return bool(node.start_mark.line == line and node.start_mark.column == column)
+
+
+def format_path(path: Iterable[Any]) -> str:
     text = ""
     for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+        if isinstance(part, int) and not isinstance(part, bool):
+            text += f"[{part}]"
+        else:
+            name = shorten(part if isinstance(part, str) else repr(part), 40)
+            text += f".{name}" if text else name
     return text or "(top)"
 
 
 def load_yaml(path: Path) -> SourceText:
     """Parse one YAML file; a missing file or bad YAML is a ``ConfigError`` naming the line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the file: {exc.strerror}") from exc
-    return parse_yaml(text, str(path))
+    return parse_yaml(read_text(path), str(path))
 
 
 def parse_yaml(text: str, name: str) -> SourceText:
     try:
-        data = ryaml.loads(text)
-    except ValueError as exc:  # ryaml's InvalidYamlError, or a key YAML allows and Python not
-        raise ConfigError(_yaml_problem(name, str(exc))) from None
-    source = SourceText(file=name, data=data, text=text)
-    if "<<" in text:
-        source.data = _merged(data)
-    if "!" in text:
-        tag = _custom_tag(source.data, ())
-        if tag is not None:
-            path, name_of_tag = tag
-            raise ConfigError(source.problem(path, f"YAML tag '{name_of_tag}' is not supported"))
-    return source
+        root, data = parse(text, name)
+    except NodeProblem as problem:
+        raise ConfigError(_node_problem(name, problem)) from None
+    return SourceText(file=name, data=data, root=root)
 
 
-_AT_LINE = re.compile(r" at line (\d+) column \d+")
+def _node_problem(name: str, problem: NodeProblem) -> str:
+    root = problem.root
+    path = _path_to(root, problem.line, problem.column) if root is not None else ()
+    message = problem.message
+    if is_secret(path):
+        message = "not a valid value (not shown: the field holds a secret)"
+    return f"{format_path(path)}: {message} ({name}:{problem.line + 1})"
 
 
-def _yaml_problem(name: str, message: str) -> str:
-    """``site.yaml:3: not valid YAML: <what>`` from ryaml's "<what> at line 3 column 5"."""
-    found = _AT_LINE.search(message)
-    line = found.group(1) if found else "1"
-    what = message[: found.start()] if found else message
-    if "unhashable type" in what:  # ``? [a, b]`` keys: valid YAML, no use in a site file
-        what = "a key must be a single word or number, not a list or mapping"
-    return f"{name}:{line}: not valid YAML: {what}"
+_SECRET = re.compile(r"password|community|token|secret|(^|_)key($|_)")
 
 
-def _merged(value: Any) -> Any:
-    """Apply YAML merge keys: ``<<: *base`` (or a list of them; earlier ones win) under
-    the mapping's own keys."""
-    if isinstance(value, list):
-        return [_merged(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    out: dict[Any, Any] = {}
-    bases = value.get("<<")
-    for base in reversed(bases if isinstance(bases, list) else [bases] if bases else []):
-        if isinstance(base, dict):
-            out.update(_merged(base))
-    out.update({k: _merged(v) for k, v in value.items() if k != "<<"})
-    return out
-
-
-def _custom_tag(value: Any, path: PathKey) -> tuple[PathKey, str] | None:
-    """ryaml turns ``!include x`` into ``{"!include": "x"}``; no site field is written so."""
-    if isinstance(value, dict):
-        if len(value) == 1 and str(next(iter(value))).startswith("!"):
-            return path, str(next(iter(value)))
-        items: Iterable[tuple[Any, Any]] = value.items()
-    elif isinstance(value, list):
-        items = enumerate(value)
-    else:
-        return None
-    for key, child in items:
-        found = _custom_tag(child, (*path, key))
-        if found is not None:
-            return found
-    return None
-
-
-def _record_lines(node: yaml.Node, path: PathKey, lines: dict[PathKey, int]) -> None:
-    lines[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            if isinstance(key_node, yaml.ScalarNode):
-                child = (*path, key_node.value)
-                _record_lines(value_node, child, lines)
-                lines[child] = key_node.start_mark.line + 1
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _record_lines(item, (*path, index), lines)
+def is_secret(path: Iterable[Any]) -> bool:
+    """Whether a path leads into a field that may hold a secret: its value is never shown."""
+    return any(isinstance(part, str) and _SECRET.search(part) for part in path)
 
 
 def suggest(word: str, choices: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` when a close choice exists, else an empty string."""
+    if len(word) > 100:  # difflib is quadratic: a pasted paragraph is no typo
+        return ""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+class Suggestions:
+    """``did you mean`` hints for many names against one list of choices. difflib compares
+    a name with every choice: thousands of unknown names against thousands of resources took
+    minutes. So each distinct name is looked up once, and only the first ``budget`` are:
+    a file with that many unknown names is fixed in bulk, not by hints."""
+
+    def __init__(self, choices: Iterable[str], budget: int = 20) -> None:
+        self._choices = list(choices)
+        self._budget = budget
+        self._hints: dict[str, str] = {}
+
+    def __call__(self, word: str) -> str:
+        if word not in self._hints:
+            if len(self._hints) >= self._budget:
+                return ""
+            self._hints[word] = suggest(word, self._choices)
+        return self._hints[word]

@@ -10,8 +10,18 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from upsguard.config.base import Credentials, Model
-from upsguard.config.types import Duration
+from upsguard.config.types import Duration, shorten
+from upsguard.errors import ConfigError
 from upsguard.models import UpsName
+
+#: A UPS (or a bank of them) carries at most ten megawatts.
+MAX_UPS_WATTS = 10_000_000
+SOURCES = ("nut", "snmp", "simulated")
+_WRITE = {
+    "nut": "nut: {ups: NAME, host: ADDRESS}",
+    "snmp": "snmp: {host: ADDRESS}",
+    "simulated": "simulated: {}",
+}
 
 
 class NutSettings(Credentials):
@@ -143,8 +153,8 @@ class SimulatedUpsSettings(Model):
 class RuntimeAt(Model):
     """One reference point of the battery: it lasts ``minutes`` at ``load_watts``."""
 
-    minutes: float = Field(gt=0)
-    load_watts: float = Field(gt=0)
+    minutes: float = Field(gt=0, le=10_080, description="at most a week")
+    load_watts: float = Field(gt=0, le=MAX_UPS_WATTS)
 
 
 class UpsCommandPolicy(Model):
@@ -165,7 +175,9 @@ class UpsConfig(Model):
         None, description="battery model reference point; without it the UPS's own estimate is used"
     )
     peukert_exponent: float = Field(1.15, ge=1.0, le=1.6)
-    other_load_watts: float = Field(0.0, ge=0, description="load not described by resources")
+    other_load_watts: float = Field(
+        0.0, ge=0, le=MAX_UPS_WATTS, description="load not described by resources"
+    )
     low_battery_charge: float = Field(20.0, ge=0, le=100)
     low_battery_runtime: Duration = timedelta(minutes=2)
     link_grace: Duration = Field(
@@ -174,16 +186,33 @@ class UpsConfig(Model):
     )
     at_shutdown_end: UpsCommandPolicy = UpsCommandPolicy()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_empty_source(cls, data: object) -> object:
+        """``nut:`` with its body commented out must not quietly become another source."""
+        if isinstance(data, dict):
+            for name in SOURCES:
+                if name in data and data[name] is None:
+                    raise ValueError(f"'{name}:' is empty: write {_WRITE[name]}")
+        return data
+
     @model_validator(mode="after")
     def _exactly_one_source(self) -> UpsConfig:
-        given = [n for n in ("nut", "snmp", "simulated") if getattr(self, n) is not None]
+        given = [n for n in SOURCES if getattr(self, n) is not None]
         if len(given) > 1:
             raise ValueError(f"give one of nut, snmp, simulated (got {', '.join(given)})")
+        if not given:
+            raise ValueError(
+                f"UPS {shorten(self.name)!r} has no source: write {_WRITE['nut']} or "
+                f"{_WRITE['snmp']}, or {_WRITE['simulated']} for one that exists only in the "
+                "simulator"
+            )
         return self
 
     @property
     def source_type(self) -> str:
-        for name in ("nut", "snmp"):
+        """``nut``, ``snmp`` or ``simulated``: validation made sure exactly one is given."""
+        for name in SOURCES:
             if getattr(self, name) is not None:
                 return name
-        return "simulated"
+        raise ConfigError(f"UPS {shorten(self.name)!r} has no source: write {_WRITE['nut']}")

@@ -318,8 +318,8 @@ class Journal:
         """A new run, or a resumed one (the same id): running again, counted as resumed."""
         spec = event.spec
         self.db.execute(
-            "INSERT INTO runs (id, direction, kind, origin, only, reason, started, state)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, 'running')"
+            "INSERT INTO runs (id, direction, kind, origin, only, feeds, reason, started, state)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running')"
             " ON CONFLICT(id) DO UPDATE SET state = 'running', ended = NULL,"
             " resumed = resumed + 1",
             (
@@ -327,7 +327,8 @@ class Journal:
                 spec.direction.value,
                 spec.kind.value,
                 spec.origin.value,
-                RunRow.only_text(spec.only),
+                RunRow.list_text(spec.only),
+                RunRow.list_text(spec.feeds),
                 spec.reason,
                 iso(spec.at),
             ),
@@ -411,6 +412,15 @@ class Journal:
 
     # -- reading back ----------------------------------------------------------------------------
 
+    def mains_back_since(self) -> datetime | None:
+        """When every feed was last seen back on mains (None while one is on battery), so
+        that the startup policy's ``online_for`` survives a restart."""
+        row = self.db.execute(
+            "SELECT kind, at FROM events WHERE kind IN ('OnBattery', 'PowerRestored')"
+            " ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        return parse_iso(row[1]) if row is not None and row[0] == "PowerRestored" else None
+
     def last_phase(self) -> Phase | None:
         row = self.db.execute("SELECT new FROM phases ORDER BY id DESC LIMIT 1").fetchone()
         return Phase(row[0]) if row else None
@@ -434,7 +444,8 @@ class Journal:
     def runs(self, limit: int = 20, with_steps: bool = True) -> list[RunRow]:
         rows = self.db.execute(
             "SELECT id, direction, kind, origin, only, reason, started, ended, state, detail,"
-            " point_of_no_return, resumed FROM runs ORDER BY started DESC, rowid DESC LIMIT ?",
+            " point_of_no_return, resumed, feeds FROM runs"
+            " ORDER BY started DESC, rowid DESC LIMIT ?",
             (limit,),
         ).fetchall()
         return [_run_row(r, tuple(self.steps(r[0])) if with_steps else ()) for r in rows]
@@ -503,7 +514,7 @@ def _run_row(r: tuple[Any, ...], steps: tuple[StepRow, ...]) -> RunRow:
         direction=r[1],
         kind=r[2],
         origin=r[3],
-        only=RunRow.only_of(r[4]),
+        only=RunRow.list_of(r[4]),
         reason=r[5],
         started=r[6],
         ended=r[7],
@@ -511,6 +522,7 @@ def _run_row(r: tuple[Any, ...], steps: tuple[StepRow, ...]) -> RunRow:
         detail=r[9],
         point_of_no_return=r[10],
         resumed=r[11],
+        feeds=RunRow.list_of(r[12]),
         steps=steps,
     )
 

@@ -20,12 +20,16 @@ from upsguard.config.service import NotifySettings, WebhookSettings
 from upsguard.controller.rows import iso
 from upsguard.events import (
     Event,
+    OnBattery,
+    OverrideApplied,
     PhaseChanged,
+    PowerRestored,
     RiskAccepted,
     RunFinished,
     RunStarted,
     StepFinished,
     describe,
+    level,
 )
 from upsguard.models import StepState
 
@@ -34,7 +38,7 @@ log = logging.getLogger(__name__)
 
 def topic(event: Event) -> str | None:
     """Which ``notify.on`` entry an event belongs to, if any."""
-    if isinstance(event, PhaseChanged):
+    if isinstance(event, PhaseChanged | OnBattery | PowerRestored):
         return "phase"
     if isinstance(event, StepFinished) and event.state is StepState.FAILED:
         return "step_failed"
@@ -42,6 +46,10 @@ def topic(event: Event) -> str | None:
         return "run"
     if isinstance(event, RiskAccepted):
         return "risk"
+    if isinstance(event, OverrideApplied):
+        return "override"
+    if level(event) != "info":  # a UPS out of reach, a cache that did not flip, the journal
+        return "alert"
     return None
 
 

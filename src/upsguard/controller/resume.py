@@ -40,7 +40,9 @@ async def reap_and_resume(
     controller.ledger.restore(journal.records())
     phase = journal.last_phase()
     if phase is not None:
-        controller.engine.restore(phase)
+        back = journal.mains_back_since()
+        online_for = (clock.now() - back).total_seconds() if back is not None else None
+        controller.engine.restore(phase, online_for)
     held = journal.hold()
     if held is not None:
         controller.engine.hold(held.reason)

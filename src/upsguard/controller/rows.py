@@ -82,6 +82,7 @@ class RunRow(Row):
     detail: str
     point_of_no_return: str | None
     resumed: int
+    feeds: tuple[str, ...] | None = None
     steps: tuple[StepRow, ...] = field(default=())
 
     @property
@@ -98,6 +99,7 @@ class RunRow(Row):
             reason=self.reason,
             at=parse_iso(self.started),
             only=tuple(ResourceId(r) for r in self.only) if self.only is not None else None,
+            feeds=self.feeds,
         )
         return RunRecord(
             spec,
@@ -108,11 +110,11 @@ class RunRow(Row):
         )
 
     @staticmethod
-    def only_text(only: tuple[str, ...] | None) -> str | None:
+    def list_text(only: tuple[str, ...] | None) -> str | None:
         return None if only is None else json.dumps(list(only))
 
     @staticmethod
-    def only_of(text: str | None) -> tuple[str, ...] | None:
+    def list_of(text: str | None) -> tuple[str, ...] | None:
         return None if text is None else tuple(json.loads(text))
 
 

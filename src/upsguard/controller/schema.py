@@ -87,6 +87,10 @@ MIGRATIONS: tuple[str, ...] = (
         run TEXT
     );
     """,
+    # 1 -> 2: the feeds an outage run is for (JSON list; NULL: every feed)
+    """
+    ALTER TABLE runs ADD COLUMN feeds TEXT;
+    """,
 )
 
 VERSION = len(MIGRATIONS)

@@ -19,6 +19,7 @@ from upsguard.config.resources import Fallback
 from upsguard.config.types import format_duration
 from upsguard.engine.health import wait_healthy
 from upsguard.engine.retry import ask
+from upsguard.engine.slots import Slots
 from upsguard.errors import GracefulUnavailable, PermanentError, StepTimeout, UpsguardError
 from upsguard.models import (
     Direction,
@@ -55,8 +56,11 @@ class StepRunner:
         platforms: Mapping[PlatformName, Platform],
         clock: Clock,
         direction: Direction,
-        slots: Mapping[PlatformName, asyncio.Semaphore],
+        slots: Mapping[PlatformName, Slots],
+        network_probes: bool = True,
     ) -> None:
+        """``network_probes``: False in a dry run (health checks ask the platform only)."""
+        self._network_probes = network_probes
         self._platforms = platforms
         self._clock = clock
         self._direction = direction
@@ -70,9 +74,12 @@ class StepRunner:
             targets = list(step.targets) or await ask(
                 lambda: platform.resolve(settings.resource, direct=step.direct), settings.retries
             )
-            results = await asyncio.gather(
-                *(self._one(step, settings, platform, t) for t in targets)
-            )
+            if len(targets) == 1:  # most steps: no task of its own needed
+                results = [await self._one(step, settings, platform, targets[0])]
+            else:
+                results = await asyncio.gather(
+                    *(self._one(step, settings, platform, t) for t in targets)
+                )
         except UpsguardError as exc:
             return StepOutcome(step.id, StepState.FAILED, started, self._clock.now(), str(exc))
         return _combine(step, list(results), started, self._clock.now())
@@ -146,7 +153,9 @@ class StepRunner:
                     f"{target.name} not on after {format_duration(timeout)}",
                 )
         try:
-            await wait_healthy(settings.resource, target, platform, self._clock)
+            await wait_healthy(
+                settings.resource, target, platform, self._clock, self._network_probes
+            )
         except StepTimeout as exc:
             return TargetResult(target, StepState.FAILED, str(exc))
         done = "up" if state is not PowerState.ON else "already up"

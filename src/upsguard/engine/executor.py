@@ -23,6 +23,7 @@ from typing import Protocol
 from upsguard.clock import Clock
 from upsguard.engine.actions import StepRunner
 from upsguard.engine.ledger import RunLedger
+from upsguard.engine.slots import Slots
 from upsguard.events import EventSink, StepFinished, StepStarted, StepWaiting
 from upsguard.models import Direction, PlatformName, StepId, StepOutcome, StepState
 from upsguard.plugins.platforms.base import Platform
@@ -65,9 +66,11 @@ class Executor:
         cache_gate: CacheGate | None = None,
         already_done: Collection[StepId] = (),
         before_step: Callable[[Step], Awaitable[None]] | None = None,
+        dry_run: bool = False,
     ) -> None:
         """``already_done``: steps a resumed run finished before (done or skipped).
-        ``before_step``: awaited just before a step acts (after its cache gate)."""
+        ``before_step``: awaited just before a step acts (after its cache gate).
+        ``dry_run``: the simulator's run; health checks do not probe the network."""
         self.plan = plan
         self.spec = spec
         self._clock = clock
@@ -75,8 +78,10 @@ class Executor:
         self._ledger = ledger
         self._gate = cache_gate
         self._before_step = before_step
-        slots = {PlatformName(p): asyncio.Semaphore(max(1, n)) for p, n in plan.limits.items()}
-        self._runner = StepRunner(platforms, clock, plan.direction, slots)
+        slots = {PlatformName(p): Slots(n) for p, n in plan.limits.items()}
+        self._runner = StepRunner(
+            platforms, clock, plan.direction, slots, network_probes=not dry_run
+        )
         self.result = RunResult(spec)
         self._steps = plan.by_id()
         self._already = set(already_done) & self._steps.keys()

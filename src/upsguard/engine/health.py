@@ -52,14 +52,18 @@ async def wait_healthy(
     target: Target,
     platform: Platform,
     clock: Clock | None = None,
+    network_probes: bool = True,
 ) -> None:
     """Return once every health check of ``resource`` passes in the same round.
 
     Without a ``health:`` block only the platform's own check runs, with the
-    default timeout. Raises ``StepTimeout`` with one line naming the resource,
+    default timeout; so it does in a dry run (``network_probes`` False: the simulator must
+    not probe the real network). Raises ``StepTimeout`` with one line naming the resource,
     how long it waited and which check did not answer (and why, when known).
     """
     check = resource.health or HealthCheck()
+    if not network_probes:
+        check = HealthCheck(timeout=check.timeout, interval=check.interval)
     clock = clock or SystemClock()
     timeout = check.timeout.total_seconds()
     interval = max(check.interval.total_seconds(), 0.05)

@@ -56,6 +56,7 @@ class RunLedger:
         origin: RunOrigin,
         reason: str,
         only: Iterable[ResourceId] | None = None,
+        feeds: Iterable[str] | None = None,
     ) -> RunSpec:
         """A new run's spec; its id names its kind and time and never repeats one journaled
         by an earlier process (milliseconds, and a sequence within this one)."""
@@ -63,7 +64,8 @@ class RunLedger:
         now = self._clock.now()
         run = RunId(f"{kind}-{now:%Y%m%dT%H%M%S}.{now.microsecond // 1000:03d}Z-{self._sequence}")
         chosen = tuple(sorted(only)) if only is not None else None
-        return RunSpec(run, kind, origin, reason, now, chosen)
+        scope = tuple(sorted(feeds)) if feeds is not None else None
+        return RunSpec(run, kind, origin, reason, now, chosen, scope)
 
     def started(self, spec: RunSpec, steps: int) -> None:
         resumed = self._records.pop(spec.id, None) is not None  # a resumed run is the newest

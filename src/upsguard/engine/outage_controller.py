@@ -15,14 +15,23 @@ from dataclasses import dataclass
 
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
+from upsguard.config.types import format_duration
 from upsguard.engine.destage import DestageGate, DestageWatch
 from upsguard.engine.executor import Executor, RunResult
 from upsguard.engine.ledger import RunLedger
 from upsguard.errors import TemporaryError, UpsguardError
-from upsguard.events import EventSink, Notice, PhaseChanged, ReadingTaken
+from upsguard.events import (
+    EventSink,
+    Notice,
+    OnBattery,
+    PhaseChanged,
+    PowerRestored,
+    ReadingTaken,
+)
 from upsguard.models import (
     CacheMode,
     Direction,
+    LinkState,
     Phase,
     PlatformName,
     PowerState,
@@ -31,11 +40,12 @@ from upsguard.models import (
     StepId,
     StepState,
     UpsName,
+    UpsReading,
 )
 from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.policies.phases import Act, Decision, PhaseEngine, PowerView
-from upsguard.policies.power import read_feeds
+from upsguard.policies.power import feed_name, read_feeds, self_test
 from upsguard.policies.watch import UpsWatch
 from upsguard.runbooks.plan import Plan, Step
 from upsguard.runbooks.planner import Planner
@@ -76,8 +86,11 @@ class OutageController:
         events: EventSink,
         planner: Planner | None = None,
         ledger: RunLedger | None = None,
+        dry_run: bool = False,
     ) -> None:
-        """``planner``: one already made for this site and inventory, not made again."""
+        """``planner``: one already made for this site and inventory, not made again.
+        ``dry_run``: the simulator's controller (no health probe touches the network)."""
+        self._dry_run = dry_run
         self.site = site
         configs = {u.name: u for u in site.ups}
         self.watches = {
@@ -95,12 +108,17 @@ class OutageController:
         self.engine = PhaseEngine(site.policies, on_change=self._phase_changed)
         self.planner = planner or Planner(site)
         self.shutdown_plan = self.planner.plan(Direction.SHUTDOWN)
+        self.feeds = {feed_name(f, i): f for i, f in enumerate(site.effective_feeds())}
+        self._all_resources = frozenset(r.id for r in site.resources)
+        self._scoped: dict[tuple[str, ...], Plan] = {}
         self.executor: Executor | None = None
         self._task: asyncio.Task[RunResult] | None = None
         self.view: PowerView | None = None
         self._in_flight: list[Step] = []
         self._contact: dict[UpsName, str | None] = {}
         self._ups_told: set[RunId] = set()
+        self._at_risk: dict[str, bool] = {}
+        self._self_test: dict[UpsName, float] = {}
 
     # -- each poll ---------------------------------------------------------------------
 
@@ -112,8 +130,10 @@ class OutageController:
         readings = await asyncio.gather(*(w.poll() for w in self.watches.values()))
         for reading in readings:
             self._events(ReadingTaken(self._clock.now(), reading))
+            self._report_self_test(reading)
         self._report_contact()
         view = self._view()
+        self._report_feeds(view)
         self.view = view
         for decision in self.engine.evaluate(view, self.ledger.site(), self.plan_seconds()):
             try:
@@ -123,6 +143,18 @@ class OutageController:
                 message = f"{decision.act.value} failed: {type(exc).__name__}: {exc}"
                 self._events(Notice(self._clock.now(), message, level="error"))
         return view
+
+    def _report_self_test(self, reading: UpsReading) -> None:
+        """A battery test is on battery on purpose: one event says so when it ends."""
+        began = self._self_test.get(reading.ups)
+        testing = reading.link is LinkState.OK and self_test(reading)
+        if testing and began is None:
+            self._self_test[reading.ups] = self._clock.monotonic()
+        elif not testing and began is not None:
+            del self._self_test[reading.ups]
+            took = format_duration(self._clock.monotonic() - began)
+            text = f"UPS {reading.ups} self-test: on battery {took}, ignored"
+            self._events(Notice(self._clock.now(), text))
 
     def _report_contact(self) -> None:
         """A UPS that cannot be read is an alert (notified once), and so is its return."""
@@ -136,6 +168,20 @@ class OutageController:
             elif self._contact.get(name) is not None:
                 self._events(Notice(self._clock.now(), f"UPS {name} answers again"))
             self._contact[name] = error
+
+    def _report_feeds(self, view: PowerView) -> None:
+        """Each feed going on battery, and back on mains, is an event of its own."""
+        for feed in view.feeds:
+            was = self._at_risk.get(feed.name, False)
+            if feed.at_risk and not was:
+                members = ", ".join(
+                    f"{ups} {word}"
+                    for ups, word in zip(self.feeds[feed.name].ups, feed.members, strict=False)
+                )
+                self._events(OnBattery(self._clock.now(), feed.name, members))
+            elif was and not feed.at_risk:
+                self._events(PowerRestored(self._clock.now(), feed.name))
+            self._at_risk[feed.name] = feed.at_risk
 
     def alerts(self) -> list[str]:
         """What a person should know now: UPSes that cannot be read."""
@@ -162,10 +208,38 @@ class OutageController:
             min_charge_pct=min(charges) if charges else None,
         )
 
-    def plan_seconds(self) -> float:
-        """What the shutdown would take from now: the plan, plus the destage still ahead."""
-        eta = self.caches.eta_s() if self.caches.status else 0.0
-        return self.shutdown_plan.estimate_s + (eta or 0.0)
+    def plan_seconds(self) -> dict[str, float]:
+        """Per feed, what its shutdown would take from now: the plan of what it powers (and
+        what needs that), plus the destage still ahead in its data path."""
+        out = {}
+        for name in self.feeds:
+            plan = self.plan_for((name,))
+            eta = self.caches.eta_s(plan.caches) if self.caches.status else 0.0
+            out[name] = plan.estimate_s + (eta or 0.0)
+        return out
+
+    def plan_for(self, feeds: tuple[str, ...] | None) -> Plan:
+        """The shutdown plan of some feeds: what they power and what needs that; the site's
+        plan when they power everything. Worked out once per set of feeds."""
+        if feeds is None:
+            return self.shutdown_plan
+        key = tuple(sorted(feeds))
+        if key not in self._scoped:
+            scope = self.scope(key)
+            plan = (
+                self.shutdown_plan
+                if scope is None
+                else self.planner.plan(Direction.SHUTDOWN, scope)
+            )
+            self._scoped[key] = plan
+        return self._scoped[key]
+
+    def scope(self, feeds: tuple[str, ...] | None) -> set[ResourceId] | None:
+        """The resources the feeds power; None when that is every resource."""
+        if feeds is None:
+            return None
+        powered = {rid for name in feeds for rid in self.feeds[name].powers}
+        return None if powered >= self._all_resources else powered
 
     def floor_reached(self) -> bool:
         return self.engine.at_floor
@@ -175,20 +249,35 @@ class OutageController:
     async def _apply(self, decision: Decision) -> None:
         log.info("%s: %s", decision.act.value, decision.reason)
         if decision.act is Act.CACHES_WRITE_THROUGH:
-            if self.caches.names and not self.caches.flipped_at:
-                await self.caches.set_mode(CacheMode.WRITE_THROUGH)
+            at_risk = (
+                self.caches.names
+                if decision.feeds is None
+                else self.plan_for(decision.feeds).caches
+            )
+            flip = [c for c in at_risk if c not in self.caches.flipped_at]
+            if flip:
+                await self.caches.set_mode(CacheMode.WRITE_THROUGH, flip)
         elif decision.act is Act.CACHES_WRITE_BACK:
-            if self.caches.names:
-                await self.caches.set_mode(CacheMode.WRITE_BACK)
+            flipped = list(self.caches.flipped_at)
+            if flipped:
+                await self.caches.set_mode(CacheMode.WRITE_BACK, flipped)
         elif decision.act is Act.START_SHEDDING:
-            shed = {r.id for r in self.site.resources if r.shed}
+            scope = self.scope(decision.feeds)
+            shed = {
+                r.id for r in self.site.resources if r.shed and (scope is None or r.id in scope)
+            }
             if shed:
-                reason = decision.reason
-                spec = self.ledger.new_spec(RunKind.SHEDDING, RunOrigin.POLICY, reason, shed)
+                spec = self.ledger.new_spec(
+                    RunKind.SHEDDING, RunOrigin.POLICY, decision.reason, shed, decision.feeds
+                )
                 await self._start(self.planner.plan(Direction.SHUTDOWN, shed), spec)
         elif decision.act is Act.START_SHUTDOWN:
-            spec = self.ledger.new_spec(RunKind.SHUTDOWN, RunOrigin.POLICY, decision.reason)
-            await self._start(self.shutdown_plan, spec)
+            plan = self.plan_for(decision.feeds)
+            scope = self.scope(decision.feeds)
+            spec = self.ledger.new_spec(
+                RunKind.SHUTDOWN, RunOrigin.POLICY, decision.reason, scope, decision.feeds
+            )
+            await self._start(plan, spec)
         elif decision.act in (Act.CANCEL_SHUTDOWN, Act.CANCEL_STARTUP):
             await self._stop_run(RunOutcome.CANCELLED)
         elif decision.act is Act.START_STARTUP:
@@ -209,6 +298,7 @@ class OutageController:
             cache_gate=DestageGate(self.caches, self.floor_reached),
             already_done=already_done,
             before_step=self._before_step,
+            dry_run=self._dry_run,
         )
         self.executor = executor
         executor.begin()
@@ -259,15 +349,17 @@ class OutageController:
             asyncio.get_running_loop().create_task(self._end_of_outage(result.run))
 
     async def _end_of_outage(self, spec: RunSpec) -> None:
-        """Once per whole-site shutdown on battery (not after a maintenance stop)."""
+        """Once per outage shutdown on battery (not after a maintenance stop), to the UPSes
+        of the feeds it was for."""
         if spec.id in self._ups_told:
             return
-        if spec.kind is not RunKind.SHUTDOWN or spec.only is not None:
+        if spec.kind is not RunKind.SHUTDOWN or not spec.concerns_the_site:
             return
         if self.view is None or not self.view.on_battery:
             return
         self._ups_told.add(spec.id)
-        await self._ups_commands()
+        feeds = self.feeds.values() if spec.feeds is None else [self.feeds[f] for f in spec.feeds]
+        await self._ups_commands({u for feed in feeds for u in feed.ups})
 
     async def _stop_run(self, outcome: RunOutcome) -> RunResult | None:
         """Stop the run in progress, ending it with ``outcome``; its shutdowns in flight are
@@ -284,11 +376,11 @@ class OutageController:
         await asyncio.gather(task, return_exceptions=True)
         return executor.result
 
-    async def _ups_commands(self) -> None:
+    async def _ups_commands(self, upses: set[UpsName]) -> None:
         """Everything is down: tell each UPS what the site file says (e.g. shutdown.return)."""
         for ups in self.site.ups:
             command = ups.at_shutdown_end.command
-            if command is None or ups.name not in self.sources:
+            if command is None or ups.name not in self.sources or ups.name not in upses:
                 continue
             try:
                 await self.sources[ups.name].command(command)

@@ -23,7 +23,7 @@ from upsguard.plugins.ups.base import UpsSource
 
 Family = Literal["ups", "platform", "cache"]
 
-BUILTIN: dict[Family, dict[str, str]] = {
+BUILTIN: dict[str, dict[str, str]] = {
     "ups": {
         "nut": "upsguard.plugins.ups.nut:NutSource",
         "snmp": "upsguard.plugins.ups.snmp:SnmpSource",
@@ -64,6 +64,17 @@ def load(family: Family, name: str) -> Any:
             return entry.load()
     known = ", ".join(sorted(BUILTIN[family]))
     raise PluginNotFound(f"no {family} plugin named '{name}' (built in: {known})")
+
+
+def names(family: str) -> list[str]:
+    """Every plugin name of a family: built in, and installed through entry points."""
+    prefix = f"{family}."
+    installed = [
+        e.name.removeprefix(prefix)
+        for e in entry_points(group="upsguard.plugins")
+        if e.name.startswith(prefix)
+    ]
+    return sorted({*BUILTIN.get(family, {}), *installed})
 
 
 def _import(spec: str, family: Family, name: str) -> Any:

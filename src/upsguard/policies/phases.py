@@ -4,7 +4,18 @@
 
 It is pure: ``evaluate`` takes a ``PowerView`` and what the run ledger says of the
 site's runs (``SiteRuns``) and returns ``Decision``s; the outage controller carries them
-out. Debounce (on battery
+out.
+
+Feeds: the phase is the site's, but an outage is a feed's. The shutdown triggers are
+evaluated per feed at risk (its runtime against the plan of what it powers), a shutdown
+is for the feeds that triggered it, and a feed that triggers later, while the site is
+shutting down or down, extends it. Decisions carry their feeds; the controller turns them
+into the resources to stop (what the feeds power, and what needs those).
+
+The debounce counts on the feed's own clock (``FeedReading.at_risk_for_s``, which
+includes a lost link's grace), so it never adds to the grace nor restarts with the
+engine. Decisions are level-triggered: a phase that wants a shutdown no run carries gets
+one on the next tick. Debounce (on battery
 for ``after``), hysteresis (on line for ``online_for`` before power counts as
 back) and the hold all live here, so the simulator and the service decide
 alike.
@@ -13,10 +24,9 @@ alike.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
-from upsguard.config.conditions import Condition
 from upsguard.config.policies import PoliciesConfig
 from upsguard.config.types import format_duration
 from upsguard.models import Phase
@@ -38,6 +48,8 @@ class Act(enum.StrEnum):
 class Decision:
     act: Act
     reason: str
+    feeds: tuple[str, ...] | None = None
+    """The feeds the act is for; None for the whole site."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,35 +68,43 @@ class PowerView:
     def on_battery(self) -> bool:
         return bool(self.at_risk)
 
-    def flags(self) -> set[str]:
-        flags = set()
-        risky = self.at_risk
-        if risky:
-            flags.add("on_battery")
-        if any(f.low_battery for f in risky):
-            flags.add("low_battery")
-        if any(f.forced_shutdown for f in self.feeds):
-            flags.add("fsd")
-        if any(f.lost for f in self.feeds):
-            flags.add("ups_lost")
-        return flags
-
     def runtime_s(self) -> float | None:
         values = [f.runtime_s for f in self.at_risk if f.runtime_s is not None]
         return min(values) if values else None
 
-    def charge_pct(self) -> float | None:
-        values = [f.charge_pct for f in self.at_risk if f.charge_pct is not None]
-        return min(values) if values else None
 
-    def depletion(self) -> float | None:
-        values = [
-            f.depletion_pct_per_min for f in self.at_risk if f.depletion_pct_per_min is not None
-        ]
-        return max(values) if values else None
+Values = dict[str, float | None]
+
+
+def _feed_flags(feed: FeedReading) -> set[str]:
+    flags = {"on_battery"} if feed.at_risk else set()
+    if feed.low_battery:
+        flags.add("low_battery")
+    if feed.forced_shutdown:
+        flags.add("fsd")
+    if feed.lost:
+        flags.add("ups_lost")
+    return flags
+
+
+def _worst(feeds: list[FeedReading]) -> tuple[Values, set[str]]:
+    """Values and flags of several feeds at once: the worst of each."""
+    runtimes = [f.runtime_s for f in feeds if f.runtime_s is not None]
+    charges = [f.charge_pct for f in feeds if f.charge_pct is not None]
+    rates = [f.depletion_pct_per_min for f in feeds if f.depletion_pct_per_min is not None]
+    values: Values = {
+        "runtime": min(runtimes) if runtimes else None,
+        "charge": min(charges) if charges else None,
+        "depletion": max(rates) if rates else None,
+        "on_battery_for": max((f.at_risk_for_s for f in feeds), default=None),
+    }
+    flags: set[str] = set().union(*(_feed_flags(f) for f in feeds)) if feeds else set()
+    return values, flags
 
 
 PhaseListener = Callable[[Phase, Phase, str], None]
+PlanSeconds = Mapping[str, float]
+"""Per feed: how long its shutdown would take from now (its plan, and destage ahead)."""
 
 
 @dataclass
@@ -93,17 +113,12 @@ class PhaseEngine:
     on_change: PhaseListener | None = None
     phase: Phase = Phase.NORMAL
     held: str | None = None  # the reason of a manual hold
-    on_battery_since: float | None = None
     online_since: float | None = None
     at_floor: bool = False
-    last_values: dict[str, float | None] = field(default_factory=dict)
 
-    def evaluate(self, view: PowerView, runs: SiteRuns, plan_s: float) -> list[Decision]:
+    def evaluate(self, view: PowerView, runs: SiteRuns, plan_s: PlanSeconds) -> list[Decision]:
         self._track(view)
-        values = self._values(view)
-        flags = view.flags()
-        self.last_values = values
-        self.at_floor = view.on_battery and self._floor(values)
+        self.at_floor = any(self._floor(f) for f in view.at_risk)
         decisions: list[Decision] = []
         step = {
             Phase.NORMAL: self._normal,
@@ -115,7 +130,7 @@ class PhaseEngine:
         }
         for _ in range(3):  # a tick may pass through several phases (LB at once: shut down)
             before = self.phase
-            step[self.phase](view, runs, values, flags, plan_s, decisions)
+            step[self.phase](view, runs, plan_s, decisions)
             if self.phase is before:
                 break
         return decisions
@@ -127,9 +142,11 @@ class PhaseEngine:
         if phase is not self.phase:
             self._move(phase, reason)
 
-    def restore(self, phase: Phase) -> None:
-        """Take the phase a previous controller journaled, without announcing a change."""
+    def restore(self, phase: Phase, online_for_s: float | None = None) -> None:
+        """Take the phase a previous controller journaled, without announcing a change, and
+        how long mains have been back (the startup policy's timer survives a restart)."""
         self.phase = phase
+        self._restored_online_for = online_for_s
 
     def hold(self, reason: str) -> None:
         """Defer automatic runbooks down to the critical floor."""
@@ -140,30 +157,22 @@ class PhaseEngine:
 
     # -- bookkeeping -------------------------------------------------------------------
 
+    _restored_online_for: float | None = None
+
     def _track(self, view: PowerView) -> None:
         if view.on_battery:
             self.online_since = None
-            if self.on_battery_since is None:
-                self.on_battery_since = view.at_s
-        else:
-            self.on_battery_since = None
-            if self.online_since is None:
-                self.online_since = view.at_s
+            self._restored_online_for = None
+        elif self.online_since is None:
+            self.online_since = view.at_s - (self._restored_online_for or 0.0)
+            self._restored_online_for = None
 
-    def _values(self, view: PowerView) -> dict[str, float | None]:
-        since = self.on_battery_since
-        return {
-            "runtime": view.runtime_s(),
-            "charge": view.charge_pct(),
-            "depletion": view.depletion(),
-            "on_battery_for": view.at_s - since if since is not None else None,
-            "online_for": view.at_s - self.online_since if self.online_since is not None else None,
-            "min_charge": view.min_charge_pct,
-        }
+    def online_for(self, view: PowerView) -> float | None:
+        return None if self.online_since is None else view.at_s - self.online_since
 
-    def _floor(self, values: dict[str, float | None]) -> bool:
+    def _floor(self, feed: FeedReading) -> bool:
         floor = self.policies.critical_floor
-        charge, runtime = values["charge"], values["runtime"]
+        charge, runtime = feed.charge_pct, feed.runtime_s
         return (charge is not None and charge < floor.charge_below) or (
             runtime is not None and runtime < floor.runtime_below.total_seconds()
         )
@@ -173,126 +182,158 @@ class PhaseEngine:
         if self.on_change is not None:
             self.on_change(old, new, reason)
 
-    def _first(
-        self,
-        conditions: list[Condition],
-        values: dict[str, float | None],
-        flags: set[str],
-        plan_s: float,
-    ) -> Condition | None:
-        return next((c for c in conditions if c.holds(values, flags, plan_s)), None)
-
     def _allowed(self) -> bool:
         """A hold defers automatic runbooks, down to the critical floor."""
         return self.held is None or self.at_floor
 
-    def _online_enough(self, values: dict[str, float | None], span_s: float) -> bool:
-        online_for = values["online_for"]
+    def _online_enough(self, view: PowerView, span_s: float) -> bool:
+        online_for = self.online_for(view)
         return online_for is not None and online_for >= span_s
 
-    def _power_back(self, view: PowerView, values: dict[str, float | None]) -> bool:
+    def _power_back(self, view: PowerView) -> bool:
         """Mains back long enough (``power_returns.online_for``) to count as returned."""
         span_s = self.policies.power_returns.online_for.total_seconds()
-        return not view.on_battery and self._online_enough(values, span_s)
+        return not view.on_battery and self._online_enough(view, span_s)
+
+    def _named(self, view: PowerView, text: str, feeds: list[FeedReading]) -> str:
+        """A reason names its feeds when the site has more than one."""
+        if len(view.feeds) < 2:
+            return text
+        return f"{text} ({', '.join(f.name for f in feeds)})"
+
+    def _shutdown_triggers(
+        self, feeds: list[FeedReading], plan_s: PlanSeconds
+    ) -> list[tuple[FeedReading, str]]:
+        """The feeds whose own triggers hold now (or that are at the critical floor)."""
+        found = []
+        for feed in feeds:
+            values, flags = _worst([feed])
+            plan = plan_s.get(feed.name, 0.0)
+            hit = next(
+                (c for c in self.policies.shutdown.when_any if c.holds(values, flags, plan)),
+                None,
+            )
+            if hit is not None:
+                found.append((feed, hit.text))
+            elif self._floor(feed):
+                found.append((feed, "critical floor"))
+        return found
+
+    def _start_shutdown(
+        self,
+        view: PowerView,
+        triggered: list[tuple[FeedReading, str]],
+        covered: tuple[str, ...] | None,
+        out: list[Decision],
+    ) -> None:
+        """Shut down the feeds that triggered (with those a shutdown covers already)."""
+        feeds = [f for f, _ in triggered]
+        reason = self._named(view, triggered[0][1], feeds)
+        if self.held is not None and self.at_floor:
+            reason = f"critical floor reached during a hold ({self.held}): {reason}"
+        names = sorted({*(covered or ()), *(f.name for f in feeds)})
+        scope = None if len(names) == len(view.feeds) else tuple(names)
+        if self.phase is not Phase.SHUTTING_DOWN:
+            self._move(Phase.SHUTTING_DOWN, reason)
+        out.append(Decision(Act.CACHES_WRITE_THROUGH, "shutting down", scope))
+        out.append(Decision(Act.START_SHUTDOWN, reason, scope))
+
+    def _uncovered_triggers(
+        self, view: PowerView, runs: SiteRuns, plan_s: PlanSeconds
+    ) -> list[tuple[FeedReading, str]]:
+        """Feeds at risk that no shutdown covers and whose triggers hold."""
+        covered = runs.shutdown_feeds
+        if covered is None:
+            return []
+        left = [f for f in view.at_risk if f.name not in covered]
+        return self._shutdown_triggers(left, plan_s)
 
     # -- phases ---------------------------------------------------------------------------
 
     def _normal(
-        self,
-        view: PowerView,
-        runs: SiteRuns,
-        values: dict[str, float | None],
-        flags: set[str],
-        plan_s: float,
-        out: list[Decision],
+        self, view: PowerView, runs: SiteRuns, plan_s: PlanSeconds, out: list[Decision]
     ) -> None:
-        if not view.on_battery:
+        risky = view.at_risk
+        if not risky:
             return
+        values, flags = _worst(risky)
         urgent = flags & {"low_battery", "fsd"}
         on_for = values["on_battery_for"] or 0.0
         if not urgent and on_for < self.policies.on_battery.after.total_seconds():
             return
-        names = ", ".join(f.name for f in view.at_risk)
+        names = ", ".join(f.name for f in risky)
         self._move(Phase.ON_BATTERY, f"on battery for {format_duration(on_for)} ({names})")
         if "caches_write_through" in self.policies.on_battery.then:
-            out.append(Decision(Act.CACHES_WRITE_THROUGH, "on battery"))
+            feeds = tuple(f.name for f in risky)
+            scope = None if len(feeds) == len(view.feeds) else feeds
+            out.append(Decision(Act.CACHES_WRITE_THROUGH, "on battery", scope))
 
     def _on_battery(
-        self,
-        view: PowerView,
-        runs: SiteRuns,
-        values: dict[str, float | None],
-        flags: set[str],
-        plan_s: float,
-        out: list[Decision],
+        self, view: PowerView, runs: SiteRuns, plan_s: PlanSeconds, out: list[Decision]
     ) -> None:
         if not view.on_battery:
-            if self._power_back(view, values):
+            if self._power_back(view):
                 self._move(Phase.RECOVERING, "power back")
             return
-        trigger = self._first(self.policies.shutdown.when_any, values, flags, plan_s)
-        reason = f"{trigger.text}" if trigger else ("critical floor" if self.at_floor else None)
-        if reason is not None and self.held is not None and self.at_floor:
-            reason = f"critical floor reached during a hold ({self.held}): {reason}"
-        if reason is not None and self._allowed():
-            self._move(Phase.SHUTTING_DOWN, reason)
-            out.append(Decision(Act.CACHES_WRITE_THROUGH, "shutting down"))
-            out.append(Decision(Act.START_SHUTDOWN, reason))
+        triggered = self._shutdown_triggers(view.at_risk, plan_s)
+        if triggered and self._allowed():
+            self._start_shutdown(view, triggered, (), out)
             return
         shedding = self.policies.shedding
         if self.phase is Phase.ON_BATTERY and shedding is not None and self._allowed():
-            shed = self._first(shedding.when_any, values, flags, plan_s)
+            values, flags = _worst(view.at_risk)
+            site_plan = max(plan_s.values(), default=0.0)
+            shed = next((c for c in shedding.when_any if c.holds(values, flags, site_plan)), None)
             if shed is not None:
                 self._move(Phase.SHEDDING, shed.text)
-                out.append(Decision(Act.START_SHEDDING, shed.text))
+                feeds = tuple(f.name for f in view.at_risk)
+                scope = None if len(feeds) == len(view.feeds) else feeds
+                out.append(Decision(Act.START_SHEDDING, shed.text, scope))
 
     def _shutting_down(
-        self,
-        view: PowerView,
-        runs: SiteRuns,
-        values: dict[str, float | None],
-        flags: set[str],
-        plan_s: float,
-        out: list[Decision],
+        self, view: PowerView, runs: SiteRuns, plan_s: PlanSeconds, out: list[Decision]
     ) -> None:
-        back = self._power_back(view, values)
+        back = self._power_back(view)
         cancel = self.policies.power_returns.before_point_of_no_return == "cancel"
         automatic = runs.shutdown_running and not runs.shutdown_manual
         if back and cancel and automatic and not runs.point_of_no_return:
             self._move(Phase.RECOVERING, "power back before the point of no return")
             out.append(Decision(Act.CANCEL_SHUTDOWN, "power back before the point of no return"))
             return
-        if runs.shutdown_running or any(d.act is Act.START_SHUTDOWN for d in out):
+        if any(d.act is Act.START_SHUTDOWN for d in out):
             return
-        if runs.shutdown_finished:
+        if not runs.shutdown_running and not runs.shutdown_finished:
+            if back and not runs.shutdown_manual:
+                self._move(Phase.RECOVERING, "power back, and no shutdown run was under way")
+            elif self._allowed():  # level-triggered: the phase wants a shutdown, none runs
+                feeds = tuple(f.name for f in view.at_risk)
+                scope = None if not feeds or len(feeds) == len(view.feeds) else feeds
+                out.append(Decision(Act.CACHES_WRITE_THROUGH, "shutting down", scope))
+                out.append(Decision(Act.START_SHUTDOWN, "the site is shutting down", scope))
+            return
+        extend = self._uncovered_triggers(view, runs, plan_s)
+        if extend and self._allowed():
+            self._start_shutdown(view, extend, runs.shutdown_feeds, out)
+        elif runs.shutdown_finished:
             self._move(Phase.DOWN, "shutdown runbook finished")
-        elif self._allowed():  # level-triggered: the phase wants a shutdown and none runs
-            out.append(Decision(Act.START_SHUTDOWN, "the site is shutting down and no run is"))
 
     def _down(
-        self,
-        view: PowerView,
-        runs: SiteRuns,
-        values: dict[str, float | None],
-        flags: set[str],
-        plan_s: float,
-        out: list[Decision],
+        self, view: PowerView, runs: SiteRuns, plan_s: PlanSeconds, out: list[Decision]
     ) -> None:
         if runs.shutdown_manual:
             return  # a person shut the site down: a person starts it
-        if self._power_back(view, values):
+        if self._power_back(view):
             self._move(Phase.RECOVERING, "power back")
+            return
+        extend = self._uncovered_triggers(view, runs, plan_s)
+        if extend and self._allowed():
+            self._start_shutdown(view, extend, runs.shutdown_feeds, out)
 
     def _recovering(
-        self,
-        view: PowerView,
-        runs: SiteRuns,
-        values: dict[str, float | None],
-        flags: set[str],
-        plan_s: float,
-        out: list[Decision],
+        self, view: PowerView, runs: SiteRuns, plan_s: PlanSeconds, out: list[Decision]
     ) -> None:
         if view.on_battery:
+            values, flags = _worst(view.at_risk)
             on_for = values["on_battery_for"] or 0.0
             if (
                 flags & {"low_battery", "fsd"}
@@ -301,11 +342,13 @@ class PhaseEngine:
                 if runs.startup_running:
                     out.append(Decision(Act.CANCEL_STARTUP, "on battery again"))
                 self._move(Phase.ON_BATTERY, f"on battery again for {format_duration(on_for)}")
-                out.append(Decision(Act.CACHES_WRITE_THROUGH, "on battery again"))
+                feeds = tuple(f.name for f in view.at_risk)
+                scope = None if len(feeds) == len(view.feeds) else feeds
+                out.append(Decision(Act.CACHES_WRITE_THROUGH, "on battery again", scope))
             return
         startup = self.policies.startup
-        charge = values["min_charge"]
-        ready = self._online_enough(values, startup.online_for.total_seconds()) and (
+        charge = view.min_charge_pct
+        ready = self._online_enough(view, startup.online_for.total_seconds()) and (
             charge is None or charge >= startup.charge_above
         )
         wants_startup = runs.something_stopped and not runs.startup_finished

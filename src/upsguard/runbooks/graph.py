@@ -5,6 +5,12 @@ from ``depends_on``, from VM placement (a VM before its host), and from the
 rules that put some resources last: a platform's manager (vCenter) after the
 VMs it manages, the machine upsguard runs on after everything, switches
 after everything else.
+
+Only the first two are needs (``a`` cannot run without ``b``); the rules that put some
+resources last order a plan without making anything need them. So when ``b`` must stop
+(its feed is failing, or a person stops it alone) what must stop with it follows the
+needs (``needed_by``), not the ordering rules: losing the feed of the machine upsguard
+runs on does not stop the site.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ class Node:
 class ResourceGraph:
     nodes: dict[NodeId, Node] = field(default_factory=dict)
     after: dict[NodeId, set[NodeId]] = field(default_factory=dict)  # a -> {b: stop b after a}
+    needs: dict[NodeId, set[NodeId]] = field(default_factory=dict)  # a -> {b: a needs b up}
     _before: dict[NodeId, set[NodeId]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -43,12 +50,33 @@ class ResourceGraph:
     def add(self, node: Node) -> None:
         self.nodes[node.id] = node
         self.after.setdefault(node.id, set())
+        self.needs.setdefault(node.id, set())
         self._before = None
 
-    def edge(self, first: NodeId, then: NodeId) -> None:
+    def edge(self, first: NodeId, then: NodeId, need: bool = True) -> None:
+        """Stop ``first`` before ``then``; ``need``: because ``first`` needs ``then`` running
+        (not only to order the plan)."""
         if first != then:
             self.after[first].add(then)
+            if need:
+                self.needs[first].add(then)
             self._before = None
+
+    def needed_by(self, nodes: Iterable[NodeId]) -> set[NodeId]:
+        """``nodes`` and every node that needs one of them running, transitively: what
+        must stop when they stop."""
+        users: dict[NodeId, list[NodeId]] = {n: [] for n in self.nodes}
+        for user, needed in self.needs.items():
+            for n in needed:
+                users[n].append(user)
+        found = set(nodes)
+        stack = list(found)
+        while stack:
+            for user in users[stack.pop()]:
+                if user not in found:
+                    found.add(user)
+                    stack.append(user)
+        return found
 
     def before(self) -> dict[NodeId, set[NodeId]]:
         """The reverse map: for each node, the nodes that must stop before it. Kept until the
@@ -81,7 +109,7 @@ class ResourceGraph:
         candidates = {n for n in among if n not in later and n != node}
         for cand in candidates:
             if candidates.isdisjoint(self.after[cand]):
-                self.edge(cand, node)
+                self.edge(cand, node, need=False)
 
 
 def build_graph(

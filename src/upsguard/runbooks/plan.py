@@ -8,6 +8,7 @@ file when the plan is made), so the executor never reads the site file.
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, field
 
 from upsguard.config.resources import Fallback, ResourceConfig
@@ -76,7 +77,7 @@ class Step:
         return self.kind in (ResourceKind.HOST, ResourceKind.STORAGE)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Plan:
     direction: Direction
     steps: tuple[Step, ...]  # in a valid order: every step after the ones it waits for
@@ -89,6 +90,11 @@ class Plan:
     ``policies.step_failure: stop``)."""
     left_to_ups: tuple[ResourceId, ...] = ()  # after upsguard's own machine: they lose power
     notes: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def caches(self) -> tuple[CacheName, ...]:
+        """The caches in the data path of the plan's hardware."""
+        return tuple(sorted({c for step in self.steps for c in step.caches}))
 
     def step(self, sid: StepId) -> Step:
         return self.by_id()[sid]

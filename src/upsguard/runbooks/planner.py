@@ -54,13 +54,20 @@ class Planner:
         self._graph = build_graph(site, inventory)
         self._managers = _manager_descendants(site, self._graph)
         self._gated = _cache_gates(site, self._graph)
+        self._plans: dict[tuple[Direction, frozenset[ResourceId] | None], Plan] = {}
 
     def plan(self, direction: Direction | str, only: set[ResourceId] | None = None) -> Plan:
-        """The ordered plan; ``only`` limits it to some resources and what must stop before
-        them."""
-        direction = Direction(direction)
+        """The ordered plan; ``only`` limits it to some resources and what needs them.
+        Plans are immutable: each is made once and handed out again."""
+        key = (Direction(direction), frozenset(only) if only is not None else None)
+        if key not in self._plans:
+            self._plans[key] = self._make(*key)
+        return self._plans[key]
+
+    def _make(self, direction: Direction, only: frozenset[ResourceId] | None) -> Plan:
         site, graph = self.site, self._graph
-        keep, left_to_ups = _select_nodes(site, graph, direction, site.resource_index(), only)
+        chosen = set(only) if only is not None else None
+        keep, left_to_ups = _select_nodes(site, graph, direction, site.resource_index(), chosen)
         order_edges = contract(graph, keep)
         if direction is Direction.STARTUP:
             order_edges = _reversed(order_edges)
@@ -115,16 +122,8 @@ def _select_nodes(
 
 
 def _with_predecessors(graph: ResourceGraph, only: set[ResourceId]) -> set[NodeId]:
-    """The nodes of ``only`` and every node that must stop before them."""
-    before = graph.before()
-    chosen = {n.id for n in graph.nodes.values() if n.resource in only}
-    stack = list(chosen)
-    while stack:
-        for prev in before[stack.pop()]:
-            if prev not in chosen:
-                chosen.add(prev)
-                stack.append(prev)
-    return chosen
+    """The nodes of ``only`` and every node that needs one of them (it must stop first)."""
+    return graph.needed_by(n.id for n in graph.nodes.values() if n.resource in only)
 
 
 def _reversed(edges: dict[NodeId, set[NodeId]]) -> dict[NodeId, set[NodeId]]:

@@ -16,7 +16,6 @@ from typing import NamedTuple
 from upsguard.clock import LoopClock, run_virtual
 from upsguard.config.caches import SimulatedCacheSettings
 from upsguard.config.platforms import SimulatedPlatformSettings
-from upsguard.config.resources import HealthCheck
 from upsguard.config.scenario import Scenario
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
@@ -30,6 +29,7 @@ from upsguard.plugins.platforms.simulated import Behaviour, Fleet, SimulatedPlat
 from upsguard.plugins.registry import used_platform_names
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.plugins.ups.simulated import SimulatedUps
+from upsguard.runbooks.planner import Planner
 from upsguard.runs import RunKind, RunOutcome
 from upsguard.simulation.world import PowerWorld
 
@@ -66,18 +66,11 @@ class SimulationReport:
         return 0 if self.ok else 1
 
 
-def simulate(site: SiteConfig, scenario: Scenario) -> SimulationReport:
-    return run_virtual(Simulation(site, scenario).run())
-
-
-def dry_run_site(site: SiteConfig) -> SiteConfig:
-    """The site as the simulator runs it: health checks that would probe the network
-    (tcp, http, command) are left to the simulated platform's own check."""
-    resources = [
-        r.model_copy(update={"health": HealthCheck(timeout=r.health.timeout)}) if r.health else r
-        for r in site.resources
-    ]
-    return site.model_copy(update={"resources": resources})
+def simulate(
+    site: SiteConfig, scenario: Scenario, planner: Planner | None = None
+) -> SimulationReport:
+    """``planner``: the site's, when the caller has made it already (plans are made once)."""
+    return run_virtual(Simulation(site, scenario, planner).run())
 
 
 EventObserver = Callable[[Event], None]
@@ -92,13 +85,15 @@ class Simulation:
         self,
         site: SiteConfig,
         scenario: Scenario,
+        planner: Planner | None = None,
         *,
         observers: Sequence[EventObserver] = (),
         on_moment: MomentObserver | None = None,
     ) -> None:
         self._observers = tuple(observers)
         self._on_moment = on_moment
-        self.site = dry_run_site(site)
+        self.site = site
+        self._planner = planner
         self.scenario = scenario
         self.report = SimulationReport(
             scenario=scenario.name,
@@ -118,6 +113,8 @@ class Simulation:
             caches=DestageWatch(self.site, self._caches(), self.clock, self._record),
             clock=self.clock,
             events=self._record,
+            planner=self._planner,
+            dry_run=True,
         )
         self.report.plan_estimate_s = outage.shutdown_plan.estimate_s
         self.report.plan_critical_path_s = outage.shutdown_plan.critical_path_s

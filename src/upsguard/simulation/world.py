@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from upsguard.clock import LoopClock
 from upsguard.config.resources import ResourceConfig
-from upsguard.config.scenario import Scenario
+from upsguard.config.scenario import Scenario, runtime_at_missing
 from upsguard.config.site import FeedConfig, SiteConfig
 from upsguard.errors import ConfigError
 from upsguard.models import PowerState, ResourceId, UpsFlag, UpsName, UpsReading
@@ -42,11 +42,8 @@ class PowerWorld:
     def _battery(site: SiteConfig, scenario: Scenario, name: UpsName) -> Battery:
         index = [u.name for u in site.ups].index(name)
         ups = site.ups[index]
-        if ups.runtime_at is None:
-            raise ConfigError(
-                f"ups[{index}].runtime_at: the simulator needs the battery's runtime at a load "
-                f"(for example runtime_at: {{minutes: 30, load_watts: 400}}) for UPS {name}"
-            )
+        if ups.runtime_at is None:  # load_scenario reports it first, with file:line
+            raise ConfigError(runtime_at_missing(site, index))
         behaviour = scenario.ups.get(name)
         health = behaviour.battery_health if behaviour else 1.0
         charge = behaviour.start_charge if behaviour else 100.0
