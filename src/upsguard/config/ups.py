@@ -7,7 +7,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
 
 from upsguard.config.base import Credentials, Model
 from upsguard.config.types import Duration, shorten
@@ -19,7 +21,7 @@ MAX_UPS_WATTS = 10_000_000
 SOURCES = ("nut", "snmp", "simulated")
 _WRITE = {
     "nut": "nut: {ups: NAME, host: ADDRESS}",
-    "snmp": "snmp: {host: ADDRESS}",
+    "snmp": "snmp: {host: ADDRESS, community_file: FILE}",
     "simulated": "simulated: {}",
 }
 
@@ -59,6 +61,7 @@ class SnmpSettings(Model):
     port: int = Field(161, ge=1, le=65535)
     mib: Literal["ups-mib", "powernet"] = "ups-mib"
     version: Literal["1", "2c", "3"] = "2c"
+    community: SkipJsonSchema[None] = Field(None, exclude=True)  # refused: a secret inline
     community_file: Path | None = None
     community_env: str | None = None
     allow_public_community: bool = Field(
@@ -87,16 +90,17 @@ class SnmpSettings(Model):
     )
     trap_address: str = Field("0.0.0.0", description="the local address of the trap port")
 
-    @model_validator(mode="before")
+    @field_validator("community", mode="before")
     @classmethod
-    def _no_inline_community(cls, data: object) -> object:
-        if isinstance(data, dict) and "community" in data:
-            raise ValueError(
-                "inline 'community' is not accepted: put it in a file (community_file) or an "
-                "environment variable (community_env), or write allow_public_community: true "
-                "for 'public'"
-            )
-        return data
+    def _no_inline_community(cls, value: object) -> object:
+        """Its own error type: the loader hides a secret field's value errors, and this one
+        holds no value to hide."""
+        raise PydanticCustomError(
+            "inline_secret",
+            "inline 'community' is not accepted: put it in a file (community_file) or an "
+            "environment variable (community_env), or write allow_public_community: true "
+            "for 'public'",
+        )
 
     @model_validator(mode="after")
     def _security_said_explicitly(self) -> SnmpSettings:
