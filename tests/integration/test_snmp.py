@@ -1,4 +1,5 @@
-"""SnmpSource against snmpsim serving UPS-MIB (RFC 1628) and APC PowerNet data, v2c and v3."""
+"""SnmpSource against snmpsim serving UPS-MIB (RFC 1628) and APC PowerNet data, v2c and v3:
+readings, and the commands at the end of a shutdown as SETs read back at the agent."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 
 from tests.peers.snmpsim import SnmpSim
 from upsguard.clock import SystemClock
-from upsguard.config.ups import UpsConfig
-from upsguard.errors import AuthenticationError, UpsUnreachable
+from upsguard.config.ups import UpsCommandPolicy, UpsConfig
+from upsguard.errors import AuthenticationError, PermanentError, UpsUnreachable
 from upsguard.models import LinkState, UpsFlag, UpsReading
 from upsguard.plugins.ups.snmp import APC, UPS_MIB, SnmpSource
 from upsguard.policies.power import UpsFigures, on_mains
@@ -157,3 +158,101 @@ def test_agent_gone_reads_lost_with_last_values(snmpsim: SnmpSim) -> None:
 
     lost = asyncio.run(scenario())
     assert lost.link is LinkState.LOST and not lost.on_line and lost.charge_pct == 100.0
+
+
+# -- commands over SNMP SET ------------------------------------------------------------------
+
+SHUTDOWN_AFTER = f"{UPS_MIB}.8.2.0"  # upsShutdownAfterDelay, seconds
+STARTUP_AFTER = f"{UPS_MIB}.8.3.0"  # upsStartupAfterDelay, seconds
+AUTO_RESTART = f"{UPS_MIB}.8.5.0"  # upsAutoRestart on(1) off(2)
+SHUTOFF_DELAY = f"{APC}.5.2.10.0"  # upsAdvConfigShutoffDelay, TimeTicks
+UPS_OFF = f"{APC}.6.2.1.0"  # upsAdvControlUpsOff
+REBOOT = f"{APC}.6.2.2.0"  # upsAdvControlRebootShutdownUps
+
+
+def _command(config: UpsConfig, name: str) -> None:
+    async def scenario() -> None:
+        source = SnmpSource(config, SystemClock())
+        try:
+            await source.command(name)
+        finally:
+            await source.close()
+
+    asyncio.run(scenario())
+
+
+def _with_delay(config: UpsConfig, command: str, delay: str) -> UpsConfig:
+    policy = UpsCommandPolicy.model_validate({"command": command, "delay": delay})
+    return config.model_copy(update={"at_shutdown_end": policy})
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        # off after the delay, and started again 30 s later (only once mains is back: RFC 1628)
+        ("shutdown.return", {SHUTDOWN_AFTER: 150, STARTUP_AFTER: 180, AUTO_RESTART: 1}),
+        # off after the delay, and no restart when mains comes back
+        ("shutdown.stayoff", {SHUTDOWN_AFTER: 150, STARTUP_AFTER: -1, AUTO_RESTART: 2}),
+        ("load.off.delay", {SHUTDOWN_AFTER: 150, STARTUP_AFTER: -1, AUTO_RESTART: 1}),
+        ("load.off", {SHUTDOWN_AFTER: 0, STARTUP_AFTER: -1, AUTO_RESTART: 1}),
+    ],
+)
+def test_ups_mib_commands_are_sets_read_back_at_the_agent(
+    snmpsim: SnmpSim, command: str, expected: dict[str, int]
+) -> None:
+    _command(_with_delay(snmpsim.ups_config("ups-mib"), command, "150s"), command)
+    assert snmpsim.get("ups-mib", *expected) == expected
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        # rebootShutdownUpsGracefully(3): off after the shutoff delay, on when mains is good
+        ("shutdown.return", {SHUTOFF_DELAY: 15000, UPS_OFF: 1, REBOOT: 3}),
+        # turnUpsOffGracefully(3): off after the shutoff delay whatever the input line does
+        ("shutdown.stayoff", {SHUTOFF_DELAY: 15000, UPS_OFF: 3, REBOOT: 1}),
+        ("load.off.delay", {SHUTOFF_DELAY: 15000, UPS_OFF: 3, REBOOT: 1}),
+        ("load.off", {SHUTOFF_DELAY: 2000, UPS_OFF: 2, REBOOT: 1}),  # turnUpsOff(2), now
+    ],
+)
+def test_powernet_commands_are_sets_read_back_at_the_agent(
+    snmpsim: SnmpSim, command: str, expected: dict[str, int]
+) -> None:
+    _command(_with_delay(snmpsim.ups_config("powernet"), command, "150s"), command)
+    assert snmpsim.get("powernet", *expected) == expected
+
+
+def test_commands_go_over_v3_too(snmpsim: SnmpSim) -> None:
+    config = _with_delay(snmpsim.v3_config("ups-mib"), "shutdown.return", "2m")
+    _command(config, "shutdown.return")
+    assert snmpsim.get("ups-mib", SHUTDOWN_AFTER) == {SHUTDOWN_AFTER: 120}
+
+
+def test_a_command_the_mib_cannot_do_is_refused_naming_both(snmpsim: SnmpSim) -> None:
+    with pytest.raises(PermanentError) as info:
+        _command(snmpsim.ups_config("powernet"), "beeper.disable")
+    message = str(info.value)
+    assert "beeper.disable" in message and "powernet" in message and "\n" not in message
+    assert snmpsim.get("powernet", UPS_OFF) == {UPS_OFF: 1}
+
+
+def test_an_agent_that_refuses_the_set_is_a_permanent_error_and_nothing_follows(
+    snmpsim: SnmpSim,
+) -> None:
+    # a card whose upsAutoRestart is not writable: stayoff must not go on to cut the power
+    snmpsim.set("ups-mib", {AUTO_RESTART: ("2:writecache", "value=1,status=notwritable,op=set")})
+    with pytest.raises(PermanentError) as info:
+        _command(
+            _with_delay(snmpsim.ups_config("ups-mib"), "shutdown.stayoff", "2m"), "shutdown.stayoff"
+        )
+    message = str(info.value)
+    assert "shutdown.stayoff" in message and "upsAutoRestart" in message
+    assert "notWritable" in message and "\n" not in message
+    assert snmpsim.get("ups-mib", SHUTDOWN_AFTER) == {SHUTDOWN_AFTER: -1}
+
+
+def test_command_to_an_agent_gone_is_unreachable(snmpsim: SnmpSim) -> None:
+    config = snmpsim.ups_config("ups-mib", timeout="0.3s", retries=0)
+    snmpsim.stop()
+    with pytest.raises(UpsUnreachable):
+        _command(config, "load.off")

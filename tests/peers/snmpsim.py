@@ -2,11 +2,15 @@
 
 Each ``*.snmprec`` is one agent: its stem is the v1/v2c community and the SNMPv3 context.
 Values change when a file is replaced with a newer mtime (snmpsim compares whole seconds on
-every request), which ``SnmpSim.set`` does. One SNMPv3 user with SHA auth and AES privacy.
+every request), which ``SnmpSim.set`` does, or by an SNMP SET on the records marked
+``:writecache`` (the control objects), which ``SnmpSim.get`` reads back. One SNMPv3 user with
+SHA auth and AES privacy, and a fixed engine id (``ENGINE_ID``), so that a test can send traps
+as the UPS's own engine would.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -25,6 +29,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "snmp"
 V3_USER = "upsguard"
 V3_AUTH_KEY = "auth-key-4-tests"
 V3_PRIV_KEY = "priv-key-4-tests"
+ENGINE_ID = "80001f8880757073677561726431"  # RFC 3411 text format: enterprise 8072, "upsguard1"
 
 
 def _responder() -> str:
@@ -64,11 +69,18 @@ class SnmpSim:
         os.utime(tmp, (stamp, stamp))
         tmp.replace(path)
 
+    def community_file(self, community: str) -> Path:
+        path = self.root / f"{community}.community"
+        path.write_text(community + "\n")
+        return path
+
     def ups_config(self, agent: str, **snmp: Any) -> UpsConfig:
+        """The agent read with v2c, its community (the data file's stem) from a file."""
+        community = snmp.pop("community", agent)
         settings: dict[str, Any] = {
             "host": "127.0.0.1",
             "port": self.port,
-            "community": agent,
+            "community_file": self.community_file(community),
             "mib": "powernet" if agent == "powernet" else "ups-mib",
             "timeout": "1s",
             "retries": 1,
@@ -81,7 +93,7 @@ class SnmpSim:
             (self.root / f"{name}.key").write_text(key + "\n")
         settings: dict[str, Any] = {
             "version": "3",
-            "community": None,
+            "community_file": None,
             "user": V3_USER,
             "auth_protocol": "sha",
             "auth_key_file": self.root / "auth.key",
@@ -91,6 +103,36 @@ class SnmpSim:
         }
         settings.update(snmp)
         return self.ups_config(agent, **settings)
+
+    def get(self, agent: str, *oids: str) -> dict[str, int]:
+        """INTEGER or TimeTicks values of ``agent`` as the agent answers them now (v2c)."""
+        from pysnmp.hlapi.v3arch.asyncio import (
+            CommunityData,
+            ContextData,
+            ObjectIdentity,
+            ObjectType,
+            SnmpEngine,
+            UdpTransportTarget,
+            get_cmd,
+        )
+
+        async def read() -> dict[str, int]:
+            engine = SnmpEngine()
+            try:
+                target = await UdpTransportTarget.create(("127.0.0.1", self.port), 2, 1)
+                error, status, _, binds = await get_cmd(
+                    engine,
+                    CommunityData(agent),
+                    target,
+                    ContextData(),
+                    *(ObjectType(ObjectIdentity(oid)) for oid in oids),
+                )
+                assert not error and not status, f"GET {oids}: {error or status}"
+                return {oid: int(value) for oid, (_, value) in zip(oids, binds, strict=True)}
+            finally:
+                engine.close_dispatcher()
+
+        return asyncio.run(read())
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -102,7 +144,8 @@ class SnmpSim:
                 self.proc.wait(5)
 
 
-def _udp_bound(port: int) -> bool:
+def udp_bound(port: int) -> bool:
+    """Whether something on this machine listens on UDP ``port`` (read from the kernel)."""
     for line in Path("/proc/net/udp").read_text().splitlines()[1:]:
         local = line.split()[1]
         if int(local.split(":")[1], 16) == port:
@@ -121,6 +164,7 @@ def start_snmpsim(root: Path) -> SnmpSim:
     proc = subprocess.Popen(
         [
             responder,
+            f"--v3-engine-id={ENGINE_ID}",
             f"--data-dir={data}",
             f"--cache-dir={root / 'cache'}",
             f"--agent-udpv4-endpoint=127.0.0.1:{port}",
@@ -138,7 +182,7 @@ def start_snmpsim(root: Path) -> SnmpSim:
     )
     sim = SnmpSim(root=root, port=port, proc=proc)
     deadline = time.monotonic() + 20
-    while not _udp_bound(port):
+    while not udp_bound(port):
         if proc.poll() is not None or time.monotonic() > deadline:
             sim.stop()
             raise AssertionError(

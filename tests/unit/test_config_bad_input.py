@@ -301,7 +301,8 @@ def test_a_ups_without_a_source_is_an_error(tmp_path: Path) -> None:
     text = SITE.replace("    simulated: {}\n", "")
     assert one_problem(run("validate", "-c", path := write(tmp_path, text))) == (
         "ups[0]: UPS 'ups-a' has no source: write nut: {ups: NAME, host: ADDRESS} or "
-        "snmp: {host: ADDRESS}, or simulated: {} for one that exists only in the simulator "
+        "snmp: {host: ADDRESS, community_file: FILE}, or simulated: {} for one that exists only "
+        "in the simulator "
         f"({path}:3)"
     )
 

@@ -14,7 +14,7 @@ from upsguard.plugins import registry
 from upsguard.plugins.ups.base import UpsSource
 
 NUT = {"name": "a", "nut": {"ups": "ups1", "port": 1}}
-SNMP = {"name": "b", "snmp": {"host": "127.0.0.1", "port": 1}}
+SNMP = {"name": "b", "snmp": {"host": "127.0.0.1", "port": 1, "allow_public_community": True}}
 
 
 @pytest.mark.parametrize(("kind", "entry"), [("nut", NUT), ("snmp", SNMP)])
@@ -41,10 +41,20 @@ def test_inline_password_is_refused() -> None:
         )
 
 
-def test_snmp_sends_no_commands() -> None:
+def test_snmp_refuses_a_command_its_mib_has_no_set_for_before_any_packet() -> None:
     source = registry.load("ups", "snmp")(UpsConfig.model_validate(SNMP), SystemClock())
-    with pytest.raises(PermanentError, match="NUT source"):
-        asyncio.run(source.command("shutdown.return"))
+    with pytest.raises(PermanentError, match=r"'test\.battery\.start'.*ups-mib"):
+        asyncio.run(source.command("test.battery.start"))
+
+
+@pytest.mark.parametrize(
+    ("kind", "entry"), [("nut", NUT), ("snmp", SNMP), ("simulated", {"name": "c", "simulated": {}})]
+)
+def test_a_source_without_a_news_channel_returns_at_once(
+    kind: str, entry: dict[str, object]
+) -> None:
+    source = registry.load("ups", kind)(UpsConfig.model_validate(entry), SystemClock())
+    asyncio.run(source.watch_for_news(lambda: None))
 
 
 def test_nut_commands_need_a_user() -> None:
@@ -54,7 +64,10 @@ def test_nut_commands_need_a_user() -> None:
 
 
 def test_snmp_unresolvable_host_is_unreachable_not_a_crash() -> None:
-    entry = {"name": "b", "snmp": {"host": "no-such-host.invalid", "timeout": "0.2s"}}
+    entry = {
+        "name": "b",
+        "snmp": {"host": "no-such-host.invalid", "timeout": "0.2s", "allow_public_community": True},
+    }
     source = registry.load("ups", "snmp")(UpsConfig.model_validate(entry), SystemClock())
     with pytest.raises(UpsUnreachable, match=r"no-such-host\.invalid"):
         asyncio.run(source.read())

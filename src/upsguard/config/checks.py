@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import Suggestions, suggest
 from upsguard.config.types import format_duration, shorten
+from upsguard.config.ups import SnmpSettings
 from upsguard.models import ResourceId, ResourceKind
 
 Loc = tuple[str | int, ...]
@@ -45,6 +46,7 @@ def site_problems(site: SiteConfig, unchecked: Unchecked = _NOTHING) -> list[Pro
         problems.extend(check(site, unchecked))
     problems.extend(_cycles(site))
     problems.extend(_ups_command_outlasts_own_machine(site))
+    problems.extend(_snmp_can_send(site))
     return problems
 
 
@@ -240,6 +242,22 @@ def _ups_command_outlasts_own_machine(site: SiteConfig) -> Iterator[Problem]:
                 f"{format_duration(OWN_MACHINE_MARGIN_S)} margin: the UPS would cut its power "
                 f"before it is down; make the delay at least {format_duration(need)}, or give "
                 f"{own.id} an estimate of its stop",
+            )
+
+
+def _snmp_can_send(site: SiteConfig) -> Iterator[Problem]:
+    """An SNMP UPS can be told only what its MIB has SETs for: ``run`` would fail at the worst
+    moment, at the end of a shutdown, so ``validate`` says it now."""
+    for i, ups in enumerate(site.ups):
+        command = ups.at_shutdown_end.command
+        if ups.snmp is None or command is None:
+            continue
+        known = SnmpSettings.COMMANDS[ups.snmp.mib]
+        if command not in known:
+            yield (
+                ("ups", i, "at_shutdown_end", "command"),
+                f"'{command}' cannot be sent over SNMP with {ups.snmp.mib}: use one of "
+                f"{', '.join(sorted(known))}, or a NUT source (snmp-ups driver) for others",
             )
 
 

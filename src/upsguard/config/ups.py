@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
 
 from upsguard.config.base import Credentials, Model
 from upsguard.config.types import Duration, shorten
@@ -18,7 +21,7 @@ MAX_UPS_WATTS = 10_000_000
 SOURCES = ("nut", "snmp", "simulated")
 _WRITE = {
     "nut": "nut: {ups: NAME, host: ADDRESS}",
-    "snmp": "snmp: {host: ADDRESS}",
+    "snmp": "snmp: {host: ADDRESS, community_file: FILE}",
     "simulated": "simulated: {}",
 }
 
@@ -38,15 +41,37 @@ class NutSettings(Credentials):
 
 
 class SnmpSettings(Model):
-    """A UPS with an SNMP card, read through UPS-MIB (RFC 1628) or APC PowerNet."""
+    """A UPS with an SNMP card, read through UPS-MIB (RFC 1628) or APC PowerNet.
+
+    Nothing about its security is implied: v1/v2c needs its community from a file or a
+    variable (or ``allow_public_community: true``), v3 needs an auth key (or
+    ``security: noAuthNoPriv`` written out). Traps are listened for only when ``trap_port``
+    is given.
+    """
+
+    COMMANDS: ClassVar[Mapping[str, frozenset[str]]] = {
+        "ups-mib": frozenset({"load.off", "load.off.delay", "shutdown.return", "shutdown.stayoff"}),
+        "powernet": frozenset(
+            {"load.off", "load.off.delay", "shutdown.return", "shutdown.stayoff"}
+        ),
+    }
+    """The commands each MIB has SETs for (``plugins/ups/snmp`` sends them)."""
 
     host: str
     port: int = Field(161, ge=1, le=65535)
     mib: Literal["ups-mib", "powernet"] = "ups-mib"
     version: Literal["1", "2c", "3"] = "2c"
-    community: str | None = None
+    community: SkipJsonSchema[None] = Field(None, exclude=True)  # refused: a secret inline
     community_file: Path | None = None
+    community_env: str | None = None
+    allow_public_community: bool = Field(
+        False, description="v1/v2c with the well-known community 'public' (no secret at all)"
+    )
     user: str | None = None
+    security: Literal["authPriv", "authNoPriv", "noAuthNoPriv"] | None = Field(
+        None,
+        description="SNMPv3 level; taken from the keys given, but noAuthNoPriv must be written",
+    )
     auth_protocol: Literal["md5", "sha", "sha224", "sha256", "sha384", "sha512"] = "sha"
     auth_key_file: Path | None = None
     auth_key_env: str | None = None
@@ -56,12 +81,71 @@ class SnmpSettings(Model):
     context: str = ""
     timeout: Duration = timedelta(seconds=2)
     retries: int = Field(2, ge=0, le=10)
+    trap_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="listen on this UDP port for the UPS's traps and poll at once on one "
+        "(not listened for when not given)",
+    )
+    trap_address: str = Field("0.0.0.0", description="the local address of the trap port")
+
+    @field_validator("community", mode="before")
+    @classmethod
+    def _no_inline_community(cls, value: object) -> object:
+        """Its own error type: the loader hides a secret field's value errors, and this one
+        holds no value to hide."""
+        raise PydanticCustomError(
+            "inline_secret",
+            "inline 'community' is not accepted: put it in a file (community_file) or an "
+            "environment variable (community_env), or write allow_public_community: true "
+            "for 'public'",
+        )
 
     @model_validator(mode="after")
-    def _v3_needs_user(self) -> SnmpSettings:
-        if self.version == "3" and not self.user:
-            raise ValueError("SNMP version 3 needs 'user'")
+    def _security_said_explicitly(self) -> SnmpSettings:
+        if self.version == "3":
+            self._check_v3()
+        else:
+            self._check_community()
         return self
+
+    def _check_community(self) -> None:
+        given = [n for n in ("community_file", "community_env") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise ValueError("give one of community_file, community_env")
+        if given and self.allow_public_community:
+            raise ValueError(f"allow_public_community: true and {given[0]}: choose one")
+        if not given and not self.allow_public_community:
+            raise ValueError(
+                f"SNMP v{self.version} needs its community: give community_file or "
+                "community_env, or write allow_public_community: true to use 'public'"
+            )
+
+    def _check_v3(self) -> None:
+        if not self.user:
+            raise ValueError("SNMP version 3 needs 'user'")
+        level = self.keys_level
+        if level == "privacy without auth":
+            raise ValueError(
+                "SNMPv3 privacy needs an auth key too: give auth_key_file or auth_key_env"
+            )
+        if self.security is None and level == "noAuthNoPriv":
+            raise ValueError(
+                "SNMPv3 without an auth key: give auth_key_file or auth_key_env (and "
+                "priv_key_file or priv_key_env for privacy), or write security: noAuthNoPriv"
+            )
+        if self.security is not None and self.security != level:
+            raise ValueError(f"security: {self.security} but the keys given make {level}")
+
+    @property
+    def keys_level(self) -> str:
+        """The SNMPv3 security level the key files and variables given make."""
+        auth = self.auth_key_file is not None or self.auth_key_env is not None
+        priv = self.priv_key_file is not None or self.priv_key_env is not None
+        if priv:
+            return "authPriv" if auth else "privacy without auth"
+        return "authNoPriv" if auth else "noAuthNoPriv"
 
 
 class SimulatedUpsSettings(Model):

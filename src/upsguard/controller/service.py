@@ -40,6 +40,7 @@ from upsguard.events import Event, EventBus, Notice, describe, level
 from upsguard.models import PlatformName
 from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.registry import build_cache_providers, build_platforms, build_ups_sources
+from upsguard.plugins.ups.base import UpsSource
 from upsguard.runbooks.planner import Planner
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ class Service:
         self.last_tick_error: str | None = None
         self._poll_lock = asyncio.Lock()
         self._inventory_problem: str | None = None
+        self._news = asyncio.Event()
 
     def _journal_problem(self, problem: str | None) -> None:
         """The journal's trouble is an alert, notified like any other; never a stop."""
@@ -200,6 +202,25 @@ class Service:
         async with self._poll_lock:
             await self.tick()
 
+    def request_poll(self) -> None:
+        """A UPS announced a change (an SNMP trap): poll at once. Requests before that poll
+        starts share it; one during it brings one more poll after it."""
+        self._news.set()
+
+    async def _poll_on_news(self) -> None:
+        while True:
+            await self._news.wait()
+            self._news.clear()
+            await self.poll_now()
+
+    async def _watch_news(self, source: UpsSource) -> None:
+        """A UPS's own news channel; losing it only means waiting for the next poll."""
+        try:
+            await source.watch_for_news(self.request_poll)
+        except Exception as exc:  # one UPS's channel never stops the others or the polls
+            message = f"UPS {source.name}: not listening for its news: {exc} (polled as usual)"
+            self.bus(Notice(self.clock.now(), message, level="warning"))
+
     async def refresh_caches(self) -> None:
         """Keep the caches' mode and dirty bytes current for status and metrics (a destage
         wait polls on its own, faster)."""
@@ -250,6 +271,11 @@ class Service:
             asyncio.create_task(_every(15.0, self._retry_journal, stop), name="journal"),
             asyncio.create_task(
                 _every(REPLAN_EVERY_S, self._refresh_plans, stop, first=False), name="plans"
+            ),
+            asyncio.create_task(self._poll_on_news(), name="news"),
+            *(
+                asyncio.create_task(self._watch_news(source), name=f"news of {name}")
+                for name, source in self.controller.sources.items()
             ),
         ]
         if self.site.caches:

@@ -1,7 +1,8 @@
-"""The ``UpsSource`` protocol: one UPS, read on demand."""
+"""The ``UpsSource`` protocol: one UPS, read on demand, and told of its news when it can."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from upsguard.clock import Clock
@@ -31,6 +32,17 @@ class UpsSource(Protocol):
 
         Raises ``PermanentError`` when the UPS or the source does not support it,
         ``UpsUnreachable`` when the server does not answer.
+        """
+        ...
+
+    async def watch_for_news(self, news: Callable[[], None]) -> None:
+        """Call ``news`` whenever the UPS announces a change on its own (an SNMP trap), so
+        that the controller polls at once instead of at its next poll; runs until cancelled.
+
+        ``news`` only asks for a poll: the poll reads the UPS as always. A source without
+        such a channel (or with it switched off in the site file) returns at once. Raises an
+        ``UpsguardError`` when the channel cannot be opened (a trap port in use); polling goes
+        on regardless. Never blocks the event loop.
         """
         ...
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from upsguard.clock import Clock
@@ -101,6 +101,9 @@ class NutSource:
             await self._command(name, delay)
         except UpsguardError as exc:
             raise _named(self.name, exc) from exc
+
+    async def watch_for_news(self, news: Callable[[], None]) -> None:
+        return None  # upsd only answers; its own news goes to upsmon's NOTIFYCMD (api /poll)
 
     async def close(self) -> None:
         client, self._client = self._client, None

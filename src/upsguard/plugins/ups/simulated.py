@@ -6,6 +6,7 @@ battery model); without one it is a UPS that is always on line.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from upsguard.clock import Clock
@@ -43,6 +44,9 @@ class SimulatedUps:
         if name not in ("shutdown.return", "shutdown.stayoff", "load.off.delay", "load.off"):
             raise PermanentError(f"UPS {self.name}: unknown instant command '{name}'")
         self.commands.append(name)
+
+    async def watch_for_news(self, news: Callable[[], None]) -> None:
+        return None  # the simulator's polls see every change
 
     async def close(self) -> None:
         return None
