@@ -25,14 +25,14 @@ from upsguard.events import Event, RiskAccepted, RunFinished, StepFinished, desc
 from upsguard.models import CacheName, Phase, PlatformName, StepState, UpsName
 from upsguard.plugins.caches.base import CacheProvider
 from upsguard.plugins.caches.simulated import SimulatedCache
-from upsguard.plugins.platforms.simulated import Behaviour, Fleet, SimulatedPlatform
+from upsguard.plugins.platforms.simulated import Fleet, SimulatedPlatform
 from upsguard.plugins.registry import used_platform_names
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.plugins.ups.simulated import SimulatedUps
 from upsguard.reports.story import CacheSample
 from upsguard.runbooks.planner import Planner
 from upsguard.runs import RunKind, RunOutcome
-from upsguard.simulation.learned import learned_behaviour
+from upsguard.simulation.durations import planned_behaviour
 from upsguard.simulation.world import PowerWorld
 
 ORIGIN = datetime(2026, 1, 1, tzinfo=UTC)
@@ -97,7 +97,7 @@ class Simulation:
         self._observers = tuple(observers)
         self._on_moment = on_moment
         self.site = site
-        self._planner = planner
+        self._planner = planner or Planner(site)
         self.scenario = scenario
         self.report = SimulationReport(
             scenario=scenario.name,
@@ -135,19 +135,7 @@ class Simulation:
     # -- set-up ------------------------------------------------------------------------------
 
     def _platforms(self) -> dict[PlatformName, SimulatedPlatform]:
-        behaviour = {
-            rid: Behaviour(
-                stop_s=b.stop.total_seconds() if b.stop else None,
-                start_s=b.start.total_seconds() if b.start else None,
-                hang=b.hang,
-                fail=b.fail,
-                no_tools=b.no_tools,
-            )
-            for rid, b in self.scenario.steps.items()
-        }
-        learned = self._planner.durations if self._planner is not None else None
-        if learned:  # the simulated targets take as long as the plan's learned figures
-            behaviour = {**learned_behaviour(self.site, learned), **behaviour}
+        behaviour = planned_behaviour(self._planner, self.scenario.steps)
         fleet = Fleet(self.world.power_changed, behaviour)
         out: dict[PlatformName, SimulatedPlatform] = {}
         for name in sorted(used_platform_names(self.site)):
