@@ -145,7 +145,8 @@ def test_slow_destage_holds_the_host_back(tmp_path: Path) -> None:
 
 
 def test_hung_guest_falls_back_to_power_off(tmp_path: Path) -> None:
-    site = site_from(tmp_path, simple_site())
+    # the 5 minutes the guest hangs come out of the margin the trigger kept (5m by default)
+    site = site_from(tmp_path, simple_site(required_margin="2m"))
     report = run(site, "outage: {at: 1m}\nsteps: {db: {hang: true}}")
     line = next(t for t in texts(report) if "done      stop:db" in t)
     assert "still on after 5m; powered off" in line
@@ -182,7 +183,7 @@ def test_scenario_references_are_checked(tmp_path: Path) -> None:
         ("long-outage.yaml", 0),
         ("power-back-before-ponr.yaml", 0),
         ("flapping.yaml", 0),
-        ("aged-battery.yaml", 0),
+        ("aged-battery.yaml", 1),  # the hung guest eats the margin: NOT OK, as it says
     ],
 )
 def test_cli_simulate_examples(scenario: str, code: int) -> None:
@@ -202,7 +203,8 @@ def test_cli_simulate_examples(scenario: str, code: int) -> None:
         check=False,
     )
     assert done.returncode == code, done.stdout[-2000:] + done.stderr
-    assert done.stdout.strip().splitlines()[-1].startswith("OK: ")
+    verdict = "OK: " if code == 0 else "NOT OK: "
+    assert done.stdout.strip().splitlines()[-1].startswith(verdict)
 
 
 def test_cli_simulate_not_ok_exits_1(tmp_path: Path) -> None:
@@ -341,7 +343,7 @@ def test_power_back_after_the_point_of_no_return_is_a_finished_shutdown(tmp_path
     assert report.shutdown_finished_at_s == done
     assert "no full shutdown needed" not in report.verdict
     assert report.verdict.startswith(f"shutdown finishes at T+{format_duration(done)}")
-    assert "mains returned at T+4m00s" in report.verdict
+    assert "mains returned at T+4m," in report.verdict
 
 
 def test_the_verdict_counts_the_margin_at_the_load_it_protected(tmp_path: Path) -> None:
@@ -357,5 +359,5 @@ def test_the_verdict_counts_the_margin_at_the_load_it_protected(tmp_path: Path) 
     assert 0 < end.charge_pct < 100 and end.energy_wh > 0
     assert f"{end.charge_pct:.0f} % charge" in report.verdict
     assert f"{end.energy_wh:.0f} Wh" in report.verdict
-    assert "required 5m00s" in report.verdict
+    assert "(required 5m)" in report.verdict
     assert f"{format_duration(end.runtime_left_s)} at the load left" in report.verdict
