@@ -117,6 +117,9 @@ class Simulation:
             required_margin_s=site.policies.required_margin.total_seconds(),
         )
         self._min_runtime_s: float | None = None
+        self._poll_s = site.policies.poll_interval.total_seconds()
+        """The engine reads the runtime once a poll: a trigger at ``plan + margin`` keeps the
+        margin to within one poll, and the verdict allows that much."""
         self._last_dirty: dict[str, int | None] = {}
 
     async def run(self) -> SimulationReport:
@@ -139,9 +142,7 @@ class Simulation:
         )
         self.report.plan_estimate_s = outage.shutdown_plan.estimate_s
         self.report.plan_critical_path_s = outage.shutdown_plan.critical_path_s
-        last_change = script.schedule(
-            loop, script.changes(self.scenario, self.world, self._mains)
-        )
+        last_change = self._schedule(loop)
         try:
             await self._drive(outage, last_change)
         finally:
@@ -205,6 +206,18 @@ class Simulation:
             )
         return out
 
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> float:
+        """Put every change of the scenario on the loop; returns the time of the last."""
+        planned = script.changes(self.scenario, self.world, self._mains)
+        for change in planned:
+            loop.call_later(change.at_s, self._change, change)
+        return max((c.at_s for c in planned), default=0.0)
+
+    def _change(self, change: script.Change) -> None:
+        change.apply()
+        if change.note is not None:
+            self._note(self.clock.monotonic(), change.note, "scenario")
+
     def _mains(self, ups: list[UpsName] | None, on: bool) -> None:
         self.world.set_mains(ups, on)
         if on:
@@ -213,7 +226,7 @@ class Simulation:
     # -- the run -------------------------------------------------------------------------------
 
     async def _drive(self, outage: OutageController, last_change: float) -> None:
-        poll = self.site.policies.poll_interval.total_seconds()
+        poll = self._poll_s
         horizon = self.scenario.horizon.total_seconds()
         while self.clock.monotonic() < horizon:
             view = await outage.tick()
@@ -263,10 +276,11 @@ class Simulation:
         loss = self.world.losses[0]
         executor = outage.executor
         running = sorted(executor.running) if executor is not None and outage.busy else []
+        done = executor.result.outcomes if executor is not None else {}
         pending = [
             s.id
             for s in outage.shutdown_plan.steps
-            if executor is None or s.id not in executor.result.outcomes
+            if s.resource in loss.resources and s.id not in done
         ]
         rep = self.report
         rep.ran_out_at_s = loss.at_s
@@ -348,7 +362,7 @@ class Simulation:
         else:
             rep.verdict = "the site never ran on battery"
         problems = []
-        if margin is not None and margin < required:
+        if margin is not None and margin < required - self._poll_s:
             problems.append(f"less than the required margin of {format_duration(required)}")
         if rep.failed_steps:
             problems.append(f"{len(rep.failed_steps)} step(s) failed")

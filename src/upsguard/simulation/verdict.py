@@ -60,9 +60,7 @@ class ShutdownWatch:
 
     def __init__(self, site: SiteConfig, world: PowerWorld) -> None:
         self._world = world
-        self._feeds = {
-            feed_name(f, i): tuple(f.ups) for i, f in enumerate(site.effective_feeds())
-        }
+        self._feeds = {feed_name(f, i): tuple(f.ups) for i, f in enumerate(site.effective_feeds())}
         self._all = tuple(u.name for u in site.ups)
         self._runs: dict[RunId, _Run] = {}
         self.ends: list[EndOfShutdown] = []

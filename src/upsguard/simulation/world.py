@@ -28,7 +28,15 @@ from upsguard.config.resources import ResourceConfig
 from upsguard.config.scenario import Scenario, runtime_at_missing
 from upsguard.config.site import SiteConfig
 from upsguard.errors import ConfigError, TemporaryError
-from upsguard.models import LinkState, PowerState, ResourceId, UpsFlag, UpsName, UpsReading
+from upsguard.models import (
+    LinkState,
+    PowerState,
+    ResourceId,
+    ResourceKind,
+    UpsFlag,
+    UpsName,
+    UpsReading,
+)
 from upsguard.simulation.battery import Battery
 
 MAINS_V = 230.0
@@ -107,13 +115,16 @@ class PowerWorld:
 
     def _supplies_of(self, res: ResourceConfig) -> tuple[Supply, ...]:
         """The feeds a resource hangs on: its own, or those of the hosts it runs on (worked
-        out once per set of hosts); without either, each UPS alone, as the engine counts it."""
+        out once per set of hosts; VMs of unknown placement may be on any host of their
+        platform); without either, each UPS alone, as the engine counts it."""
         feeds = self._site.feeds_of(res.id)
         if feeds:
             return tuple((tuple(f.ups), f.min_supplies) for f in feeds)
-        if not res.runs_on:
-            return _each_alone(self._all_ups)
         hosts = tuple(res.runs_on)
+        if not hosts and res.kind in (ResourceKind.VM, ResourceKind.VM_GROUP) and res.platform:
+            hosts = tuple(h.id for h in self._site.hosts_of_platform(res.platform))
+        if not hosts:
+            return _each_alone(self._all_ups)
         if hosts not in self._by_hosts:
             host_feeds = [f for host in hosts for f in self._site.feeds_of(host)]
             supplies = tuple((tuple(f.ups), f.min_supplies) for f in host_feeds)
@@ -222,9 +233,7 @@ class PowerWorld:
             self.losses.append(PowerLoss(at, name, why, lost))
 
     def _powered(self, supplies: tuple[Supply, ...]) -> bool:
-        return all(
-            sum(1 for u in ups if u not in self.dead) >= needed for ups, needed in supplies
-        )
+        return all(sum(1 for u in ups if u not in self.dead) >= needed for ups, needed in supplies)
 
     # -- what the battery says ----------------------------------------------------------------
 
