@@ -5,8 +5,8 @@ timeline and the demo alike."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import io
+import itertools
 from datetime import UTC, datetime
 from pathlib import Path
 
