@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from upsguard.config import SiteConfig, load_site
 from upsguard.config.scenario import DEFAULT_SCENARIO, load_scenario, parse_scenario
 from upsguard.config.types import format_duration
 from upsguard.errors import ConfigError
+from upsguard.simulation.report import report_json
 from upsguard.simulation.simulator import SimulationReport, simulate
 
 
@@ -330,3 +332,5 @@ def test_the_verdict_counts_the_margin_at_the_load_it_protected(tmp_path: Path) 
     assert f"{end.energy_wh:.0f} Wh" in report.verdict
     assert "(required 5m)" in report.verdict
     assert f"{format_duration(end.runtime_left_s)} at the load left" in report.verdict
+    figures = json.loads(report_json(report))
+    assert figures["end_of_shutdown"]["margin_s"] == figures["margin_s"] == end.margin_s
