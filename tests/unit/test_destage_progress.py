@@ -63,7 +63,9 @@ def test_two_steps_waiting_on_one_cache_hear_of_it_every_half_minute() -> None:
     assert (
         describe(later[0]) == "cache flash destaging: 5.3 GiB dirty at 20.0 MiB/s, about 4m30s left"
     )
-    assert isinstance(events[-1], CacheClean) or isinstance(events[-2], CacheClean)
+    clean = [i for i, e in enumerate(events) if isinstance(e, CacheClean)]
+    assert len(clean) == 2  # one for each waiting step, and no progress after
+    assert all(i < clean[0] for i, e in enumerate(events) if isinstance(e, DestageProgress))
 
 
 def test_simulate_shows_the_destage_while_the_host_waits(tmp_path: Path) -> None:
