@@ -141,6 +141,18 @@ class CacheClean(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class DestageProgress(Event):
+    """A cache still dirty while a step waits on it: how much is left, how fast it drains,
+    how long it will take at that rate (None while not measured yet). Told at a bounded
+    rate (``engine.destage.PROGRESS_EVERY_S`` per cache), not on every poll."""
+
+    cache: str
+    dirty_bytes: int | None
+    rate_bps: float | None
+    eta_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class RiskAccepted(Event):
     """upsguard went on although data may be lost; always journaled and logged."""
 
@@ -191,6 +203,8 @@ def describe(event: Event) -> str | None:
             return f"cache {cache}/{target} -> {mode}{verdict}"
         case CacheClean(cache=cache, waited_s=waited):
             return f"cache {cache} clean (waited {waited:.0f} s)"
+        case DestageProgress(cache=cache, dirty_bytes=dirty, rate_bps=rate, eta_s=eta):
+            return _destage_line(cache, dirty, rate, eta)
         case OnBattery(feed=feed, detail=detail):
             return f"feed {feed} on battery: {detail}"
         case PowerRestored(feed=feed):
@@ -203,6 +217,24 @@ def describe(event: Event) -> str | None:
         case Notice(message=message, level=level):
             return message if level == "info" else f"{level.upper()}: {message}"
     return None
+
+
+def _destage_line(cache: str, dirty: int | None, rate: float | None, eta: float | None) -> str:
+    left = "dirty data unknown" if dirty is None else f"{_size(dirty)} dirty"
+    if not rate or rate <= 0 or eta is None:
+        return f"cache {cache} destaging: {left}, rate not measured yet"
+    minutes, seconds = divmod(round(eta), 60)
+    took = f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+    return f"cache {cache} destaging: {left} at {_size(rate)}/s, about {took} left"
+
+
+def _size(value: float) -> str:
+    """Bytes in binary units, one decimal (core modules format their own numbers)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
 
 
 def level(event: Event) -> str:

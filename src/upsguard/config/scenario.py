@@ -74,10 +74,43 @@ class Flapping(Model):
         return self
 
 
+class Window(Model):
+    """Something that holds from ``at`` for ``duration`` (no duration: to the end)."""
+
+    at: Duration
+    duration: Duration | None = None
+    ups: list[UpsName] | None = Field(None, description="the UPSes it happens to; none = all")
+
+
+class Contact(Window):
+    """A UPS that stops answering (``lost``: the driver or the network is gone) or answers
+    with old values (``stale``: NUT's DATA-STALE), on line or on battery alike."""
+
+    state: Literal["lost", "stale"] = "lost"
+
+
 class UpsBehaviour(Model):
     start_charge: float = Field(100.0, ge=0, le=100)
     battery_health: float = Field(
         1.0, gt=0, le=1.0, description="fraction of the rated capacity an aged battery still has"
+    )
+    overstates_runtime: float = Field(
+        1.0,
+        ge=1.0,
+        le=100.0,
+        description="the UPS reports this many times the runtime its battery really has (a "
+        "hot battery after a cooling loss drains faster than the UPS's own model)",
+    )
+    fails_at: Duration | None = Field(
+        None,
+        description="the UPS itself fails then: its output drops and it stops answering; what "
+        "no other UPS supplies loses power",
+    )
+
+
+class PlatformBehaviour(Model):
+    hang: Window | None = Field(
+        None, description="every request to the platform goes unanswered in this window"
     )
 
 
@@ -97,11 +130,22 @@ class CacheBehaviour(Model):
 class Scenario(Model):
     name: str = "outage"
     description: str = ""
+    site: str | None = Field(
+        None, description="the site (its site file's 'site:') this scenario was written for"
+    )
     outage: Outage | None = None
     power: list[PowerEvent] = Field(default_factory=list)
     flapping: list[Flapping] = Field(default_factory=list)
+    contact: list[Contact] = Field(default_factory=list)
+    self_test: list[Window] = Field(
+        default_factory=list, description="a battery test (CAL): on battery on purpose"
+    )
+    fsd: list[Window] = Field(
+        default_factory=list, description="a NUT primary sets forced shutdown (FSD)"
+    )
     ups: dict[UpsName, UpsBehaviour] = Field(default_factory=dict)
     steps: dict[ResourceId, StepBehaviour] = Field(default_factory=dict)
+    platforms: dict[str, PlatformBehaviour] = Field(default_factory=dict)
     caches: dict[CacheName, CacheBehaviour] = Field(default_factory=dict)
     recharge: Duration = Field(timedelta(hours=4), description="battery time from empty to full")
     horizon: Duration = Field(timedelta(hours=24), description="the simulation stops here")
@@ -139,7 +183,8 @@ def _check(scenario: Scenario, site: SiteConfig, source: SourceText | None) -> N
         for i, ups in enumerate(site.ups)
         if ups.runtime_at is None
     ]
-    own = [*_references(scenario, site), *_polls(scenario, site)]
+    own = _site(scenario, site) or _references(scenario, site)
+    own += _polls(scenario, site)
     if source is not None:
         problems += [source.problem(loc, msg) for loc, msg in own]
     else:
@@ -179,6 +224,28 @@ def _polls(scenario: Scenario, site: SiteConfig) -> list[Problem]:
     ]
 
 
+def _platform_names(site: SiteConfig) -> list[str]:
+    """The platforms a dry run simulates: those the site file names and those its resources
+    use by type alone (``ssh``, ``command``)."""
+    used = {r.platform for r in site.resources if r.platform}
+    used |= {r.power_on_via for r in site.resources if r.power_on_via}
+    return sorted(set(site.platforms) | used)
+
+
+def _site(scenario: Scenario, site: SiteConfig) -> list[Problem]:
+    """A scenario names the site it was written for: against another site its UPS, resource
+    and cache names mean nothing, and one line saying so beats a list of unknown names."""
+    if scenario.site is None or scenario.site == site.site:
+        return []
+    return [
+        (
+            ("site",),
+            f"this scenario is for site {shorten(scenario.site)!r}, not {shorten(site.site)!r}: "
+            "simulate it with that site's file",
+        )
+    ]
+
+
 def _references(scenario: Scenario, site: SiteConfig) -> list[Problem]:
     ups = [u.name for u in site.ups]
     ids = [r.id for r in site.resources]
@@ -189,6 +256,9 @@ def _references(scenario: Scenario, site: SiteConfig) -> list[Problem]:
         (("outage", "ups"), scenario.outage.ups if scenario.outage else None),
         *((("power", i, "ups"), e.ups) for i, e in enumerate(scenario.power)),
         *((("flapping", i, "ups"), f.ups) for i, f in enumerate(scenario.flapping)),
+        *((("contact", i, "ups"), c.ups) for i, c in enumerate(scenario.contact)),
+        *((("self_test", i, "ups"), w.ups) for i, w in enumerate(scenario.self_test)),
+        *((("fsd", i, "ups"), w.ups) for i, w in enumerate(scenario.fsd)),
     ]
     for loc, names in lists:
         for j, name in enumerate(names or []):
@@ -198,6 +268,7 @@ def _references(scenario: Scenario, site: SiteConfig) -> list[Problem]:
         ("ups", scenario.ups, ups, "UPS"),
         ("steps", scenario.steps, ids, "resource"),
         ("caches", scenario.caches, caches, "cache"),
+        ("platforms", scenario.platforms, _platform_names(site), "platform"),
     ):
         hint, names_known = Suggestions(known), set(known)
         for key in keys:

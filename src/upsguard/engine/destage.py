@@ -18,13 +18,23 @@ from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_bytes, format_duration
 from upsguard.errors import UpsguardError
-from upsguard.events import CacheClean, CacheModeChanged, EventSink, Notice, RiskAccepted
+from upsguard.events import (
+    CacheClean,
+    CacheModeChanged,
+    DestageProgress,
+    EventSink,
+    Notice,
+    RiskAccepted,
+)
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
 from upsguard.plugins.caches.base import CacheProvider
 from upsguard.runbooks.plan import Step
 
 log = logging.getLogger(__name__)
 RATE_WINDOW_S = 60.0
+PROGRESS_EVERY_S = 30.0
+"""How often a cache a step waits on is told about (``DestageProgress``): a line every
+half minute shows a destage as it happens without drowning a long one in lines."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +99,7 @@ class DestageWatch:
         self.flipped_at: dict[CacheName, float] = {}
         self._lock = asyncio.Lock()
         self._polled_at = float("-inf")
+        self._told: dict[CacheName, float] = {}
         self.reads = 0
 
     @property
@@ -208,6 +219,7 @@ class DestageWatch:
                     )
             if not waiting:
                 return True
+            self._tell_progress(waiting)
             if floor():
                 self._accept_risk(waiting, "the battery is at the critical floor")
                 return False
@@ -220,6 +232,32 @@ class DestageWatch:
             # poll on a fixed cadence: a slow poll must not stretch the interval
             spent = self._clock.monotonic() - round_started
             await asyncio.sleep(max(0.0, self._interval(waiting) - spent))
+
+    def _tell_progress(self, names: Iterable[CacheName]) -> None:
+        """Dirty bytes, rate and ETA of each cache a step waits on, at most once every
+        ``PROGRESS_EVERY_S`` per cache however many steps wait on it."""
+        now = self._clock.monotonic()
+        for cache in sorted(names):
+            if now - self._told.get(cache, float("-inf")) >= PROGRESS_EVERY_S:
+                self._told[cache] = now
+                self._events(self._progress(cache))
+
+    def _progress(self, cache: CacheName) -> DestageProgress:
+        """One cache over its targets: the dirty bytes they hold, the rate they drain at
+        together and the longest ETA; a figure some target does not know is None."""
+        mine = [s for s in self.status.values() if s.cache == cache]
+        dirty: int | None = 0
+        for status in mine:
+            held = status.state.dirty_bytes if status.state is not None else None
+            dirty = None if dirty is None or held is None else dirty + held
+        rate: float | None = 0.0
+        eta: float | None = 0.0
+        for status in (s for s in mine if not s.clean):
+            if rate is None or eta is None or status.rate_bps is None or status.eta_s is None:
+                rate = eta = None
+            else:
+                rate, eta = rate + status.rate_bps, max(eta, status.eta_s)
+        return DestageProgress(self._clock.now(), cache, dirty if mine else None, rate, eta)
 
     async def _fresh(self, names: set[CacheName]) -> list[CacheStatus]:
         """Share one poll among concurrent waiters."""

@@ -50,3 +50,9 @@ class Battery:
     @property
     def charge_pct(self) -> float:
         return self.soc * 100.0
+
+    @property
+    def energy_wh(self) -> float:
+        """The energy left, counted at the reference load (at other loads Peukert's law
+        makes it more or less)."""
+        return self.soc * self.runtime_ref_s * self.load_ref_w / 3600.0

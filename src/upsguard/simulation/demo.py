@@ -3,7 +3,8 @@
 The same outage loop, phase engine, executor, destage watch and journal as
 the service, on a virtual clock that runs ``speed`` times faster than the
 wall clock (``ScaledTimeLoop``), so a person can watch it unfold: mains fail,
-caches flip and drain, VMs and hosts go down in order, mains return, the
+caches flip and drain, the web tier is shed, VMs go down in order, the hosts wait
+for the cache to drain (its dirty data, rate and ETA as it goes), mains return, the
 battery recharges, everything comes back up and caches return to write-back.
 Nothing beyond the package is needed.
 """
@@ -31,7 +32,7 @@ site: demo
 ups:
   - name: ups1
     simulated: {}
-    runtime_at: {minutes: 18, load_watts: 900}
+    runtime_at: {minutes: 30, load_watts: 900}
     other_load_watts: 60
 platforms:
   vcenter:
@@ -42,8 +43,8 @@ platforms:
     power_on: 30s
     host_power_on: 2m
 caches:
-  - {name: esx01-flash, provider: simulated, carries: [sql01, app], dirty: 12GiB,
-     destage_rate: 100MiB/s, worst_case_rate: 80MiB/s, destage_timeout: 10m}
+  - {name: esx01-flash, provider: simulated, carries: [sql01, app], dirty: 6GiB,
+     destage_rate: 25MiB/s, worst_case_rate: 20MiB/s, destage_timeout: 10m}
 resources:
   - {id: dc01, kind: vm, platform: vcenter, runs_on: [esx01], watts: 40}
   - {id: sql01, kind: vm, platform: vcenter, runs_on: [esx01], watts: 90, depends_on: [dc01]}
@@ -61,7 +62,7 @@ policies:
   poll_interval: 5s
   on_battery: {after: 10s}
   shedding: {when_any: ["on_battery_for > 1m"]}
-  shutdown: {when_any: [low_battery, fsd, "runtime < plan + 3m"]}
+  shutdown: {when_any: [low_battery, fsd, "runtime < plan + 3m", "on_battery_for > 2m"]}
   power_returns: {before_point_of_no_return: cancel, online_for: 30s}
   startup: {online_for: 3m, charge_above: 20}
   required_margin: 2m

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from upsguard.config.types import format_duration
@@ -38,6 +39,10 @@ def report_json(report: SimulationReport) -> str:
             "ran_out_at_s": report.ran_out_at_s,
             "ran_out_during": report.ran_out_during,
             "shutdown_finished_at_s": report.shutdown_finished_at_s,
+            "end_of_shutdown": (
+                dataclasses.asdict(report.end_of_shutdown) if report.end_of_shutdown else None
+            ),
+            "lost_power": report.lost_power,
             "failed_steps": report.failed_steps,
             "risks": report.risks,
             "final_phase": report.final_phase,

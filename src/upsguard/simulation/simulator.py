@@ -21,18 +21,27 @@ from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
 from upsguard.engine.destage import DestageWatch
 from upsguard.engine.outage_controller import OutageController
-from upsguard.events import Event, RiskAccepted, RunFinished, StepFinished, describe
-from upsguard.models import CacheName, Phase, PlatformName, StepState, UpsName
+from upsguard.events import (
+    Event,
+    RiskAccepted,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+    describe,
+)
+from upsguard.models import CacheName, Direction, Phase, PlatformName, StepState, UpsName
 from upsguard.plugins.caches.base import CacheProvider
 from upsguard.plugins.caches.simulated import SimulatedCache
-from upsguard.plugins.platforms.simulated import Behaviour, Fleet, SimulatedPlatform
+from upsguard.plugins.platforms.simulated import Fleet, Hang, SimulatedPlatform
 from upsguard.plugins.registry import used_platform_names
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.plugins.ups.simulated import SimulatedUps
 from upsguard.reports.story import CacheSample
 from upsguard.runbooks.planner import Planner
 from upsguard.runs import RunKind, RunOutcome
-from upsguard.simulation.learned import learned_behaviour
+from upsguard.simulation import script
+from upsguard.simulation.durations import planned_behaviour
+from upsguard.simulation.verdict import EndOfShutdown, ShutdownWatch, describe_end
 from upsguard.simulation.world import PowerWorld
 
 ORIGIN = datetime(2026, 1, 1, tzinfo=UTC)
@@ -58,6 +67,10 @@ class SimulationReport:
     failed_steps: list[str] = field(default_factory=list)
     risks: list[str] = field(default_factory=list)
     shutdown_finished_at_s: float | None = None
+    end_of_shutdown: EndOfShutdown | None = None
+    """The battery at the end of the shutdown with the least margin."""
+    lost_power: list[str] = field(default_factory=list)
+    """Protected resources that lost power while still on."""
     plan_estimate_s: float = 0.0
     plan_critical_path_s: float = 0.0
     end_s: float = 0.0
@@ -97,19 +110,24 @@ class Simulation:
         self._observers = tuple(observers)
         self._on_moment = on_moment
         self.site = site
-        self._planner = planner
+        self._planner = planner or Planner(site)
         self.scenario = scenario
         self.report = SimulationReport(
             scenario=scenario.name,
             required_margin_s=site.policies.required_margin.total_seconds(),
         )
         self._min_runtime_s: float | None = None
+        self._poll_s = site.policies.poll_interval.total_seconds()
+        """The engine reads the runtime once a poll: a trigger at ``plan + margin`` keeps the
+        margin to within one poll, and the verdict allows that much."""
         self._last_dirty: dict[str, int | None] = {}
 
     async def run(self) -> SimulationReport:
         loop = asyncio.get_running_loop()
         self.clock = LoopClock(loop, ORIGIN)
-        self.world = PowerWorld(self.site, self.scenario, self.clock)
+        protected = {s.resource for s in self._planner.plan(Direction.SHUTDOWN).steps}
+        self.world = PowerWorld(self.site, self.scenario, self.clock, protected)
+        self._shutdowns = ShutdownWatch(self.site, self.world)
         self.platforms = self._platforms()
         self._providers = self._caches()
         outage = OutageController(
@@ -124,7 +142,7 @@ class Simulation:
         )
         self.report.plan_estimate_s = outage.shutdown_plan.estimate_s
         self.report.plan_critical_path_s = outage.shutdown_plan.critical_path_s
-        last_change = self._schedule_mains(loop)
+        last_change = self._schedule(loop)
         try:
             await self._drive(outage, last_change)
         finally:
@@ -135,27 +153,24 @@ class Simulation:
     # -- set-up ------------------------------------------------------------------------------
 
     def _platforms(self) -> dict[PlatformName, SimulatedPlatform]:
-        behaviour = {
-            rid: Behaviour(
-                stop_s=b.stop.total_seconds() if b.stop else None,
-                start_s=b.start.total_seconds() if b.start else None,
-                hang=b.hang,
-                fail=b.fail,
-                no_tools=b.no_tools,
-            )
-            for rid, b in self.scenario.steps.items()
-        }
-        learned = self._planner.durations if self._planner is not None else None
-        if learned:  # the simulated targets take as long as the plan's learned figures
-            behaviour = {**learned_behaviour(self.site, learned), **behaviour}
+        behaviour = planned_behaviour(self._planner, self.scenario.steps)
         fleet = Fleet(self.world.power_changed, behaviour)
         out: dict[PlatformName, SimulatedPlatform] = {}
         for name in sorted(used_platform_names(self.site)):
             settings = self._simulated_settings(name)
             out[PlatformName(name)] = SimulatedPlatform(
-                PlatformName(name), settings, self.clock, fleet
+                PlatformName(name), settings, self.clock, fleet, self._hang(name)
             )
         return out
+
+    def _hang(self, name: str) -> Hang | None:
+        given = self.scenario.platforms.get(name)
+        window = given.hang if given is not None else None
+        if window is None:
+            return None
+        start = window.at.total_seconds()
+        end = start + window.duration.total_seconds() if window.duration is not None else None
+        return Hang(start, end)
 
     def _simulated_settings(self, name: str) -> SimulatedPlatformSettings:
         real = self.site.platform(name)
@@ -191,36 +206,27 @@ class Simulation:
             )
         return out
 
-    def _schedule_mains(self, loop: asyncio.AbstractEventLoop) -> float:
-        """Put every mains change of the scenario on the loop; returns the time of the last."""
-        changes: list[tuple[float, list[UpsName] | None, bool]] = []
-        sc = self.scenario
-        if sc.outage is not None:
-            start = sc.outage.at.total_seconds()
-            changes.append((start, sc.outage.ups, False))
-            if sc.outage.duration is not None:
-                changes.append((start + sc.outage.duration.total_seconds(), sc.outage.ups, True))
-        changes += [(e.at.total_seconds(), e.ups, e.state == "online") for e in sc.power]
-        for flap in sc.flapping:
-            at, on = flap.start.total_seconds(), False
-            while at < flap.stop.total_seconds():
-                changes.append((at, flap.ups, on))
-                at, on = at + flap.every.total_seconds(), not on
-            changes.append((flap.stop.total_seconds(), flap.ups, True))
-        for at, ups, on in changes:
-            loop.call_later(at, self._mains, ups, on)
-        return max((c[0] for c in changes), default=0.0)
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> float:
+        """Put every change of the scenario on the loop; returns the time of the last."""
+        planned = script.changes(self.scenario, self.world, self._mains)
+        for change in planned:
+            loop.call_later(change.at_s, self._change, change)
+        return max((c.at_s for c in planned), default=0.0)
+
+    def _change(self, change: script.Change) -> None:
+        change.apply()
+        if change.note is not None:
+            self._note(self.clock.monotonic(), change.note, "scenario")
 
     def _mains(self, ups: list[UpsName] | None, on: bool) -> None:
         self.world.set_mains(ups, on)
         if on:
-            for name in ups or list(self.world.mains):
-                self.world.depleted_at.pop(name, None)
+            self._shutdowns.mains_back(ups or list(self.world.mains), self.clock.monotonic())
 
     # -- the run -------------------------------------------------------------------------------
 
     async def _drive(self, outage: OutageController, last_change: float) -> None:
-        poll = self.site.policies.poll_interval.total_seconds()
+        poll = self._poll_s
         horizon = self.scenario.horizon.total_seconds()
         while self.clock.monotonic() < horizon:
             view = await outage.tick()
@@ -263,19 +269,26 @@ class Simulation:
         return phase is Phase.DOWN and not any(self.world.mains.values())
 
     def _ran_out(self, outage: OutageController) -> bool:
-        if not self.world.depleted_at or outage.ledger.site().shutdown_finished:
+        """A protected resource lost power while still on: the battery did not last (or a
+        UPS failed under what nothing else supplies)."""
+        if not self.world.losses:
             return False
-        name, at = min(self.world.depleted_at.items(), key=lambda kv: kv[1])
+        loss = self.world.losses[0]
         executor = outage.executor
-        running = sorted(executor.running) if executor is not None else []
+        running = sorted(executor.running) if executor is not None and outage.busy else []
+        done = executor.result.outcomes if executor is not None else {}
         pending = [
             s.id
             for s in outage.shutdown_plan.steps
-            if executor is None or s.id not in executor.result.outcomes
+            if s.resource in loss.resources and s.id not in done
         ]
-        self.report.ran_out_at_s = at
-        self.report.ran_out_during = [str(s) for s in (running or pending[:5])]
-        self._note(at, f"UPS {name} ran out of battery", "ran_out")
+        rep = self.report
+        rep.ran_out_at_s = loss.at_s
+        rep.ran_out_during = [str(s) for s in (running or pending[:5])]
+        rep.lost_power = list(loss.resources)
+        what = "ran out of battery" if loss.why == "ran empty" else loss.why
+        names = ", ".join(loss.resources)
+        self._note(loss.at_s, f"UPS {loss.ups} {what}: {names} lost power", "ran_out")
         return True
 
     # -- recording -----------------------------------------------------------------------------
@@ -287,6 +300,8 @@ class Simulation:
             self.report.failed_steps.append(f"{event.step}: {event.detail}")
         if isinstance(event, RiskAccepted):
             self.report.risks.append(event.what)
+        if isinstance(event, RunStarted) and event.spec.kind is RunKind.SHUTDOWN:
+            self._shutdowns.started(event.spec)
         if isinstance(event, RunFinished) and event.spec.kind is RunKind.SHUTDOWN:
             self._shutdown_finished(event)
         text = describe(event)
@@ -295,14 +310,17 @@ class Simulation:
 
     def _shutdown_finished(self, event: RunFinished) -> None:
         if event.outcome not in (RunOutcome.DONE, RunOutcome.FAILED):
+            self._shutdowns.dropped(event.spec)
             return
-        on_battery = [n for n, on in self.world.mains.items() if not on]
-        if not on_battery:
-            return
-        margin = min(self.world.runtime_s(n) for n in on_battery)
-        if self.report.margin_s is None or margin < self.report.margin_s:
-            self.report.shutdown_finished_at_s = self.clock.monotonic()
-            self.report.margin_s = margin
+        now = self.clock.monotonic()
+        end = self._shutdowns.finished(event.spec, now)
+        rep = self.report
+        if end is None:
+            rep.shutdown_finished_at_s = rep.shutdown_finished_at_s or now
+        elif rep.end_of_shutdown is None or end.margin_s < rep.end_of_shutdown.margin_s:
+            rep.end_of_shutdown = end
+            rep.shutdown_finished_at_s = now
+            rep.margin_s = end.margin_s
 
     def _note(self, at: float, text: str, kind: str) -> None:
         moment = Moment(at, text, kind, self.world.snapshot())
@@ -318,19 +336,24 @@ class Simulation:
         rep.final_phase = outage.engine.phase.value
         if rep.ran_out_at_s is not None:
             during = ", ".join(rep.ran_out_during) or "the shutdown"
-            rep.verdict = (
-                f"runs out of battery at T+{format_duration(rep.ran_out_at_s)}, during {during}"
-            )
+            loss = self.world.losses[0]
+            if loss.why == "ran empty":
+                rep.verdict = f"runs out of battery at T+{format_duration(loss.at_s)}"
+            else:
+                rep.verdict = f"UPS {loss.ups} {loss.why} at T+{format_duration(loss.at_s)}"
+            rep.verdict += f", during {during}: {', '.join(rep.lost_power)} lost power"
             rep.ok = False
             return
-        if rep.margin_s is None:
+        if rep.margin_s is None and rep.shutdown_finished_at_s is None:
             rep.margin_s = self._min_runtime_s
         margin = rep.margin_s
         required = rep.required_margin_s
-        if rep.shutdown_finished_at_s is not None:
+        if rep.end_of_shutdown is not None:
+            rep.verdict = describe_end(rep.end_of_shutdown, required)
+        elif rep.shutdown_finished_at_s is not None:
             rep.verdict = (
-                f"shutdown finishes at T+{format_duration(rep.shutdown_finished_at_s)} "
-                f"with {format_duration(margin or 0)} of battery to spare"
+                f"shutdown finishes at T+{format_duration(rep.shutdown_finished_at_s)}, "
+                "with no UPS on battery"
             )
         elif margin is not None:
             rep.verdict = (
@@ -339,7 +362,7 @@ class Simulation:
         else:
             rep.verdict = "the site never ran on battery"
         problems = []
-        if margin is not None and margin < required:
+        if margin is not None and margin < required - self._poll_s:
             problems.append(f"less than the required margin of {format_duration(required)}")
         if rep.failed_steps:
             problems.append(f"{len(rep.failed_steps)} step(s) failed")

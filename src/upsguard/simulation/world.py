@@ -1,41 +1,99 @@
-"""The simulator's physical world: mains per UPS, batteries, and the load they carry.
+"""The simulator's physical world: mains per UPS, batteries, the load they carry, and what
+each UPS says about it.
 
-It plays the part of the UPSes (``SimulatedUps`` reads from it) and hears
-every power change of the simulated platforms, so the load, and with it the
-runtime left, follow the runbook as it runs.
+It plays the part of the UPSes (``SimulatedUps`` reads from it) and hears every power change
+of the simulated platforms, so the load, and with it the runtime left, follow the runbook as
+it runs.
+
+A UPS whose battery runs empty, or that fails, is *dead*: its output is off and its share of
+every load moves to the live UPSes of the same feeds. A feed with fewer live UPSes than its
+``min_supplies`` has no power; a resource loses power when one of its feeds does (as the
+engine counts it: a resource is at risk when any feed powering it is). A protected resource
+(one the shutdown plan stops) that loses power while still on is what the verdict calls
+running out; a switch that goes dark after the shutdown is not.
+
+What a UPS *says* can differ from what it does, as in the scenario: it may stop answering
+(``lost``), answer with old values (``stale``), run a self-test (``CAL``), carry FSD from a
+NUT primary, or overstate its runtime.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 
 from upsguard.clock import LoopClock
 from upsguard.config.resources import ResourceConfig
 from upsguard.config.scenario import Scenario, runtime_at_missing
-from upsguard.config.site import FeedConfig, SiteConfig
-from upsguard.errors import ConfigError
-from upsguard.models import PowerState, ResourceId, UpsFlag, UpsName, UpsReading
+from upsguard.config.site import SiteConfig
+from upsguard.errors import ConfigError, TemporaryError
+from upsguard.models import (
+    LinkState,
+    PowerState,
+    ResourceId,
+    ResourceKind,
+    UpsFlag,
+    UpsName,
+    UpsReading,
+)
 from upsguard.simulation.battery import Battery
+
+MAINS_V = 230.0
+
+Supply = tuple[tuple[UpsName, ...], int]
+"""One feed of a resource: its UPSes and how many of them must deliver."""
+
+
+@dataclass(frozen=True, slots=True)
+class PowerLoss:
+    """Protected resources that lost power while still on: the battery did not last."""
+
+    at_s: float
+    ups: UpsName
+    why: str
+    resources: tuple[ResourceId, ...]
+
+
+class NoAnswer(TemporaryError):
+    """A simulated UPS that does not answer (the scenario's lost contact, or a failed UPS)."""
 
 
 class PowerWorld:
-    def __init__(self, site: SiteConfig, scenario: Scenario, clock: LoopClock) -> None:
+    def __init__(
+        self,
+        site: SiteConfig,
+        scenario: Scenario,
+        clock: LoopClock,
+        protected: Collection[ResourceId] = (),
+    ) -> None:
+        """``protected``: the resources the shutdown plan stops (losing power while on is
+        running out; the rest goes down with the UPS by design)."""
         self._site = site
         self._clock = clock
+        self._configs = {u.name: u for u in site.ups}
         self.batteries = {u.name: self._battery(site, scenario, u.name) for u in site.ups}
         self.mains = {u.name: True for u in site.ups}
-        self.load = {u.name: u.other_load_watts for u in site.ups}
+        self.dead: dict[UpsName, str] = {}
+        """UPSes whose output is off, and why (``ran empty``, ``failed``)."""
+        self.failed: set[UpsName] = set()
+        self.link = {u.name: LinkState.OK for u in site.ups}
+        self.self_test = {u.name: False for u in site.ups}
+        self.fsd = {u.name: False for u in site.ups}
+        self._overstates = {name: b.overstates_runtime for name, b in scenario.ups.items()}
         self._all_ups = tuple(u.name for u in site.ups)
+        self._protected = frozenset(protected)
         self._changes = 0  # counts moves of the clock and of the load, for snapshot()
-        self._by_hosts: dict[tuple[ResourceId, ...], tuple[tuple[UpsName, float], ...]] = {}
-        self._shares = {r.id: self._shares_of(r) for r in site.resources}
+        self._by_hosts: dict[tuple[ResourceId, ...], tuple[Supply, ...]] = {}
+        self._supplies = {r.id: self._supplies_of(r) for r in site.resources}
         self._watts = {r.id: r.watts for r in site.resources}
-        for rid, watts in self._watts.items():
-            for ups, share in self._shares[rid]:
-                self.load[ups] += watts * share
+        self._on = {r.id: 1.0 for r in site.resources}
+        """The part of each resource that is on (a group's members go down one by one)."""
+        self.load: dict[UpsName, float] = {}
+        self._recount()
         self._last = clock.monotonic()
         self.depleted_at: dict[UpsName, float] = {}
+        self.losses: list[PowerLoss] = []
         self._snapshot: tuple[int, dict[UpsName, tuple[float, float]]] | None = None
 
     @staticmethod
@@ -55,38 +113,84 @@ class PowerWorld:
             recharge_s=scenario.recharge.total_seconds(),
         )
 
-    def _shares_of(self, res: ResourceConfig) -> tuple[tuple[UpsName, float], ...]:
-        """Which UPSes carry a resource's watts, and what part each carries: its own feeds,
-        or those of the hosts it runs on (worked out once per set of hosts)."""
+    def _supplies_of(self, res: ResourceConfig) -> tuple[Supply, ...]:
+        """The feeds a resource hangs on: its own, or those of the hosts it runs on (worked
+        out once per set of hosts; VMs of unknown placement may be on any host of their
+        platform); without either, each UPS alone, as the engine counts it."""
         feeds = self._site.feeds_of(res.id)
-        if feeds or not res.runs_on:
-            return self._shares_among(feeds)
+        if feeds:
+            return tuple((tuple(f.ups), f.min_supplies) for f in feeds)
         hosts = tuple(res.runs_on)
+        if not hosts and res.kind in (ResourceKind.VM, ResourceKind.VM_GROUP) and res.platform:
+            hosts = tuple(h.id for h in self._site.hosts_of_platform(res.platform))
+        if not hosts:
+            return _each_alone(self._all_ups)
         if hosts not in self._by_hosts:
             host_feeds = [f for host in hosts for f in self._site.feeds_of(host)]
-            self._by_hosts[hosts] = self._shares_among(host_feeds)
+            supplies = tuple((tuple(f.ups), f.min_supplies) for f in host_feeds)
+            self._by_hosts[hosts] = supplies or _each_alone(self._all_ups)
         return self._by_hosts[hosts]
 
-    def _shares_among(self, feeds: list[FeedConfig]) -> tuple[tuple[UpsName, float], ...]:
-        """Equal parts for the UPSes of ``feeds``; every UPS when no feed says."""
-        return _equal_shares(tuple(u for f in feeds for u in f.ups) or self._all_ups)
+    def _live(self, supplies: tuple[Supply, ...]) -> tuple[UpsName, ...]:
+        """The live UPSes among a resource's feeds, each once, in a stable order."""
+        names = dict.fromkeys(u for ups, _ in supplies for u in ups if u not in self.dead)
+        return tuple(names)
 
-    def _add_load(self, rid: ResourceId, watts: float) -> None:
+    def _recount(self) -> None:
+        """Every UPS's load from scratch: at the start, and when a UPS dies or comes back."""
         self._changes += 1
-        for ups, share in self._shares.get(rid, ()):
+        self.load = {
+            name: 0.0 if name in self.dead else self._configs[name].other_load_watts
+            for name in self._all_ups
+        }
+        for rid, supplies in self._supplies.items():
+            self._add_load(rid, self._watts[rid] * self._on[rid], supplies)
+
+    def _add_load(self, rid: ResourceId, watts: float, supplies: tuple[Supply, ...]) -> None:
+        live = self._live(supplies) if self.dead else _union(supplies)
+        for ups, share in _equal_shares(live):
             self.load[ups] = max(0.0, self.load[ups] + watts * share)
 
     # -- what the simulated plugins call ----------------------------------------------------
 
     def power_changed(self, rid: ResourceId, fraction: float, state: PowerState) -> None:
         self.advance()
-        watts = self._watts[rid] * fraction
-        self._add_load(rid, watts if state is PowerState.ON else -watts)
+        self._changes += 1
+        sign = 1.0 if state is PowerState.ON else -1.0
+        self._on[rid] = min(1.0, max(0.0, self._on[rid] + sign * fraction))
+        self._add_load(rid, sign * self._watts[rid] * fraction, self._supplies[rid])
 
     def set_mains(self, names: Iterable[UpsName] | None, on: bool) -> None:
         self.advance()
+        revived = False
         for name in names or list(self.mains):
             self.mains[name] = on
+            if on and self.dead.get(name) == "ran empty":  # it comes back with the mains
+                del self.dead[name]
+                self.depleted_at.pop(name, None)
+                revived = True
+        if revived:
+            self._recount()
+
+    def set_link(self, names: Iterable[UpsName] | None, link: LinkState) -> None:
+        """The scenario's contact with a UPS (what it says, not what it does)."""
+        for name in names or self._all_ups:
+            self.link[name] = link
+
+    def set_self_test(self, names: Iterable[UpsName] | None, on: bool) -> None:
+        self.advance()
+        for name in names or self._all_ups:
+            self.self_test[name] = on
+
+    def set_fsd(self, names: Iterable[UpsName] | None, on: bool) -> None:
+        for name in names or self._all_ups:
+            self.fsd[name] = on
+
+    def fail(self, name: UpsName) -> None:
+        """The UPS itself fails: output off, no answer, for good."""
+        self.advance()
+        self.failed.add(name)
+        self._die(name, "failed", self._clock.monotonic())
 
     def advance(self) -> None:
         now = self._clock.monotonic()
@@ -95,39 +199,91 @@ class PowerWorld:
         if elapsed <= 0:
             return
         self._changes += 1
+        emptied = []
         for name, battery in self.batteries.items():
-            if self.mains[name]:
+            if name in self.dead:
+                if self.mains[name] and name not in self.failed:
+                    battery.charge(elapsed)
+                continue
+            if self.mains[name] and not self.self_test[name]:
                 battery.charge(elapsed)
                 continue
             empty_after = battery.drain(self.load[name], elapsed)
-            if empty_after is not None and name not in self.depleted_at:
-                self.depleted_at[name] = now - elapsed + empty_after
+            if empty_after is not None:
+                emptied.append((name, now - elapsed + empty_after))
+        for name, at in emptied:
+            self.depleted_at[name] = at
+            self._die(name, "ran empty", at)
+
+    def _die(self, name: UpsName, why: str, at: float) -> None:
+        """A UPS's output goes off: its loads move to the live UPSes of their feeds, and
+        what has no live supply left loses power."""
+        if name in self.dead:
+            return
+        self.dead[name] = why
+        self._recount()
+        lost = tuple(
+            sorted(
+                rid
+                for rid, supplies in self._supplies.items()
+                if rid in self._protected and self._on[rid] > 0 and not self._powered(supplies)
+            )
+        )
+        if lost:
+            self.losses.append(PowerLoss(at, name, why, lost))
+
+    def _powered(self, supplies: tuple[Supply, ...]) -> bool:
+        return all(sum(1 for u in ups if u not in self.dead) >= needed for ups, needed in supplies)
+
+    # -- what the battery says ----------------------------------------------------------------
 
     def runtime_s(self, name: UpsName) -> float:
+        if name in self.dead:
+            return 0.0
         return self.batteries[name].runtime_s(self.load[name])
 
+    def runtime_at_s(self, name: UpsName, load_w: float) -> float:
+        """The runtime the battery has left at another load than its own now."""
+        return 0.0 if name in self.dead else self.batteries[name].runtime_s(load_w)
+
     def reading(self, ups: UpsName) -> UpsReading:
+        """What the UPS says now; raises ``NoAnswer`` when it does not answer."""
         self.advance()
+        if ups in self.failed or self.link[ups] is LinkState.LOST:
+            why = "failed" if ups in self.failed else "lost contact"
+            raise NoAnswer(f"UPS {ups}: no answer ({why}, scenario)")
+        if self.link[ups] is LinkState.STALE:  # as upsd says it: no values, an error
+            raw = {"nut.error": "DATA-STALE (scenario)"}
+            return UpsReading(ups=ups, at=self._clock.now(), link=LinkState.STALE, raw=raw)
+        return self._reading(ups)
+
+    def _reading(self, ups: UpsName) -> UpsReading:
         battery = self.batteries[ups]
-        config = next(u for u in self._site.ups if u.name == ups)
+        config = self._configs[ups]
         runtime = self.runtime_s(ups)
-        flags = {UpsFlag.OL, UpsFlag.CHRG} if self.mains[ups] else {UpsFlag.OB, UpsFlag.DISCHRG}
-        if self.mains[ups] and battery.soc >= 1.0:
+        on_battery = not self.mains[ups] or self.self_test[ups]
+        flags = {UpsFlag.OB, UpsFlag.DISCHRG} if on_battery else {UpsFlag.OL, UpsFlag.CHRG}
+        if not on_battery and battery.soc >= 1.0:
             flags.discard(UpsFlag.CHRG)
+        if self.self_test[ups]:
+            flags.add(UpsFlag.CAL)
         low = battery.charge_pct <= config.low_battery_charge or (
             runtime <= config.low_battery_runtime.total_seconds()
         )
         if low and not self.mains[ups]:
             flags.add(UpsFlag.LB)
-        if ups in self.depleted_at:
+        if self.fsd[ups]:
+            flags.add(UpsFlag.FSD)
+        if ups in self.dead:
             flags = {UpsFlag.OFF}
         return UpsReading(
             ups=ups,
             at=self._clock.now(),
             flags=frozenset(flags),
             charge_pct=round(battery.charge_pct, 1),
-            runtime_s=round(runtime),
+            runtime_s=round(runtime * self._overstates.get(ups, 1.0)),
             load_pct=None,
+            input_voltage=MAINS_V if self.mains[ups] else 0.0,
         )
 
     def snapshot(self) -> dict[UpsName, tuple[float, float]]:
@@ -144,6 +300,16 @@ class PowerWorld:
             }
             self._snapshot = (self._changes, figures)
         return self._snapshot[1]
+
+
+def _each_alone(names: tuple[UpsName, ...]) -> tuple[Supply, ...]:
+    return tuple(((name,), 1) for name in names)
+
+
+@functools.lru_cache(maxsize=256)
+def _union(supplies: tuple[Supply, ...]) -> tuple[UpsName, ...]:
+    """Thousands of VMs share the same few feeds: their UPSes worked out once per set."""
+    return tuple(dict.fromkeys(u for ups, _ in supplies for u in ups))
 
 
 @functools.lru_cache(maxsize=256)

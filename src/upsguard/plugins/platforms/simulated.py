@@ -1,7 +1,8 @@
 """A platform that exists only in the simulator and the demo.
 
 Targets change power state after the delays of its settings (or of a
-scenario's per-resource behaviour). Power states live in a ``Fleet`` that
+scenario's per-resource behaviour); a platform may hang for a while (``Hang``): it then
+answers no request until the hang is over. Power states live in a ``Fleet`` that
 several simulated platforms can share, so a host powered on through its
 simulated BMC is seen on by its simulated vCenter; the fleet's ``listener``
 hears every change, so the simulator's battery model sees the load follow.
@@ -37,6 +38,15 @@ class Behaviour:
 _AS_CONFIGURED = Behaviour()
 
 
+@dataclass(frozen=True, slots=True)
+class Hang:
+    """A span of the clock's ``monotonic`` time in which the platform answers no request
+    (a vCenter whose API hangs); ``end_s`` None: it never answers again."""
+
+    start_s: float
+    end_s: float | None = None
+
+
 class Fleet:
     """The power state of every simulated target, shared by the simulated platforms."""
 
@@ -63,8 +73,10 @@ class SimulatedPlatform:
         settings: SimulatedPlatformSettings,
         clock: Clock,
         fleet: Fleet | None = None,
+        hang: Hang | None = None,
     ) -> None:
         self.name = name
+        self._hang = hang
         self._s = settings
         self._clock = clock
         fleet = fleet or Fleet()
@@ -83,7 +95,20 @@ class SimulatedPlatform:
         for handle, _ in self._due.values():
             handle.cancel()
 
+    async def _answer(self) -> None:
+        """Return when the platform answers: at once, or once its hang is over (never, for
+        a hang without an end; the caller's own timeout ends the wait)."""
+        hang = self._hang
+        now = self._clock.monotonic()
+        if hang is None or now < hang.start_s:
+            return
+        if hang.end_s is None:
+            await asyncio.get_running_loop().create_future()
+        elif now < hang.end_s:
+            await asyncio.sleep(hang.end_s - now)
+
     async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
+        await self._answer()
         names = self._member_names(resource)
         kind = ResourceKind.VM if resource.kind is ResourceKind.VM_GROUP else resource.kind
         host = resource.runs_on[0] if resource.runs_on else None
@@ -100,9 +125,11 @@ class SimulatedPlatform:
         return [f"{resource.id}-{i:02d}" for i in range(1, count + 1)]
 
     async def power_state(self, target: Target) -> PowerState:
+        await self._answer()
         return self._state.get(target.name, PowerState.ON)
 
     async def stop(self, target: Target, method: StopMethod) -> None:
+        await self._answer()
         rid, _ = self._owner[target.name]
         act = self._behaviour.get(rid, _AS_CONFIGURED)
         if act.fail == "stop":
@@ -125,6 +152,7 @@ class SimulatedPlatform:
         return self._s.device_shutdown.total_seconds()
 
     async def start(self, target: Target) -> None:
+        await self._answer()
         rid, _ = self._owner[target.name]
         act = self._behaviour.get(rid, _AS_CONFIGURED)
         if act.fail == "start":
@@ -138,6 +166,12 @@ class SimulatedPlatform:
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        if self._hang is not None:  # waiting is asking too: a hung platform answers late
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._answer()
+            except TimeoutError:
+                return False
         while self._state.get(target.name, PowerState.ON) is not state:
             changed = loop.create_future()
             self._changed.setdefault(target.name, []).append(changed)
@@ -156,6 +190,7 @@ class SimulatedPlatform:
         return pending is not None and pending[1] is state and pending[0] <= deadline
 
     async def healthy(self, target: Target) -> bool:
+        await self._answer()
         return self._state.get(target.name, PowerState.ON) is PowerState.ON
 
     def power_lost(self, resource: ResourceId) -> None:

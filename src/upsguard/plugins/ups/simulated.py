@@ -17,7 +17,8 @@ from upsguard.models import UpsFlag, UpsName, UpsReading
 
 class PowerSupply(Protocol):
     def reading(self, ups: UpsName) -> UpsReading:
-        """The UPS's state now, as a real UPS would report it."""
+        """The UPS's state now, as a real UPS would report it: a reading with ``link=stale``
+        when its data is old; raises ``UpsguardError`` when it does not answer at all."""
         ...
 
 
