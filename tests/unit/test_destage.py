@@ -9,6 +9,7 @@ from upsguard.clock import LoopClock, run_virtual
 from upsguard.config.caches import SimulatedCacheSettings
 from upsguard.config.site import SiteConfig
 from upsguard.engine.destage import DestageWatch
+from upsguard.models import CacheMode
 from upsguard.plugins.caches.simulated import SimulatedCache
 
 
@@ -30,3 +31,30 @@ def test_dirty_data_of_unknown_drain_rate_counts_as_its_destage_timeout() -> Non
 
     assert run_virtual(eta(destage_timeout="7m")) == 420.0
     assert run_virtual(eta(worst_case_rate="16MiB/s")) == 64.0
+
+
+def test_the_drain_rate_counts_from_the_flip_not_from_the_write_back_before_it() -> None:
+    """Readings taken while the cache was still write-back (nothing drains) must not dilute
+    the rate measured after the flip, or the ETA is over-estimated and the shutdown fires
+    too early."""
+
+    async def rate() -> float | None:
+        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        cache = SimulatedCacheSettings.model_validate(
+            {"name": "flash", "provider": "simulated", "dirty": "6GiB", "destage_rate": "100MiB/s"}
+        )
+        site = SiteConfig.model_validate(
+            {"site": "t", "ups": [{"name": "u", "simulated": {}}], "caches": [cache]}
+        )
+        watch = DestageWatch(site, {cache.name: SimulatedCache(cache, clock)}, clock, print)
+        for _ in range(4):  # a minute of write-back: nothing drains
+            await watch.poll()
+            await asyncio.sleep(15)
+        await watch.set_mode(CacheMode.WRITE_THROUGH)
+        for _ in range(2):
+            await asyncio.sleep(5)
+            await watch.poll()
+        (status,) = watch.status.values()
+        return status.rate_bps
+
+    assert run_virtual(rate()) == 100 * 1024 * 1024

@@ -127,6 +127,9 @@ class DestageWatch:
             self._events(CacheModeChanged(self._clock.now(), cache, "*", mode, False, why))
             return [ModeResult(cache, "*", False, why)]
         if mode is CacheMode.WRITE_THROUGH:
+            if cache not in self.flipped_at:  # the drain starts now: older readings say nothing
+                for key in [k for k in self._history if k[0] == cache]:
+                    del self._history[key]
             self.flipped_at.setdefault(cache, self._clock.monotonic())
         else:
             self.flipped_at.pop(cache, None)
