@@ -72,7 +72,7 @@ def test_simulate_shows_the_destage_while_the_host_waits(tmp_path: Path) -> None
     data = simple_site()
     data["caches"] = [{"name": "flash", "provider": "simulated", "carries": ["db"]}]
     site = site_from(tmp_path, data)
-    scenario = "outage: {at: 1m}\ncaches: {flash: {dirty: 30GiB, rate: 50MiB/s}}"
+    scenario = "outage: {at: 1m}\ncaches: {flash: {dirty: 60GiB, rate: 50MiB/s}}"
     report = simulate(site, parse_scenario(scenario, site))
     lines = [(m.at_s, m.text) for m in report.timeline]
     waiting = next(at for at, text in lines if text.startswith("  waiting  stop:h1"))
