@@ -334,3 +334,22 @@ def test_the_verdict_counts_the_margin_at_the_load_it_protected(tmp_path: Path) 
     assert f"{format_duration(end.runtime_left_s)} at the load left" in report.verdict
     figures = json.loads(report_json(report))
     assert figures["end_of_shutdown"]["margin_s"] == figures["margin_s"] == end.margin_s
+
+
+def test_what_nothing_can_power_on_fails_to_start_as_the_real_run_will(tmp_path: Path) -> None:
+    """A NAS on SSH with no ``power_on_via``: validate warns, and the real startup fails
+    with "SSH cannot power ... on". The simulator must not say it came up."""
+    raw = simple_site(
+        shutdown={"when_any": ["on_battery_for > 10s"]}, power_returns={"online_for": "10s"}
+    )
+    raw["platforms"]["nas-ssh"] = {"type": "ssh", "user": "root", "key_file": "/k"}  # type: ignore[index]
+    nas = next(r for r in raw["resources"] if r["id"] == "nas")  # type: ignore[attr-defined]
+    nas.update({"platform": "nas-ssh", "host": "nas.lab", "shutdown": "poweroff"})
+    report = run(site_from(tmp_path, raw), "outage: {at: 1m, duration: 3m}\nhorizon: 6h")
+    lines = texts(report)
+    starts = [
+        line.split() for line in lines if line.split()[1:2] in (["start:nas"], ["start:nas:"])
+    ]
+    assert [words[:2] for words in starts] == [["start", "start:nas"], ["failed", "start:nas:"]]
+    assert "nothing can power it on" in lines[index(report, "failed    start:nas")]
+    assert not report.ok

@@ -85,11 +85,7 @@ def site_warnings(site: SiteConfig) -> list[Problem]:
 
 def _never_powered_on(site: SiteConfig) -> Iterator[Problem]:
     for i, res in enumerate(site.resources):
-        if not res.starts or res.kind not in (ResourceKind.HOST, ResourceKind.STORAGE):
-            continue
-        if res.runs_upsguard:  # up whenever upsguard runs: its startup finds it up
-            continue
-        if res.power_on_via is None and not site.platform(res.platform or "none").can_power_on(res):
+        if site.never_powered_on(res):
             yield (
                 ("resources", i),
                 f"{res.id} can never be powered on by upsguard: no power_on_via (a BMC or "

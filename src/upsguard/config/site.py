@@ -98,6 +98,18 @@ class SiteConfig(Model):
         settings = self.platform(res.platform) if res.platform else None
         return (settings.fallback_without_tools if settings else None) or res.fallback
 
+    def never_powered_on(self, res: ResourceConfig) -> bool:
+        """A host or storage that the startup runbook must start but nothing can power on:
+        no ``power_on_via`` and a platform that cannot. Validate warns of it, and the
+        simulator fails its start as the real run will."""
+        if not res.starts or res.kind not in (ResourceKind.HOST, ResourceKind.STORAGE):
+            return False
+        if res.runs_upsguard:  # up whenever upsguard runs: its startup finds it up
+            return False
+        return res.power_on_via is None and not self.platform(res.platform or "none").can_power_on(
+            res
+        )
+
     def knows_platform(self, name: str) -> bool:
         return name in self.platforms or name in IMPLICIT_TYPES
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import NamedTuple
 
@@ -154,6 +154,13 @@ class Simulation:
 
     def _platforms(self) -> dict[PlatformName, SimulatedPlatform]:
         behaviour = planned_behaviour(self._planner, self.scenario.steps)
+        for res in self.site.resources:
+            if self.site.never_powered_on(res) and res.id in behaviour:
+                behaviour[res.id] = replace(
+                    behaviour[res.id],
+                    fail="start",
+                    why="nothing can power it on: no power_on_via and no startup command",
+                )
         fleet = Fleet(self.world.power_changed, behaviour)
         out: dict[PlatformName, SimulatedPlatform] = {}
         for name in sorted(used_platform_names(self.site)):

@@ -32,6 +32,7 @@ class Behaviour:
     start_s: float | None = None
     hang: bool = False  # the guest never finishes a graceful shutdown
     fail: str | None = None  # "stop" | "start": the platform refuses
+    why: str = "scenario"  # said with the refusal
     no_tools: bool = False
 
 
@@ -133,7 +134,7 @@ class SimulatedPlatform:
         rid, _ = self._owner[target.name]
         act = self._behaviour.get(rid, _AS_CONFIGURED)
         if act.fail == "stop":
-            raise PermanentError(f"{target.name}: the platform refused the shutdown (scenario)")
+            raise PermanentError(f"{target.name}: the platform refused the shutdown ({act.why})")
         if method is StopMethod.HARD:
             self._schedule(target.name, PowerState.OFF, self._s.hard_power_off.total_seconds())
             return
@@ -156,7 +157,7 @@ class SimulatedPlatform:
         rid, _ = self._owner[target.name]
         act = self._behaviour.get(rid, _AS_CONFIGURED)
         if act.fail == "start":
-            raise PermanentError(f"{target.name}: the platform refused the power-on (scenario)")
+            raise PermanentError(f"{target.name}: the platform refused the power-on ({act.why})")
         on: timedelta = (
             self._s.host_power_on if target.kind is ResourceKind.HOST else self._s.power_on
         )
