@@ -140,7 +140,7 @@ class StepRunner:
             if await platform.wait_for(target, PowerState.OFF, grace):
                 detail = f"{target.name} shut down{asked.said()}"
                 return TargetResult(target, StepState.DONE, detail)
-            why = f"still on after {format_duration(grace)}"
+            why = f"still on after {format_duration(grace)}{asked.said()}"
         except GracefulUnavailable as exc:
             fallback = settings.fallback_without_graceful
             return await self._fallback(settings, platform, target, str(exc), fallback)
