@@ -20,11 +20,20 @@ def executor_for(
     clock: Clock,
     events: EventSink,
     cache_gate: CacheGate | None = None,
+    resumed: bool = False,
 ) -> Executor:
-    """An executor of ``plan`` as a manual run, with a ledger of its own."""
+    """An executor of ``plan`` as a manual run, with a ledger of its own; ``resumed`` as
+    when a restarted service finishes a run."""
     ledger = RunLedger(clock, events)
     kind = RunKind.SHUTDOWN if plan.direction is Direction.SHUTDOWN else RunKind.STARTUP
     spec = ledger.new_spec(kind, RunOrigin.MANUAL, "test")
     return Executor(
-        plan, platforms, clock=clock, events=events, ledger=ledger, spec=spec, cache_gate=cache_gate
+        plan,
+        platforms,
+        clock=clock,
+        events=events,
+        ledger=ledger,
+        spec=spec,
+        cache_gate=cache_gate,
+        resumed=resumed,
     )

@@ -7,10 +7,12 @@ PVE API viewer (pve-docs/api-viewer, ``api2/json``) documents and as a real node
 answers them: ``access/ticket`` (ticket + CSRFPreventionToken, 401 on a wrong
 password), ``PVEAPIToken`` headers, ``cluster/resources?type=vm``, ``nodes``,
 ``nodes/{node}/{qemu|lxc}/{vmid}/status/{current,shutdown,stop,start}``
-(actions answer a ``UPID:`` task id), ``agent/ping`` (500 "QEMU guest agent is
-not running" until it runs) and ``nodes/{node}/status`` (``command=shutdown``).
-Its guests change state as real ones do: a shutdown takes a moment, a hung
-guest ignores it, an agent answers some time after the VM starts.
+(actions answer a ``UPID:`` task id), ``nodes/{node}/tasks?source=active&vmid=``
+(the tasks still running: a guest's ``qmshutdown``/``vzshutdown`` until it is off),
+``agent/ping`` (500 "QEMU guest agent is not running" until it runs) and
+``nodes/{node}/status`` (``command=shutdown``). Its guests change state as real ones
+do: a shutdown takes a moment, a hung guest ignores it (its task runs on), an agent
+answers some time after the VM starts.
 """
 
 from __future__ import annotations
@@ -30,12 +32,16 @@ from typing import Any
 import pytest
 
 from tests.peers.redfish import make_certificate
+from tests.runs import executor_for
+from tests.sites import site_from
 from upsguard.clock import SystemClock
 from upsguard.config.platforms import ProxmoxSettings
 from upsguard.config.resources import ResourceConfig
 from upsguard.errors import AuthenticationError, PermanentError
-from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod
+from upsguard.events import Event
+from upsguard.models import PlatformName, PowerState, ResourceKind, StepState, StopMethod
 from upsguard.plugins import registry
+from upsguard.runbooks.planner import Planner
 
 PASSWORD = "pve-s3cret"
 TOKEN = "6f1c0d2e-upsguard-token"
@@ -52,8 +58,10 @@ class Guest:
     tags: str = ""
     agent: bool = False
     ignores_shutdown: bool = False
+    shutdown_s: float = 0.2
     agent_up_at: float = 0.0
     actions: list[str] = field(default_factory=list)
+    active: list[dict[str, Any]] = field(default_factory=list)  # its node's running tasks
 
 
 @dataclass
@@ -64,6 +72,12 @@ class FakePve:
 
     def later(self, delay: float, fn: Any) -> None:
         threading.Timer(delay, fn).start()
+
+
+def off(guest: Guest) -> None:
+    """The guest is off: its shutdown task, if any, has ended."""
+    guest.running = False
+    guest.active.clear()
 
 
 def _handler(pve: FakePve) -> type[http.server.BaseHTTPRequestHandler]:
@@ -99,6 +113,13 @@ def _handler(pve: FakePve) -> type[http.server.BaseHTTPRequestHandler]:
                 return self._send(200, [{"node": n, "status": s} for n, s in pve.nodes.items()])
             if parts == ["cluster", "resources"]:
                 return self._send(200, [self._resource(g) for g in pve.guests.values()])
+            if len(parts) == 3 and parts[2] == "tasks":
+                query = urllib.parse.parse_qs(url.query)
+                if query.get("source") != ["active"]:
+                    return self._send(400, None, "this double serves source=active only")
+                vmid = query.get("vmid", [None])[0]
+                active = [t for g in pve.guests.values() for t in g.active]
+                return self._send(200, [t for t in active if vmid in (None, t["id"])])
             if len(parts) == 6 and parts[4:] == ["status", "current"]:
                 guest = pve.guests[int(parts[3])]
                 status = "running" if guest.running else "stopped"
@@ -148,14 +169,18 @@ def _handler(pve: FakePve) -> type[http.server.BaseHTTPRequestHandler]:
                 if guest.running and time.monotonic() >= guest.agent_up_at:
                     return self._send(200, {})
                 return self._send(500, None, "QEMU guest agent is not running")
-            if action == "shutdown" and not guest.ignores_shutdown:
-                pve.later(0.2, lambda: setattr(guest, "running", False))
+            kind = ("qm" if guest.kind == "qemu" else "vz") + action
+            upid = f"UPID:pve1:000A1B2C:0123ABCD:6745A1B2:{kind}:{guest.vmid}:root@pam:"
+            task = {"upid": upid, "node": "pve1", "type": kind, "id": str(guest.vmid)}
+            if action == "shutdown":
+                guest.active.append({**task, "user": "root@pam", "starttime": int(time.time())})
+                if not guest.ignores_shutdown:
+                    pve.later(guest.shutdown_s, lambda: off(guest))
             elif action == "stop":
-                guest.running = False
+                off(guest)
             elif action == "start":
                 guest.running = True
                 guest.agent_up_at = time.monotonic() + 1.0
-            upid = f"UPID:pve1:000A1B2C:0123ABCD:6745A1B2:qm{action}:{guest.vmid}:root@pam:"
             return self._send(200, upid)
 
     return Handler
@@ -183,11 +208,11 @@ def fake_pve(tmp_path: Path) -> Iterator[tuple[FakePve, int, Path]]:
     server.server_close()
 
 
-def platform(fake: tuple[FakePve, int, Path], tmp_path: Path, **extra: Any) -> Any:
+def settings_of(fake: tuple[FakePve, int, Path], tmp_path: Path, **extra: Any) -> dict[str, Any]:
     _, port, cert = fake
     secret = tmp_path / "pve.pw"
     secret.write_text(PASSWORD + "\n")
-    settings = {
+    return {
         "type": "proxmox",
         "host": "127.0.0.1",
         "port": port,
@@ -197,6 +222,10 @@ def platform(fake: tuple[FakePve, int, Path], tmp_path: Path, **extra: Any) -> A
         "poll_interval": "0.1s",
         **extra,
     }
+
+
+def platform(fake: tuple[FakePve, int, Path], tmp_path: Path, **extra: Any) -> Any:
+    settings = settings_of(fake, tmp_path, **extra)
     return registry.load("platform", "proxmox")(
         PlatformName("pve"), ProxmoxSettings.model_validate(settings), SystemClock()
     )
@@ -294,3 +323,68 @@ def test_wrong_password_and_untrusted_certificate(fake_pve: Any, tmp_path: Path)
         asyncio.run(platform(fake_pve, tmp_path, password_file=str(wrong)).open())
     with pytest.raises(PermanentError, match="TLS certificate is not trusted"):
         asyncio.run(platform(fake_pve, tmp_path, ca_file=None).open())
+
+
+def test_a_guest_action_under_way_is_found_among_its_nodes_active_tasks(
+    fake_pve: Any, tmp_path: Path
+) -> None:
+    pve = fake_pve[0]
+
+    async def scenario() -> list[str | None]:
+        px = platform(fake_pve, tmp_path)
+        [dc, hung] = [(await px.resolve(guest(n)))[0] for n in ("dc01", "hung01")]
+        await px.stop(hung, StopMethod.GRACEFUL)
+        return [
+            await px.in_flight(hung, PowerState.OFF),
+            await px.in_flight(hung, PowerState.ON),
+            await px.in_flight(dc, PowerState.OFF),
+        ]
+
+    shutdown, toward_on, idle = asyncio.run(scenario())
+    upid = "UPID:pve1:000A1B2C:0123ABCD:6745A1B2:qmshutdown:103:root@pam:"
+    assert (shutdown, toward_on, idle) == (f"Proxmox task {upid}", None, None)
+    assert "GET nodes/pve1/tasks" in pve.calls
+
+
+def test_a_resumed_shutdown_waits_for_the_guest_shutdowns_under_way(
+    fake_pve: Any, tmp_path: Path
+) -> None:
+    """A controller asked dc01 and hung01 to shut down, then died; the resumed run asks
+    neither again: it waits for dc01's task, and powers hung01 off after its timeout."""
+    pve = fake_pve[0]
+    pve.guests[101].shutdown_s = 1.0
+    quick = {"guest_timeout": "1s"}
+    site = site_from(
+        tmp_path,
+        {
+            "site": "pve",
+            "ups": [{"name": "ups1", "simulated": {}}],
+            "platforms": {"pve": settings_of(fake_pve, tmp_path)},
+            "resources": [
+                {"id": "dc01", "kind": "vm", "platform": "pve", "vm": "dc01"},
+                {"id": "hung01", "kind": "vm", "platform": "pve", "vm": "hung01", **quick},
+            ],
+        },
+    )
+    events: list[Event] = []
+
+    async def scenario() -> dict[str, tuple[StepState, str]]:
+        died = platform(fake_pve, tmp_path)
+        for name in ("dc01", "hung01"):
+            [target] = await died.resolve(guest(name))
+            await died.stop(target, StopMethod.GRACEFUL)
+        px = platform(fake_pve, tmp_path)
+        await px.open()
+        plan = Planner(site).plan("shutdown")
+        pve_platforms = {PlatformName("pve"): px}
+        run = executor_for(plan, pve_platforms, SystemClock(), events.append, resumed=True)
+        result = await run.run()
+        return {str(o.step): (o.state, o.detail) for o in result.outcomes.values()}
+
+    outcomes = asyncio.run(scenario())
+    assert pve.guests[101].actions == ["shutdown"]
+    assert pve.guests[103].actions == ["shutdown", "stop"]
+    assert outcomes["stop:hung01"][0] is StepState.DONE
+    assert "qmshutdown:103" in outcomes["stop:hung01"][1]
+    assert outcomes["stop:hung01"][1].endswith("; powered off")
+    assert outcomes["stop:dc01"][0] is StepState.DONE

@@ -17,6 +17,7 @@ import pytest
 from tests.peers.ports import free_port
 from tests.peers.vcsim import (
     LAB_ARGS,
+    LAB_VMS,
     EventRecorder,
     Vcsim,
     VmSpec,
@@ -314,6 +315,57 @@ def test_host_shutdown_waits_for_maintenance_mode_and_ignores_vcls(
         "vCLS-DC0_C0-1",
     }
     assert lab.host_system("DC0_C0_H1").runtime.powerState == "poweredOn"
+
+
+def test_a_maintenance_mode_task_under_way_is_waited_for_not_asked_again(
+    vcsim_factory: Any, tmp_path: Path
+) -> None:
+    """A controller that died had asked DC0_C0_H0 into maintenance mode (vcsim takes 5 s):
+    the host step of the next one waits for that task, and reports the host's shutdown task
+    as under way while it runs."""
+    sim: Vcsim = vcsim_factory(*LAB_ARGS, "-method-delay", "EnterMaintenanceMode:5000")
+    for spec in LAB_VMS:
+        create_vm(sim, spec)
+    events = EventRecorder(sim, "EnteredMaintenanceModeEvent", "HostShutdownEvent")
+    h0 = sim.host_system("DC0_C0_H0")
+
+    async def body(p: VspherePlatform) -> bool:
+        vms = await p.resolve(res("h0-vms", "vm_group", select={"name": "*"}))
+        h0.EnterMaintenanceMode_Task(timeout=0)  # the controller that died
+        for vm in [t for t in vms if t.host == "DC0_C0_H0"]:
+            await p.stop(vm, StopMethod.GRACEFUL)
+        (host,) = await p.resolve(res("DC0_C0_H0", "host", maintenance_mode=True))
+        assert await p.in_flight(host, PowerState.OFF) is None
+        await p.stop(host, StopMethod.GRACEFUL)
+        return await p.wait_for(host, PowerState.OFF, 20)
+
+    assert run_with(make(sim, tmp_path), body)
+    asked = [t.info.descriptionId for t in h0.recentTask]
+    assert asked.count("HostSystem.enterMaintenanceMode") == 1
+    assert asked.count("HostSystem.shutdown") == 1
+    assert events.read() == [
+        ("EnteredMaintenanceModeEvent", "DC0_C0_H0"),
+        ("HostShutdownEvent", "DC0_C0_H0"),
+    ]
+
+
+def test_a_power_task_under_way_is_found_toward_its_state(
+    vcsim_factory: Any, tmp_path: Path
+) -> None:
+    """A power-off task that takes vcsim 5 s: under way toward off, not toward on; then none."""
+    sim: Vcsim = vcsim_factory(*LAB_ARGS, "-method-delay", "PowerOff:5000")
+    create_vm(sim, VmSpec("app-01", "DC0_C0_H2", tools=False))
+
+    async def body(p: VspherePlatform) -> list[str | None]:
+        (vm,) = await p.resolve(res("app-01", "vm"))
+        await p.stop(vm, StopMethod.HARD)
+        found = [await p.in_flight(vm, PowerState.OFF), await p.in_flight(vm, PowerState.ON)]
+        assert await p.wait_for(vm, PowerState.OFF, 20)
+        return [*found, await p.in_flight(vm, PowerState.OFF)]
+
+    toward_off, toward_on, after = run_with(make(sim, tmp_path), body)
+    assert toward_off is not None and toward_off.endswith("(VirtualMachine.powerOff)")
+    assert (toward_on, after) == (None, None)
 
 
 @pytest.mark.parametrize("policy", ["shutdown", "ignore"])

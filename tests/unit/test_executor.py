@@ -278,3 +278,77 @@ def test_a_platform_that_never_answers_fails_the_step_after_its_retries(tmp_path
     outcome = result.outcomes["stop:db"]  # type: ignore[index]
     assert (outcome.state, outcome.detail) == (StepState.FAILED, "db: no answer within 2m")
     assert result.outcomes["stop:nas"].state is StepState.DONE  # type: ignore[index]
+
+
+class TaskedPlatform(SimulatedPlatform):
+    """Lists its requests as tasks, as vSphere and Proxmox do: a stop is under way until its
+    target is off. ``unreadable`` makes the list fail to read."""
+
+    def __init__(self, *args: object, unreadable: bool = False, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.unreadable = unreadable
+        self.stops: list[str] = []
+        self.looked: list[str] = []
+
+    async def stop(self, target: Target, method: StopMethod) -> None:
+        self.stops.append(target.name)
+        await super().stop(target, method)
+
+    async def in_flight(self, target: Target, state: PowerState) -> str | None:
+        self.looked.append(target.name)
+        if self.unreadable:
+            raise PlatformUnreachable("the task list did not answer")
+        on = await self.power_state(target) is PowerState.ON
+        asked = target.name in self.stops
+        return f"task-{target.name}" if state is PowerState.OFF and asked and on else None
+
+
+def stop_after_a_restart(
+    tmp_path: Path, resumed: bool, unreadable: bool = False
+) -> tuple[StepState, str, TaskedPlatform]:
+    """The controller that died asked db to shut down (40 s); then a run carries on."""
+    site = site_from(
+        tmp_path,
+        {
+            "site": "t",
+            "ups": [{"name": "u", "simulated": {}}],
+            "platforms": {"vc": {"type": "simulated", "guest_shutdown": "40s"}},
+            "resources": [{"id": "db", "kind": "vm", "platform": "vc"}],
+        },
+    )
+
+    async def main() -> tuple[StepState, str, TaskedPlatform]:
+        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        settings = site.platforms["vc"]
+        assert isinstance(settings, SimulatedPlatformSettings)
+        vc = TaskedPlatform(PlatformName("vc"), settings, clock, unreadable=unreadable)
+        [db] = await vc.resolve(site.resources[0])
+        await vc.stop(db, StopMethod.GRACEFUL)
+        await asyncio.sleep(10)  # the restart
+        plan = Planner(site).plan("shutdown")
+        run = executor_for(plan, {PlatformName("vc"): vc}, clock, lambda e: None, resumed=resumed)
+        outcome = (await run.run()).outcomes[plan.steps[0].id]
+        return outcome.state, outcome.detail, vc
+
+    return run_virtual(main())
+
+
+def test_a_resumed_step_waits_for_its_task_under_way_instead_of_asking_again(
+    tmp_path: Path,
+) -> None:
+    state, detail, vc = stop_after_a_restart(tmp_path, resumed=True)
+    assert (state, vc.stops) == (StepState.DONE, ["db"])
+    assert detail == "db shut down (waited for task-db, under way before the restart)"
+
+
+def test_only_a_resumed_run_looks_for_tasks_under_way(tmp_path: Path) -> None:
+    state, _, vc = stop_after_a_restart(tmp_path, resumed=False)
+    assert (state, vc.looked, vc.stops) == (StepState.DONE, [], ["db", "db"])
+
+
+def test_tasks_that_cannot_be_read_do_not_keep_a_resumed_step_from_asking(
+    tmp_path: Path,
+) -> None:
+    state, detail, vc = stop_after_a_restart(tmp_path, resumed=True, unreadable=True)
+    assert (state, vc.looked, vc.stops) == (StepState.DONE, ["db"], ["db", "db"])
+    assert detail == "db shut down"

@@ -10,7 +10,7 @@ from upsguard.config.platforms import BUILTIN_TYPES, PlatformBase
 from upsguard.config.site import SiteConfig
 from upsguard.models import PlatformName
 from upsguard.plugins import registry
-from upsguard.plugins.platforms.base import Platform
+from upsguard.plugins.platforms.base import InFlightTasks, Platform
 
 SETTINGS: dict[str, dict[str, object]] = {
     "ipmi": {"host": "10.0.0.21", "user": "admin", "password_env": "BMC_PW"},
@@ -46,3 +46,12 @@ def test_the_registry_and_the_site_file_know_the_same_backends() -> None:
     nothing else lists it (the import contracts use wildcards)."""
     assert set(registry.BUILTIN["platform"]) == BUILTIN_TYPES
     assert set(registry.BUILTIN["cache"]) == BUILTIN_PROVIDERS
+
+
+def test_the_platforms_that_list_their_tasks_offer_them_to_a_resumed_run() -> None:
+    """vSphere and Proxmox run each request as a task they list; a resumed step waits for
+    one still under way instead of asking again. Other platforms have nothing to list."""
+    offering = {
+        kind for kind in BUILTIN_TYPES if issubclass(registry.load("platform", kind), InFlightTasks)
+    }
+    assert offering == {"proxmox", "vsphere"}

@@ -5,10 +5,13 @@
 // vcsim's simulator package and routes a few methods to its own handlers:
 //
 //   - ShutdownHost_Task: InvalidState unless the host is in maintenance mode or force is set;
-//     the host then goes poweredOff/notResponding and a HostShutdownEvent is posted.
+//     the host then goes poweredOff/notResponding and a HostShutdownEvent is posted. Its task
+//     carries vSphere's descriptionId (HostSystem.shutdown) and sits in the host's recentTask;
+//     -method-delay 'ShutdownHost:MS' makes it take MS before the host goes down.
 //   - ShutdownGuest: ToolsUnavailable unless guest.toolsRunningStatus is guestToolsRunning;
 //     the guest takes -guest-shutdown-ms (or the VM's extraConfig upsguard.guestShutdownMs,
-//     where "hang" means it never shuts down) before the VM is poweredOff.
+//     where "hang" means it never shuts down) before the VM is poweredOff; meanwhile
+//     guest.guestState reads shuttingDown, as Tools report it (running / notRunning else).
 //   - EnterMaintenanceMode_Task: completes only once no ordinary VM on the host runs (vCLS
 //     VMs are powered off, as vSphere does), or fails with Timedout after its timeout.
 //   - PowerOnVM_Task / PowerOffVM_Task: VMware Tools follow the power state (running
@@ -48,6 +51,10 @@ import (
 const (
 	toolsRunning    = string(types.VirtualMachineToolsRunningStatusGuestToolsRunning)
 	toolsNotRunning = string(types.VirtualMachineToolsRunningStatusGuestToolsNotRunning)
+	// guest.guestState as VMware Tools report it
+	guestRunning      = string(types.VirtualMachineGuestStateRunning)
+	guestShuttingDown = string(types.VirtualMachineGuestStateShuttingDown)
+	guestNotRunning   = string(types.VirtualMachineGuestStateNotRunning)
 )
 
 var (
@@ -172,9 +179,14 @@ func methodDelay(name string) {
 
 // asyncTask returns a task at once and finishes it when work returns; work runs without
 // holding the entity's lock, so that reads of the entity are not blocked while it waits.
-func asyncTask(ctx *simulator.Context, entity mo.Reference, name string,
+// name is vcsim's task name (the key of -method-delay); descriptionId is vSphere's, when it
+// differs from the one vcsim derives from name (ENTITY.name).
+func asyncTask(ctx *simulator.Context, entity mo.Reference, name, descriptionId string,
 	work func(*simulator.Context) types.BaseMethodFault) types.ManagedObjectReference {
 	task := simulator.CreateTask(entity, name, nil)
+	if descriptionId != "" {
+		task.Info.DescriptionId = descriptionId
+	}
 	c := bg(ctx)
 	c.Map.AtomicUpdate(c, task, []types.PropertyChange{
 		{Name: "info.startTime", Val: time.Now()},
@@ -208,14 +220,15 @@ func toolsOff(vm *simulator.VirtualMachine) types.VirtualMachineToolsStatus {
 }
 
 func setTools(ctx *simulator.Context, vm *simulator.VirtualMachine, running bool) {
-	status, tools := toolsNotRunning, toolsOff(vm)
+	status, tools, guest := toolsNotRunning, toolsOff(vm), guestNotRunning
 	if running {
-		status, tools = toolsRunning, types.VirtualMachineToolsStatusToolsOk
+		status, tools, guest = toolsRunning, types.VirtualMachineToolsStatusToolsOk, guestRunning
 	}
 	ctx.WithLock(vm, func() {
 		ctx.Update(vm, []types.PropertyChange{
 			{Name: "guest.toolsRunningStatus", Val: status},
 			{Name: "guest.toolsStatus", Val: tools},
+			{Name: "guest.guestState", Val: guest},
 		})
 	})
 }
@@ -233,6 +246,7 @@ func powerOffNow(ctx *simulator.Context, vm *simulator.VirtualMachine) bool {
 			{Name: "summary.runtime.powerState", Val: types.VirtualMachinePowerStatePoweredOff},
 			{Name: "guest.toolsRunningStatus", Val: toolsNotRunning},
 			{Name: "guest.toolsStatus", Val: toolsOff(vm)},
+			{Name: "guest.guestState", Val: guestNotRunning},
 		})
 	})
 	if changed {
@@ -282,6 +296,9 @@ func (e *ext) ShutdownGuest(ctx *simulator.Context, req *types.ShutdownGuest) so
 		body.Fault_ = simulator.Fault(msg, fault)
 		return body
 	}
+	ctx.WithLock(vm, func() {
+		ctx.Update(vm, []types.PropertyChange{{Name: "guest.guestState", Val: guestShuttingDown}})
+	})
 	post(ctx, &types.VmGuestShutdownEvent{VmEvent: vmEvent(ctx.Map, vm)})
 	if !hang {
 		c := bg(ctx)
@@ -376,7 +393,7 @@ func (e *ext) EnterMaintenanceModeTask(ctx *simulator.Context, req *types.EnterM
 	}
 	post(ctx, &types.EnteringMaintenanceModeEvent{HostEvent: hostEvent(ctx.Map, h)})
 	timeout := time.Duration(req.Timeout) * time.Second
-	ref := asyncTask(ctx, h, "enterMaintenanceMode", func(c *simulator.Context) types.BaseMethodFault {
+	ref := asyncTask(ctx, h, "enterMaintenanceMode", "", func(c *simulator.Context) types.BaseMethodFault {
 		start := time.Now()
 		for {
 			running := 0
@@ -416,7 +433,7 @@ func (e *ext) ExitMaintenanceModeTask(ctx *simulator.Context, req *types.ExitMai
 	if !ok {
 		return &methods.ExitMaintenanceMode_TaskBody{Fault_: simulator.Fault("", &types.ManagedObjectNotFound{Obj: req.This})}
 	}
-	ref := asyncTask(ctx, h, "exitMaintenanceMode", func(c *simulator.Context) types.BaseMethodFault {
+	ref := asyncTask(ctx, h, "exitMaintenanceMode", "", func(c *simulator.Context) types.BaseMethodFault {
 		c.WithLock(h, func() {
 			c.Update(h, []types.PropertyChange{
 				{Name: "runtime.inMaintenanceMode", Val: false},
@@ -442,7 +459,7 @@ func (e *ext) ShutdownHostTask(ctx *simulator.Context, req *types.ShutdownHost_T
 		return &methods.ShutdownHost_TaskBody{Fault_: simulator.Fault(
 			fmt.Sprintf("host %s is not in maintenance mode", h.Name), &types.InvalidState{})}
 	}
-	ref := asyncTask(ctx, h, "shutdownHost", func(c *simulator.Context) types.BaseMethodFault {
+	ref := asyncTask(ctx, h, "shutdownHost", "HostSystem.shutdown", func(c *simulator.Context) types.BaseMethodFault {
 		for _, vm := range vmsOn(c, h) {
 			powerOffNow(c, vm)
 		}

@@ -5,8 +5,9 @@ Runs before any policy is evaluated. Steps the journal shows ``running`` are mar
 restored from the journal; then the newest unfinished run (interrupted by a stop, or
 left running by a crash) is started again under its own id with the steps already done
 (or skipped) left out, so they are not run again. Every other step first reads its
-target's real state (a VM already off is done), so a step that was cut short is
-finished, not repeated.
+target's real state (a VM already off is done), and on a platform that lists its tasks
+waits for its request still under way (a host shutting down still reads on), so a step
+that was cut short is finished, not repeated.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """What one step does to each of its targets: check, act, wait, fall back, retry.
 
 Every step is idempotent: it reads the target's state first (a VM already
-off is done), so a step that a crash interrupted can run again safely.
+off is done), so a step that a crash interrupted can run again safely. In a
+resumed run it also asks a platform that lists its tasks (``InFlightTasks``)
+whether the request is still under way (a host shutting down still reads on),
+and waits for that task instead of asking a second time.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from upsguard.clock import Clock
 from upsguard.config.resources import Fallback
 from upsguard.config.types import format_duration
 from upsguard.engine.health import wait_healthy
-from upsguard.engine.retry import ask
+from upsguard.engine.retry import CALL_TIMEOUT_S, ask
 from upsguard.engine.slots import Slots
 from upsguard.errors import GracefulUnavailable, PermanentError, StepTimeout, UpsguardError
 from upsguard.models import (
@@ -30,12 +33,31 @@ from upsguard.models import (
     StopMethod,
     Target,
 )
-from upsguard.plugins.platforms.base import Platform
+from upsguard.plugins.platforms.base import InFlightTasks, Platform
 from upsguard.runbooks.plan import Step, StepSettings
 
 log = logging.getLogger(__name__)
 
 HARD_OFF_WAIT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What a step found before it waits: nothing to ask (already there), a request made
+    now, or the platform's own task still under way from before a restart (waited for,
+    not repeated)."""
+
+    needed: bool = True
+    under_way: str | None = None
+
+    def said(self) -> str:
+        """The words the step's detail adds."""
+        if self.under_way is None:
+            return ""
+        return f" (waited for {self.under_way}, under way before the restart)"
+
+
+ALREADY_THERE = Request(needed=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +80,12 @@ class StepRunner:
         direction: Direction,
         slots: Mapping[PlatformName, Slots],
         network_probes: bool = True,
+        resumed: bool = False,
     ) -> None:
-        """``network_probes``: False in a dry run (health checks ask the platform only)."""
+        """``network_probes``: False in a dry run (health checks ask the platform only).
+        ``resumed``: the run was cut short before; tasks still under way are waited for."""
         self._network_probes = network_probes
+        self._resumed = resumed
         self._platforms = platforms
         self._clock = clock
         self._direction = direction
@@ -109,11 +134,13 @@ class StepRunner:
     ) -> TargetResult:
         grace = settings.timeout_s
         try:
-            if not await ask(lambda: _ask_to_stop(platform, target), settings.retries):
+            asked = await ask(lambda: self._ask_to_stop(platform, target), settings.retries)
+            if not asked.needed:
                 return TargetResult(target, StepState.DONE, f"{target.name} already off")
             if await platform.wait_for(target, PowerState.OFF, grace):
-                return TargetResult(target, StepState.DONE, f"{target.name} shut down")
-            why = f"still on after {format_duration(grace)}"
+                detail = f"{target.name} shut down{asked.said()}"
+                return TargetResult(target, StepState.DONE, detail)
+            why = f"still on after {format_duration(grace)}{asked.said()}"
         except GracefulUnavailable as exc:
             fallback = settings.fallback_without_graceful
             return await self._fallback(settings, platform, target, str(exc), fallback)
@@ -144,8 +171,12 @@ class StepRunner:
     ) -> TargetResult:
         timeout = settings.timeout_s
         state = await ask(lambda: platform.power_state(target), settings.retries)
+        asked = ALREADY_THERE
         if state is not PowerState.ON:
-            await self._power_on(settings, platform, target)
+            found = await self._under_way(platform, target, PowerState.ON)
+            if found is None:
+                await self._power_on(settings, platform, target)
+            asked = Request(under_way=found)
             if not await platform.wait_for(target, PowerState.ON, timeout):
                 return TargetResult(
                     target,
@@ -159,7 +190,33 @@ class StepRunner:
         except StepTimeout as exc:
             return TargetResult(target, StepState.FAILED, str(exc))
         done = "up" if state is not PowerState.ON else "already up"
-        return TargetResult(target, StepState.DONE, f"{target.name} {done}")
+        return TargetResult(target, StepState.DONE, f"{target.name} {done}{asked.said()}")
+
+    async def _ask_to_stop(self, platform: Platform, target: Target) -> Request:
+        """Read the state, then ask for a graceful stop unless a resumed step finds its task
+        under way: one request allowance covers them, and a retry reads the state again."""
+        if await platform.power_state(target) is PowerState.OFF:
+            return ALREADY_THERE
+        under_way = await self._under_way(platform, target, PowerState.OFF)
+        if under_way is None:
+            await platform.stop(target, StopMethod.GRACEFUL)
+        return Request(under_way=under_way)
+
+    async def _under_way(self, platform: Platform, target: Target, state: PowerState) -> str | None:
+        """In a resumed run, the platform's own task still taking ``target`` to ``state``.
+        Tasks that cannot be read are no reason to leave a target running: the step asks."""
+        if not self._resumed or not isinstance(platform, InFlightTasks):
+            return None
+        try:
+            async with asyncio.timeout(CALL_TIMEOUT_S):
+                found = await platform.in_flight(target, state)
+        except (UpsguardError, TimeoutError) as exc:
+            why = str(exc) or "no answer"
+            log.warning("%s: its tasks under way could not be read (%s): asking", target.name, why)
+            return None
+        if found is not None:
+            log.info("%s: %s is still under way from before the restart", target.name, found)
+        return found
 
     async def _power_on(self, settings: StepSettings, platform: Platform, target: Target) -> None:
         if settings.power_on_via is None:
@@ -169,15 +226,6 @@ class StepRunner:
         bmc_targets = await ask(lambda: bmc.resolve(settings.resource), settings.retries)
         for bmc_target in bmc_targets:
             await ask(functools.partial(bmc.start, bmc_target), settings.retries)
-
-
-async def _ask_to_stop(platform: Platform, target: Target) -> bool:
-    """Read the state, then ask for a graceful stop: one request allowance covers both, and
-    a retry reads the state again. False when the target is already off."""
-    if await platform.power_state(target) is PowerState.OFF:
-        return False
-    await platform.stop(target, StopMethod.GRACEFUL)
-    return True
 
 
 def _combine(

@@ -65,10 +65,13 @@ class Executor:
         spec: RunSpec,
         cache_gate: CacheGate | None = None,
         already_done: Collection[StepId] = (),
+        resumed: bool = False,
         before_step: Callable[[Step], Awaitable[None]] | None = None,
         dry_run: bool = False,
     ) -> None:
         """``already_done``: steps a resumed run finished before (done or skipped).
+        ``resumed``: the run was cut short before; its steps look for the platform's own
+        tasks still under way and wait for them instead of asking again.
         ``before_step``: awaited just before a step acts (after its cache gate).
         ``dry_run``: the simulator's run; health checks do not probe the network."""
         self.plan = plan
@@ -80,7 +83,7 @@ class Executor:
         self._before_step = before_step
         slots = {PlatformName(p): Slots(n) for p, n in plan.limits.items()}
         self._runner = StepRunner(
-            platforms, clock, plan.direction, slots, network_probes=not dry_run
+            platforms, clock, plan.direction, slots, network_probes=not dry_run, resumed=resumed
         )
         self.result = RunResult(spec)
         self._steps = plan.by_id()

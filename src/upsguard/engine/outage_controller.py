@@ -279,7 +279,11 @@ class OutageController:
             self.use_planner(planner)
 
     async def _start(
-        self, plan: Plan, spec: RunSpec, already_done: Collection[StepId] = ()
+        self,
+        plan: Plan,
+        spec: RunSpec,
+        already_done: Collection[StepId] = (),
+        resumed: bool = False,
     ) -> RunId:
         await self._stop_run(RunOutcome.ABANDONED)
         executor = Executor(
@@ -291,6 +295,7 @@ class OutageController:
             spec=spec,
             cache_gate=DestageGate(self.caches, self.floor_reached),
             already_done=already_done,
+            resumed=resumed,
             before_step=self._before_step,
             dry_run=self._dry_run,
         )
@@ -452,12 +457,13 @@ class OutageController:
 
     async def resume(self, spec: RunSpec, done: Collection[StepId]) -> RunId:
         """Finish a run a dead or stopped controller left: the steps in ``done`` are not run
-        again; every other step first reads its target's real state."""
+        again; every other step first reads its target's real state, and waits for a task
+        of its platform still under way rather than asking again."""
         if spec.kind is RunKind.SHUTDOWN and spec.only is None:
             plan = self.shutdown_plan
         else:
             plan = self.planner.plan(spec.direction, set(spec.only) if spec.only else None)
-        return await self._start(plan, spec, already_done=done)
+        return await self._start(plan, spec, already_done=done, resumed=True)
 
     def _phase_changed(self, old: Phase, new: Phase, reason: str) -> None:
         self._events(PhaseChanged(self._clock.now(), old, new, reason))

@@ -127,6 +127,24 @@ class ResourceTargets:
 
 
 @runtime_checkable
+class InFlightTasks(Protocol):
+    """A platform whose requests run as tasks it can list (vSphere, Proxmox): an optional
+    capability, used when a run is resumed.
+
+    A step cut short by a crash may have left its request under way: a host whose shutdown
+    task runs still reads powered on, so reading the state alone would ask it again. The
+    resumed step asks this first and waits for what it finds instead.
+    """
+
+    async def in_flight(self, target: Target, state: PowerState) -> str | None:
+        """What the platform is still doing that takes ``target`` to ``state`` (a shutdown or
+        power-off toward ``OFF``, a power-on toward ``ON``), as one line naming the task;
+        None when nothing is under way. Finished and failed tasks are not under way.
+        Raises ``PlatformUnreachable``."""
+        ...
+
+
+@runtime_checkable
 class InventorySource(Protocol):
     """A platform that can list everything it manages (vSphere): an optional capability.
 

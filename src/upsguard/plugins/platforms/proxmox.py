@@ -7,7 +7,9 @@ node on needs ``power_on_via`` a BMC or Wake-on-LAN).
 
 Graceful stop is the guest's ``status/shutdown`` (ACPI, or the QEMU guest
 agent where enabled); hard stop is ``status/stop``. A started VM whose config
-enables the agent is healthy once the agent answers a ping.
+enables the agent is healthy once the agent answers a ping. Each guest action
+runs as a task of its node (``qmshutdown``, ``vzstop``...) until the guest got
+there; a resumed run finds it among the node's active tasks and waits for it.
 
 Authentication: an API token (``user`` like ``root@pam``, ``token_name`` and
 the token's secret from ``token_file``/``token_env``) or a password. TLS is
@@ -41,6 +43,11 @@ from upsguard.plugins.platforms.base import poll_for_state
 __all__ = ["ProxmoxPlatform"]
 
 _GUEST_TYPES = ("qemu", "lxc")
+#: The node's task types that take a guest (VM, container) off, and on.
+_TOWARD: dict[PowerState, dict[str, tuple[str, ...]]] = {
+    PowerState.OFF: {"qemu": ("qmshutdown", "qmstop"), "lxc": ("vzshutdown", "vzstop")},
+    PowerState.ON: {"qemu": ("qmstart",), "lxc": ("vzstart",)},
+}
 
 
 class ProxmoxPlatform:
@@ -118,6 +125,20 @@ class ProxmoxPlatform:
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
         interval = self._settings.poll_interval.total_seconds()
         return await poll_for_state(self, target, state, timeout, interval, self._clock)
+
+    async def in_flight(self, target: Target, state: PowerState) -> str | None:
+        """``InFlightTasks``: the guest's task still active on its node toward ``state``
+        (``/nodes/{node}/tasks?source=active``). A node's own shutdown is no API task."""
+        ref = _ref(target)
+        if "/" not in ref:
+            return None
+        node, kind, vmid = ref.split("/")
+        wanted = _TOWARD.get(state, {}).get(kind, ())
+        active = await self._call(f"read the tasks under way on {node}", _active, node, vmid)
+        for task in active:
+            if task.get("type") in wanted and str(task.get("id")) == vmid:
+                return f"Proxmox task {task.get('upid')}"
+        return None
 
     async def healthy(self, target: Target) -> bool:
         """Running, and its guest agent answering where the VM's config enables one."""
@@ -246,6 +267,10 @@ def _guest(api: Any, ref: str) -> Any:
 
 def _current(api: Any, ref: str) -> dict[str, Any]:
     return dict(_guest(api, ref).status.current.get())
+
+
+def _active(api: Any, node: str, vmid: str) -> list[dict[str, Any]]:
+    return [dict(t) for t in api.nodes(node).tasks.get(source="active", vmid=vmid)]
 
 
 def _guest_action(api: Any, ref: str, action: str) -> None:

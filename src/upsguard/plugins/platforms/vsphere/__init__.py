@@ -194,6 +194,13 @@ class VspherePlatform:
             raise StepFailed(f"{target.name}: {error}")
         return False
 
+    async def in_flight(self, target: Target, state: PowerState) -> str | None:
+        """``InFlightTasks``: the target's task still running toward ``state`` (from its
+        ``recentTask``), which a failure of then makes the step's error."""
+        if target.kind is ResourceKind.HOST:
+            return await self._hosts.under_way(target, state)
+        return await self._vms.under_way(target, state)
+
     async def healthy(self, target: Target) -> bool:
         if target.kind is ResourceKind.HOST:
             return await self._hosts.healthy(target)

@@ -4,7 +4,8 @@ vSphere shuts a host down only from maintenance mode unless forced; maintenance
 mode waits for every running VM. So before asking, the step powers off vCLS agents
 (retreat) and deals with VMs no resource covers, per the site file. Starting a host
 is its BMC's job (``power_on_via``); vSphere only wakes hosts from standby. Once a
-started host is back, it is taken out of maintenance mode.
+started host is back, it is taken out of maintenance mode. A maintenance-mode task
+already under way (asked before a restart) is waited for, not asked again.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from upsguard.errors import GracefulUnavailable, PermanentError, StepFailed, Ups
 from upsguard.models import PowerState, ResourceKind, Target
 from upsguard.plugins.platforms.vsphere.locate import Located, Locator, Resolved
 from upsguard.plugins.platforms.vsphere.states import TOOLS_RUNNING, host_power, is_off
-from upsguard.plugins.platforms.vsphere.tasks import TaskLog, task_error
+from upsguard.plugins.platforms.vsphere.tasks import TaskLog, task_error, task_under_way
 from upsguard.plugins.platforms.vsphere.vms import power_off, shutdown_guest
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,10 @@ MM_TIMEOUT_CAP_S = 110  # the executor gives one call 120 s
 UNPLANNED_GRACE_S = 60.0  # guest shutdown time for unplanned VMs inside a host step
 HARD_OFF_S = 30.0
 TASK_CHECK_S = 2.0
+#: vSphere's names (descriptionId) of the tasks that take a host down, and up.
+HOST_STOPS = ("HostSystem.shutdown", "HostSystem.powerDownHostToStandBy")
+HOST_STARTS = ("HostSystem.powerUpHostFromStandBy",)
+ENTER_MAINTENANCE = ("HostSystem.enterMaintenanceMode",)
 
 
 class HostSteps:
@@ -80,6 +85,12 @@ class HostSteps:
                 f"{target.name}: the host is off and vSphere cannot power it on: "
                 "give the resource power_on_via (its BMC)"
             )
+
+    async def under_way(self, target: Target, state: PowerState) -> str | None:
+        """A shutdown (or standby) task still running toward off, a wake-up toward on."""
+        at = await self._locator.locate(target)
+        actions = HOST_STOPS if state is PowerState.OFF else HOST_STARTS
+        return await self._tasks.adopt(target, at.session, at.obj(), actions)
 
     async def healthy(self, target: Target) -> bool:
         """On and connected, and out of maintenance mode (asked for here, once)."""
@@ -134,10 +145,15 @@ class HostSteps:
 
     async def _enter_maintenance(self, at: Located, target: Target, res: ResourceConfig) -> None:
         limit = int(min(res.guest_timeout.total_seconds(), MM_TIMEOUT_CAP_S))
-        task = await at.session.run(
-            f"put {target.name} in maintenance mode",
-            lambda: at.obj().EnterMaintenanceMode_Task(timeout=limit),
-        )
+        found = await task_under_way(at.session, at.obj(), ENTER_MAINTENANCE, target.name)
+        if found is not None:
+            log.info("%s: %s is under way already: waiting for it", target.name, found[0])
+            task = found[1]
+        else:
+            task = await at.session.run(
+                f"put {target.name} in maintenance mode",
+                lambda: at.obj().EnterMaintenanceMode_Task(timeout=limit),
+            )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit + 5
         while loop.time() < deadline:

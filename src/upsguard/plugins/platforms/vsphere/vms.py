@@ -3,7 +3,8 @@
 Calls return once vSphere accepted the request; reaching the state is the
 watch's job. A VM already in the wanted state is no error (steps are
 idempotent); a VM without running VMware Tools has no graceful path, which
-vSphere itself says (never a cached state).
+vSphere itself says (never a cached state). A guest shutdown is no lasting task:
+what shows it under way is the guest's state as VMware Tools report it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,14 @@ from pyVmomi import vim
 
 from upsguard.models import PowerState, StopMethod, Target
 from upsguard.plugins.platforms.vsphere.locate import Located, Locator
+from upsguard.plugins.platforms.vsphere.reads import read_objects
 from upsguard.plugins.platforms.vsphere.states import TOOLS_RUNNING, vm_power
 from upsguard.plugins.platforms.vsphere.tasks import TaskLog
+
+#: vSphere's names (descriptionId) of the tasks that take a VM off, and on.
+VM_STOPS = ("VirtualMachine.powerOff", "VirtualMachine.shutdownGuest")
+VM_STARTS = ("VirtualMachine.powerOn",)
+GUEST_SHUTTING_DOWN = "shuttingDown"  # guest.guestState
 
 
 class VmSteps:
@@ -47,6 +54,16 @@ class VmSteps:
         if task is not None:
             self._tasks.remember(target, at.session, task)
 
+    async def under_way(self, target: Target, state: PowerState) -> str | None:
+        """A power task still running toward ``state``, or toward off a guest shutting down."""
+        at = await self._locator.locate(target)
+        if state is not PowerState.OFF:
+            return await self._tasks.adopt(target, at.session, at.obj(), VM_STARTS)
+        found = await self._tasks.adopt(target, at.session, at.obj(), VM_STOPS)
+        if found is None and await guest_state(at, target.name) == GUEST_SHUTTING_DOWN:
+            return "the guest's shutdown (VMware Tools report it shutting down)"
+        return found
+
     async def healthy(self, target: Target) -> bool:
         """On, and VMware Tools running (or not installed at all)."""
         props = (await self._locator.locate(target)).watched()
@@ -73,3 +90,15 @@ async def power_off(at: Located, name: str) -> None:
             at.obj().PowerOffVM_Task()
 
     await at.session.run(f"power off {name}", call)
+
+
+async def guest_state(at: Located, name: str) -> str | None:
+    """``guest.guestState`` now (``running``, ``shuttingDown``, ``notRunning``...)."""
+
+    def read() -> str | None:
+        collector = at.session.conn.content.propertyCollector
+        found, _ = read_objects(collector, [at.obj()], {vim.VirtualMachine: ["guest.guestState"]})
+        state = found.get(at.ref, {}).get("guest.guestState")
+        return None if state is None else str(state)
+
+    return await at.session.run(f"read the guest state of {name}", read)
