@@ -32,14 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pyVmomi import vim
 from tests.peers.vcsim import Vcsim, make_tls, start_vcsim, wait_task
+from tests.runs import executor_for
 
 from upsguard.clock import SystemClock
 from upsguard.config.loading import load_site
-from upsguard.engine.executor import Executor
 from upsguard.engine.inventory import live_inventory
-from upsguard.models import PlatformName
+from upsguard.models import Direction, PlatformName
 from upsguard.plugins.registry import build_platforms
-from upsguard.runbooks.planner import build_plan
+from upsguard.runbooks.planner import Planner
 
 
 def timeline(events: list[Any]) -> str:
@@ -113,11 +113,10 @@ async def measure(site_path: Path) -> dict[str, Any]:
         snap = await vc.inventory()
         inventory_s = time.perf_counter() - start
         inventory = await live_inventory(site, platforms)
-        plan = build_plan(site, "shutdown", inventory)
+        plan = Planner(site, inventory).plan(Direction.SHUTDOWN)
         events: list[Any] = []
-        executor = Executor(
-            site, plan, platforms, clock=SystemClock(), events=events.append, run_id="bench"
-        )
+        executor = executor_for(plan, platforms, SystemClock(), events.append)
+        trips0 = vc.manager.conn.round_trips
         start = time.perf_counter()
         result = await executor.run()
         shutdown_s = time.perf_counter() - start
@@ -129,11 +128,10 @@ async def measure(site_path: Path) -> dict[str, Any]:
             "shutdown_s": shutdown_s,
             "critical_path_s": plan.critical_path_s,
             "steps": len(plan.steps),
-            "state": result.state,
+            "state": result.outcome,
             "failed": [o.detail for o in result.failed][:3],
             "timeline": timeline(events),
-            "watch_round_trips": vc.manager.watcher.round_trips,
-            "check_reads": vc.manager.fresh.reads,
+            "shutdown_round_trips": vc.manager.conn.round_trips - trips0,
         }
     finally:
         await vc.close()
@@ -189,8 +187,8 @@ def main() -> int:
         f"run {figures['state']}"
     )
     print(
-        f"watch ({args.watch}): {figures['watch_round_trips']} requests in all; "
-        f"power-state checks: {figures['check_reads']} reads for {figures['steps']} steps"
+        f"watch ({args.watch}): {figures['shutdown_round_trips']} API requests during the "
+        f"shutdown for {figures['steps']} steps"
     )
     print(f"timeline: {figures['timeline']}")
     print(f"cpu during the run: vcsim {sim_cpu:.1f} s, upsguard {own_cpu:.1f} s")
