@@ -11,11 +11,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, Tag
+from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
 
-from upsguard.config.base import Credentials, Model, union_tags
+from upsguard.config.base import Credentials, Model, refuse_inline_secrets, union_tags
 from upsguard.config.resources import ResourceConfig
-from upsguard.config.types import Duration, Interval
+from upsguard.config.types import Duration, Interval, PassEnv
 
 #: Types a resource may name directly as its platform, with default settings.
 IMPLICIT_TYPES = ("ssh", "command", "wol", "none", "simulated")
@@ -156,6 +156,7 @@ class CommandSettings(PlatformBase):
     type: Literal["command"]
     shell: str = "/bin/sh"
     timeout: Duration = timedelta(minutes=5)
+    pass_env: PassEnv = Field(default_factory=list)
     poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
 
     def can_power_on(self, res: ResourceConfig) -> bool:
@@ -192,6 +193,12 @@ class ExternalPlatformSettings(PlatformBase):
 
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
     type: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_inline_secret(cls, data: object) -> object:
+        """Its other keys are unknown here, but a secret is a secret in any plugin."""
+        return refuse_inline_secrets(data, nested=True)
 
 
 def _platform_tag(value: Any) -> str:
