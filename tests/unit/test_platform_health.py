@@ -262,7 +262,7 @@ async def test_https_is_verified_against_ca_file(https_url: tuple[str, Any]) -> 
         TARGET,
         ReadyAfter(1),
     )
-    with pytest.raises(StepTimeout, match="TLS certificate not trusted .*: set ca_file"):
+    with pytest.raises(StepTimeout, match=r"TLS certificate not trusted .*: set ca_file"):
         await wait_healthy(
             resource(http=f"{url}/ok", platform=False, timeout="0.2s"), TARGET, ReadyAfter(1)
         )
@@ -293,5 +293,5 @@ def test_http_credentials_are_given_one_way(check: dict[str, Any], says: str) ->
 async def test_an_unreadable_password_file_is_the_checks_reason(http_url: str) -> None:
     check = {"url": f"{http_url}/basic", "user": "m", "password_file": "/nonexistent"}
     res = resource(http=check, platform=False, timeout="0.2s")
-    with pytest.raises(StepTimeout, match="health check password: .*/nonexistent"):
+    with pytest.raises(StepTimeout, match=r"health check password: .*/nonexistent"):
         await wait_healthy(res, TARGET, ReadyAfter(1))
