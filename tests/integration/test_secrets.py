@@ -504,3 +504,28 @@ def test_secrets_written_inline_are_refused_and_not_repeated(
             assert "Traceback" not in result.stderr
             out.add(f"variant {i}: upsguard {command[0]}", result.stdout + result.stderr)
     assert out.leaks() == []
+
+
+def test_a_remote_upsd_in_clear_is_warned_of_when_the_service_starts(tmp_path: Path) -> None:
+    """What validate warns of, the service's log says at start (upsd here is a documentation
+    address that never answers: the warning comes before any reading)."""
+    entry = {"host": "192.0.2.10", "ups": "x", "user": "mon", "password_env": "UPSG_NUT_PW"}
+    svc = write_site(
+        tmp_path,
+        {
+            "site": "remote",
+            "ups": [{"name": "far", "nut": {**entry, "timeout": "1s"}}],
+            "resources": [
+                {"id": "a", "kind": "command", "platform": "command", "shutdown": "true"}
+            ],
+        },
+    )
+    svc.env = dict(SERVICE_ENV)
+    svc.start()
+    try:
+        svc.wait(lambda: "upsguard serving site remote" in svc.log.read_text(), "the service")
+    finally:
+        svc.terminate()
+    log = svc.log.read_text()
+    assert "WARNING" in log and "UPS far: upsd at 192.0.2.10 is not on this machine" in log
+    assert SECRETS["nut"] not in log

@@ -105,6 +105,14 @@ def test_credentials_in_the_webhook_url_are_refused(tmp_path: Path) -> None:
     assert SECRET not in result.stderr + result.stdout
 
 
+def test_credentials_in_a_bmc_address_are_refused(tmp_path: Path) -> None:
+    rf = {"type": "redfish", "host": f"https://admin:{SECRET}@bmc1", "user": "admin"}
+    result = _validate(tmp_path, _site(platforms={"rf": rf}))
+    assert result.returncode == 2
+    assert "platforms.rf.host: credentials in the address are not accepted" in result.stderr
+    assert SECRET not in result.stderr + result.stdout
+
+
 @pytest.mark.parametrize("key", ["password", "api_token", "secret", "community", "priv_key"])
 def test_an_inline_secret_for_a_third_party_platform_is_refused(tmp_path: Path, key: str) -> None:
     site = _site(platforms={"ext": {"type": "acme-pdu", "host": "pdu1", key: SECRET}})

@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from upsguard.config.base import Credentials, Model, refuse_inline_secrets, union_tags
 from upsguard.config.resources import ResourceConfig
@@ -110,6 +110,17 @@ class RedfishSettings(PlatformBase, Credentials):
     ca_file: Path | None = None
     system_id: str | None = None
     poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
+
+    @field_validator("host")
+    @classmethod
+    def _no_credentials(cls, host: str) -> str:
+        """The address is shown in every message about the BMC: no ``user:pw@`` in it."""
+        if "@" in host:
+            raise ValueError(
+                "credentials in the address are not accepted (it is shown in logs and "
+                "messages): give user with password_file or password_env"
+            )
+        return host
 
 
 class SshSettings(PlatformBase):
