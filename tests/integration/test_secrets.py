@@ -7,7 +7,8 @@ token and a vCenter password (nobody listening), an FVP login, a health check's 
 password, header value and URL query, the webhook's bearer token and URL path. The
 service then runs for real: its platforms fail to connect, a shutdown and a startup run,
 a health check fails, the hook and the webhook hear of it. Every output (validate, plan,
-simulate, the service's log, status, history, events, metrics, cache status), the journal
+simulate, the service's log, status, history, events, metrics, cache and UPS status,
+inventory, the report and run book), the journal
 file, the webhook's bodies and the environments of every child (the hook, the command
 resources, the health command, FVP's pwsh) are searched for every secret: zero hits.
 Where a secret must go, it does: the health server receives its credentials.
@@ -422,6 +423,13 @@ def test_no_secret_in_any_output_file_or_child(
     out.cli(svc, "status", check=False)
     out.cli(svc, "history")
     out.cli(svc, "cache", "status", check=False)
+    out.cli(svc, "ups", "status", check=False)
+    out.cli(svc, "inventory", check=False)
+    # the retrospective and the run book, in both formats
+    for fmt in ("md", "html"):
+        out.cli(svc, "report", "--format", fmt)
+        out.cli(svc, "runbook", "--format", fmt)
+    out.cli(svc, "battery")
 
     # it all happened: failures in their words, where a person reads them
     runs = json.loads(history)["runs"]
