@@ -38,6 +38,8 @@ from tests.peers.ports import free_port
 from tests.peers.redfish import RedfishBmc
 from tests.peers.service import ServiceProcess, write_site
 
+pytestmark = [pytest.mark.nut, pytest.mark.timeout(240)]
+
 #: Every secret the site holds, each findable on its own.
 SECRETS = {
     "nut": "Kx1-nut-password-SECRET",
