@@ -16,9 +16,9 @@ from upsguard.models import PlatformName, PowerState, StopMethod
 from upsguard.plugins import registry
 
 
-def command_platform() -> Any:
+def command_platform(**extra: Any) -> Any:
     settings = CommandSettings.model_validate(
-        {"type": "command", "poll_interval": "0.05s", "timeout": "10s"}
+        {"type": "command", "poll_interval": "0.05s", "timeout": "10s", **extra}
     )
     return registry.load("platform", "command")(PlatformName("command"), settings, SystemClock())
 
@@ -52,6 +52,26 @@ def test_status_command_tracks_the_real_state(tmp_path: Path) -> None:
 
     assert asyncio.run(scenario()) == [PowerState.ON, True, False, True, True]
     assert log.read_text().split() == ["shutdown", "startup"]
+
+
+def test_commands_get_only_the_basics_and_pass_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service's environment holds the secrets password_env names: not for a command."""
+    monkeypatch.setenv("REDFISH_PASSWORD", "Rf2-env-SECRET")
+    monkeypatch.setenv("TAPE_LIBRARY", "lib0")
+    dump = tmp_path / "env"
+    res = device(tmp_path, shutdown=f"env > {dump}")
+
+    async def scenario() -> None:
+        cmd = command_platform(pass_env=["TAPE_LIBRARY"])
+        [target] = await cmd.resolve(res)
+        await cmd.stop(target, StopMethod.GRACEFUL)
+
+    asyncio.run(scenario())
+    env = dict(line.split("=", 1) for line in dump.read_text().splitlines() if "=" in line)
+    assert env["TAPE_LIBRARY"] == "lib0" and "PATH" in env
+    assert "REDFISH_PASSWORD" not in env and "SECRET" not in dump.read_text()
 
 
 def test_without_status_the_last_command_decides(tmp_path: Path) -> None:

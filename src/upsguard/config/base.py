@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,31 @@ class Model(BaseModel):
     )
 
 
+#: Keys that hold a secret itself (``password``, ``api_token``, ``priv_key``), as opposed to
+#: where to find one (``password_file``, ``token_env``) or a name (``token_name``).
+_INLINE_SECRET = re.compile(r"(^|_)(password|passphrase|community|token|secret|key)$")
+
+
+def refuse_inline_secrets(data: object, nested: bool = False) -> object:
+    """A before-validator: a secret written in the site file itself is refused, saying where
+    to put it instead; its value is never repeated. With ``nested`` (a third-party plugin's
+    settings, whose shape is unknown here) mappings inside are searched too."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(key, str) and _INLINE_SECRET.search(key):
+                name = key if len(key) <= 40 else key[:39] + "…"
+                raise ValueError(
+                    f"inline '{name}' is not accepted: put it in a file ({name}_file) "
+                    f"or an environment variable ({name}_env)"
+                )
+            if nested:
+                refuse_inline_secrets(value, nested)
+    elif isinstance(data, list) and nested:
+        for item in data:
+            refuse_inline_secrets(item, nested)
+    return data
+
+
 class Credentials(Model):
     """A user and where to find the password: a file or an environment variable, never inline."""
 
@@ -25,12 +51,7 @@ class Credentials(Model):
     @model_validator(mode="before")
     @classmethod
     def _no_inline_password(cls, data: object) -> object:
-        if isinstance(data, dict) and "password" in data:
-            raise ValueError(
-                "inline 'password' is not accepted: put it in a file (password_file) "
-                "or an environment variable (password_env)"
-            )
-        return data
+        return refuse_inline_secrets(data)
 
 
 def union_tags(union: Any) -> frozenset[str]:

@@ -6,10 +6,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, Tag
+from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
 
-from upsguard.config.base import Credentials, Model, union_tags
-from upsguard.config.types import ByteRate, ByteSize, Duration, Interval
+from upsguard.config.base import Credentials, Model, refuse_inline_secrets, union_tags
+from upsguard.config.types import ByteRate, ByteSize, Duration, Interval, PassEnv
 from upsguard.models import CacheName, ResourceId
 
 
@@ -109,6 +109,7 @@ class CommandCacheSettings(CacheBase):
     set_write_back: str
     read_dirty_bytes: str
     flush: str | None = None
+    pass_env: PassEnv = Field(default_factory=list)
 
 
 class SimulatedCacheSettings(CacheBase):
@@ -122,6 +123,12 @@ class SimulatedCacheSettings(CacheBase):
 class ExternalCacheSettings(CacheBase):
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
     provider: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_inline_secret(cls, data: object) -> object:
+        """Its other keys are unknown here, but a secret is a secret in any plugin."""
+        return refuse_inline_secrets(data, nested=True)
 
 
 def _cache_tag(value: Any) -> str:

@@ -80,7 +80,21 @@ def plugin_problems(site: SiteConfig, names: PluginNames) -> Iterator[Problem]:
 
 def site_warnings(site: SiteConfig) -> list[Problem]:
     """What validate says without refusing the site: risks a person should know of."""
-    return [*_never_powered_on(site), *_caches_of_unknown_placement(site)]
+    return [*_never_powered_on(site), *_caches_of_unknown_placement(site), *_nut_in_clear(site)]
+
+
+def _nut_in_clear(site: SiteConfig) -> Iterator[Problem]:
+    for i, ups in enumerate(site.ups):
+        nut = ups.nut
+        if nut is None or not nut.in_clear_over_network:
+            continue
+        login = f"user '{nut.user}' and its password" if nut.user else "the readings"
+        yield (
+            ("ups", i, "nut"),
+            f"UPS {ups.name}: upsd at {nut.host} is not on this machine and starttls is "
+            f"off: {login} cross the network in clear. Set starttls: true (upsd needs "
+            "CERTFILE), or allow_plaintext: true to accept it",
+        )
 
 
 def _never_powered_on(site: SiteConfig) -> Iterator[Problem]:

@@ -11,11 +11,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, Tag
+from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
-from upsguard.config.base import Credentials, Model, union_tags
+from upsguard.config.base import Credentials, Model, refuse_inline_secrets, union_tags
 from upsguard.config.resources import ResourceConfig
-from upsguard.config.types import Duration, Interval
+from upsguard.config.types import Duration, Interval, PassEnv
 
 #: Types a resource may name directly as its platform, with default settings.
 IMPLICIT_TYPES = ("ssh", "command", "wol", "none", "simulated")
@@ -111,6 +111,17 @@ class RedfishSettings(PlatformBase, Credentials):
     system_id: str | None = None
     poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
 
+    @field_validator("host")
+    @classmethod
+    def _no_credentials(cls, host: str) -> str:
+        """The address is shown in every message about the BMC: no ``user:pw@`` in it."""
+        if "@" in host:
+            raise ValueError(
+                "credentials in the address are not accepted (it is shown in logs and "
+                "messages): give user with password_file or password_env"
+            )
+        return host
+
 
 class SshSettings(PlatformBase):
     type: Literal["ssh"]
@@ -156,6 +167,7 @@ class CommandSettings(PlatformBase):
     type: Literal["command"]
     shell: str = "/bin/sh"
     timeout: Duration = timedelta(minutes=5)
+    pass_env: PassEnv = Field(default_factory=list)
     poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
 
     def can_power_on(self, res: ResourceConfig) -> bool:
@@ -192,6 +204,12 @@ class ExternalPlatformSettings(PlatformBase):
 
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
     type: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_inline_secret(cls, data: object) -> object:
+        """Its other keys are unknown here, but a secret is a secret in any plugin."""
+        return refuse_inline_secrets(data, nested=True)
 
 
 def _platform_tag(value: Any) -> str:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
-from typing import Literal
+from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
-from upsguard.config.base import Model
-from upsguard.config.types import Duration, Interval
+from upsguard.config.base import Credentials, Model
+from upsguard.config.types import Duration, HealthUrl, Interval
 from upsguard.models import ResourceId, ResourceKind
 
 Fallback = Literal["power_off", "skip", "fail"]
@@ -51,11 +53,54 @@ class Selector(Model):
         return self
 
 
+#: An HTTP header's name (RFC 9110 token): no colon, no space, no line break.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+class HttpCheck(Credentials):
+    """A URL that must answer 2xx, and how to log in to it: HTTP basic (``user`` with
+    ``password_file`` or ``password_env``), or one header whose value is read from
+    ``value_file`` or ``value_env`` (``header: X-Api-Key``; ``header: Authorization`` with
+    ``Bearer ...`` in the file). Never in the URL: the URL is shown in logs and events."""
+
+    url: HealthUrl
+    header: str | None = Field(None, description="a header sent with value_file's content")
+    value_file: Path | None = None
+    value_env: str | None = None
+    verify_tls: bool = True
+    ca_file: Path | None = Field(None, description="CA bundle that signs the server's certificate")
+
+    @model_validator(mode="after")
+    def _one_way_to_log_in(self) -> HttpCheck:
+        for a, b in (("password_file", "password_env"), ("value_file", "value_env")):
+            if getattr(self, a) is not None and getattr(self, b) is not None:
+                raise ValueError(f"give one of {a}, {b}")
+        password = self.password_file is not None or self.password_env is not None
+        value = self.value_file is not None or self.value_env is not None
+        if (self.user is None) != (not password):
+            raise ValueError("HTTP basic needs both user and password_file (or password_env)")
+        if (self.header is None) != (not value):
+            raise ValueError("a header needs both header (its name) and value_file (or value_env)")
+        if self.user is not None and self.header is not None:
+            raise ValueError("give user and a password, or a header, not both")
+        if self.header is not None and not _HEADER_NAME.fullmatch(self.header):
+            raise ValueError("header: not a header name (letters, digits, '-', no colon)")
+        return self
+
+
+def _url_alone(value: object) -> object:
+    """``http: URL`` is short for ``http: {url: URL}``."""
+    return {"url": value} if isinstance(value, str) else value
+
+
 class HealthCheck(Model):
     """What must answer before a started resource counts as up."""
 
     tcp: str | None = Field(None, description="host:port that must accept a connection")
-    http: str | None = Field(None, description="URL that must answer 2xx")
+    http: (
+        Annotated[HttpCheck, BeforeValidator(_url_alone, json_schema_input_type=str | HttpCheck)]
+        | None
+    ) = Field(None, description="URL that must answer 2xx, or {url, user, password_file, ...}")
     command: str | None = Field(None, description="command that must exit 0")
     platform: bool = Field(True, description="the platform's own check (Tools running, connected)")
     timeout: Duration = timedelta(minutes=10)

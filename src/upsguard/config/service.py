@@ -9,17 +9,24 @@ from typing import Literal
 from pydantic import Field
 
 from upsguard.config.base import Model
-from upsguard.config.types import Duration, LongDuration
+from upsguard.config.types import Duration, LongDuration, PassEnv, WebhookUrl
 
 NotifyOn = Literal["phase", "step_failed", "run", "risk", "override", "alert"]
 
 
 class WebhookSettings(Model):
-    """POST a JSON body to this URL for each notification."""
+    """POST a JSON body to this URL for each notification.
 
-    url: str
+    A redirect is not followed (the token would go along to wherever it points); the URL is
+    logged as its origin alone, since a chat webhook's path is a secret.
+    """
+
+    url: WebhookUrl
     timeout: Duration = timedelta(seconds=10)
     verify_tls: bool = True
+    ca_file: Path | None = Field(
+        None, description="CA bundle that signs the webhook server's certificate"
+    )
     bearer_token_file: Path | None = Field(
         None, description="sent as 'Authorization: Bearer ...'; the token is never logged"
     )
@@ -33,6 +40,7 @@ class NotifySettings(Model):
         description="argv of a hook; the event comes as JSON on stdin and UPSGUARD_* variables",
     )
     command_timeout: Duration = timedelta(seconds=30)
+    pass_env: PassEnv = Field(default_factory=list)
     webhook: WebhookSettings | None = None
     on: list[NotifyOn] = Field(
         default_factory=lambda: list[NotifyOn](

@@ -15,8 +15,9 @@ import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
-from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer, WithJsonSchema
 
 from upsguard.config.reading import read_text
 from upsguard.errors import ConfigError
@@ -209,6 +210,52 @@ ByteRate = Annotated[
     WithJsonSchema(
         {"anyOf": [{"type": "number", "minimum": 0, "maximum": MAX_BYTES}, {"type": "string"}]}
     ),
+]
+
+
+def check_web_url(url: str, *, instead: str) -> str:
+    """An ``http(s)://`` URL with a host and no ``user:password@`` in it: the URL is shown in
+    logs, events and notifications, and urllib does not send such credentials anyway. The
+    error names what to write ``instead``, never the URL."""
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 (a bad port raises here, not later)
+    except ValueError:
+        raise ValueError("not a valid URL (a port must be a number)") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("not an http:// or https:// URL with a host")
+    if "@" in parts.netloc:
+        raise ValueError(
+            f"credentials in the URL are not accepted (the URL is shown in logs and "
+            f"messages): give {instead}"
+        )
+    return url.strip()
+
+
+#: Variables of the service's environment a child process also gets. It gets no others
+#: but PATH, HOME, the user, the locale and the time zone (``secrecy.child_env``): the
+#: service's environment holds the secrets ``password_env`` and the like name.
+PassEnv = Annotated[
+    list[str],
+    Field(
+        description="variables of the service's environment passed on to the command (it "
+        "gets no others but PATH, HOME, USER, the locale and TZ)",
+    ),
+]
+
+#: A health check's URL: its credentials go in the check's own settings.
+HealthUrl = Annotated[
+    str,
+    AfterValidator(
+        functools.partial(
+            check_web_url,
+            instead="user with password_file or password_env, or header with value_file",
+        )
+    ),
+]
+#: The webhook's URL: its token goes in ``bearer_token_file``.
+WebhookUrl = Annotated[
+    str, AfterValidator(functools.partial(check_web_url, instead="bearer_token_file"))
 ]
 
 

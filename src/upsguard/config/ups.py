@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -32,12 +33,33 @@ class NutSettings(Credentials):
     host: str = "127.0.0.1"
     port: int = Field(3493, ge=1, le=65535)
     ups: str = Field(description="the UPS name on upsd, as in upsc NAME@HOST")
-    starttls: bool = False
+    starttls: bool = Field(
+        False, description="TLS to upsd (needs CERTFILE or CERTPATH in upsd.conf); off by default"
+    )
+    allow_plaintext: bool = Field(
+        False,
+        description="upsd on another machine without starttls: accepted, no warning (the "
+        "login and readings cross the network in clear)",
+    )
     ca_file: Path | None = None
     timeout: Duration = timedelta(seconds=5)
     monitor: Literal["none", "secondary", "primary"] = Field(
         "none", description="log in like upsmon so that upsd counts us and FSD reaches us"
     )
+
+    @property
+    def in_clear_over_network(self) -> bool:
+        """Whether upsd is on another machine and nothing protects or accepts the clear
+        text: the password (and readings a forger could replace) cross the network."""
+        if self.starttls or self.allow_plaintext:
+            return False
+        host = self.host.strip("[]").lower().rstrip(".")
+        if host == "localhost" or host.endswith(".localhost"):
+            return False
+        try:
+            return not ipaddress.ip_address(host).is_loopback
+        except ValueError:  # a name: only its resolver knows, and names rarely mean loopback
+            return True
 
 
 class SnmpSettings(Model):

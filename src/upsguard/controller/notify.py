@@ -2,8 +2,11 @@
 
 Both run in the background: a slow webhook never delays a shutdown step, and
 a failing one is logged, never raised. The hook gets the event as JSON on
-stdin and as ``UPSGUARD_*`` environment variables. No secret is ever logged:
-the webhook's bearer token is read from its file at send time.
+stdin and as ``UPSGUARD_*`` environment variables, in an environment of its own
+(``secrecy.child_env``: none of the service's secrets). No secret is ever logged:
+the webhook's bearer token is read from its file at send time, its URL is logged
+as its origin alone (a chat webhook's path is its token), and a redirect is not
+followed (it would take the token to another host).
 """
 
 from __future__ import annotations
@@ -11,13 +14,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import ssl
-import urllib.request
 from typing import Any
 
 from upsguard.config.service import NotifySettings, WebhookSettings
+from upsguard.config.types import resolve_secret
 from upsguard.controller.rows import iso
+from upsguard.errors import UpsguardError
 from upsguard.events import (
     Event,
     OnBattery,
@@ -32,6 +34,8 @@ from upsguard.events import (
     level,
 )
 from upsguard.models import StepState
+from upsguard.net import http_request, tls_context
+from upsguard.secrecy import child_env, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -101,13 +105,15 @@ class Notifier:
         task.add_done_callback(self._tasks.discard)
 
     async def _command(self, argv: list[str], body: dict[str, Any]) -> None:
-        env = {
-            **os.environ,
-            "UPSGUARD_SITE": self._site,
-            "UPSGUARD_EVENT": str(body["event"]),
-            "UPSGUARD_MESSAGE": str(body["text"]),
-            "UPSGUARD_PHASE": str(body.get("new", "")),
-        }
+        env = child_env(
+            self._s.pass_env,
+            {
+                "UPSGUARD_SITE": self._site,
+                "UPSGUARD_EVENT": str(body["event"]),
+                "UPSGUARD_MESSAGE": str(body["text"]),
+                "UPSGUARD_PHASE": str(body.get("new", "")),
+            },
+        )
         timeout = self._s.command_timeout.total_seconds()
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -137,9 +143,13 @@ class Notifier:
 
     async def _webhook(self, hook: WebhookSettings, body: dict[str, Any]) -> None:
         try:
-            await asyncio.to_thread(_post, hook, body)
+            why = await asyncio.to_thread(_post, hook, body)
+        except UpsguardError as exc:  # the token file cannot be read, the ca_file is bad
+            why = str(exc)
         except Exception as exc:  # a dead webhook must not disturb the run
-            self._failed(f"webhook {_safe_url(hook.url)}: {exc}")
+            why = f"not sent ({type(exc).__name__})"
+        if why is not None:
+            self._failed(f"webhook {redact_url(hook.url, origin_only=True)}: {why}")
             return
         self.sent += 1
 
@@ -153,25 +163,17 @@ class Notifier:
             await asyncio.wait(set(self._tasks), timeout=timeout)
 
 
-def _post(hook: WebhookSettings, body: dict[str, Any]) -> None:
+def _post(hook: WebhookSettings, body: dict[str, Any]) -> str | None:
+    """POST ``body``; None when the webhook took it, else why not (``http_request``)."""
     headers = {"Content-Type": "application/json", "User-Agent": "upsguard"}
-    if hook.bearer_token_file is not None:
-        token = hook.bearer_token_file.read_text().strip()
+    token = resolve_secret("webhook bearer_token_file", hook.bearer_token_file, None)
+    if token is not None:
         headers["Authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(
-        hook.url, data=json.dumps(body).encode(), headers=headers, method="POST"
+    return http_request(
+        hook.url,
+        method="POST",
+        body=json.dumps(body).encode(),
+        headers=headers,
+        timeout=hook.timeout.total_seconds(),
+        tls=tls_context(hook.verify_tls, hook.ca_file),
     )
-    context = None
-    if hook.url.startswith("https:") and not hook.verify_tls:
-        context = ssl._create_unverified_context()
-    with urllib.request.urlopen(
-        request, timeout=hook.timeout.total_seconds(), context=context
-    ) as response:
-        response.read()
-
-
-def _safe_url(url: str) -> str:
-    """The URL without credentials or query (which may hold a token)."""
-    head, _, _ = url.partition("?")
-    scheme, sep, rest = head.partition("://")
-    return scheme + sep + rest.rpartition("@")[2]

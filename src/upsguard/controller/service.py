@@ -23,6 +23,7 @@ from typing import Any
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from upsguard.clock import Clock, SystemClock
+from upsguard.config.checks import site_warnings
 from upsguard.config.site import SiteConfig
 from upsguard.controller.journal import Journal
 from upsguard.controller.learned import learned_durations
@@ -309,6 +310,8 @@ class Service:
 
 
 async def run_service(site: SiteConfig, stop: asyncio.Event) -> None:
+    for loc, message in site_warnings(site):  # what validate warned of, in the service's log
+        log.warning("%s", site.problem(loc, message))
     service = Service(site)
     try:
         await service.open()

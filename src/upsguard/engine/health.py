@@ -13,22 +13,22 @@ Waiting goes through asyncio, so the simulator's virtual clock drives it too.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import socket
-import ssl
-import urllib.error
-import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from upsguard.clock import Clock, SystemClock
-from upsguard.config.resources import HealthCheck, ResourceConfig
-from upsguard.config.types import format_duration
+from upsguard.config.resources import HealthCheck, HttpCheck, ResourceConfig
+from upsguard.config.types import format_duration, resolve_secret
 from upsguard.errors import StepTimeout, UpsguardError
 from upsguard.models import Target
+from upsguard.net import http_request, tls_context
 from upsguard.plugins import remote
 from upsguard.plugins.platforms.base import Platform
+from upsguard.secrecy import redact_url
 
 __all__ = ["CheckResult", "check_command", "check_http", "check_tcp", "wait_healthy"]
 
@@ -149,38 +149,39 @@ async def check_tcp(address: str, timeout: float = PROBE_TIMEOUT) -> CheckResult
     return await _guard(what, probe, timeout)
 
 
-async def check_http(url: str, timeout: float = PROBE_TIMEOUT) -> CheckResult:
-    """Passes when ``url`` answers 2xx; TLS is verified against the system's CAs."""
-    what = f"http {url}"
+async def check_http(check: HttpCheck | str, timeout: float = PROBE_TIMEOUT) -> CheckResult:
+    """Passes when the URL answers 2xx (a redirect is not followed: see ``upsguard.net``).
+
+    TLS is verified against ``ca_file`` or the system's CAs. Credentials are read from
+    their file or variable at each probe, so a rotated password needs no restart; the
+    check is named by its URL with credentials and query values hidden.
+    """
+    if isinstance(check, str):
+        check = HttpCheck(url=check)
+    what = f"http {redact_url(check.url)}"
 
     async def probe() -> str | None:
-        return await asyncio.to_thread(_http_get, url, timeout)
+        headers = {"User-Agent": "upsguard"} | _auth_headers(check)
+        tls = tls_context(check.verify_tls, check.ca_file)
+        return await asyncio.to_thread(
+            http_request, check.url, timeout=timeout, tls=tls, headers=headers
+        )
 
     return await _guard(what, probe, timeout + 1)
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect is not a 2xx: report it rather than follow it to a login page."""
-
-    def redirect_request(self, *args: object, **kwargs: object) -> None:
-        return None
-
-
-def _http_get(url: str, timeout: float) -> str | None:
-    opener = urllib.request.build_opener(
-        _NoRedirect, urllib.request.HTTPSHandler(context=ssl.create_default_context())
-    )
-    try:
-        with opener.open(url, timeout=timeout) as response:
-            status = int(response.status)
-    except urllib.error.HTTPError as exc:
-        return f"HTTP {exc.code}"
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        return getattr(reason, "strerror", None) or str(reason)
-    except (OSError, ValueError) as exc:
-        return str(exc)
-    return None if 200 <= status < 300 else f"HTTP {status}"
+def _auth_headers(check: HttpCheck) -> dict[str, str]:
+    """The check's credentials as a header; ``ConfigError`` naming the file or variable."""
+    if check.user is not None:
+        password = resolve_secret("health check password", check.password_file, check.password_env)
+        basic = base64.b64encode(f"{check.user}:{password}".encode()).decode()
+        return {"Authorization": f"Basic {basic}"}
+    if check.header is not None:
+        value = resolve_secret(
+            f"health check header {check.header}", check.value_file, check.value_env
+        )
+        return {check.header: value or ""}
+    return {}
 
 
 async def check_command(command: str, timeout: float = PROBE_TIMEOUT) -> CheckResult:

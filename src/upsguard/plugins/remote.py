@@ -11,7 +11,9 @@ share this one runner so that they all report the same clear errors:
 
 A ``Runner`` keeps one SSH connection per endpoint open between calls (a
 destage watch polls every few seconds); ``run()`` is the one-shot form.
-A non-zero exit status is a result, not an error: the caller decides.
+A non-zero exit status is a result, not an error: the caller decides. A local command
+gets ``secrecy.child_env``: the basics and the variables its settings pass on, never the
+secrets in the service's own environment.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from upsguard.errors import (
     PlatformUnreachable,
     TemporaryError,
 )
+from upsguard.secrecy import child_env
 
 __all__ = [
     "Background",
@@ -165,9 +168,16 @@ class Background:
 class Runner:
     """Runs commands locally (``ssh=None``) or on one SSH endpoint, reusing the connection."""
 
-    def __init__(self, ssh: SshTarget | None = None, *, connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        ssh: SshTarget | None = None,
+        *,
+        connect_timeout: float = 10.0,
+        pass_env: Sequence[str] = (),
+    ) -> None:
         self.ssh = ssh
         self.connect_timeout = connect_timeout
+        self.pass_env = tuple(pass_env)
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
 
@@ -180,7 +190,7 @@ class Runner:
         try:
             async with asyncio.timeout(timeout):
                 if self.ssh is None:
-                    return await _run_local(argv, input)
+                    return await _run_local(argv, input, self.pass_env)
                 return await self._run_ssh(argv, input)
         except TimeoutError as exc:
             raise TemporaryError(
@@ -191,7 +201,7 @@ class Runner:
         """Start ``argv`` and return at once; its output collects on the ``Background``."""
         job = Background(argv, self.ssh)
         if self.ssh is None:
-            proc = await _spawn_local(argv)
+            proc = await _spawn_local(argv, self.pass_env)
             job._kill = functools.partial(_signal_group, proc, signal.SIGTERM)
             job._task = asyncio.create_task(_collect_local(job, proc))
         else:
@@ -317,9 +327,10 @@ async def run(
     ssh: SshTarget | None,
     timeout: float,
     input: str | None = None,
+    pass_env: Sequence[str] = (),
 ) -> CommandResult:
     """Run one command once, here or over SSH; see ``Runner.run``."""
-    runner = Runner(ssh, connect_timeout=timeout)
+    runner = Runner(ssh, connect_timeout=timeout, pass_env=pass_env)
     try:
         return await runner.run(argv, timeout=timeout, input=input)
     finally:
@@ -403,7 +414,7 @@ def _write_once(path: Path, text: str) -> None:
         handle.write(text + "\n")
 
 
-async def _spawn_local(argv: Sequence[str]) -> asyncio.subprocess.Process:
+async def _spawn_local(argv: Sequence[str], pass_env: Sequence[str]) -> asyncio.subprocess.Process:
     try:
         # a session of its own: a signal meant for the service (systemctl stop signals the
         # whole unit) must not kill a step's command halfway; the service decides
@@ -412,6 +423,7 @@ async def _spawn_local(argv: Sequence[str]) -> asyncio.subprocess.Process:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            env=child_env(pass_env),
             start_new_session=True,
         )
     except FileNotFoundError as exc:
@@ -429,8 +441,10 @@ def _signal_group(proc: asyncio.subprocess.Process, sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
-async def _run_local(argv: Sequence[str], input: str | None) -> CommandResult:
-    proc = await _spawn_local(argv)
+async def _run_local(
+    argv: Sequence[str], input: str | None, pass_env: Sequence[str]
+) -> CommandResult:
+    proc = await _spawn_local(argv, pass_env)
     try:
         out, err = await proc.communicate(input.encode() if input is not None else None)
     except asyncio.CancelledError:

@@ -47,7 +47,7 @@ class CommandCacheProvider:
         self.name: CacheName = settings.name
         self._settings = settings
         self._clock = clock
-        self._runner = Runner(settings.ssh)
+        self._runner = Runner(settings.ssh, pass_env=settings.pass_env)
 
     async def targets(self) -> list[CacheTarget]:
         names = self._settings.targets or [str(self.name)]

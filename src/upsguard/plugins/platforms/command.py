@@ -6,6 +6,7 @@ API call with curl) and, optionally, ``status``: a command that exits 0 while
 the thing is up. With ``status`` the platform reads the real state and waits
 on it; without it, the state is what the last command that exited 0 made it
 (unknown before any), which is all a fire-and-forget command can tell.
+The commands get none of the service's environment but the basics and ``pass_env``.
 
 A command that exits non-zero is a ``PermanentError`` naming the resource
 and showing the command's first line of output. There is no hard power-off:
@@ -107,7 +108,10 @@ class CommandPlatform:
         timeout = self._settings.timeout.total_seconds()
         try:
             return await remote.run(
-                [self._settings.shell, "-c", command], ssh=None, timeout=timeout
+                [self._settings.shell, "-c", command],
+                ssh=None,
+                timeout=timeout,
+                pass_env=self._settings.pass_env,
             )
         except UpsguardError as exc:
             raise type(exc)(f"resource '{res.id}': {exc}") from exc

@@ -31,6 +31,7 @@ from upsguard.errors import (
 )
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
 from upsguard.plugins.platforms.base import poll_for_state
+from upsguard.secrecy import redact_url
 
 __all__ = ["RedfishPlatform"]
 
@@ -61,7 +62,7 @@ class RedfishPlatform:
 
     @property
     def _where(self) -> str:
-        return f"Redfish BMC '{self.name}' ({base_url(self._settings.host)})"
+        return f"Redfish BMC '{self.name}' ({redact_url(base_url(self._settings.host))})"
 
     async def open(self) -> None:
         await self._call("connect", lambda root: None)

@@ -36,6 +36,7 @@ from upsguard.errors import (
     UpsUnreachable,
 )
 from upsguard.models import LinkState, UpsFlag, UpsName, UpsReading
+from upsguard.net import tls_context
 from upsguard.plugins.ups.nut_client import MAX_ANSWER_BYTES, NutClient, NutError, NutRefused
 
 __all__ = ["MAX_ANSWER_BYTES", "NutSource", "parse_status", "reading_from_vars"]
@@ -231,11 +232,9 @@ class NutSource:
         if not s.starttls or self._tls is not None:
             return self._tls
         try:
-            self._tls = ssl.create_default_context(cafile=str(s.ca_file) if s.ca_file else None)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(
-                f"UPS {self.name}: ca_file {s.ca_file} cannot be used ({_short(exc)})"
-            ) from exc
+            self._tls = tls_context(True, s.ca_file)
+        except ConfigError as exc:
+            raise ConfigError(f"UPS {self.name}: {exc}") from exc
         return self._tls
 
     def _password(self) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from upsguard.config.platforms import VsphereSettings
 from upsguard.config.types import resolve_secret
 from upsguard.errors import ConfigError, PermanentError
+from upsguard.net import tls_context
 
 
 @dataclass(frozen=True)
@@ -33,15 +34,10 @@ class Endpoint:
         return f"{self.host}:{self.port}"
 
     def ssl_context(self) -> ssl.SSLContext:
-        if not self.verify_tls:
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-            return context
         try:
-            return ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(f"{self.label}: cannot read ca_file {self.ca_file}: {exc}") from exc
+            return tls_context(self.verify_tls, self.ca_file)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.label}: {exc}") from exc
 
 
 def manager_endpoint(name: str, settings: VsphereSettings) -> Endpoint:
