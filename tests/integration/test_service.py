@@ -63,6 +63,9 @@ def test_the_socket_is_0660_for_the_configured_group_and_sigterm_is_clean(
     assert info.st_gid == grp.getgrnam("daemon").gr_gid
     st = service.status()
     assert st["phase"] == "normal" and st["ups"][0]["status"] == "OL"
+    for name in (service.journal, Path(f"{service.journal}-wal")):  # the group may read it
+        journal = name.stat()
+        assert (stat.S_IMODE(journal.st_mode), journal.st_gid) == (0o640, info.st_gid), name
     assert service.terminate() == 0
     assert not service.socket.exists()
     assert "Traceback" not in service.log.read_text()

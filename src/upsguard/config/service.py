@@ -55,7 +55,8 @@ class ServiceConfig(Model):
         Path("/run/upsguard/upsguard.sock"), description="the local API (HTTP + JSON)"
     )
     socket_group: str | None = Field(
-        None, description="group that may use the API (the socket is mode 0660)"
+        None,
+        description="group that may use the API (socket mode 0660) and read the journal (0640)",
     )
     metrics_port: int | None = Field(
         None, ge=1, le=65535, description="Prometheus metrics on this TCP port; none = off"

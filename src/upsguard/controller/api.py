@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import grp
 import json
 import logging
 import math
@@ -50,6 +49,7 @@ from aiohttp import web
 
 from upsguard.controller.journal import Journal
 from upsguard.controller.overrides import Overrides
+from upsguard.controller.socket_group import group_id
 from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import PermanentError, TemporaryError, UpsguardError
 
@@ -188,7 +188,7 @@ class ApiServer:
         }
 
     async def start(self) -> None:
-        gid = _group_id(self.group) if self.group else None
+        gid = group_id(self.group) if self.group else None
         self._clear_stale()
         server = _BoundedServer(
             self._handle,
@@ -473,13 +473,3 @@ def _peer(request: web.BaseRequest) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return f"uid {uid}"
-
-
-def _group_id(name: str) -> int:
-    try:
-        return grp.getgrnam(name).gr_gid
-    except KeyError:
-        raise PermanentError(
-            f"service.socket_group: no group named '{name}': create it (groupadd {name}) "
-            "or change the site file"
-        ) from None

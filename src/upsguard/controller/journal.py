@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from upsguard.controller.journal_file import Corrupt, move_aside, open_file
+from upsguard.controller.journal_file import Corrupt, move_aside, open_file, set_access
 from upsguard.controller.rows import (
     CacheOpRow,
     EventRow,
@@ -81,10 +81,12 @@ class Journal:
         *,
         repair: bool = False,
         on_problem: ProblemListener | None = None,
+        group_id: int | None = None,
     ) -> None:
         """``repair``: the service's way of opening (see the module docstring); otherwise a
         journal that cannot be opened is a ``PermanentError`` (the CLI's read commands).
-        ``on_problem`` hears each new problem (and None once it is solved)."""
+        ``on_problem`` hears each new problem (and None once it is solved).
+        ``group_id``: with ``repair``, the socket group that may read the file."""
         self.path = str(path)
         self._every = readings_every
         self._on_problem = on_problem
@@ -93,6 +95,11 @@ class Journal:
         self._in_memory = False
         if repair:
             self.db = self._open_repairing()
+            if not self._in_memory:
+                try:
+                    set_access(self.path, group_id)
+                except OSError as exc:  # a record, not a precondition: said, then go on
+                    log.warning("journal %s: cannot set its permissions (%s)", self.path, exc)
         else:
             try:
                 self.db = open_file(self.path)

@@ -1,5 +1,6 @@
-"""The journal's SQLite file: opening it (created mode 0600, WAL), telling a corrupt file
-from one that cannot be written, and moving a corrupt one aside."""
+"""The journal's SQLite file: opening it (created mode 0600, WAL), sharing it with the
+socket group (0640), telling a corrupt file from one that cannot be written, and moving a
+corrupt one aside."""
 
 from __future__ import annotations
 
@@ -48,6 +49,21 @@ def open_file(path: str, check: bool = False) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+def set_access(path: str, gid: int | None) -> None:
+    """0640 and group ``gid`` when the site names a socket group, whose members may read the
+    history the API would show them anyway; 0600 otherwise. Set on every service start, so
+    a group added or removed later applies to a journal created before. SQLite gives the
+    WAL files the database file's mode when it creates them; existing ones are set here."""
+    mode = 0o600 if gid is None else 0o640
+    for suffix in ("", "-wal", "-shm"):
+        name = path + suffix
+        if suffix and not Path(name).exists():
+            continue
+        if gid is not None:
+            os.chown(name, -1, gid)
+        os.chmod(name, mode)
 
 
 def move_aside(path: str) -> str:

@@ -32,11 +32,12 @@ from upsguard.controller.metrics import Metrics
 from upsguard.controller.notify import Notifier
 from upsguard.controller.overrides import Overrides
 from upsguard.controller.resume import reap_and_resume
+from upsguard.controller.socket_group import group_id
 from upsguard.controller.status import ServiceInfo, service_status
 from upsguard.engine.destage import DestageWatch
 from upsguard.engine.inventory import read_inventory
 from upsguard.engine.outage_controller import OutageController
-from upsguard.errors import UpsguardError
+from upsguard.errors import PermanentError, UpsguardError
 from upsguard.events import Event, EventBus, Notice, describe, level
 from upsguard.models import PlatformName
 from upsguard.plugins.platforms.base import Platform
@@ -67,6 +68,7 @@ class Service:
             site.service.readings_every,
             repair=True,
             on_problem=self._journal_problem,
+            group_id=_socket_group_id(site.service.socket_group),
         )
         self.bus.subscribe(self.journal.record)
         self.bus.subscribe(_log_event)
@@ -365,3 +367,14 @@ def _sd_notify(message: str) -> None:
             sock.sendto(message.encode(), address)
     except OSError as exc:
         log.debug("sd_notify: %s", exc)
+
+
+def _socket_group_id(name: str | None) -> int | None:
+    """The group the journal is shared with; a group that does not exist is the API's error
+    to report, never a reason to keep the journal from opening."""
+    if name is None:
+        return None
+    try:
+        return group_id(name)
+    except PermanentError:
+        return None
