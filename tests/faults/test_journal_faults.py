@@ -92,6 +92,9 @@ def test_a_corrupt_journal_is_moved_aside_and_the_service_acts(
         svc.start()
         lab.outage()
         lab.wait_all_off(svc)
+        # the last device off comes before the run's end is journaled: wait for it, or the
+        # kill below would race it
+        svc.wait(lambda: svc.status()["phase"] == "down", "the run to finish")
         assert lab.stopped() == ["web", "db", "h1", "nas1"]
         log = svc.log.read_text()
         aside = sorted(p.name for p in svc.journal.parent.glob("journal.sqlite.*"))
