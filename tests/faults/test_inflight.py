@@ -107,9 +107,7 @@ def test_kill_9_during_host_shutdowns_asks_each_host_once_and_keeps_the_order(
         )
         svc.kill9()
         assert all(shutdown_tasks(slow_hosts, h) == ["running"] for h in together)
-        svc.start()
-        assert svc.status()["service"]["resumed"]
-        svc.wait(lambda: svc.status()["phase"] == "down", "the resumed run to finish", 120)
+        svc.resume_to_the_end()
     finally:
         svc.stop()
 
@@ -157,9 +155,7 @@ def test_kill_9_during_a_guest_shutdown_and_a_power_off_asks_each_vm_once(
         nut.write("ups1", LOW_BATTERY)
         svc.wait(both_under_way, "the guest shutdown and the power-off to be under way", 120)
         svc.kill9()
-        svc.start()
-        assert svc.status()["service"]["resumed"]
-        svc.wait(lambda: svc.status()["phase"] == "down", "the resumed run to finish", 120)
+        svc.resume_to_the_end()
     finally:
         svc.stop()
 

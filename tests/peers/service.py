@@ -109,6 +109,12 @@ class ServiceProcess:
         self.proc.kill()
         self.proc.wait(timeout=10)
 
+    def resume_to_the_end(self, timeout: float = 120.0) -> None:
+        """Start again after a kill: the service must say it resumed a run, and finish it."""
+        self.start()
+        assert self.status()["service"]["resumed"]
+        self.wait(lambda: self.status()["phase"] == "down", "the resumed run to finish", timeout)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
