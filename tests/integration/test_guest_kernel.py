@@ -140,37 +140,10 @@ def test_dm_writecache_device(clean_guest: Guest) -> None:
 DATA_MB = 32
 
 
-def _source(guest: Guest, disk: str) -> str:
-    """Fill the start of ``disk`` with random data and return its sha256: the data to write
-    through a cache comes from a disk outside it, so its hash is known without holding it."""
-    guest.check(f"dd if=/dev/urandom of={disk} bs=1M count={DATA_MB} oflag=direct status=none")
-    return _sha256(guest, disk)
-
-
-def _sha256(guest: Guest, device: str, skip_bytes: int = 0) -> str:
-    flags = "direct,skip_bytes,count_bytes"
-    out = guest.check(
-        f"dd if={device} bs=1M iflag={flags} skip={skip_bytes} count={DATA_MB * MIB} "
-        "status=none | sha256sum"
-    )
-    return out.split()[0]
-
-
-def _wait_for(guest: Guest, cmd: str, done: str, within: float = 600.0) -> str:
-    """Poll ``cmd`` in the guest until its output, stripped, equals ``done``; return it.
-    The loop runs in the guest (one SSH call); ``within`` is a safety net, never a measure."""
-    script = (
-        f"i=0; while [ $i -lt {int(within * 2)} ]; do out=$({cmd}); "
-        f'[ "$out" = "{done}" ] && echo "$out" && exit 0; sleep 0.5; i=$((i+1)); done; '
-        'echo "$out"; exit 1'
-    )
-    return guest.check(script).strip()
-
-
 def test_bcache_destage_at_full_speed_keeps_every_byte(clean_guest: Guest) -> None:
     guest = clean_guest
     backing, cache, source = guest.disks
-    want = _source(guest, source)
+    want = guest.fill_random(source, DATA_MB)
     sysfs = _bcache_writeback(guest, backing, cache)
     guest.check(f"echo 0 > {sysfs}/sequential_cutoff")
     guest.check(f"dd if={source} of=/dev/bcache0 bs=1M count={DATA_MB} oflag=direct status=none")
@@ -179,13 +152,13 @@ def test_bcache_destage_at_full_speed_keeps_every_byte(clean_guest: Guest) -> No
         f"echo writethrough > {sysfs}/cache_mode && echo 0 > {sysfs}/writeback_percent && "
         f"echo 0 > {sysfs}/writeback_delay && echo 1 > {sysfs}/writeback_running"
     )
-    assert _wait_for(guest, f"cat {sysfs}/dirty_data", "0.0k") == "0.0k"
+    assert guest.wait_for(f"cat {sysfs}/dirty_data", "0.0k") == "0.0k"
     guest.check(f"echo 1 > {sysfs}/detach")
-    assert _wait_for(guest, f"cat {sysfs}/state", "no cache") == "no cache"
+    assert guest.wait_for(f"cat {sysfs}/state", "no cache") == "no cache"
     super_block = guest.check(f"bcache-super-show {backing}")
     first = re.search(r"dev\.data\.first_sector\s+(\d+)", super_block)
     assert first, super_block
-    assert _sha256(guest, backing, skip_bytes=int(first.group(1)) * 512) == want
+    assert guest.sha256(backing, DATA_MB, skip_bytes=int(first.group(1)) * 512) == want
 
 
 def test_lvmcache_writethrough_returns_clean_and_uncache_keeps_every_byte(
@@ -193,7 +166,7 @@ def test_lvmcache_writethrough_returns_clean_and_uncache_keeps_every_byte(
 ) -> None:
     guest = clean_guest
     slow, fast, source = guest.disks
-    want = _source(guest, source)
+    want = guest.fill_random(source, DATA_MB)
     guest.check(f"pvcreate -q {slow} {fast} && vgcreate -q vg {slow} {fast}")
     guest.check(f"lvcreate -q -y -n origin -L 256M vg {slow}")
     guest.check(f"lvcreate -q -y --type cache-pool -n fast -L 128M vg {fast}")
@@ -206,13 +179,13 @@ def test_lvmcache_writethrough_returns_clean_and_uncache_keeps_every_byte(
     )
     assert report.strip().split(",") == ["writethrough", "smq", "0"]
     guest.check("lvconvert -q -y --uncache vg/origin")
-    assert _sha256(guest, "/dev/vg/origin") == want
+    assert guest.sha256("/dev/vg/origin", DATA_MB) == want
 
 
 def test_dm_writecache_cleaner_message_drains_and_keeps_every_byte(clean_guest: Guest) -> None:
     guest = clean_guest
     origin, cache, source = guest.disks
-    want = _source(guest, source)
+    want = guest.fill_random(source, DATA_MB)
     sectors = int(guest.check(f"blockdev --getsz {origin}"))
     guest.check(f"dmsetup create wc --table '0 {sectors} writecache s {origin} {cache} 4096 0'")
     guest.check(f"dd if={source} of=/dev/mapper/wc bs=1M count={DATA_MB} oflag=direct status=none")
@@ -222,6 +195,6 @@ def test_dm_writecache_cleaner_message_drains_and_keeps_every_byte(clean_guest: 
     guest.check("dmsetup message wc 0 cleaner")
     # Drained: every block free again and none under writeback.
     fields = "dmsetup status wc | cut -d' ' -f5-7"
-    assert _wait_for(guest, fields, f"{blocks} {blocks} 0") == f"{blocks} {blocks} 0"
+    assert guest.wait_for(fields, f"{blocks} {blocks} 0") == f"{blocks} {blocks} 0"
     guest.check("dmsetup remove wc")
-    assert _sha256(guest, origin) == want
+    assert guest.sha256(origin, DATA_MB) == want

@@ -24,6 +24,7 @@ If QEMU is missing or the image cannot be built the fixture fails and says why.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import socket
 import subprocess
@@ -45,12 +46,21 @@ DISK_BYTES = 2 * 1024**3  # sparse: only what a test writes takes space on the h
 BOOT_WITHIN = 300.0
 BUILD_WITHIN = 900.0
 COMMAND_TIMEOUT = 900.0
+MIB = 1024 * 1024
+#: Where background loads keep their pid files, in the guest (a tmpfs).
+LOAD_DIR = "/run/test-loads"
+#: The slow backing disk of ``Guest.slow_disk``: its device-mapper name and where it starts on
+#: the raw disk, in sectors (1 MiB).
+SLOW_NAME = "slow"
+SLOW_OFFSET = 2048
 
 # Stops whatever a test left behind, innermost first (bcache devices and dm devices hold the
 # disks open), then wipes every signature: without udev nothing registers a disk again unless
 # a test does.
 _RESET = r"""
 set -u
+for pid_file in LOAD_DIR/*.pid; do [ -e "$pid_file" ] && kill "$(cat "$pid_file")" 2>/dev/null; done
+rm -f LOAD_DIR/*.pid
 for dev in /sys/block/bcache*/bcache; do [ -e "$dev/stop" ] && echo 1 > "$dev/stop"; done
 for cset in /sys/fs/bcache/*-*-*-*-*; do [ -e "$cset/stop" ] && echo 1 > "$cset/stop"; done
 i=0
@@ -140,12 +150,81 @@ class Guest:
         return out
 
     def reset(self) -> None:
-        """Stop every cache and device-mapper device and wipe the scratch disks."""
-        self.check("sh -s", input=_RESET.replace("DISKS", " ".join(self.disks)))
+        """Stop every background load, cache and device-mapper device; wipe the scratch disks."""
+        script = _RESET.replace("DISKS", " ".join(self.disks)).replace("LOAD_DIR", LOAD_DIR)
+        self.check("sh -s", input=script)
+
+    def fill_random(self, disk: str, mib: int) -> str:
+        """Fill the start of ``disk`` with random data and return its sha256: the data to write
+        through a cache comes from a disk outside it, so its hash is known without holding it."""
+        self.check(f"dd if=/dev/urandom of={disk} bs=1M count={mib} oflag=direct status=none")
+        return self.sha256(disk, mib)
+
+    def sha256(self, device: str, mib: int, skip_bytes: int = 0) -> str:
+        """The sha256 of ``mib`` MiB of ``device`` from ``skip_bytes`` on, read past any page
+        cache (``iflag=direct``): what the disk holds, not what the guest remembers."""
+        flags = "direct,skip_bytes,count_bytes"
+        out = self.check(
+            f"dd if={device} bs=1M iflag={flags} skip={skip_bytes} count={mib * MIB} "
+            "status=none | sha256sum"
+        )
+        return out.split()[0]
+
+    def wait_for(self, cmd: str, done: str, within: float = 600.0) -> str:
+        """Poll ``cmd`` in the guest until its output, stripped, equals ``done``; return it.
+        The loop runs in the guest (one SSH call); ``within`` is a safety net, never a measure."""
+        script = (
+            f"i=0; while [ $i -lt {int(within * 2)} ]; do out=$({cmd}); "
+            f'[ "$out" = "{done}" ] && echo "$out" && exit 0; sleep 0.5; i=$((i+1)); done; '
+            'echo "$out"; exit 1'
+        )
+        return self.check(script).strip()
+
+    def slow_disk(self, disk: str, write_delay_ms: int) -> str:
+        """``disk`` from its second MiB on, behind dm-delay: reads at once, each write after
+        ``write_delay_ms`` (flushes at once). A slow backing disk, as a spindle behind an SSD
+        cache is, makes a destage last long enough to be watched; a huge delay holds it still
+        until ``set_write_delay`` lets it go. Returns the device's path. Starting at 1 MiB keeps
+        what is written to it (an LVM label) off the raw disk's first sectors, where a scan of
+        ``/dev`` would find it twice."""
+        sectors = int(self.check(f"blockdev --getsz {disk}")) - SLOW_OFFSET
+        self.check(
+            f"dmsetup create {SLOW_NAME} --table '{_delay_table(disk, sectors, write_delay_ms)}'"
+        )
+        return f"/dev/mapper/{SLOW_NAME}"
+
+    def set_write_delay(self, disk: str, write_delay_ms: int) -> None:
+        """Reload the slow disk with another write delay; the reload sends every write the old
+        table was holding back at once."""
+        sectors = int(self.check(f"blockdev --getsz /dev/mapper/{SLOW_NAME}"))
+        table = _delay_table(disk, sectors, write_delay_ms)
+        self.check(f"dmsetup reload {SLOW_NAME} --table '{table}' && dmsetup resume {SLOW_NAME}")
+
+    def start_load(self, name: str, loop_body: str) -> None:
+        """Run ``loop_body`` over and over in the background until ``stop_load`` or ``reset``:
+        the I/O that VMs keep doing on battery, which changes how the caches destage."""
+        script = f"while :; do {loop_body}; done"
+        self.check(
+            f"mkdir -p {LOAD_DIR}; nohup sh -c {shlex.quote(script)} >/dev/null 2>&1 </dev/null & "
+            f"echo $! > {LOAD_DIR}/{name}.pid",
+        )
+
+    def stop_load(self, name: str) -> None:
+        pid_file = f"{LOAD_DIR}/{name}.pid"
+        self.check(
+            f"[ -e {pid_file} ] && kill $(cat {pid_file}) 2>/dev/null; rm -f {pid_file}; true"
+        )
 
     def close(self) -> None:
         """End the shared SSH connection (its master runs in the background)."""
         subprocess.run([*self.ssh_argv("-O", "exit")], capture_output=True, timeout=30, check=False)
+
+
+def _delay_table(disk: str, sectors: int, write_delay_ms: int) -> str:
+    """dm-delay (device-mapper/delay.rst): reads, writes and flushes, each ``<dev> <offset>
+    <delay ms>``."""
+    at = f"{disk} {SLOW_OFFSET}"
+    return f"0 {sectors} delay {at} 0 {at} {write_delay_ms} {at} 0"
 
 
 def build_image() -> Path:

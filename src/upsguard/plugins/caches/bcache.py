@@ -4,17 +4,20 @@ Formats (kernel Documentation/admin-guide/bcache.rst, drivers/md/bcache/sysfs.c)
 ``cache_mode`` reads ``writethrough [writeback] writearound none`` (the current
 mode in brackets); ``dirty_data`` is ``bch_hprint`` output such as ``0.0k`` or
 ``1.2G`` (one decimal, powers of 1024); ``state`` is ``no cache``, ``clean``,
-``dirty`` or ``inconsistent``.
+``dirty`` or ``inconsistent``, and reads ``clean`` a moment before ``dirty_data``
+does (docs/real-kernel-caches.md): the device is clean when both say so.
 
 The trap: switching to writethrough does not hurry the destage. While
 ``writeback_percent`` is non-zero the writeback rate controller aims to keep
 that share of the cache dirty and, below it, trickles at a few KiB/s; and
 ``writeback_delay`` holds writeback back for 30 s by default. So going to
 write-through also sets both to 0 (and ``writeback_running`` to 1) and saves
-the user's values in a small state file; they are put back once the device
-is clean, or when write-back is restored, whichever comes first. The state
-file lets ``upsguard cache set`` and a later ``upsguard cache wait`` (another
-process) restore them too.
+the user's values in a small state file. A ``writeback_delay`` sleep the writeback
+thread has already begun is not cut short (the kernel offers no way), so the drain
+may start up to the user's ``writeback_delay`` after the flip. The saved values
+are put back once the device is clean, or when write-back is restored, whichever
+comes first. The state file lets ``upsguard cache set`` and a later ``upsguard
+cache wait`` (another process) restore them too.
 """
 
 from __future__ import annotations
@@ -96,7 +99,9 @@ class BcacheProvider:
             dirty = parse_hprint(dirty_text)
         except ValueError as exc:
             raise TemporaryError(f"{self._where(target)}: dirty_data: {exc}") from exc
-        clean = state in ("clean", "no cache")
+        # `state` turns `clean` while the last extents are still being written back (seen with
+        # megabytes left): only dirty_data at zero is clean.
+        clean = state in ("clean", "no cache") and dirty == 0
         if clean and self._saved.has(target.name):
             await self._restore_knobs(target)
         detail = f"state {state}"
