@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.peers.guest import Guest
+from tests.peers.guest import SLOW_NAME, Guest
 
 pytestmark = pytest.mark.guest
 
@@ -198,3 +198,64 @@ def test_dm_writecache_cleaner_message_drains_and_keeps_every_byte(clean_guest: 
     assert guest.wait_for(fields, f"{blocks} {blocks} 0") == f"{blocks} {blocks} 0"
     guest.check("dmsetup remove wc")
     assert guest.sha256(origin, DATA_MB) == want
+
+
+def test_lvchange_cachemode_writethrough_flushes_under_the_vg_lock_and_a_kill_undoes_it(
+    clean_guest: Guest,
+) -> None:
+    """What ``lvchange --cachemode writethrough`` does with dirty blocks (lvm2 2.03.16): it
+    loads the cleaner policy with lvm's default settings instead of the user's, and waits,
+    printing ``Flushing N blocks``, until none is left; meanwhile it holds the VG's lock, so
+    ``lvs`` cannot answer; killed, it aborts and puts write-back and the user's policy back.
+    The slow disk is held so that the flush cannot end while the test looks (640 MiB dirty is
+    more than the cleaner sends out at once, so some is still waiting behind the held disk)."""
+    guest = clean_guest
+    disk, fast, _ = guest.disks
+    slow = guest.slow_disk(disk, 2000)
+    guest.check(
+        f"pvcreate -q --metadatacopies 0 {slow} && pvcreate -q {fast} && "
+        f"vgcreate -q vg {slow} {fast}"
+    )
+    guest.check(f"lvcreate -q -y -n origin -L 1G vg {slow}")
+    guest.check(f"lvcreate -q -y --type cache-pool -n fast -L 768M vg {fast}")
+    guest.check("lvconvert -q -y --type cache --cachepool vg/fast --cachemode writeback vg/origin")
+    guest.check("lvchange -q --cachesettings migration_threshold=4096 vg/origin")
+    user_table = guest.check("dmsetup table vg-origin").split()
+    assert user_table[-5:] == ["writeback", "smq", "2", "migration_threshold", "4096"]
+    guest.check("dd if=/dev/zero of=/dev/vg/origin bs=1M count=640 oflag=direct status=none")
+    log = "/run/lvchange.log"
+    # Start it, and hold the slow disk the moment it says it is flushing (one guest script:
+    # no round trip between the two).
+    guest.check(
+        "nohup sh -c 'lvchange --cachemode writethrough vg/origin; echo \"exit status $?\"' "
+        f"> {log} 2>&1 < /dev/null & "
+        f"until grep -q Flushing {log}; do sleep 0.1; done; dmsetup suspend {SLOW_NAME}"
+    )
+    try:
+        # The cleaner, in writethrough, with none of the user's settings.
+        table = guest.check("dmsetup table vg-origin").split()
+        assert table[-4:] == ["metadata2", "writethrough", "cleaner", "0"], table
+        dirty = int(guest.check("dmsetup status vg-origin").split()[13])
+        assert dirty > 0
+        out = guest.check(f"sleep 1; cat {log}")
+        assert f"Flushing {dirty} blocks for cache vg/origin." in out
+        assert "exit status" not in out  # not clean: it does not return
+        # The VG's lock is held: lvs waits until interrupted (the suspended PV is skipped so
+        # that the wait is for the lock, not for the disk). --readonly answers, with the
+        # committed metadata: still writeback smq.
+        ignore = "--config 'devices { ignore_suspended_devices = 1 }'"
+        status, _, err = guest.run(f"timeout -s INT 5 lvs {ignore} vg/origin")
+        assert status != 0 and "Can't get lock for vg." in err, err
+        committed = guest.check(
+            f"lvs --readonly {ignore} --noheadings -o cache_mode,cache_policy vg/origin"
+        )
+        assert committed.split() == ["writeback", "smq"]
+        # Killed: it aborts, and once the disk lets go it puts the user's table back.
+        guest.check("kill -TERM $(pidof lvchange)")
+        guest.wait_for(f"grep -c Interrupted {log}", "1")
+    finally:
+        guest.release_writes()
+    guest.wait_for(f"grep -c 'exit status' {log}", "1")
+    out = guest.check(f"cat {log}")
+    assert "Flushing of vg/origin aborted." in out and "exit status 5" in out
+    assert guest.check("dmsetup table vg-origin").split() == user_table
