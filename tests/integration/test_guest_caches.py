@@ -30,17 +30,26 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.peers.guest import SLOW_OFFSET, Guest
+from tests.peers.guest import Guest
+from tests.peers.guest_caches import (
+    DATA_MB,
+    KINDS,
+    RAW_OFFSET,
+    Bcache,
+    Kind,
+    Lvmcache,
+    Writecache,
+    bcache_writethrough_alone,
+    destage_through_provider,
+    ssh_settings,
+)
 from tests.peers.service import CLI
 from upsguard.config.types import parse_bytes
 
 pytestmark = pytest.mark.guest
 
-DATA_MB = 128
 CLI_TIMEOUT = 600.0  # a safety net for one CLI call, never a measure
 WRITE_DELAY_MS = 500  # the slow backing disk's
-#: Where the slow disk's first byte lies on the raw disk: what "the backing disk alone" reads.
-RAW_OFFSET = SLOW_OFFSET * 512
 
 
 # --- the command line, as a user runs it ----------------------------------------------------
@@ -101,13 +110,7 @@ class Site:
 
 
 def write_site(guest: Guest, tmp_path: Path, caches: list[dict[str, Any]]) -> Site:
-    ssh = {
-        "host": guest.host,
-        "port": guest.port,
-        "user": guest.user,
-        "key_file": str(guest.key_file),
-        "known_hosts": str(guest.known_hosts),
-    }
+    ssh = ssh_settings(guest)
     config = {
         "site": "guest",
         "ups": [{"name": "ups1", "nut": {"host": "127.0.0.1", "ups": "ups1"}}],
@@ -119,211 +122,6 @@ def write_site(guest: Guest, tmp_path: Path, caches: list[dict[str, Any]]) -> Si
     path = tmp_path / "site.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return Site(path, caches[0]["name"])
-
-
-# --- the three kernel caches, as the tests build them -----------------------------------------
-
-
-class Kind:
-    """One kind of kernel cache, built in write-back on the slow disk ``backing`` with the
-    fast disk as its cache, holding what the user tuned by hand."""
-
-    id: str
-    cache: str  # its name in the site file
-    target: str  # the provider's name for the device
-    device: str  # what VMs read and write
-
-    def create(self, guest: Guest, backing: str, fast: str) -> None:
-        raise NotImplementedError
-
-    def site_entry(self, tmp_path: Path) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def kernel_dirty(self, guest: Guest) -> int:
-        """Dirty bytes as the kernel reports them."""
-        raise NotImplementedError
-
-    def kernel_clean(self, guest: Guest) -> None:
-        """Assert the kernel's own figures say nothing is left to write back."""
-        raise NotImplementedError
-
-    def user_settings(self, guest: Guest) -> object:
-        """What the user tuned, as the kernel or lvm reports it in write-back."""
-        raise NotImplementedError
-
-    def stop_and_hash(self, guest: Guest, disk: str) -> str:
-        """Stop the cache without letting it write anything back, then hash the first DATA_MB
-        of what the raw backing ``disk`` holds."""
-        raise NotImplementedError
-
-
-BCACHE = "/sys/block/bcache0/bcache"
-_HPRINT_UNITS = {"k": 1, "M": 2, "G": 3, "T": 4}
-_KNOBS = ("cache_mode", "writeback_percent", "writeback_delay", "writeback_running")
-
-
-def hprint_bytes(text: str) -> int:
-    """The kernel's ``dirty_data`` (``0.0k``, ``99.0M``) in bytes."""
-    text = text.strip()
-    return round(float(text[:-1]) * 1024 ** _HPRINT_UNITS[text[-1]])
-
-
-def make_bcache(guest: Guest, backing: str, cache: str) -> str:
-    """bcache0 on ``backing``, cached by ``cache``, in write-back; returns its cache set UUID.
-    Sequential writes are cached too (``sequential_cutoff`` 0) and congestion never bypasses
-    the cache, so that every byte written is dirty in the cache first."""
-    guest.check(f"make-bcache -B {backing} >/dev/null && make-bcache -C {cache} >/dev/null")
-    guest.check(
-        f"echo {backing} > /sys/fs/bcache/register && echo {cache} > /sys/fs/bcache/register"
-    )
-    cset = guest.check("cd /sys/fs/bcache && ls -d *-*-*-*-*").split()
-    assert len(cset) == 1, cset
-    guest.check(
-        f"echo {cset[0]} > {BCACHE}/attach && echo writeback > {BCACHE}/cache_mode && "
-        f"echo 0 > {BCACHE}/sequential_cutoff && "
-        f"echo 0 > /sys/fs/bcache/{cset[0]}/congested_read_threshold_us && "
-        f"echo 0 > /sys/fs/bcache/{cset[0]}/congested_write_threshold_us"
-    )
-    return cset[0]
-
-
-def bcache_knobs(guest: Guest) -> dict[str, str]:
-    values = guest.check(" && ".join(f"cat {BCACHE}/{name}" for name in _KNOBS)).splitlines()
-    return dict(zip(_KNOBS, values, strict=True))
-
-
-class Bcache(Kind):
-    id, cache, target, device = "bcache", "nas-ssd", "bcache0", "/dev/bcache0"
-
-    def create(self, guest: Guest, backing: str, fast: str) -> None:
-        self.backing = backing
-        self.cset = make_bcache(guest, backing, fast)
-        # The user's own tuning, which the provider changes while it destages.
-        guest.check(f"echo 25 > {BCACHE}/writeback_percent && echo 7 > {BCACHE}/writeback_delay")
-        self.user = bcache_knobs(guest)
-
-    def site_entry(self, tmp_path: Path) -> dict[str, Any]:
-        return {"name": self.cache, "provider": "bcache", "state_dir": str(tmp_path / "state")}
-
-    def kernel_dirty(self, guest: Guest) -> int:
-        return hprint_bytes(guest.check(f"cat {BCACHE}/dirty_data"))
-
-    def kernel_clean(self, guest: Guest) -> None:
-        assert guest.check(f"cat {BCACHE}/dirty_data").strip() == "0.0k"
-        # In write-through a clean cache needs no hurry: the provider put the user's writeback
-        # settings back the moment it read the cache clean, before any flip back.
-        through = "[writethrough] writeback writearound none"
-        assert bcache_knobs(guest) == {**self.user, "cache_mode": through}
-
-    def user_settings(self, guest: Guest) -> object:
-        return bcache_knobs(guest)
-
-    def stop_and_hash(self, guest: Guest, disk: str) -> str:
-        # Stopping the cache set writes nothing back: dirty data would stay on the cache disk
-        # and the backing superblock would still say dirty.
-        guest.check(f"echo 1 > /sys/fs/bcache/{self.cset}/stop")
-        gone = "ls -d /sys/fs/bcache/*-*-*-*-* /sys/block/bcache0 2>/dev/null | wc -l"
-        assert guest.wait_for(gone, "0") == "0"
-        super_block = guest.check(f"bcache-super-show {self.backing}")
-        assert re.search(r"dev\.data\.cache_state\s+\d+ \[clean\]", super_block), super_block
-        first = re.search(r"dev\.data\.first_sector\s+(\d+)", super_block)
-        assert first, super_block
-        return guest.sha256(disk, DATA_MB, skip_bytes=RAW_OFFSET + int(first.group(1)) * 512)
-
-
-def writecache_status(guest: Guest) -> tuple[int, int, int]:
-    """(blocks, free blocks, blocks under writeback) of ``dmsetup status wc``."""
-    words = guest.check("dmsetup status wc").split()
-    assert words[2] == "writecache" and words[3] == "0", words  # no I/O error
-    return int(words[4]), int(words[5]), int(words[6])
-
-
-class Writecache(Kind):
-    id, cache, target, device = "writecache", "pmem", "wc", "/dev/mapper/wc"
-    #: The user's own tuning (writecache.rst): the provider must give back exactly this table.
-    OPTIONS = "4 high_watermark 60 low_watermark 40"
-
-    def create(self, guest: Guest, backing: str, fast: str) -> None:
-        sectors = int(guest.check(f"blockdev --getsz {backing}"))
-        guest.check(
-            f"dmsetup create wc --table '0 {sectors} writecache s {backing} {fast} 4096 "
-            f"{self.OPTIONS}'"
-        )
-
-    def site_entry(self, tmp_path: Path) -> dict[str, Any]:
-        return {"name": self.cache, "provider": "writecache"}
-
-    def kernel_dirty(self, guest: Guest) -> int:
-        blocks, free, _ = writecache_status(guest)
-        return (blocks - free) * 4096
-
-    def kernel_clean(self, guest: Guest) -> None:
-        blocks, free, writeback = writecache_status(guest)
-        assert (free, writeback) == (blocks, 0)
-        assert guest.check("dmsetup table wc").split()[-1] == "cleaner"
-
-    def user_settings(self, guest: Guest) -> object:
-        return guest.check("dmsetup table wc").strip()
-
-    def stop_and_hash(self, guest: Guest, disk: str) -> str:
-        guest.check("dmsetup remove wc")  # a removal writes nothing back
-        return guest.sha256(disk, DATA_MB, skip_bytes=RAW_OFFSET)
-
-
-def dm_cache_status(guest: Guest) -> tuple[int, int, str]:
-    """(dirty blocks, block size in bytes, mode) from ``dmsetup status vg-origin`` (kernel
-    device-mapper/cache.rst): ``<md block> <used>/<total> <block sectors> <used>/<total> <read
-    hits> <read misses> <write hits> <write misses> <demotions> <promotions> <dirty> <#feat>``."""
-    words = guest.check("dmsetup status vg-origin").split()
-    assert words[2] == "cache", words
-    features = words[15 : 15 + int(words[14])]
-    mode = next(w for w in features if w in ("writeback", "writethrough", "passthrough"))
-    return int(words[13]), int(words[5]) * 512, mode
-
-
-class Lvmcache(Kind):
-    id, cache, target, device = "lvmcache", "dmcache", "vg/origin", "/dev/vg/origin"
-    FIELDS = "cache_mode,cache_policy,cache_settings,lv_tags"
-
-    def create(self, guest: Guest, backing: str, fast: str) -> None:
-        """vg/origin on ``backing``, cached by a pool on ``fast``, with the user's own
-        ``migration_threshold``. The VG's metadata lives on ``fast`` only, so that lvm's own
-        writes never wait on the slow disk."""
-        guest.check(
-            f"pvcreate -q --metadatacopies 0 {backing} && pvcreate -q {fast} && "
-            f"vgcreate -q vg {backing} {fast}"
-        )
-        guest.check(f"lvcreate -q -y -n origin -L 512M vg {backing}")
-        guest.check(f"lvcreate -q -y --type cache-pool -n fast -L 256M vg {fast}")
-        guest.check(
-            "lvconvert -q -y --type cache --cachepool vg/fast --cachemode writeback vg/origin"
-        )
-        guest.check("lvchange -q --cachesettings migration_threshold=4096 vg/origin")
-
-    def site_entry(self, tmp_path: Path) -> dict[str, Any]:
-        return {"name": self.cache, "provider": "lvmcache"}
-
-    def kernel_dirty(self, guest: Guest) -> int:
-        blocks, size, _ = dm_cache_status(guest)
-        return blocks * size
-
-    def kernel_clean(self, guest: Guest) -> None:
-        dirty, _, mode = dm_cache_status(guest)
-        assert (dirty, mode) == (0, "writethrough")
-
-    def user_settings(self, guest: Guest) -> object:
-        out = guest.check(f"lvs --noheadings --separator '|' -o {self.FIELDS} vg/origin")
-        settings = [word.strip() for word in out.strip().split("|")]
-        assert settings == ["writeback", "smq", "migration_threshold=4096", ""]  # no tag left
-        return settings
-
-    def stop_and_hash(self, guest: Guest, disk: str) -> str:
-        # Removing the cache's top device writes nothing back; its origin stays readable.
-        guest.check("dmsetup remove vg-origin")
-        return guest.sha256("/dev/mapper/vg-origin_corig", DATA_MB)
-
-
-KINDS = [Bcache, Writecache, Lvmcache]
 
 
 @dataclass
@@ -348,7 +146,7 @@ def build(guest: Guest, kind: Kind, tmp_path: Path) -> Setup:
         "reads", f"dd if={kind.device} of=/dev/null bs=4k count=1 iflag=direct status=none; "
         "sleep 0.2"
     )  # fmt: skip
-    site = write_site(guest, tmp_path, [kind.site_entry(tmp_path)])
+    site = write_site(guest, tmp_path, [kind.site_entry(tmp_path / "state")])
     return Setup(guest, kind, site, disk, want, user)
 
 
@@ -387,7 +185,7 @@ def flip_back_and_check_no_byte_lost(setup: Setup) -> None:
     assert setup.kind.user_settings(setup.guest) == setup.user
     assert setup.site.status()["mode"] == "write-back"
     setup.guest.stop_load("reads")
-    assert setup.kind.stop_and_hash(setup.guest, setup.disk) == setup.want
+    assert setup.kind.stop_and_hash(setup.guest, setup.disk, RAW_OFFSET) == setup.want
 
 
 # --- the tests ------------------------------------------------------------------------------
@@ -521,3 +319,43 @@ def test_a_device_that_is_not_there_is_one_line_naming_it(
         "Device does not exist."
     )
     assert all("\n" not in error for error in errors.values())
+
+
+TRICKLE_WINDOW_S = 15.0  # how long the trickle is watched: what it measures is printed only
+
+
+def test_bcache_trap_writethrough_alone_trickles_where_the_providers_settings_drain(
+    clean_guest: Guest, tmp_path: Path
+) -> None:
+    """The trap, for real, in one run on one device with the kernel's defaults (10 %, 30 s)
+    and the VMs' light read load: ``cache_mode`` writethrough alone leaves the writeback rate
+    controller at its floor, because the dirty data is below its target; the provider's
+    settings then drain the same device to clean. Both rates are printed; what is asserted is
+    what the kernel says of itself, the data, and the defaults put back."""
+    guest = clean_guest
+    disk, fast, source = guest.disks
+    want = guest.fill_random(source, DATA_MB)
+    bcache = Bcache()
+    bcache.create(guest, disk, fast, tuned=False)
+    assert bcache.user["writeback_percent"] == "10" and bcache.user["writeback_delay"] == "30"
+    guest.check(f"dd if={source} of={bcache.device} bs=1M count={DATA_MB} oflag=direct status=none")
+    guest.start_load(
+        "reads", f"dd if={bcache.device} of=/dev/null bs=4k count=1 iflag=direct status=none; "
+        "sleep 0.2"
+    )  # fmt: skip
+
+    alone = bcache_writethrough_alone(guest, TRICKLE_WINDOW_S)
+    assert alone.writeback_rate == alone.minimum  # the controller's floor, 8 sectors/s
+    assert 0 < alone.dirty < alone.target  # because what is dirty is below its target
+
+    provider = destage_through_provider(guest, bcache, tmp_path / "state", poll_interval=0.5)
+    mb = 1e6
+    print(
+        f"bcache, {DATA_MB} MiB in 1 MiB extents, light read load: writethrough alone "
+        f"{alone.rate / mb:.2f} MB/s (kernel writeback_rate {alone.writeback_rate} B/s); "
+        f"with upsguard's settings {provider.rate / mb:.1f} MB/s: "
+        f"{provider.rate / max(alone.rate, 1.0):.0f} times faster"
+    )
+    bcache.kernel_clean(guest)  # clean, and the defaults are back
+    guest.stop_load("reads")
+    assert bcache.stop_and_hash(guest, disk, 0) == want
