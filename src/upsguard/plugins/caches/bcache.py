@@ -130,14 +130,12 @@ class BcacheProvider:
     async def _hurry(self, target: CacheTarget) -> None:
         """Save the user's writeback knobs (once) and set them for a full-speed destage."""
         if not self._saved.has(target.name):
-            values = {knob: (await self._get(target, knob)).strip() for knob in DESTAGE_KNOBS}
-            self._saved.put(target.name, values)
-        for knob, value in DESTAGE_KNOBS.items():
-            await self._put(target, knob, value)
+            values = [v.strip() for v in await self._get_many(target, *DESTAGE_KNOBS)]
+            self._saved.put(target.name, dict(zip(DESTAGE_KNOBS, values, strict=True)))
+        await self._put_many(target, DESTAGE_KNOBS)
 
     async def _restore_knobs(self, target: CacheTarget) -> None:
-        for knob, value in self._saved.get(target.name, {}).items():
-            await self._put(target, knob, value)
+        await self._put_many(target, self._saved.get(target.name, {}))
         self._saved.drop(target.name)
         log.info("%s: restored the user's writeback settings", self._where(target))
 
@@ -156,15 +154,6 @@ class BcacheProvider:
         host = f"{self._settings.ssh.host}:" if self._settings.ssh else ""
         return f"cache '{self.name}' {host}{target.name}"
 
-    async def _get(self, target: CacheTarget, attr: str) -> str:
-        try:
-            return await self._runner.read_text(self._attr(target, attr), timeout=TIMEOUT)
-        except PermanentError as exc:
-            raise PermanentError(
-                f"{self._where(target)}: not a bcache device ({exc}); "
-                "check 'targets' and 'sysfs_root'"
-            ) from exc
-
     async def _get_many(self, target: CacheTarget, *attrs: str) -> list[str]:
         paths = [self._attr(target, attr) for attr in attrs]
         try:
@@ -177,3 +166,8 @@ class BcacheProvider:
 
     async def _put(self, target: CacheTarget, attr: str, value: str) -> None:
         await self._runner.write_text(self._attr(target, attr), value, timeout=TIMEOUT)
+
+    async def _put_many(self, target: CacheTarget, values: dict[str, str]) -> None:
+        """Several attributes in one go: a flip or a restore is one round trip over SSH."""
+        pairs = [(self._attr(target, attr), value) for attr, value in values.items()]
+        await self._runner.write_texts(pairs, timeout=TIMEOUT)
