@@ -61,9 +61,9 @@ def site(tmp_path: Path) -> Iterator[tuple[Path, FakeTools, FakeBcacheSysfs]]:
                 "name": "gone",
                 "provider": "lvmcache",
                 "targets": ["vg9/missing"],
-                "lvs_command": tools.path("lvs"),
-                "lvchange_command": tools.path("lvchange"),
-                "job_log_dir": str(tmp_path),
+                "dmsetup_command": "/nonexistent/dmsetup",
+                "lvs_command": "/nonexistent/lvs",
+                "lvchange_command": "/nonexistent/lvchange",
             },
         ],
     }
@@ -82,7 +82,9 @@ def test_status_shows_each_cache_and_names_the_one_that_fails(
     assert code == 1  # one cache could not be read
     assert rows["nas-ssd"]["mode"] == "write-back" and rows["nas-ssd"]["dirty_bytes"] > 0
     assert rows["array-nvram"]["mode"] == "write-back" and not rows["array-nvram"]["clean"]
-    assert 'Failed to find logical volume "vg9/missing"' in rows["gone"]["error"]
+    assert rows["gone"]["error"] == (
+        "/nonexistent/dmsetup: program not found: install it or set its path in the site file"
+    )
 
 
 def test_status_table_measures_the_rate(
@@ -122,10 +124,7 @@ def test_one_failing_cache_does_not_stop_the_others(
     out = capsys.readouterr().out
     assert code == 1
     assert "array-nvram/nvram: ok" in out
-    assert (
-        "gone/vg9/missing: FAILED: cache 'gone': lvs: Failed to find logical volume \"vg9/missing\""
-        in out
-    )
+    assert "gone/vg9/missing: FAILED: /nonexistent/dmsetup: program not found" in out
     assert tools.device("nvram")["accepting"] is False
 
 

@@ -85,3 +85,26 @@ def test_file_read_and_write_over_ssh(sshd: Sshd, tmp_path: Path) -> None:
             await runner.close()
 
     assert asyncio.run(scenario()) == "0\n"
+
+
+def test_several_files_are_written_in_one_go_and_the_failing_one_is_named(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    """A bcache flip writes three knobs in one command; a write that fails stops it and says
+    which file and why, in one line."""
+    first, second = tmp_path / "writeback_percent", tmp_path / "writeback_delay"
+    missing = tmp_path / "gone" / "writeback_running"
+
+    async def scenario() -> None:
+        runner = Runner(sshd.target())
+        try:
+            await runner.write_texts([(first, "0"), (second, "it's 0")], timeout=10)
+            await runner.write_texts([(first, "10"), (missing, "1"), (second, "30")], timeout=10)
+        finally:
+            await runner.close()
+
+    with pytest.raises(PermanentError) as caught:
+        asyncio.run(scenario())
+    assert (first.read_text(), second.read_text()) == ("10\n", "it's 0\n")  # stopped at the gap
+    message = str(caught.value)
+    assert f"cannot write '1' to {missing}: " in message and "\n" not in message

@@ -13,15 +13,13 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.caches.fake_bcache import Device, FakeBcacheSysfs
-from tests.fixtures.caches.tools import FakeTools
 from tests.peers.sshd import Sshd
 from upsguard.clock import SystemClock
-from upsguard.config.caches import BcacheSettings, LvmcacheSettings
+from upsguard.config.caches import BcacheSettings
 from upsguard.errors import PermanentError
-from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
+from upsguard.models import CacheMode, CacheState, CacheTarget
 from upsguard.plugins.caches.base import CacheProvider
 from upsguard.plugins.caches.bcache import BcacheProvider
-from upsguard.plugins.caches.lvmcache import LvmcacheProvider
 
 pytestmark = pytest.mark.sshd
 MiB = 1024 * 1024
@@ -64,50 +62,6 @@ def test_bcache_over_ssh_destages_and_restores_settings(sshd: Sshd, tmp_path: Pa
         assert [t.name for t in found] == ["bcache0"]
         assert seen[-1].clean and seen[-1].mode is CacheMode.WRITE_THROUGH
         assert sysfs.attr("bcache0", "writeback_percent") == "10"
-
-
-def test_lvmcache_flush_survives_the_provider_closing_its_ssh_connection(
-    sshd: Sshd, tmp_path: Path
-) -> None:
-    """`cache set` exits (connection closed) while lvchange flushes; a later reader sees it end."""
-    tools = FakeTools(
-        tmp_path / "bin",
-        {
-            "vg0/data": {
-                "kind": "lvmcache", "vg": "vg0", "lv": "data", "mode": "writeback",
-                "policy": "smq", "chunk_size": 65536, "total_blocks": 16384, "dirty": 3000,
-                "rate": 1500.0, "draining": False, "accepting": True,
-            }
-        },
-    )  # fmt: skip
-    settings = LvmcacheSettings.model_validate(
-        {
-            "name": "dmcache",
-            "provider": "lvmcache",
-            "ssh": sshd.settings_dict(),
-            "lvs_command": tools.path("lvs"),
-            "lvchange_command": tools.path("lvchange"),
-            "job_log_dir": str(tmp_path),
-        }
-    )
-    target = CacheTarget(CacheName("dmcache"), "vg0/data")
-
-    async def first() -> None:
-        provider = LvmcacheProvider(settings, SystemClock())
-        await provider.set_mode(target, CacheMode.WRITE_THROUGH)
-        await provider.close()
-
-    async def later() -> list[CacheState]:
-        provider = LvmcacheProvider(settings, SystemClock())
-        try:
-            return await until_clean(provider, target, limit=30)
-        finally:
-            await provider.close()
-
-    asyncio.run(first())
-    seen = asyncio.run(later())
-    assert seen[-1].clean and seen[-1].detail == "policy smq; lvchange done"
-    assert tools.device("vg0/data")["mode"] == "writethrough"
 
 
 def test_host_key_mismatch_is_refused_by_the_provider(sshd: Sshd, tmp_path: Path) -> None:

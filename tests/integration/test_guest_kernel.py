@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.peers.guest import Guest
+from tests.peers.guest import SLOW_NAME, Guest
 
 pytestmark = pytest.mark.guest
 
@@ -140,37 +140,10 @@ def test_dm_writecache_device(clean_guest: Guest) -> None:
 DATA_MB = 32
 
 
-def _source(guest: Guest, disk: str) -> str:
-    """Fill the start of ``disk`` with random data and return its sha256: the data to write
-    through a cache comes from a disk outside it, so its hash is known without holding it."""
-    guest.check(f"dd if=/dev/urandom of={disk} bs=1M count={DATA_MB} oflag=direct status=none")
-    return _sha256(guest, disk)
-
-
-def _sha256(guest: Guest, device: str, skip_bytes: int = 0) -> str:
-    flags = "direct,skip_bytes,count_bytes"
-    out = guest.check(
-        f"dd if={device} bs=1M iflag={flags} skip={skip_bytes} count={DATA_MB * MIB} "
-        "status=none | sha256sum"
-    )
-    return out.split()[0]
-
-
-def _wait_for(guest: Guest, cmd: str, done: str, within: float = 600.0) -> str:
-    """Poll ``cmd`` in the guest until its output, stripped, equals ``done``; return it.
-    The loop runs in the guest (one SSH call); ``within`` is a safety net, never a measure."""
-    script = (
-        f"i=0; while [ $i -lt {int(within * 2)} ]; do out=$({cmd}); "
-        f'[ "$out" = "{done}" ] && echo "$out" && exit 0; sleep 0.5; i=$((i+1)); done; '
-        'echo "$out"; exit 1'
-    )
-    return guest.check(script).strip()
-
-
 def test_bcache_destage_at_full_speed_keeps_every_byte(clean_guest: Guest) -> None:
     guest = clean_guest
     backing, cache, source = guest.disks
-    want = _source(guest, source)
+    want = guest.fill_random(source, DATA_MB)
     sysfs = _bcache_writeback(guest, backing, cache)
     guest.check(f"echo 0 > {sysfs}/sequential_cutoff")
     guest.check(f"dd if={source} of=/dev/bcache0 bs=1M count={DATA_MB} oflag=direct status=none")
@@ -179,13 +152,13 @@ def test_bcache_destage_at_full_speed_keeps_every_byte(clean_guest: Guest) -> No
         f"echo writethrough > {sysfs}/cache_mode && echo 0 > {sysfs}/writeback_percent && "
         f"echo 0 > {sysfs}/writeback_delay && echo 1 > {sysfs}/writeback_running"
     )
-    assert _wait_for(guest, f"cat {sysfs}/dirty_data", "0.0k") == "0.0k"
+    assert guest.wait_for(f"cat {sysfs}/dirty_data", "0.0k") == "0.0k"
     guest.check(f"echo 1 > {sysfs}/detach")
-    assert _wait_for(guest, f"cat {sysfs}/state", "no cache") == "no cache"
+    assert guest.wait_for(f"cat {sysfs}/state", "no cache") == "no cache"
     super_block = guest.check(f"bcache-super-show {backing}")
     first = re.search(r"dev\.data\.first_sector\s+(\d+)", super_block)
     assert first, super_block
-    assert _sha256(guest, backing, skip_bytes=int(first.group(1)) * 512) == want
+    assert guest.sha256(backing, DATA_MB, skip_bytes=int(first.group(1)) * 512) == want
 
 
 def test_lvmcache_writethrough_returns_clean_and_uncache_keeps_every_byte(
@@ -193,7 +166,7 @@ def test_lvmcache_writethrough_returns_clean_and_uncache_keeps_every_byte(
 ) -> None:
     guest = clean_guest
     slow, fast, source = guest.disks
-    want = _source(guest, source)
+    want = guest.fill_random(source, DATA_MB)
     guest.check(f"pvcreate -q {slow} {fast} && vgcreate -q vg {slow} {fast}")
     guest.check(f"lvcreate -q -y -n origin -L 256M vg {slow}")
     guest.check(f"lvcreate -q -y --type cache-pool -n fast -L 128M vg {fast}")
@@ -206,13 +179,13 @@ def test_lvmcache_writethrough_returns_clean_and_uncache_keeps_every_byte(
     )
     assert report.strip().split(",") == ["writethrough", "smq", "0"]
     guest.check("lvconvert -q -y --uncache vg/origin")
-    assert _sha256(guest, "/dev/vg/origin") == want
+    assert guest.sha256("/dev/vg/origin", DATA_MB) == want
 
 
 def test_dm_writecache_cleaner_message_drains_and_keeps_every_byte(clean_guest: Guest) -> None:
     guest = clean_guest
     origin, cache, source = guest.disks
-    want = _source(guest, source)
+    want = guest.fill_random(source, DATA_MB)
     sectors = int(guest.check(f"blockdev --getsz {origin}"))
     guest.check(f"dmsetup create wc --table '0 {sectors} writecache s {origin} {cache} 4096 0'")
     guest.check(f"dd if={source} of=/dev/mapper/wc bs=1M count={DATA_MB} oflag=direct status=none")
@@ -222,6 +195,67 @@ def test_dm_writecache_cleaner_message_drains_and_keeps_every_byte(clean_guest: 
     guest.check("dmsetup message wc 0 cleaner")
     # Drained: every block free again and none under writeback.
     fields = "dmsetup status wc | cut -d' ' -f5-7"
-    assert _wait_for(guest, fields, f"{blocks} {blocks} 0") == f"{blocks} {blocks} 0"
+    assert guest.wait_for(fields, f"{blocks} {blocks} 0") == f"{blocks} {blocks} 0"
     guest.check("dmsetup remove wc")
-    assert _sha256(guest, origin) == want
+    assert guest.sha256(origin, DATA_MB) == want
+
+
+def test_lvchange_cachemode_writethrough_flushes_under_the_vg_lock_and_a_kill_undoes_it(
+    clean_guest: Guest,
+) -> None:
+    """What ``lvchange --cachemode writethrough`` does with dirty blocks (lvm2 2.03.16): it
+    loads the cleaner policy with lvm's default settings instead of the user's, and waits,
+    printing ``Flushing N blocks``, until none is left; meanwhile it holds the VG's lock, so
+    ``lvs`` cannot answer; killed, it aborts and puts write-back and the user's policy back.
+    The slow disk is held so that the flush cannot end while the test looks (640 MiB dirty is
+    more than the cleaner sends out at once, so some is still waiting behind the held disk)."""
+    guest = clean_guest
+    disk, fast, _ = guest.disks
+    slow = guest.slow_disk(disk, 2000)
+    guest.check(
+        f"pvcreate -q --metadatacopies 0 {slow} && pvcreate -q {fast} && "
+        f"vgcreate -q vg {slow} {fast}"
+    )
+    guest.check(f"lvcreate -q -y -n origin -L 1G vg {slow}")
+    guest.check(f"lvcreate -q -y --type cache-pool -n fast -L 768M vg {fast}")
+    guest.check("lvconvert -q -y --type cache --cachepool vg/fast --cachemode writeback vg/origin")
+    guest.check("lvchange -q --cachesettings migration_threshold=4096 vg/origin")
+    user_table = guest.check("dmsetup table vg-origin").split()
+    assert user_table[-5:] == ["writeback", "smq", "2", "migration_threshold", "4096"]
+    guest.check("dd if=/dev/zero of=/dev/vg/origin bs=1M count=640 oflag=direct status=none")
+    log = "/run/lvchange.log"
+    # Start it, and hold the slow disk the moment it says it is flushing (one guest script:
+    # no round trip between the two).
+    guest.check(
+        "nohup sh -c 'lvchange --cachemode writethrough vg/origin; echo \"exit status $?\"' "
+        f"> {log} 2>&1 < /dev/null & "
+        f"until grep -q Flushing {log}; do sleep 0.1; done; dmsetup suspend {SLOW_NAME}"
+    )
+    try:
+        # The cleaner, in writethrough, with none of the user's settings.
+        table = guest.check("dmsetup table vg-origin").split()
+        assert table[-4:] == ["metadata2", "writethrough", "cleaner", "0"], table
+        dirty = int(guest.check("dmsetup status vg-origin").split()[13])
+        assert dirty > 0
+        out = guest.check(f"sleep 1; cat {log}")
+        assert f"Flushing {dirty} blocks for cache vg/origin." in out
+        assert "exit status" not in out  # not clean: it does not return
+        # The VG's lock is held: lvs waits until interrupted (the suspended PV is skipped so
+        # that the wait is for the lock, not for the disk). --readonly answers, with the
+        # committed metadata: still writeback smq.
+        ignore = "--config 'devices { ignore_suspended_devices = 1 }'"
+        status, _, err = guest.run(f"timeout -s INT 5 lvs {ignore} vg/origin")
+        assert status != 0 and "Can't get lock for vg." in err, err
+        committed = guest.check(
+            f"lvs --readonly {ignore} --noheadings -o cache_mode,cache_policy vg/origin"
+        )
+        assert committed.split() == ["writeback", "smq"]
+        # Killed: it aborts, and once the disk lets go it puts the user's table back.
+        guest.check("kill -TERM $(pidof lvchange)")
+        guest.wait_for(f"grep -c Interrupted {log}", "1")
+    finally:
+        guest.release_writes()
+    guest.wait_for(f"grep -c 'exit status' {log}", "1")
+    out = guest.check(f"cat {log}")
+    assert "Flushing of vg/origin aborted." in out and "exit status 5" in out
+    assert guest.check("dmsetup table vg-origin").split() == user_table

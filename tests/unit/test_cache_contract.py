@@ -20,7 +20,7 @@ from upsguard.plugins.caches.base import CacheProvider
 MISSING = "/nonexistent/upsguard-test-tool"
 SETTINGS: dict[str, dict[str, Any]] = {
     "bcache": {"sysfs_root": "/nonexistent"},
-    "lvmcache": {"lvs_command": MISSING, "lvchange_command": MISSING},
+    "lvmcache": {"lvs_command": MISSING, "lvchange_command": MISSING, "dmsetup_command": MISSING},
     "writecache": {"dmsetup_command": MISSING},
     "opencas": {"casadm_command": MISSING},
     "storcli": {"storcli_command": MISSING},

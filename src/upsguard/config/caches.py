@@ -61,9 +61,7 @@ class LvmcacheSettings(CacheBase):
     provider: Literal["lvmcache"]
     lvs_command: str = "lvs"
     lvchange_command: str = "lvchange"
-    job_log_dir: Path = Field(
-        Path("/run"), description="where the flushing lvchange's output is kept, on its host"
-    )
+    dmsetup_command: str = "dmsetup"
 
 
 class WritecacheSettings(CacheBase):

@@ -261,8 +261,10 @@ def _power_on_by_hand(res: ResourceConfig, site: SiteConfig) -> str:
 _CACHE_BY_HAND = {
     "bcache": "echo writethrough > /sys/block/<bcacheN>/bcache/cache_mode, writeback_percent 0, "
     "writeback_delay 0; wait until /sys/block/<bcacheN>/bcache/dirty_data reads 0",
-    "lvmcache": "lvchange --cachemode writethrough <vg>/<lv> (it returns once the cache is clean)",
-    "writecache": "dmsetup message <vg-lv> 0 cleaner; wait until nothing is cached",
+    "lvmcache": "lvchange --cachepolicy cleaner <vg>/<lv> (note the policy first: lvs -o "
+    "cache_policy); wait until dmsetup status <vg-lv> shows 0 dirty",
+    "writecache": "dmsetup reload <vg-lv> with 'cleaner' added to its table, dmsetup resume "
+    "<vg-lv>, dmsetup message <vg-lv> 0 cleaner; wait until nothing is cached",
     "opencas": "casadm -Q -i <cache id> -c wt -f yes (flushes, then switches)",
     "storcli": "storcli64 /c0/v<N> set wrcache=WT; storcli64 /c0 flushcache",
     "fvp": "FVP management console: set the VMs' policy to write-through",

@@ -4,17 +4,20 @@ Formats (kernel Documentation/admin-guide/bcache.rst, drivers/md/bcache/sysfs.c)
 ``cache_mode`` reads ``writethrough [writeback] writearound none`` (the current
 mode in brackets); ``dirty_data`` is ``bch_hprint`` output such as ``0.0k`` or
 ``1.2G`` (one decimal, powers of 1024); ``state`` is ``no cache``, ``clean``,
-``dirty`` or ``inconsistent``.
+``dirty`` or ``inconsistent``, and reads ``clean`` a moment before ``dirty_data``
+does (docs/real-kernel-caches.md): the device is clean when both say so.
 
 The trap: switching to writethrough does not hurry the destage. While
 ``writeback_percent`` is non-zero the writeback rate controller aims to keep
 that share of the cache dirty and, below it, trickles at a few KiB/s; and
 ``writeback_delay`` holds writeback back for 30 s by default. So going to
 write-through also sets both to 0 (and ``writeback_running`` to 1) and saves
-the user's values in a small state file; they are put back once the device
-is clean, or when write-back is restored, whichever comes first. The state
-file lets ``upsguard cache set`` and a later ``upsguard cache wait`` (another
-process) restore them too.
+the user's values in a small state file. A ``writeback_delay`` sleep the writeback
+thread has already begun is not cut short (the kernel offers no way), so the drain
+may start up to the user's ``writeback_delay`` after the flip. The saved values
+are put back once the device is clean, or when write-back is restored, whichever
+comes first. The state file lets ``upsguard cache set`` and a later ``upsguard
+cache wait`` (another process) restore them too.
 """
 
 from __future__ import annotations
@@ -96,7 +99,9 @@ class BcacheProvider:
             dirty = parse_hprint(dirty_text)
         except ValueError as exc:
             raise TemporaryError(f"{self._where(target)}: dirty_data: {exc}") from exc
-        clean = state in ("clean", "no cache")
+        # `state` turns `clean` while the last extents are still being written back (seen with
+        # megabytes left): only dirty_data at zero is clean.
+        clean = state in ("clean", "no cache") and dirty == 0
         if clean and self._saved.has(target.name):
             await self._restore_knobs(target)
         detail = f"state {state}"
@@ -125,14 +130,12 @@ class BcacheProvider:
     async def _hurry(self, target: CacheTarget) -> None:
         """Save the user's writeback knobs (once) and set them for a full-speed destage."""
         if not self._saved.has(target.name):
-            values = {knob: (await self._get(target, knob)).strip() for knob in DESTAGE_KNOBS}
-            self._saved.put(target.name, values)
-        for knob, value in DESTAGE_KNOBS.items():
-            await self._put(target, knob, value)
+            values = [v.strip() for v in await self._get_many(target, *DESTAGE_KNOBS)]
+            self._saved.put(target.name, dict(zip(DESTAGE_KNOBS, values, strict=True)))
+        await self._put_many(target, DESTAGE_KNOBS)
 
     async def _restore_knobs(self, target: CacheTarget) -> None:
-        for knob, value in self._saved.get(target.name, {}).items():
-            await self._put(target, knob, value)
+        await self._put_many(target, self._saved.get(target.name, {}))
         self._saved.drop(target.name)
         log.info("%s: restored the user's writeback settings", self._where(target))
 
@@ -151,15 +154,6 @@ class BcacheProvider:
         host = f"{self._settings.ssh.host}:" if self._settings.ssh else ""
         return f"cache '{self.name}' {host}{target.name}"
 
-    async def _get(self, target: CacheTarget, attr: str) -> str:
-        try:
-            return await self._runner.read_text(self._attr(target, attr), timeout=TIMEOUT)
-        except PermanentError as exc:
-            raise PermanentError(
-                f"{self._where(target)}: not a bcache device ({exc}); "
-                "check 'targets' and 'sysfs_root'"
-            ) from exc
-
     async def _get_many(self, target: CacheTarget, *attrs: str) -> list[str]:
         paths = [self._attr(target, attr) for attr in attrs]
         try:
@@ -172,3 +166,8 @@ class BcacheProvider:
 
     async def _put(self, target: CacheTarget, attr: str, value: str) -> None:
         await self._runner.write_text(self._attr(target, attr), value, timeout=TIMEOUT)
+
+    async def _put_many(self, target: CacheTarget, values: dict[str, str]) -> None:
+        """Several attributes in one go: a flip or a restore is one round trip over SSH."""
+        pairs = [(self._attr(target, attr), value) for attr, value in values.items()]
+        await self._runner.write_texts(pairs, timeout=TIMEOUT)

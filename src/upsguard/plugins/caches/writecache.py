@@ -1,17 +1,19 @@
 """dm-writecache devices, through ``dmsetup`` (kernel device-mapper/writecache.rst).
 
-The trap: dm-writecache has no write-through mode. Every block it holds is dirty
-(it caches writes only), and the only way to drain it is the ``cleaner`` setting,
-sent as a message (``dmsetup message DEV 0 cleaner``): new writes are no longer
-promoted and the cache writes back everything it holds. So ``write-through`` here
-means ``cleaner`` (reported as mode ``cleaner``), dirty bytes are (blocks - free
-blocks) x block size from ``dmsetup status``/``dmsetup table``, and the cache is clean
-when no block is left while cleaner is on. Going back to write-back reloads the
-table without ``cleaner``. ``flush`` sends the ``flush`` message, which commits the
-cache's metadata (it does not destage).
+The trap: dm-writecache has no write-through mode. Every block it holds is dirty (it caches
+writes only), and its draining mode is ``cleaner``: new writes go around the cache and it
+writes back everything it holds. On this kernel (docs/real-kernel-caches.md) neither way of
+setting it is enough alone: the ``cleaner`` message starts the drain but leaves no trace in
+``dmsetup table`` (so nobody, upsguard after a restart included, could tell the cache is
+draining), and ``cleaner`` in the table shows but does not start it. So ``write-through``
+here reloads the table with ``cleaner`` added, then sends the message. The mode reads
+``cleaner`` from the table; dirty bytes are (blocks - free blocks) x block size from ``dmsetup
+status``; the cache is clean when no block is cached or under writeback while cleaner is on.
+Going back to write-back reloads the user's table, without ``cleaner``. ``flush`` sends the
+``flush`` message, which commits the cache's metadata (it does not destage).
 
-Targets are device-mapper names (``vg-lv``); an LVM name ``vg/lv`` is accepted and
-mapped the way LVM names its devices (hyphens doubled).
+Targets are device-mapper names (``vg-lv``); an LVM name ``vg/lv`` is accepted and mapped the
+way LVM names its devices (hyphens doubled).
 """
 
 from __future__ import annotations
@@ -23,18 +25,11 @@ from upsguard.config.caches import WritecacheSettings
 from upsguard.errors import PermanentError, TemporaryError
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
 from upsguard.plugins.caches.base import require_targets
+from upsguard.plugins.devmapper import dmsetup
 from upsguard.plugins.remote import Runner
 
 TIMEOUT = 30.0
 _FIXED_TABLE_WORDS = 8  # start length writecache p|s origin cache block_size n_opts
-
-
-def dm_name(name: str) -> str:
-    """LVM's device-mapper name for ``vg/lv``: ``vg-lv``, hyphens inside doubled."""
-    if "/" not in name:
-        return name
-    vg, lv = name.split("/", 1)
-    return f"{vg.replace('-', '--')}-{lv.replace('-', '--')}"
 
 
 def parse_status(line: str) -> tuple[int, int, int, int]:
@@ -87,7 +82,7 @@ class WritecacheProvider:
 
     async def set_mode(self, target: CacheTarget, mode: CacheMode) -> None:
         if mode in (CacheMode.WRITE_THROUGH, CacheMode.CLEANER):
-            await self._dm(target, "message", "0", "cleaner")
+            await self._clean(target)
         elif mode is CacheMode.WRITE_BACK:
             await self._leave_cleaner(target)
         else:
@@ -99,25 +94,31 @@ class WritecacheProvider:
     async def close(self) -> None:
         await self._runner.close()
 
+    async def _clean(self, target: CacheTarget) -> None:
+        """``cleaner`` in the table, so that it shows, then the message, which drains. Both
+        are idempotent: a flip that was cut short is finished by the next one."""
+        fixed, options = parse_table(await self._dm(target, "table"))
+        if "cleaner" not in options:
+            await self._load(target, fixed, [*options, "cleaner"])
+        await self._dm(target, "message", "0", "cleaner")
+
     async def _leave_cleaner(self, target: CacheTarget) -> None:
         """Reload the same table without ``cleaner``: the message has no opposite."""
         fixed, options = parse_table(await self._dm(target, "table"))
-        if "cleaner" not in options:
-            return
-        kept = [word for word in options if word != "cleaner"]
-        table = " ".join([*fixed, str(len(kept)), *kept])
-        await self._dm(target, "reload", "--table", table)
+        if "cleaner" in options:
+            await self._load(target, fixed, [word for word in options if word != "cleaner"])
+
+    async def _load(self, target: CacheTarget, fixed: list[str], options: list[str]) -> None:
+        """Load a new table and swap it in (``resume`` suspends the device around the swap)."""
+        await self._dm(target, "reload", "--table", " ".join([*fixed, str(len(options)), *options]))
         await self._dm(target, "resume")
 
     async def _dm(self, target: CacheTarget | None, command: str, *args: str) -> str:
-        argv = [*self._dmsetup, command]
-        if target is not None:
-            argv.append(dm_name(target.name))
-        result = await self._runner.run([*argv, *args], timeout=TIMEOUT)
-        if not result.ok:
-            where = self._where(target) if target else f"cache '{self.name}'"
-            raise PermanentError(f"{where}: dmsetup {command}: {result.first_error_line()}")
-        return result.stdout
+        where = self._where(target) if target else f"cache '{self.name}'"
+        name = target.name if target is not None else None
+        return await dmsetup(
+            self._runner, self._dmsetup, command, name, *args, where=where, timeout=TIMEOUT
+        )
 
     def _where(self, target: CacheTarget) -> str:
         host = f"{self._settings.ssh.host}:" if self._settings.ssh else ""
