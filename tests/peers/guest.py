@@ -191,34 +191,35 @@ class Guest:
         )
         return self.check(script).strip()
 
-    def slow_disk(self, disk: str, write_delay_ms: int) -> str:
-        """``disk`` from its second MiB on, behind dm-delay: reads at once, each write after
-        ``write_delay_ms`` (flushes at once). A slow backing disk, as a spindle behind an SSD
-        cache is, makes a destage last long enough to be watched; a huge delay holds it still
-        until ``set_write_delay`` lets it go. Returns the device's path. Starting at 1 MiB keeps
-        what is written to it (an LVM label) off the raw disk's first sectors, where a scan of
-        ``/dev`` would find it twice."""
-        sectors = int(self.check(f"blockdev --getsz {disk}")) - SLOW_OFFSET
-        self.check(
-            f"dmsetup create {SLOW_NAME} --table '{_delay_table(disk, sectors, write_delay_ms)}'"
-        )
-        return f"/dev/mapper/{SLOW_NAME}"
+    def slow_disk(
+        self,
+        disk: str,
+        write_delay_ms: int,
+        name: str = SLOW_NAME,
+        start: int = SLOW_OFFSET,
+        sectors: int | None = None,
+    ) -> str:
+        """``disk`` from sector ``start`` on (its second MiB by default; ``sectors`` long, or to
+        its end) behind dm-delay: reads at once, each write after ``write_delay_ms`` (flushes
+        at once). A slow backing disk, as a spindle behind an SSD cache is, makes a destage
+        last long enough to be watched; ``hold_writes`` stops it where it is. Returns the
+        device's path. Starting past the first MiB keeps what is written to it (an LVM label)
+        off the raw disk's first sectors, where a scan of ``/dev`` would find it twice."""
+        if sectors is None:
+            sectors = int(self.check(f"blockdev --getsz {disk}")) - start
+        at = f"{disk} {start}"
+        table = f"0 {sectors} delay {at} 0 {at} {write_delay_ms} {at} 0"  # device-mapper/delay.rst
+        self.check(f"dmsetup create {name} --table '{table}'")
+        return f"/dev/mapper/{name}"
 
-    def set_write_delay(self, disk: str, write_delay_ms: int) -> None:
-        """Reload the slow disk with another write delay; the reload sends every write the old
-        table was holding back at once."""
-        sectors = int(self.check(f"blockdev --getsz /dev/mapper/{SLOW_NAME}"))
-        table = _delay_table(disk, sectors, write_delay_ms)
-        self.check(f"dmsetup reload {SLOW_NAME} --table '{table}' && dmsetup resume {SLOW_NAME}")
-
-    def hold_writes(self) -> None:
-        """Suspend the slow disk: whatever was delayed goes out now, and every later I/O waits
+    def hold_writes(self, name: str = SLOW_NAME) -> None:
+        """Suspend a slow disk: whatever was delayed goes out now, and every later I/O waits
         until ``release_writes``. A destage under way stops where it is, for as long as a test
         needs, whatever the machine's speed."""
-        self.check(f"dmsetup suspend {SLOW_NAME}")
+        self.check(f"dmsetup suspend {name}")
 
-    def release_writes(self) -> None:
-        self.check(f"dmsetup resume {SLOW_NAME}")
+    def release_writes(self, name: str = SLOW_NAME) -> None:
+        self.check(f"dmsetup resume {name}")
 
     def restart_sshd(self) -> None:
         """Kill every sshd process, the sessions' too (every SSH connection to the guest drops),
@@ -252,13 +253,6 @@ class Guest:
     def close(self) -> None:
         """End the shared SSH connection (its master runs in the background)."""
         subprocess.run([*self.ssh_argv("-O", "exit")], capture_output=True, timeout=30, check=False)
-
-
-def _delay_table(disk: str, sectors: int, write_delay_ms: int) -> str:
-    """dm-delay (device-mapper/delay.rst): reads, writes and flushes, each ``<dev> <offset>
-    <delay ms>``."""
-    at = f"{disk} {SLOW_OFFSET}"
-    return f"0 {sectors} delay {at} 0 {at} {write_delay_ms} {at} 0"
 
 
 def build_image() -> Path:

@@ -87,7 +87,7 @@ _KNOBS = ("cache_mode", "writeback_percent", "writeback_delay", "writeback_runni
 def hprint_bytes(text: str) -> int:
     """The kernel's ``dirty_data`` (``0.0k``, ``99.0M``) in bytes."""
     text = text.strip()
-    return round(float(text[:-1]) * 1024 ** _HPRINT_UNITS[text[-1]])
+    return int(float(text[:-1]) * 1024 ** _HPRINT_UNITS[text[-1]])
 
 
 def make_bcache(guest: Guest, backing: str, cache: str) -> str:
