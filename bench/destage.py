@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Watching caches drain: 200 simulated targets on 20 hosts, or (``--real``) real kernel caches.
 
-Default: half the hosts carry bcache devices (a copy of the sysfs tree per host, drained by the
-kernel-like writer of tests/fixtures/caches/fake_bcache.py); the other half a vendor cache
-driven by the ``command`` provider (``cat`` of per-target files that a writer drains).
+Default: half the hosts carry bcache devices (a sysfs tree per host in the kernel's formats,
+tests/fixtures/caches/bcache_sysfs.py), the other half a vendor cache driven by the
+``command`` provider (``cat`` of per-target files); a writer process drains each target at
+its own rate once the provider has switched it (a load to watch, not a model of a cache).
 Everything is switched to write-through through the real providers, then the lead's
 ``DestageWatch.wait_clean`` waits for all of them. Prints: how long after the last target
 became clean upsguard noticed (target: within one poll interval), and what the watching
@@ -40,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.fixtures.caches.fake_bcache import Device, FakeBcacheSysfs
+from tests.fixtures.caches.bcache_sysfs import BcacheSysfs, hprint
 
 from upsguard.clock import SystemClock
 from upsguard.config.site import SiteConfig
@@ -56,21 +57,26 @@ POLLS: list[float] = []  # when each poll of wait_clean finished
 POLL_TIMES: list[float] = []  # how long each poll of every target took
 
 
-class VendorWriter:
-    """Per-target ``mode`` and ``dirty`` files; drains while the mode file says write-through."""
+class Writer:
+    """Synthetic targets whose dirty data drains at its own rate once the provider has switched
+    them: a load for the watch to follow, not a model of any cache (``--real`` is the kernel)."""
 
-    def __init__(self, root: Path, targets: dict[str, tuple[float, float]], tick: float) -> None:
-        self.root = root
+    def __init__(self, targets: dict[str, tuple[float, float]], tick: float) -> None:
         self.state = {name: [dirty, rate] for name, (dirty, rate) in targets.items()}
         self.clean_at: dict[str, float] = {}
         self.tick = tick
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         for name, (dirty, _) in self.state.items():
-            (root / f"{name}.mode").write_text("write-back\n")
-            _replace(root / f"{name}.dirty", str(int(dirty)))
+            self.publish(name, dirty)
 
-    def __enter__(self) -> VendorWriter:
+    def switched(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def publish(self, name: str, dirty: float) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Writer:
         self._thread.start()
         return self
 
@@ -83,13 +89,45 @@ class VendorWriter:
         while not self._stop.wait(self.tick):
             now = time.monotonic()
             for name, values in self.state.items():
-                if values[0] <= 0 or "through" not in (self.root / f"{name}.mode").read_text():
+                if values[0] <= 0 or not self.switched(name):
                     continue
                 values[0] = max(0.0, values[0] - values[1] * (now - last))
-                _replace(self.root / f"{name}.dirty", str(int(values[0])))
+                self.publish(name, values[0])
                 if values[0] == 0:
                     self.clean_at[name] = now
             last = now
+
+
+class VendorWriter(Writer):
+    """Per-target ``mode`` and ``dirty`` files for the ``command`` provider's ``cat``."""
+
+    def __init__(self, root: Path, targets: dict[str, tuple[float, float]], tick: float) -> None:
+        self.root = root
+        for name in targets:
+            (root / f"{name}.mode").write_text("write-back\n")
+        super().__init__(targets, tick)
+
+    def switched(self, name: str) -> bool:
+        return "through" in (self.root / f"{name}.mode").read_text()
+
+    def publish(self, name: str, dirty: float) -> None:
+        _replace(self.root / f"{name}.dirty", str(int(dirty)))
+
+
+class BcacheWriter(Writer):
+    """bcache sysfs trees in the kernel's formats (tests/fixtures/caches/bcache_sysfs.py),
+    draining once the provider has set ``writeback_percent`` to 0."""
+
+    def __init__(self, root: Path, targets: dict[str, tuple[float, float]], tick: float) -> None:
+        self.sysfs = BcacheSysfs(root, {name: {} for name in targets})
+        super().__init__(targets, tick)
+
+    def switched(self, name: str) -> bool:
+        return self.sysfs.attr(name, "writeback_percent") == "0"
+
+    def publish(self, name: str, dirty: float) -> None:
+        _replace(self.sysfs.dir(name) / "dirty_data", hprint(dirty))
+        _replace(self.sysfs.dir(name) / "state", "dirty" if dirty else "clean")
 
 
 def _replace(path: Path, text: str) -> None:
@@ -150,11 +188,10 @@ def make_spec(tmp: Path, hosts: int, per_host: int, rng: random.Random) -> Spec:
 
 def run_writers(spec: Spec, tick: float, stop: Any, ready: Any, results: Any) -> None:
     """In a process of its own: the fake devices drain; report when each became clean."""
-    fakes: list[FakeBcacheSysfs | VendorWriter] = []
+    fakes: list[Writer] = []
     for kind, folder, targets in spec:
         if kind == "bcache":
-            devices = {n: Device(dirty=d, full_rate=r) for n, (d, r) in targets.items()}
-            fakes.append(FakeBcacheSysfs(folder / "sys", devices, tick=tick))
+            fakes.append(BcacheWriter(folder / "sys", targets, tick=tick))
         else:
             folder.mkdir(parents=True)
             fakes.append(VendorWriter(folder, targets, tick=tick))

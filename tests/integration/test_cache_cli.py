@@ -1,19 +1,18 @@
-"""``upsguard cache status|set|wait`` on a site whose caches are fake but drain for real.
+"""``upsguard cache status|set|wait``: what the command line shows and how it ends.
 
-bcache: a copy of its sysfs tree drained by a writer thread (tests/fixtures/caches/fake_bcache.py);
-command and lvmcache: the fake tools of tests/fixtures/caches/bin.
+The caches are ``command`` caches around the fake vendor CLI of tests/fixtures/caches/bin,
+whose dirty data drains over wall time, and an lvmcache whose tools are missing. The same
+commands against the real kernel's caches are in tests/integration/test_guest_caches.py.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.fixtures.caches.fake_bcache import Device, FakeBcacheSysfs
 from tests.fixtures.caches.tools import FakeTools
 from upsguard.cli import main
 
@@ -21,10 +20,11 @@ MiB = 1024 * 1024
 
 
 @pytest.fixture
-def site(tmp_path: Path) -> Iterator[tuple[Path, FakeTools, FakeBcacheSysfs]]:
+def site(tmp_path: Path) -> tuple[Path, FakeTools]:
     tools = FakeTools(
         tmp_path / "bin",
         {
+            "ssd0": {"dirty": 200 * MiB, "rate": 100 * MiB, "accepting": True},
             "nvram": {"dirty": 40 * MiB, "rate": 20 * MiB, "accepting": True},
             "slow": {"dirty": 900 * MiB, "rate": 1 * MiB, "accepting": True},
         },
@@ -47,14 +47,7 @@ def site(tmp_path: Path) -> Iterator[tuple[Path, FakeTools, FakeBcacheSysfs]]:
         "site": "lab",
         "ups": [{"name": "ups1", "nut": {"host": "127.0.0.1", "ups": "ups1"}}],
         "caches": [
-            {
-                "name": "nas-ssd",
-                "provider": "bcache",
-                "sysfs_root": str(tmp_path / "sys"),
-                "state_dir": str(tmp_path / "state"),
-                "poll_interval": "200ms",
-                "destage_timeout": "1m",
-            },
+            {**command_cache("nas-ssd", "ssd0"), "destage_timeout": "1m"},
             command_cache("array-nvram", "nvram"),
             command_cache("old-array", "slow"),
             {
@@ -69,14 +62,13 @@ def site(tmp_path: Path) -> Iterator[tuple[Path, FakeTools, FakeBcacheSysfs]]:
     }
     path = tmp_path / "site.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    with FakeBcacheSysfs(tmp_path / "sys", {"bcache0": Device(dirty=200 * MiB)}) as sysfs:
-        yield path, tools, sysfs
+    return path, tools
 
 
 def test_status_shows_each_cache_and_names_the_one_that_fails(
-    site: tuple[Path, FakeTools, FakeBcacheSysfs], capsys: pytest.CaptureFixture[str]
+    site: tuple[Path, FakeTools], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path, _, _ = site
+    path, _ = site
     code = main(["cache", "status", "-c", str(path), "--sample", "0", "--format", "json"])
     rows = {r["cache"]: r for r in json.loads(capsys.readouterr().out)}
     assert code == 1  # one cache could not be read
@@ -88,9 +80,9 @@ def test_status_shows_each_cache_and_names_the_one_that_fails(
 
 
 def test_status_table_measures_the_rate(
-    site: tuple[Path, FakeTools, FakeBcacheSysfs], capsys: pytest.CaptureFixture[str]
+    site: tuple[Path, FakeTools], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path, _, _ = site
+    path, _ = site
     assert main(["cache", "set", "write-through", "array-nvram", "-c", str(path)]) == 0
     capsys.readouterr()
     assert main(["cache", "status", "array-nvram", "-c", str(path), "--sample", "500ms"]) == 0
@@ -100,26 +92,25 @@ def test_status_table_measures_the_rate(
 
 
 def test_set_write_through_wait_shows_progress_and_returns_when_clean(
-    site: tuple[Path, FakeTools, FakeBcacheSysfs], capsys: pytest.CaptureFixture[str]
+    site: tuple[Path, FakeTools], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path, _, sysfs = site
+    path, _ = site
     code = main(
         ["cache", "set", "write-through", "nas-ssd", "array-nvram", "--wait", "-c", str(path)]
     )
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "nas-ssd/bcache0: ok: bcache0: write-through" in out
+    assert "nas-ssd/ssd0: ok: ssd0: write-through" in out
     assert out.rstrip().endswith("clean: nas-ssd, array-nvram")
     progress = err.splitlines()
     assert progress[0].startswith("[") and "MiB dirty" in progress[0] and "ETA" in progress[0]
     assert progress[-1].startswith(f"[{'#' * 30}] 0 B dirty") and "2/2 clean" in progress[-1]
-    assert sysfs.attr("bcache0", "writeback_percent") == "10"  # restored once clean
 
 
 def test_one_failing_cache_does_not_stop_the_others(
-    site: tuple[Path, FakeTools, FakeBcacheSysfs], capsys: pytest.CaptureFixture[str]
+    site: tuple[Path, FakeTools], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path, tools, _ = site
+    path, tools = site
     code = main(["cache", "set", "write-through", "array-nvram", "gone", "-c", str(path)])
     out = capsys.readouterr().out
     assert code == 1
@@ -129,9 +120,9 @@ def test_one_failing_cache_does_not_stop_the_others(
 
 
 def test_wait_times_out_with_a_non_zero_exit_naming_what_is_dirty(
-    site: tuple[Path, FakeTools, FakeBcacheSysfs], capsys: pytest.CaptureFixture[str]
+    site: tuple[Path, FakeTools], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path, _, _ = site
+    path, _ = site
     assert main(["cache", "set", "write-through", "old-array", "-c", str(path)]) == 0
     code = main(["cache", "wait", "old-array", "--timeout", "1s", "-c", str(path)])
     err = capsys.readouterr().err
@@ -140,9 +131,9 @@ def test_wait_times_out_with_a_non_zero_exit_naming_what_is_dirty(
 
 
 def test_unknown_cache_name_is_a_config_error(
-    site: tuple[Path, FakeTools, FakeBcacheSysfs], capsys: pytest.CaptureFixture[str]
+    site: tuple[Path, FakeTools], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path, _, _ = site
+    path, _ = site
     assert main(["cache", "wait", "nope", "-c", str(path)]) == 2
     assert "no cache named nope (caches: nas-ssd, array-nvram, old-array, gone)" in (
         capsys.readouterr().err

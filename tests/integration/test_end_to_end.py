@@ -1,7 +1,8 @@
 """The real chain, end to end, with ``upsguard run`` as a process:
 
-NUT (``dummy-ups`` + ``upsd``) plays the outage; upsguard flips a bcache cache (a copy of
-bcache's sysfs whose dirty data drains, tests/fixtures/caches/fake_bcache.py) to
+NUT (``dummy-ups`` + ``upsd``) plays the outage; upsguard flips a write-back cache (a
+``command`` cache around the fake vendor CLI of tests/fixtures/caches/bin, whose dirty data
+drains over wall time; real kernel caches are in tests/integration/test_guest_outage.py) to
 write-through, waits for its destage, shuts vcsim's VMs down in dependency order, then the
 hosts; the data file brings power back; the startup runbook powers the hosts on through
 their BMCs (pyghmi, which boot the host in vcsim) and the VMs in order, and the cache
@@ -11,13 +12,12 @@ returns to write-back. Order is read from vcsim's own events, not from upsguard'
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.fixtures.caches.fake_bcache import Device, FakeBcacheSysfs
+from tests.fixtures.caches.tools import FakeTools
 from tests.peers.nut import NutServer
 from tests.peers.service import ServiceProcess, write_site
 from tests.peers.vcsim import EventRecorder, Vcsim
@@ -54,10 +54,18 @@ def nut(nut_factory: Any) -> NutServer:
 
 
 @pytest.fixture
-def bcache(tmp_path: Path) -> Iterator[FakeBcacheSysfs]:
-    devices = {"bcache0": Device(dirty=1000 * MiB, full_rate=100 * MiB)}  # 10 s to destage
-    with FakeBcacheSysfs(tmp_path / "sys", devices) as fake:
-        yield fake
+def cache(tmp_path: Path) -> FakeTools:
+    device = {"dirty": 1000 * MiB, "rate": 100 * MiB, "accepting": True}  # 10 s to destage
+    return FakeTools(tmp_path / "cache-bin", {"flash0": device})
+
+
+def cache_ops(svc: ServiceProcess) -> list[tuple[str, bool]]:
+    """The cache flips the journal holds, oldest first: (mode, ok)."""
+    journal = svc.read_journal()
+    try:
+        return [(o.mode, o.ok) for o in reversed(journal.cache_ops())]
+    finally:
+        journal.close()
 
 
 def chain_site(
@@ -65,10 +73,11 @@ def chain_site(
     nut: NutServer,
     lab: Vcsim,
     bmcs: dict[str, Any],
-    bcache: FakeBcacheSysfs,
+    cache: FakeTools,
     **policies: Any,
 ) -> ServiceProcess:
     platforms: dict[str, Any] = {"vc": lab.settings_dict(tmp_path)}
+    cli = cache.path("fakecache")
     health = {"timeout": "60s", "interval": "0.3s"}
     resources: list[dict[str, Any]] = []
     for rid, host in HOSTS.items():
@@ -107,9 +116,12 @@ def chain_site(
             "caches": [
                 {
                     "name": "flash",
-                    "provider": "bcache",
-                    "sysfs_root": str(bcache.root),
-                    "state_dir": str(tmp_path / "cache-state"),
+                    "provider": "command",
+                    "targets": ["flash0"],
+                    "read_mode": f"{cli} mode {{target}}",
+                    "set_write_through": f"{cli} set {{target}} wt",
+                    "set_write_back": f"{cli} set {{target}} wb",
+                    "read_dirty_bytes": f"{cli} dirty {{target}}",
                     "carries": ["sql01"],
                     "poll_interval": "0.2s",
                 }
@@ -152,10 +164,10 @@ def phases(svc: ServiceProcess) -> list[str]:
 
 
 def test_outage_caches_vms_hosts_then_power_back_and_startup_in_order(
-    tmp_path: Path, nut: NutServer, lab: Vcsim, fake_bmc_factory: Any, bcache: FakeBcacheSysfs
+    tmp_path: Path, nut: NutServer, lab: Vcsim, fake_bmc_factory: Any, cache: FakeTools
 ) -> None:
     bmcs = bmcs_for(lab, fake_bmc_factory)
-    svc = chain_site(tmp_path, nut, lab, bmcs, bcache)
+    svc = chain_site(tmp_path, nut, lab, bmcs, cache)
     recorder = EventRecorder(
         lab,
         "VmGuestShutdownEvent",
@@ -167,14 +179,14 @@ def test_outage_caches_vms_hosts_then_power_back_and_startup_in_order(
     try:
         svc.start()
         svc.wait(lambda: svc.status()["ups"][0].get("status") == "OL", "the first reading")
-        flipped_before = bcache.attr("bcache0", "cache_mode")
-        assert flipped_before.startswith("writethrough [writeback]")
+        assert cache.device("flash0")["accepting"]  # write-back
         nut.write("ups1", outage_then_back(40))
         svc.wait(lambda: svc.status()["phase"] == "down", "the site to be down", 120)
         down_events = recorder.read()
         # the cache was clean before any host went down
-        assert "bcache0" in bcache.clean_at
+        assert cache.device("flash0")["dirty"] == 0
         svc.wait(lambda: svc.status()["phase"] == "normal", "the site to be back", 150)
+        svc.wait(lambda: len(cache_ops(svc)) == 2, "the flip back to write-back journaled")
         seen = recorder.read()
     finally:
         svc.stop()
@@ -198,20 +210,17 @@ def test_outage_caches_vms_hosts_then_power_back_and_startup_in_order(
     assert host_up[HOSTS["esx1"]] < at["sql01"]
     assert max(host_up.values()) < min(at["web-01"], at["web-02"])
     assert powered[:2] == ["dc01", "sql01"] and sorted(powered[2:]) == ["web-01", "web-02"]
-    assert bcache.attr("bcache0", "cache_mode").startswith("writethrough [writeback]")
-    journal = svc.read_journal()
-    ops = [(o.mode, o.ok) for o in reversed(journal.cache_ops())]
-    journal.close()
-    assert ops == [("write-through", True), ("write-back", True)]
+    assert cache.device("flash0")["accepting"]  # write-back again
+    assert cache_ops(svc) == [("write-through", True), ("write-back", True)]
     assert phases(svc) == ["on_battery", "shutting_down", "down", "recovering", "normal"]
 
 
 def test_power_back_after_the_point_of_no_return_finishes_then_starts_up(
-    tmp_path: Path, nut: NutServer, lab: Vcsim, fake_bmc_factory: Any, bcache: FakeBcacheSysfs
+    tmp_path: Path, nut: NutServer, lab: Vcsim, fake_bmc_factory: Any, cache: FakeTools
 ) -> None:
     """Mains return while esx1 waits for the cache to drain, after esx0 went down."""
     bmcs = bmcs_for(lab, fake_bmc_factory)
-    svc = chain_site(tmp_path, nut, lab, bmcs, bcache)
+    svc = chain_site(tmp_path, nut, lab, bmcs, cache)
     recorder = EventRecorder(lab, "HostShutdownEvent", "HostConnectedEvent", "VmPoweredOnEvent")
     try:
         svc.start()
@@ -258,10 +267,10 @@ def test_power_back_before_the_point_of_no_return_cancels_and_restarts_in_order(
     nut: NutServer,
     slow_lab: Vcsim,
     fake_bmc_factory: Any,
-    bcache: FakeBcacheSysfs,
+    cache: FakeTools,
 ) -> None:
     bmcs = bmcs_for(slow_lab, fake_bmc_factory)
-    svc = chain_site(tmp_path, nut, slow_lab, bmcs, bcache)
+    svc = chain_site(tmp_path, nut, slow_lab, bmcs, cache)
     recorder = EventRecorder(
         slow_lab,
         "VmGuestShutdownEvent",
@@ -294,13 +303,13 @@ def test_power_back_before_the_point_of_no_return_cancels_and_restarts_in_order(
 
 
 def test_flapping_mains_start_no_runbook_and_no_cache_thrash(
-    tmp_path: Path, nut_factory: Any, lab: Vcsim, fake_bmc_factory: Any, bcache: FakeBcacheSysfs
+    tmp_path: Path, nut_factory: Any, lab: Vcsim, fake_bmc_factory: Any, cache: FakeTools
 ) -> None:
     flap = on_battery(900, charge=95) + "TIMER 3\n" + ONLINE + "TIMER 3\n"
     nut: NutServer = nut_factory({"ups1": flap}, ext="seq")
     bmcs = bmcs_for(lab, fake_bmc_factory)
     svc = chain_site(
-        tmp_path, nut, lab, bmcs, bcache, poll_interval="1s", on_battery={"after": "10s"}
+        tmp_path, nut, lab, bmcs, cache, poll_interval="1s", on_battery={"after": "10s"}
     )
     recorder = EventRecorder(lab, "VmGuestShutdownEvent", "VmPoweredOffEvent")
     try:
@@ -315,7 +324,7 @@ def test_flapping_mains_start_no_runbook_and_no_cache_thrash(
     journal.close()
     assert "DISCHRG OB" in statuses and "OL" in statuses  # the flapping was seen
     assert st["phase"] == "normal" and runs == [] and ops == []
-    assert bcache.attr("bcache0", "cache_mode").startswith("writethrough [writeback]")
+    assert cache.device("flash0")["accepting"]  # write-back again
     assert recorder.read() == []
 
 
@@ -361,10 +370,10 @@ def test_service_killed_mid_shutdown_restarts_and_finishes_without_repeating_ste
     nut: NutServer,
     slow_lab: Vcsim,
     fake_bmc_factory: Any,
-    bcache: FakeBcacheSysfs,
+    cache: FakeTools,
 ) -> None:
     bmcs = bmcs_for(slow_lab, fake_bmc_factory)
-    svc = chain_site(tmp_path, nut, slow_lab, bmcs, bcache)
+    svc = chain_site(tmp_path, nut, slow_lab, bmcs, cache)
     recorder = EventRecorder(slow_lab, "VmGuestShutdownEvent", "HostShutdownEvent")
     try:
         svc.start()
