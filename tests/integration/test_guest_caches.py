@@ -169,7 +169,6 @@ def check_progress(stderr: str) -> list[Progress]:
     assert lines, stderr
     dirty = [line.dirty for line in lines]
     assert dirty == sorted(dirty, reverse=True), dirty
-    assert dirty[0] > 0
     assert (lines[-1].dirty, lines[-1].clean, lines[-1].total) == (0, 1, 1)
     for line in lines:
         if 0 < line.dirty < dirty[0]:
@@ -205,7 +204,7 @@ def test_write_back_destage_restore_and_no_byte_lost(
         f"{kind.cache}/{kind.target}: ok: {kind.target}: write-through",
         f"clean: {kind.cache}",
     ]
-    check_progress(done.stderr)
+    assert check_progress(done.stderr)[0].dirty > 0
     setup.kind.kernel_clean(setup.guest)
 
     flip_back_and_check_no_byte_lost(setup)

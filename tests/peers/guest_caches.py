@@ -5,6 +5,11 @@ a backing disk with the fast disk as its cache, holding what a user would have t
 Each ``Kind`` knows how to build its cache, where the kernel reports its dirty data, what the
 user's own settings look like, and how to stop it *without* a flush of its own and hash what
 the backing disk alone holds. The facts behind each are in docs/real-kernel-caches.md.
+
+What is measured on them (bench/destage.py --real, and the tests that print rates): a destage
+through a provider in this process, timed against the kernel's own dirty figure sampled in the
+guest on the guest's clock (``destage_through_provider``), and bcache's trickle after
+``cache_mode`` writethrough alone (``bcache_writethrough_alone``).
 """
 
 from __future__ import annotations
