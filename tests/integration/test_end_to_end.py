@@ -11,12 +11,12 @@ returns to write-back. Order is read from vcsim's own events, not from upsguard'
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.faults.lab import polls_pass
 from tests.fixtures.caches.tools import FakeTools
 from tests.peers.nut import NutServer
 from tests.peers.service import ServiceProcess, write_site
@@ -314,7 +314,7 @@ def test_flapping_mains_start_no_runbook_and_no_cache_thrash(
     recorder = EventRecorder(lab, "VmGuestShutdownEvent", "VmPoweredOffEvent")
     try:
         svc.start()
-        time.sleep(20)
+        polls_pass(svc, 20)  # about three flaps of 6 s, counted by the service's own polls
         st = svc.status()
     finally:
         svc.stop()
