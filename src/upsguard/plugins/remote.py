@@ -282,12 +282,7 @@ class Runner:
             except OSError as exc:
                 raise PermanentError(f"cannot write '{text}' to {path}: {exc.strerror}") from exc
             return
-        script = f"printf '%s\\n' {shlex.quote(text)} > {shlex.quote(str(path))}"
-        result = await self.run(["sh", "-c", script], timeout=timeout)
-        if not result.ok:
-            raise PermanentError(
-                f"{_where(self.ssh)}: cannot write '{text}' to {path}: {result.first_error_line()}"
-            )
+        await self.write_texts([(path, text)], timeout=timeout)
 
     async def write_texts(
         self, values: Sequence[tuple[PurePath | str, str]], *, timeout: float
@@ -306,8 +301,9 @@ class Runner:
         )
         result = await self.run(["sh", "-c", script], timeout=timeout)
         if not result.ok:  # the shell's own error first, then which write it was
-            *why, what = [line.strip() for line in result.stderr.splitlines() if line.strip()]
-            detail = f": {why[0]}" if why else ""
+            lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
+            what = lines[-1] if lines else f"exit status {result.exit_status}"
+            detail = f": {lines[0]}" if len(lines) > 1 else ""
             raise PermanentError(f"{_where(self.ssh)}: {what}{detail}")
 
     async def close(self) -> None:
