@@ -206,6 +206,34 @@ def test_a_path_field_says_it_wants_a_path(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("command", [["validate"], ["plan", "shutdown"]])
+def test_a_journal_name_longer_than_linux_allows_is_a_config_error(
+    tmp_path: Path, command: list[str]
+) -> None:
+    text = SITE + "journal: /var/lib/upsguard/" + "x" * 300 + ".sqlite\n"
+    line = one_problem(run(*command, "-c", write(tmp_path, text)))
+    assert line.startswith("journal: 'xxxx")
+    assert "is longer than 255 bytes, the most a file name may have" in line
+    assert re.search(r"site\.yaml:\d+\)$", line), line
+
+
+def test_a_path_longer_than_linux_allows_is_a_config_error(tmp_path: Path) -> None:
+    long_path = "/" + "/".join(["d" * 200] * 25) + "/ca.pem"
+    text = SITE.replace(
+        "vc: {type: simulated}",
+        "vc: {type: simulated}\n"
+        f"  esx: {{type: vsphere, host: vc.example, ca_file: {long_path}}}",
+    )
+    line = one_problem(run("validate", "-c", write(tmp_path, text)))
+    assert line.startswith("platforms.esx.ca_file: a path of 5032 bytes is longer than 4095")
+
+
+def test_a_path_with_a_nul_is_a_config_error(tmp_path: Path) -> None:
+    text = SITE + 'journal: "/var/lib/upsguard/a\\0b.sqlite"\n'
+    line = one_problem(run("plan", "shutdown", "-c", write(tmp_path, text)))
+    assert line.startswith("journal: a path cannot hold a NUL character")
+
+
 def test_an_acronym_keeps_its_capitals(tmp_path: Path) -> None:
     text = SITE.replace("simulated: {}", "snmp: {host: 10.0.0.5, version: '3'}")
     line = one_problem(run("validate", "-c", write(tmp_path, text)))

@@ -4,7 +4,11 @@ which says where each figure came from."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -188,3 +192,54 @@ def test_plan_cli_learns_from_the_sites_journal_unless_told_configured(
     assert "stop:db" in learned and "(p90 of 1 run)" in learned
     assert main(["plan", "shutdown", "-c", str(path), "--durations", "configured"]) == 0
     assert "p90" not in capsys.readouterr().out
+
+
+@contextlib.contextmanager
+def journal_dir_closed_to_us(directory: Path) -> Iterator[None]:
+    """The journal's directory, closed to the user running the command: mode 0700 and, when
+    the tests run as root (whom no mode stops), the command runs as nobody for a while."""
+    directory.chmod(0o700 if os.geteuid() == 0 else 0o000)
+    try:
+        if os.geteuid() == 0:
+            os.seteuid(65534)
+            try:
+                yield
+            finally:
+                os.seteuid(0)
+        else:
+            yield
+    finally:
+        directory.chmod(0o700)
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A directory anyone may read (pytest's own are its user's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="upsguard-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_a_journal_the_user_may_not_look_at_plans_with_configured_and_says_why(
+    open_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    private = open_dir / "private"
+    private.mkdir()
+    journal = Journal(private / "journal.sqlite")
+    RunWriter(journal).run({"stop:db": 30.0})
+    journal.close()
+    path = open_dir / "site.yaml"
+    site_from(open_dir, site_data(private / "journal.sqlite"))
+
+    with journal_dir_closed_to_us(private):
+        code = main(["plan", "shutdown", "-c", str(path)])
+        report = main(["report", "--last", "-c", str(path)])
+    out, err = capsys.readouterr()
+    assert code == 0 and "p90" not in out
+    assert "cannot look at it (Permission denied)" in err and "Traceback" not in err
+    assert report == 1
+    assert err.strip().splitlines()[-1] == (
+        f"upsguard: journal {private / 'journal.sqlite'}: cannot look at it (Permission denied):"
+        " check the permissions of its directory, or run as a user of the site's socket_group"
+    )

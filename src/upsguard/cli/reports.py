@@ -19,6 +19,7 @@ from upsguard.cli.common import Subparsers, add_format_option, add_site_option, 
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
 from upsguard.controller.journal import Journal
+from upsguard.controller.journal_file import journal_exists
 from upsguard.controller.learned import learned_or_none
 from upsguard.controller.rows import parse_iso
 from upsguard.controller.story import pick_runs, story_from_journal
@@ -111,7 +112,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def open_existing(site: SiteConfig) -> Journal:
-    if not Path(site.journal).exists():
+    if not journal_exists(site.journal):
         raise PermanentError(
             f"journal {site.journal} does not exist: no run to report yet "
             "(is -c the site file the service runs with?)"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 import typing
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
+
+from upsguard.config.types import LocalPath
 
 
 class Model(BaseModel):
@@ -45,7 +46,7 @@ class Credentials(Model):
     """A user and where to find the password: a file or an environment variable, never inline."""
 
     user: str | None = None
-    password_file: Path | None = None
+    password_file: LocalPath | None = None
     password_env: str | None = None
 
     @model_validator(mode="before")

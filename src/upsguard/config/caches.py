@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
 
 from upsguard.config.base import Credentials, Model, refuse_inline_secrets, union_tags
-from upsguard.config.types import ByteRate, ByteSize, Duration, Interval, PassEnv
+from upsguard.config.types import ByteRate, ByteSize, Duration, Interval, LocalPath, PassEnv
 from upsguard.models import CacheName, ResourceId
 
 
@@ -19,8 +19,8 @@ class SshTarget(Model):
     host: str
     port: int = Field(22, ge=1, le=65535)
     user: str = "root"
-    key_file: Path | None = None
-    known_hosts: Path | None = None
+    key_file: LocalPath | None = None
+    known_hosts: LocalPath | None = None
 
 
 class CacheBase(Model):
@@ -50,8 +50,8 @@ class CacheBase(Model):
 
 class BcacheSettings(CacheBase):
     provider: Literal["bcache"]
-    sysfs_root: Path = Path("/sys")
-    state_dir: Path = Field(
+    sysfs_root: LocalPath = Path("/sys")
+    state_dir: LocalPath = Field(
         Path("/var/lib/upsguard/caches"),
         description="where the user's writeback settings are kept while destaging",
     )
@@ -74,7 +74,7 @@ class WritecacheSettings(CacheBase):
 class OpencasSettings(CacheBase):
     provider: Literal["opencas"]
     casadm_command: str = "casadm"
-    job_log_dir: Path = Field(
+    job_log_dir: LocalPath = Field(
         Path("/run"), description="where the flushing casadm's output is kept, on its host"
     )
 
@@ -92,7 +92,7 @@ class FvpSettings(CacheBase, Credentials):
     provider: Literal["fvp"]
     pwsh_command: str = "pwsh"
     fvp_server: str | None = None
-    state_dir: Path = Field(
+    state_dir: LocalPath = Field(
         Path("/var/lib/upsguard/caches"),
         description="where each VM's write-back peer counts are kept while in write-through",
     )

@@ -8,14 +8,13 @@ the kinds that need no settings (``ssh``, ``command``, ``wol``, ``none``,
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from upsguard.config.base import Credentials, Model, refuse_inline_secrets, union_tags
 from upsguard.config.resources import ResourceConfig
-from upsguard.config.types import Duration, Interval, PassEnv
+from upsguard.config.types import Duration, Interval, LocalPath, PassEnv
 
 #: Types a resource may name directly as its platform, with default settings.
 IMPLICIT_TYPES = ("ssh", "command", "wol", "none", "simulated")
@@ -50,7 +49,7 @@ class DirectHostAccess(Credentials):
     """How to reach ESXi hosts directly once vCenter is down."""
 
     verify_tls: bool = True
-    ca_file: Path | None = None
+    ca_file: LocalPath | None = None
 
 
 class VsphereSettings(PlatformBase, Credentials):
@@ -58,7 +57,7 @@ class VsphereSettings(PlatformBase, Credentials):
     host: str
     port: int = Field(443, ge=1, le=65535)
     verify_tls: bool = True
-    ca_file: Path | None = None
+    ca_file: LocalPath | None = None
     max_parallel: int = Field(32, ge=1, le=1000)
     direct_hosts: DirectHostAccess | None = Field(
         None, description="credentials for ESXi hosts, used once vCenter itself is down"
@@ -107,7 +106,7 @@ class RedfishSettings(PlatformBase, Credentials):
     type: Literal["redfish"]
     host: str = Field(description="address or https URL of the BMC")
     verify_tls: bool = True
-    ca_file: Path | None = None
+    ca_file: LocalPath | None = None
     system_id: str | None = None
     poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
 
@@ -127,8 +126,8 @@ class SshSettings(PlatformBase):
     type: Literal["ssh"]
     user: str = "root"
     port: int = Field(22, ge=1, le=65535)
-    key_file: Path | None = None
-    known_hosts: Path | None = None
+    key_file: LocalPath | None = None
+    known_hosts: LocalPath | None = None
     timeout: Duration = timedelta(seconds=20)
     poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
 
@@ -157,10 +156,10 @@ class ProxmoxSettings(PlatformBase, Credentials):
     port: int = Field(8006, ge=1, le=65535)
     verify_tls: bool = True
     token_name: str | None = None
-    token_file: Path | None = None
+    token_file: LocalPath | None = None
     token_env: str | None = None
     poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
-    ca_file: Path | None = None
+    ca_file: LocalPath | None = None
 
 
 class CommandSettings(PlatformBase):

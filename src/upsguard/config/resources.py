@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
 from upsguard.config.base import Credentials, Model
-from upsguard.config.types import Duration, HealthUrl, Interval
+from upsguard.config.types import Duration, HealthUrl, Interval, LocalPath
 from upsguard.models import ResourceId, ResourceKind
 
 Fallback = Literal["power_off", "skip", "fail"]
@@ -65,10 +64,12 @@ class HttpCheck(Credentials):
 
     url: HealthUrl
     header: str | None = Field(None, description="a header sent with value_file's content")
-    value_file: Path | None = None
+    value_file: LocalPath | None = None
     value_env: str | None = None
     verify_tls: bool = True
-    ca_file: Path | None = Field(None, description="CA bundle that signs the server's certificate")
+    ca_file: LocalPath | None = Field(
+        None, description="CA bundle that signs the server's certificate"
+    )
 
     @model_validator(mode="after")
     def _one_way_to_log_in(self) -> HttpCheck:

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from upsguard.config.base import Model
-from upsguard.config.types import Duration, LongDuration, PassEnv, WebhookUrl
+from upsguard.config.types import Duration, LocalPath, LongDuration, PassEnv, WebhookUrl
 
 NotifyOn = Literal["phase", "step_failed", "run", "risk", "override", "alert"]
 
@@ -24,10 +24,10 @@ class WebhookSettings(Model):
     url: WebhookUrl
     timeout: Duration = timedelta(seconds=10)
     verify_tls: bool = True
-    ca_file: Path | None = Field(
+    ca_file: LocalPath | None = Field(
         None, description="CA bundle that signs the webhook server's certificate"
     )
-    bearer_token_file: Path | None = Field(
+    bearer_token_file: LocalPath | None = Field(
         None, description="sent as 'Authorization: Bearer ...'; the token is never logged"
     )
 
@@ -51,7 +51,7 @@ class NotifySettings(Model):
 
 
 class ServiceConfig(Model):
-    socket: Path = Field(
+    socket: LocalPath = Field(
         Path("/run/upsguard/upsguard.sock"), description="the local API (HTTP + JSON)"
     )
     socket_group: str | None = Field(

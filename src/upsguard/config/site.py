@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Self
 
 from pydantic import Field, PrivateAttr
@@ -20,6 +21,7 @@ from upsguard.config.policies import PoliciesConfig
 from upsguard.config.resources import Fallback, ResourceConfig
 from upsguard.config.service import ServiceConfig
 from upsguard.config.source import Origin, format_path
+from upsguard.config.types import LocalPath
 from upsguard.config.ups import UpsConfig
 from upsguard.models import ResourceId, ResourceKind, UpsName
 
@@ -51,7 +53,9 @@ class SiteConfig(Model):
     caches: list[CacheConfig] = Field(default_factory=list)
     resources: list[ResourceConfig] = Field(default_factory=list)
     policies: PoliciesConfig = PoliciesConfig()
-    journal: str = Field("/var/lib/upsguard/journal.sqlite", description="SQLite journal path")
+    journal: LocalPath = Field(
+        Path("/var/lib/upsguard/journal.sqlite"), description="SQLite journal path"
+    )
     service: ServiceConfig = ServiceConfig()
     contacts: list[Contact] = Field(
         default_factory=list, description="who to call during an outage (printed in the run book)"

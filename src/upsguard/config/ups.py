@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from datetime import timedelta
-from pathlib import Path
 from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -13,7 +12,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from upsguard.config.base import Credentials, Model
-from upsguard.config.types import Duration, shorten
+from upsguard.config.types import Duration, LocalPath, shorten
 from upsguard.errors import ConfigError
 from upsguard.models import UpsName
 
@@ -41,7 +40,7 @@ class NutSettings(Credentials):
         description="upsd on another machine without starttls: accepted, no warning (the "
         "login and readings cross the network in clear)",
     )
-    ca_file: Path | None = None
+    ca_file: LocalPath | None = None
     timeout: Duration = timedelta(seconds=5)
     monitor: Literal["none", "secondary", "primary"] = Field(
         "none", description="log in like upsmon so that upsd counts us and FSD reaches us"
@@ -84,7 +83,7 @@ class SnmpSettings(Model):
     mib: Literal["ups-mib", "powernet"] = "ups-mib"
     version: Literal["1", "2c", "3"] = "2c"
     community: SkipJsonSchema[None] = Field(None, exclude=True)  # refused: a secret inline
-    community_file: Path | None = None
+    community_file: LocalPath | None = None
     community_env: str | None = None
     allow_public_community: bool = Field(
         False, description="v1/v2c with the well-known community 'public' (no secret at all)"
@@ -95,10 +94,10 @@ class SnmpSettings(Model):
         description="SNMPv3 level; taken from the keys given, but noAuthNoPriv must be written",
     )
     auth_protocol: Literal["md5", "sha", "sha224", "sha256", "sha384", "sha512"] = "sha"
-    auth_key_file: Path | None = None
+    auth_key_file: LocalPath | None = None
     auth_key_env: str | None = None
     priv_protocol: Literal["des", "3des", "aes", "aes192", "aes256"] = "aes"
-    priv_key_file: Path | None = None
+    priv_key_file: LocalPath | None = None
     priv_key_env: str | None = None
     context: str = ""
     timeout: Duration = timedelta(seconds=2)

@@ -51,6 +51,19 @@ def open_file(path: str, check: bool = False) -> sqlite3.Connection:
     return db
 
 
+def journal_exists(path: str | Path) -> bool:
+    """Whether a journal file is at ``path``, for the read commands that have nothing to read
+    without one. A path that cannot be looked at (a directory the user may not enter) is a
+    ``PermanentError`` saying so, not a missing journal."""
+    try:
+        return Path(path).exists()
+    except OSError as exc:
+        raise PermanentError(
+            f"journal {path}: cannot look at it ({exc.strerror}): check the permissions of its "
+            "directory, or run as a user of the site's socket_group"
+        ) from exc
+
+
 def set_access(path: str, gid: int | None) -> None:
     """0640 and group ``gid`` when the site names a socket group, whose members may read the
     history the API would show them anyway; 0600 otherwise. Set on every service start, so

@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 from upsguard.controller.journal import Journal
+from upsguard.controller.journal_file import journal_exists
 from upsguard.controller.rows import StepRow, iso, parse_iso
 from upsguard.errors import PermanentError
 from upsguard.models import Direction, ResourceId
@@ -99,12 +100,13 @@ def _resource_of(step: str) -> tuple[ResourceId | None, bool]:
     return ResourceId(resource), bool(slash)
 
 
-def learned_or_none(path: str) -> dict[Key, LearnedDuration] | None:
+def learned_or_none(path: str | Path) -> dict[Key, LearnedDuration] | None:
     """The durations learned from the journal at ``path``; None when there is no journal
-    there or it holds no finished step (the CLI then plans with the configured figures)."""
-    if not Path(path).exists():
-        return None
+    there, it cannot be read, or it holds no finished step (the CLI then plans with the
+    configured figures)."""
     try:
+        if not journal_exists(path):
+            return None
         journal = Journal(path)
     except PermanentError as exc:
         log.warning("%s: planning with the configured durations", exc)
