@@ -8,6 +8,7 @@ test_end_to_end.py.
 
 from __future__ import annotations
 
+import functools
 import grp
 import http.server
 import json
@@ -17,6 +18,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +184,16 @@ def test_without_a_service_the_cli_acts_directly_after_confirmation(
     assert service.status()["held"]["reason"] == "storm coming"
 
 
-def test_metrics_and_notifications(tmp_path: Path) -> None:
+@dataclass
+class Webhook:
+    """A webhook receiver on loopback; ``received`` holds each body with its ``auth`` header."""
+
+    url: str
+    received: list[dict[str, Any]]
+
+
+@pytest.fixture
+def webhook() -> Iterator[Webhook]:
     received: list[dict[str, Any]] = []
 
     class Hook(http.server.BaseHTTPRequestHandler):
@@ -199,6 +210,12 @@ def test_metrics_and_notifications(tmp_path: Path) -> None:
 
     server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield Webhook(f"http://127.0.0.1:{server.server_port}/hook", received)
+    server.shutdown()
+
+
+def test_metrics_and_notifications(tmp_path: Path, webhook: Webhook) -> None:
+    received = webhook.received
     token = tmp_path / "token"
     token.write_text("t0k3n\n")
     hook_out = tmp_path / "hook.jsonl"
@@ -217,7 +234,7 @@ def test_metrics_and_notifications(tmp_path: Path) -> None:
                 "notify": {
                     "command": [str(hook)],
                     "webhook": {
-                        "url": f"http://127.0.0.1:{server.server_port}/hook",
+                        "url": webhook.url,
                         "bearer_token_file": str(token),
                     },
                     "on": ["phase", "step_failed"],
@@ -249,4 +266,39 @@ def test_metrics_and_notifications(tmp_path: Path) -> None:
         assert svc.terminate() == 0
     finally:
         svc.stop()
-        server.shutdown()
+
+
+def test_what_validate_warns_of_is_an_alert_at_every_start(
+    tmp_path: Path, webhook: Webhook
+) -> None:
+    never_on = "nas can never be powered on by upsguard"
+    svc = write_site(
+        tmp_path,
+        {
+            **SIMULATED_SITE,
+            "platforms": {**SIMULATED_SITE["platforms"], "cmd": {"type": "command"}},
+            "resources": [
+                *SIMULATED_SITE["resources"],
+                {"id": "nas", "kind": "storage", "platform": "cmd", "shutdown": "true"},
+            ],
+            "service": {"notify": {"webhook": {"url": webhook.url}, "on": ["alert"]}},
+        },
+    )
+    try:
+
+        def warned(times: int) -> bool:
+            return sum(never_on in r["text"] for r in webhook.received) == times
+
+        for start in (1, 2):
+            svc.start()
+            svc.wait(functools.partial(warned, start), f"the warning of start {start}")
+            assert svc.terminate() == 0
+        alerts = [r for r in webhook.received if never_on in r["text"]]
+        assert [a["event"] for a in alerts] == ["Notice", "Notice"]
+        assert "resources[3]" in alerts[0]["text"] and "site.yaml:" in alerts[0]["text"]
+        journal = svc.read_journal()
+        journaled = [e for e in journal.events() if never_on in e.text]
+        journal.close()
+        assert [e.level for e in journaled] == ["warning", "warning"]
+    finally:
+        svc.stop()

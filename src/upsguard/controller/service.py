@@ -287,6 +287,8 @@ class Service:
             )
         _sd_notify("READY=1")
         self.bus(Notice(self.clock.now(), f"upsguard serving site {self.site.site}"))
+        for loc, message in site_warnings(self.site):  # what validate warned of, at every start
+            self.bus(Notice(self.clock.now(), self.site.problem(loc, message), level="warning"))
         try:
             await stop.wait()
         finally:
@@ -312,8 +314,6 @@ class Service:
 
 
 async def run_service(site: SiteConfig, stop: asyncio.Event) -> None:
-    for loc, message in site_warnings(site):  # what validate warned of, in the service's log
-        log.warning("%s", site.problem(loc, message))
     service = Service(site)
     try:
         await service.open()
