@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from upsguard.config.base import Credentials, Model
-from upsguard.config.types import Duration, HealthUrl, Interval, LocalPath
+from upsguard.config.types import Duration, HealthUrl, Interval, LocalPath, PassEnv
 from upsguard.models import ResourceId, ResourceKind
 
 Fallback = Literal["power_off", "skip", "fail"]
@@ -103,6 +103,7 @@ class HealthCheck(Model):
         | None
     ) = Field(None, description="URL that must answer 2xx, or {url, user, password_file, ...}")
     command: str | None = Field(None, description="command that must exit 0")
+    pass_env: PassEnv = Field(default_factory=list)
     platform: bool = Field(True, description="the platform's own check (Tools running, connected)")
     timeout: Duration = timedelta(minutes=10)
     interval: Interval = timedelta(seconds=5)

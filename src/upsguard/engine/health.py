@@ -17,7 +17,7 @@ import base64
 import contextlib
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from upsguard.clock import Clock, SystemClock
@@ -102,7 +102,7 @@ async def _round(
     if check.http:
         probes.append(check_http(check.http, probe_timeout))
     if check.command:
-        probes.append(check_command(check.command, probe_timeout))
+        probes.append(check_command(check.command, probe_timeout, check.pass_env))
     if check.platform:
         probes.append(_check_platform(platform, target, min(PLATFORM_PROBE_TIMEOUT, timeout)))
     return list(await asyncio.gather(*probes))
@@ -184,12 +184,16 @@ def _auth_headers(check: HttpCheck) -> dict[str, str]:
     return {}
 
 
-async def check_command(command: str, timeout: float = PROBE_TIMEOUT) -> CheckResult:
+async def check_command(
+    command: str, timeout: float = PROBE_TIMEOUT, pass_env: Sequence[str] = ()
+) -> CheckResult:
     """Passes when ``command`` (run by /bin/sh on this machine) exits 0."""
     what = f"command '{command}'"
 
     async def probe() -> str | None:
-        result = await remote.run(["/bin/sh", "-c", command], ssh=None, timeout=timeout)
+        result = await remote.run(
+            ["/bin/sh", "-c", command], ssh=None, timeout=timeout, pass_env=pass_env
+        )
         return None if result.ok else f"exit {result.exit_status}: {result.first_error_line()}"
 
     return await _guard(what, probe, timeout + 1)
