@@ -1,6 +1,28 @@
-"""Shared fixtures. Real peers (NUT, snmpsim, vcsim, sshd) live in tests/peers/, one module each."""
+"""Shared fixtures and test settings. Real peers (NUT, snmpsim, vcsim, sshd) live in
+tests/peers/, one module each.
+
+Hypothesis profiles, chosen by ``scripts/test`` with ``--hypothesis-profile``:
+
+* ``quick`` (``scripts/test --quick``): a few examples per property, so the day-to-day lane
+  stays within a minute or two; it finds the gross mistakes, the full lane the subtle ones.
+* ``dev`` (a bare ``pytest``, loaded here): Hypothesis's own default of 100 examples.
+* ``full`` (``scripts/test``, what CI runs): more examples, and a failure prints the blob
+  that replays it (``@reproduce_failure``), since a CI machine keeps no example database.
+
+No profile has a deadline or the ``too_slow`` health check: the full lane runs tests side
+by side on a shared machine, and how long an example takes is never what a test asserts.
+A test that needs more or fewer examples than its profile says so with ``@settings``;
+``slow`` tests (many examples, run by the full lane only) do.
+"""
 
 from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+# The peers' helper modules import each other; rewritten asserts give their failures the
+# values, as in the tests themselves (registered before pytest_plugins imports them).
+pytest.register_assert_rewrite("tests.peers")
 
 pytest_plugins = [
     "tests.peers.vcsim",
@@ -15,3 +37,8 @@ pytest_plugins = [
     "tests.peers.guest",
     "tests.peers.browser",
 ]
+
+settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("quick", settings.get_profile("dev"), max_examples=10)
+settings.register_profile("full", settings.get_profile("dev"), max_examples=200, print_blob=True)
+settings.load_profile("dev")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.sites import EXAMPLES, simple_site, site_from
@@ -53,7 +53,6 @@ def dag_site(size: int, edges: list[tuple[int, int]]) -> SiteConfig:
     )
 
 
-@settings(max_examples=150, deadline=None)
 @given(random_dags())
 def test_any_dag_shutdown_respects_every_edge_and_startup_reverses_it(
     dag: tuple[int, list[tuple[int, int]]],
