@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from upsguard.clock import Clock
-from upsguard.engine.executor import CacheGate, Executor
+from upsguard.engine.executor import CacheGate, Executor, RunResult
 from upsguard.engine.ledger import RunLedger
 from upsguard.events import EventSink
-from upsguard.models import Direction, PlatformName
+from upsguard.models import Direction, PlatformName, StepOutcome
 from upsguard.plugins.platforms.base import Platform
-from upsguard.runbooks.plan import Plan
+from upsguard.runbooks.plan import Plan, Step
 from upsguard.runs import RunKind, RunOrigin
 
 
@@ -37,3 +37,14 @@ def executor_for(
         cache_gate=cache_gate,
         resumed=resumed,
     )
+
+
+def steps_by_id(plan: Plan) -> dict[str, Step]:
+    """The plan's steps, looked up by ids written as plain strings (``"stop:db"``), as tests
+    write them; ``Plan.by_id`` wants ``StepId``s."""
+    return {step.id: step for step in plan.steps}
+
+
+def outcomes_by_step(result: RunResult) -> dict[str, StepOutcome]:
+    """Each step's outcome, looked up by ids written as plain strings, as tests write them."""
+    return {step: outcome for step, outcome in result.outcomes.items()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -18,12 +19,13 @@ def write_site(tmp_path: Path, text: str, name: str = "site.yaml") -> Path:
     return path
 
 
-def site_from(tmp_path: Path, data: dict[str, object]) -> SiteConfig:
+def site_from(tmp_path: Path, data: dict[str, Any]) -> SiteConfig:
     return load_site(write_site(tmp_path, yaml.safe_dump(data, sort_keys=False)))
 
 
-def simple_site(**policies: object) -> dict[str, object]:
-    """One UPS, one simulated platform, two hosts, a NAS, a switch and a few VMs."""
+def simple_site(**policies: object) -> dict[str, Any]:
+    """One UPS, one simulated platform, two hosts, a NAS, a switch and a few VMs (as a site
+    file's YAML reads, so ``Any``: tests change it freely before ``site_from``)."""
     return {
         "site": "test",
         "ups": [

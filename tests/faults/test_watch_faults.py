@@ -147,7 +147,8 @@ def test_two_services_on_one_journal_refuse_the_second(lab: Lab, tmp_path: Path)
         result = second.cli("run", check=False)
         assert result.returncode == 1
         (line,) = result.stderr.strip().splitlines()
-        assert str(first.journal) in line and f"pid {first.proc.pid}" in line  # type: ignore[union-attr]
+        assert first.proc is not None
+        assert str(first.journal) in line and f"pid {first.proc.pid}" in line
         assert first.status()["phase"] == "normal"
     finally:
         first.stop()

@@ -196,7 +196,7 @@ def test_one_caller_cannot_starve_the_service_of_descriptors(tmp_path: Path) -> 
         "policies": {"poll_interval": "1m"},  # no poll wakes the long-polls up
     }
     svc = write_site(tmp_path, site)
-    svc.nofile = 1024
+    svc.prefix = ["prlimit", "--nofile=1024", "--"]  # as systemd's LimitNOFILE=1024
     clients: list[socket.socket] = []
     try:
         svc.start()

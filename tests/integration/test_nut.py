@@ -44,7 +44,12 @@ battery.charge: 30
 battery.runtime: 200
 TIMER 2
 """
-CYCLE = [("OL", 100.0), ("DISCHRG OB", 80.0), ("DISCHRG OB", 60.0), ("LB OB", 30.0)]
+CYCLE: list[tuple[str, float | None]] = [
+    ("OL", 100.0),
+    ("DISCHRG OB", 80.0),
+    ("DISCHRG OB", 60.0),
+    ("LB OB", 30.0),
+]
 
 
 def _state(reading: UpsReading) -> tuple[str, float | None]:
@@ -286,7 +291,7 @@ def test_primary_monitor_logs_in_and_reads(nut_pair: NutServer) -> None:
         "ups2", user="admin", password_file=nut_pair.password_file("admin"), monitor="primary"
     )
 
-    async def scenario() -> tuple[UpsReading, str]:
+    async def scenario() -> tuple[UpsReading, list[str]]:
         source = NutSource(config, SystemClock())
         reading = await source.read()
         lister = await NutClient.connect("127.0.0.1", nut_pair.port, 5.0)

@@ -11,7 +11,7 @@ import socket
 import socketserver
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 
 import pytest
@@ -149,7 +149,7 @@ def test_bad_server_gives_one_clear_line(bad_server: BadServer, words: str) -> N
 
 @pytest.mark.parametrize("bad_server", ["escaped"], indirect=True)
 def test_quoted_values_are_unescaped(bad_server: BadServer) -> None:
-    async def scenario() -> dict[str, str]:
+    async def scenario() -> Mapping[str, str]:
         source = NutSource(_config(bad_server), SystemClock())
         reading = await source.read()
         await source.close()

@@ -227,9 +227,9 @@ def test_home_lab_starts_in_the_planned_order(
     assert sorted(name for kind, name in seen if kind == "HostConnectedEvent") == sorted(
         HOSTS.values()
     )
-    at = {name: i for i, (kind, name) in enumerate(seen) if kind == "VmPoweredOnEvent"}
+    on_at = {name: i for i, (kind, name) in enumerate(seen) if kind == "VmPoweredOnEvent"}
     host_up = {name: i for i, (kind, name) in enumerate(seen) if kind == "HostConnectedEvent"}
-    assert host_up[HOSTS["esx0"]] < at["dc01"]
-    assert host_up[HOSTS["esx1"]] < at["sql01"]
-    assert max(host_up.values()) < min(at["web-01"], at["web-02"])
+    assert host_up[HOSTS["esx0"]] < on_at["dc01"]
+    assert host_up[HOSTS["esx1"]] < on_at["sql01"]
+    assert max(host_up.values()) < min(on_at["web-01"], on_at["web-02"])
     assert powered[:2] == ["dc01", "sql01"] and sorted(powered[2:]) == ["web-01", "web-02"]

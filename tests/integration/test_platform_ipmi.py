@@ -16,16 +16,18 @@ from upsguard.engine.health import wait_healthy
 from upsguard.errors import AuthenticationError, PlatformUnreachable
 from upsguard.models import PlatformName, PowerState, StopMethod
 from upsguard.plugins import registry
+from upsguard.plugins.platforms.base import Platform
 
 HOST = ResourceConfig.model_validate(
     {"id": "esx01", "kind": "host", "platform": "vcenter", "power_on_via": "bmc-esx01"}
 )
 
 
-def platform(bmc: FakeBmc, **extra: Any) -> Any:
+def platform(bmc: FakeBmc, **extra: Any) -> Platform:
     settings = IpmiSettings.model_validate(bmc.settings_dict(poll_interval="0.1s", **extra))
     cls = registry.load("platform", "ipmi")
-    return cls(PlatformName("bmc-esx01"), settings, SystemClock())
+    made: Platform = cls(PlatformName("bmc-esx01"), settings, SystemClock())
+    return made
 
 
 def test_powers_a_host_on_and_sees_it_on(fake_bmc_factory: Callable[..., FakeBmc]) -> None:
@@ -88,8 +90,7 @@ def test_wrong_password_is_an_authentication_error_without_the_secret(
     bmc = fake_bmc_factory(password="right-one")
     wrong = tmp_path / "wrong"
     wrong.write_text("not-the-password\n")
-    bmc_platform = platform(bmc)
-    bmc_platform._settings = bmc_platform._settings.model_copy(update={"password_file": wrong})
+    bmc_platform = platform(bmc, password_file=str(wrong))
     with pytest.raises(AuthenticationError) as err:
         asyncio.run(bmc_platform.open())
     message = str(err.value)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from playwright.sync_api import Page
 
 from tests.peers.browser import Browser
 from tests.peers.service import CLI
@@ -31,7 +31,7 @@ def upsguard(*args: str) -> int:
     return subprocess.run([*CLI, *args], timeout=120).returncode
 
 
-def rows(page: Any, selector: str) -> list[str]:
+def rows(page: Page, selector: str) -> list[str]:
     found: list[str] = page.eval_on_selector_all(selector, "rows => rows.map(r => r.dataset.step)")
     return found
 
@@ -46,21 +46,21 @@ def test_the_report_of_a_dry_run_opens_offline_and_its_timeline_holds_every_step
     assert code == 0
 
     page = chromium.open(report)
-    page.screenshot(path=str(tmp_path / "report.png"), full_page=True)  # type: ignore[attr-defined]
+    page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
 
     assert chromium.errors == []
     assert all(url.startswith("file://") for url in chromium.requests), chromium.requests
     plan = Planner(load_site(CLUSTER)).plan(Direction.SHUTDOWN)
     shutdown_table = "table.steps[data-run^='shutdown'] tr.step"
     assert rows(page, shutdown_table) == [s.id for s in plan.steps]
-    chart = page.eval_on_selector_all(  # type: ignore[attr-defined]
+    chart = page.eval_on_selector_all(
         "#timeline ~ .chart svg", "charts => charts.map(c => c.textContent).join(' ')"
     )
     assert all(s.id in chart for s in plan.steps)
-    assert page.locator("#timeline ~ table.steps tr.critical").count() > 0  # type: ignore[attr-defined]
+    assert page.locator("#timeline ~ table.steps tr.critical").count() > 0
     for section in ("battery", "caches", "phases", "findings", "outlook"):
-        assert page.locator(f"#{section}").count() == 1  # type: ignore[attr-defined]
-    assert "caches: dirty data draining" in page.content()  # type: ignore[attr-defined]
+        assert page.locator(f"#{section}").count() == 1
+    assert "caches: dirty data draining" in page.content()
     assert (tmp_path / "report.png").stat().st_size > 0
 
 
@@ -85,7 +85,7 @@ def test_the_run_book_prints_on_a4_and_letter_with_every_step(
     assert upsguard("runbook", "-c", str(site_file), "-o", str(book)) == 0
 
     page = chromium.open(book)
-    page.screenshot(path=str(tmp_path / "runbook.png"), full_page=True)  # type: ignore[attr-defined]
+    page.screenshot(path=str(tmp_path / "runbook.png"), full_page=True)
 
     assert chromium.errors == []
     site = load_site(site_file)
@@ -93,7 +93,7 @@ def test_the_run_book_prints_on_a4_and_letter_with_every_step(
     for direction in (Direction.SHUTDOWN, Direction.STARTUP):
         expected = [s.id for s in planner.plan(direction).steps]
         assert rows(page, f"#{direction.value}-steps tr.step") == expected
-    text = page.inner_text("body")  # type: ignore[attr-defined]
+    text = page.inner_text("body")
     assert "Ana (+1 555 0100, ana@example.org)" in text
     assert "ask Ana to stop it from the storage console" in text
     assert "If upsguard itself is down" in text
@@ -103,9 +103,9 @@ def test_the_run_book_prints_on_a4_and_letter_with_every_step(
     assert letter >= a4  # letter is the shorter sheet
 
     # nothing runs off the paper: at the printable width of A4 (210 mm less the margins)
-    page.set_viewport_size({"width": int((210 - 24) / MM_PER_PX), "height": 900})  # type: ignore[attr-defined]
-    page.emulate_media(media="print")  # type: ignore[attr-defined]
-    overflow = page.evaluate(  # type: ignore[attr-defined]
+    page.set_viewport_size({"width": int((210 - 24) / MM_PER_PX), "height": 900})
+    page.emulate_media(media="print")
+    overflow = page.evaluate(
         "document.documentElement.scrollWidth - document.documentElement.clientWidth"
     )
     assert overflow <= 0

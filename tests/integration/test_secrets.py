@@ -23,7 +23,7 @@ import socket
 import stat
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -491,7 +491,7 @@ def test_secrets_written_inline_are_refused_and_not_repeated(
     big_number = 98765432109876543210987654321098765
     out = Outputs(forbidden=(*FORBIDDEN, str(big_number)))
     variants: list[dict[str, Any]] = []
-    for edit in (
+    edits: tuple[Callable[[dict[str, Any]], object], ...] = (
         lambda s: s["platforms"].update(ext={"type": "acme", "password": SECRETS["ipmi"]}),
         lambda s: s["platforms"]["rf"].update(password=SECRETS["redfish"]),
         lambda s: s["ups"][3]["snmp"].update(community=SECRETS["community"]),
@@ -502,7 +502,8 @@ def test_secrets_written_inline_are_refused_and_not_repeated(
         lambda s: s["service"]["notify"]["webhook"].update(
             url=f"https://bot:{SECRETS['bearer']}@hooks.lab/x"
         ),
-    ):
+    )
+    for edit in edits:
         variant = json.loads(json.dumps(good))
         edit(variant)
         variants.append(variant)

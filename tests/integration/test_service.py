@@ -114,8 +114,8 @@ def test_override_cli_hold_trigger_history_events_abort(
     assert service.api().post("/poll", {}) == {"phase": "normal"}  # what NOTIFYCMD calls
     assert service.status()["service"]["polls"] > polls
 
-    out = service.cli("trigger", "shutdown", "--only", "web", "--yes", "--reason", "patching")
-    assert "started run shutdown-" in out.stdout
+    started = service.cli("trigger", "shutdown", "--only", "web", "--yes", "--reason", "patching")
+    assert "started run shutdown-" in started.stdout
     service.wait(lambda: service.status()["run"] is None, "the partial run to finish")
     history = json.loads(service.cli("history", "--format", "json").stdout)
     run = history["runs"][0]
@@ -133,8 +133,8 @@ def test_override_cli_hold_trigger_history_events_abort(
     assert st["phase"] == "shutting_down" and st["run"]["origin"] == "manual"
     busy = service.cli("trigger", "startup", "--yes", check=False)
     assert busy.returncode == 1 and "is in progress" in busy.stderr
-    out = service.cli("abort", "--yes", "--reason", "wrong button").stdout
-    assert out.startswith("aborted run shutdown-")
+    aborted = service.cli("abort", "--yes", "--reason", "wrong button").stdout
+    assert aborted.startswith("aborted run shutdown-")
     st = service.status()
     assert st["run"] is None and st["held"]["reason"].startswith("abort by root")
     assert st["phase"] == "recovering"

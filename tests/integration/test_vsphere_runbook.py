@@ -27,7 +27,7 @@ from tests.peers.vcsim import (
     host_names,
     wait_for_tools,
 )
-from tests.runs import executor_for
+from tests.runs import executor_for, outcomes_by_step
 from upsguard.clock import SystemClock
 from upsguard.config.loading import load_site
 from upsguard.engine.executor import RunResult
@@ -106,7 +106,7 @@ def test_shutdown_order_at_vsphere_follows_the_plan(slow_lab: Vcsim, tmp_path: P
             assert before(seen, off[vm], host[name])
     # no Tools: no guest shutdown, powered off; a guest that hangs: powered off after 1s
     assert "app-01" not in guest and "stuck-01" in guest
-    outcomes = {o.step: o for o in result.outcomes.values()}
+    outcomes = outcomes_by_step(result)
     assert (
         outcomes["stop:stuck"].fallback_used
         and "still on after 1s" in outcomes["stop:stuck"].detail

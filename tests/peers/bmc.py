@@ -131,10 +131,10 @@ def main() -> None:
     password = Path(args.password_file).read_text().strip()
     log = Path(args.log) if args.log else None
 
-    class PoweredBmc(bmc.Bmc):  # type: ignore[misc]
+    class PoweredBmc(bmc.Bmc):  # type: ignore[misc]  # pyghmi has no types: Bmc is Any
         def __init__(self) -> None:
             super().__init__({USER: password}, port=args.port, address="127.0.0.1")
-            self.powerstate = args.power
+            self.powerstate: str = args.power
             self._lock = threading.Lock()
 
         def _record(self, action: str) -> None:

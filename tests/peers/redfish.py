@@ -83,7 +83,7 @@ def _write_config(base: Path, port: int) -> Path:
     auth = base / "htpasswd"
     digest = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
     auth.write_text(f"{USER}:{digest}\n")
-    systems = [
+    systems: list[dict[str, object]] = [
         {
             "uuid": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)),
             "name": name,

@@ -53,8 +53,9 @@ class SnmpSim:
     def data(self) -> Path:
         return self.root / "data"
 
-    def set(self, agent: str, values: dict[str, tuple[int, Any]]) -> None:
-        """Set ``OID -> (tag, value)`` in one agent's data (adds missing OIDs), atomically."""
+    def set(self, agent: str, values: dict[str, tuple[int | str, Any]]) -> None:
+        """Set ``OID -> (tag, value)`` in one agent's data (adds missing OIDs), atomically; a
+        tag may name a variation module (``"2:writecache"``)."""
         path = self.data / f"{agent}.snmprec"
         records = {
             line.split("|", 1)[0]: line for line in path.read_text().splitlines() if line.strip()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tests.sites import site_from
 from upsguard.config.site import SiteConfig
+from upsguard.models import UpsName
 from upsguard.reports.story import BatterySample
 from upsguard.simulation.battery_fit import fit, modelled_load_w
 
@@ -47,7 +48,7 @@ def outage(capacity: float, minutes: int = 8, load_pct: float = 40.0) -> list[Ba
 
 
 def test_the_modelled_load_counts_every_resource_and_the_other_load(tmp_path: Path) -> None:
-    assert modelled_load_w(site(tmp_path), "ups1") == 400.0
+    assert modelled_load_w(site(tmp_path), UpsName("ups1")) == 400.0
 
 
 def test_an_aged_battery_gets_a_corrected_reference_point(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import pytest
 from tests.sites import write_site
 from upsguard.cli import main
 from upsguard.config import load_site
+from upsguard.config.platforms import RedfishSettings
 from upsguard.errors import ConfigError
 
 GOOD = """\
@@ -196,7 +197,8 @@ def test_a_url_in_a_flow_mapping_reads_as_yaml_1_2(tmp_path: Path) -> None:
         "  vcenter: {type: vsphere, host: vcsa.lab,",
     )
     site = load_site(write_site(tmp_path, text))
-    assert site.platforms["bmc"].host == "https://10.0.1.21"  # type: ignore[union-attr]
+    bmc = site.platforms["bmc"]
+    assert isinstance(bmc, RedfishSettings) and bmc.host == "https://10.0.1.21"
 
 
 def test_yaml_errors_name_the_line_and_what_is_wrong(tmp_path: Path) -> None:

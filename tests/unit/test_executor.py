@@ -12,16 +12,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.runs import executor_for
+from tests.runs import executor_for, outcomes_by_step
 from tests.sites import simple_site, site_from
-from upsguard.clock import LoopClock, run_virtual
+from upsguard.clock import Clock, LoopClock, run_virtual
 from upsguard.config.platforms import SimulatedPlatformSettings
 from upsguard.config.site import SiteConfig
 from upsguard.engine.executor import RunResult
 from upsguard.engine.slots import Slots
 from upsguard.errors import PlatformUnreachable
 from upsguard.events import Event, PointOfNoReturn, StepFinished, StepStarted
-from upsguard.models import PlatformName, PowerState, ResourceId, StepState, StopMethod, Target
+from upsguard.models import (
+    PlatformName,
+    PowerState,
+    ResourceId,
+    StepState,
+    StopMethod,
+    Target,
+)
 from upsguard.plugins.platforms.simulated import Behaviour, Fleet, SimulatedPlatform
 from upsguard.runbooks.planner import Planner
 
@@ -29,8 +36,16 @@ from upsguard.runbooks.planner import Planner
 class FlakyPlatform(SimulatedPlatform):
     """Refuses the first ``failures`` stop requests with a temporary error; counts concurrency."""
 
-    def __init__(self, *args: object, failures: int = 0, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        name: PlatformName,
+        settings: SimulatedPlatformSettings,
+        clock: Clock,
+        fleet: Fleet | None = None,
+        *,
+        failures: int = 0,
+    ) -> None:
+        super().__init__(name, settings, clock, fleet)
         self.failures = failures
         self.stops: list[str] = []
         self.busy = 0
@@ -65,7 +80,7 @@ def execute(
     async def main() -> RunResult:
         clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
         fleet = Fleet(behaviour=behaviour)
-        platforms = {}
+        platforms: dict[PlatformName, FlakyPlatform] = {}
         for name in ("vc", "dev"):
             settings = site.platforms[name]
             assert isinstance(settings, SimulatedPlatformSettings)
@@ -122,11 +137,11 @@ def test_exhausted_retries_fail_the_step_and_say_why(tmp_path: Path) -> None:
         res["retries"] = 0
     result, _, _ = execute(site_from(tmp_path, data), failures=100)
     assert result.outcome == "failed"
-    outcome = result.outcomes["stop:db"]  # type: ignore[index]
-    assert outcome.state is StepState.FAILED
-    assert outcome.detail == "db: vCenter did not answer"
+    outcomes = outcomes_by_step(result)
+    assert outcomes["stop:db"].state is StepState.FAILED
+    assert outcomes["stop:db"].detail == "db: vCenter did not answer"
     # shutdown goes on after a failure (power is going anyway): the NAS still stops
-    assert result.outcomes["stop:nas"].state is StepState.DONE  # type: ignore[index]
+    assert outcomes["stop:nas"].state is StepState.DONE
 
 
 def test_startup_does_not_start_dependents_of_a_failed_step(tmp_path: Path) -> None:
@@ -138,9 +153,10 @@ def test_startup_does_not_start_dependents_of_a_failed_step(tmp_path: Path) -> N
     started = [e.step for e in events if isinstance(e, StepStarted)]
     assert started[0] == "start:nas"
     assert "start:db" not in started
-    assert result.outcomes["start:db"].detail == "not started: start:h1 failed"  # type: ignore[index]
-    assert result.outcomes["start:app"].state is StepState.SKIPPED  # type: ignore[index]
-    assert result.outcomes["start:h2"].state is StepState.DONE  # type: ignore[index]
+    outcomes = outcomes_by_step(result)
+    assert outcomes["start:db"].detail == "not started: start:h1 failed"
+    assert outcomes["start:app"].state is StepState.SKIPPED
+    assert outcomes["start:h2"].state is StepState.DONE
 
 
 def test_point_of_no_return_is_the_first_hardware_step(tmp_path: Path) -> None:
@@ -151,7 +167,7 @@ def test_point_of_no_return_is_the_first_hardware_step(tmp_path: Path) -> None:
 
 def test_cancel_marks_unfinished_steps(tmp_path: Path) -> None:
     result, _, _ = execute(site_from(tmp_path, simple_site()), cancel_after=50)
-    states = {sid: o.state for sid, o in result.outcomes.items()}
+    states: dict[str, StepState] = {sid: o.state for sid, o in result.outcomes.items()}
     assert states["stop:web"] is StepState.DONE  # 40 s guest shutdowns
     assert states["stop:app"] is StepState.CANCELLED
     assert states["stop:nas"] is StepState.CANCELLED
@@ -182,7 +198,7 @@ def test_vsphere_without_tools_skip_leaves_the_vm_running(tmp_path: Path) -> Non
         plan = Planner(site).plan("shutdown")
         return await executor_for(plan, {PlatformName("vc"): vc}, clock, lambda e: None).run()
 
-    outcome = run_virtual(main()).outcomes["stop:db"]  # type: ignore[index]
+    outcome = outcomes_by_step(run_virtual(main()))["stop:db"]
     assert outcome.state is StepState.SKIPPED
     assert outcome.detail == "db: VMware Tools not running; left running"
 
@@ -235,8 +251,16 @@ def test_platform_slots_go_first_come_first_served_and_a_cancelled_waiter_passes
 class HangingPlatform(SimulatedPlatform):
     """Never answers the first ``hangs`` state reads of the VM ``db``: a request that hangs."""
 
-    def __init__(self, *args: object, hangs: int, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        name: PlatformName,
+        settings: SimulatedPlatformSettings,
+        clock: Clock,
+        fleet: Fleet | None = None,
+        *,
+        hangs: int,
+    ) -> None:
+        super().__init__(name, settings, clock, fleet)
         self.hangs = hangs
         self.reads = 0
 
@@ -252,7 +276,7 @@ def run_with_hangs(site: SiteConfig, hangs: int) -> tuple[RunResult, HangingPlat
     async def main() -> tuple[RunResult, HangingPlatform]:
         clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
         fleet = Fleet()
-        platforms: dict[PlatformName, SimulatedPlatform] = {}
+        platforms: dict[PlatformName, HangingPlatform] = {}
         for name, settings in site.platforms.items():
             assert isinstance(settings, SimulatedPlatformSettings)
             platforms[PlatformName(name)] = HangingPlatform(
@@ -260,7 +284,7 @@ def run_with_hangs(site: SiteConfig, hangs: int) -> tuple[RunResult, HangingPlat
             )
         plan = Planner(site).plan("shutdown")
         executor = executor_for(plan, platforms, clock, lambda e: None)
-        return await executor.run(), platforms[PlatformName("vc")]  # type: ignore[return-value]
+        return await executor.run(), platforms[PlatformName("vc")]
 
     return run_virtual(main())
 
@@ -269,23 +293,34 @@ def test_a_request_that_hangs_is_abandoned_and_asked_again(tmp_path: Path) -> No
     result, vc = run_with_hangs(site_from(tmp_path, simple_site()), hangs=1)
     assert vc.reads == 2
     assert result.outcome == "done"
-    assert result.outcomes["stop:db"].detail == "db shut down"  # type: ignore[index]
+    assert outcomes_by_step(result)["stop:db"].detail == "db shut down"
 
 
 def test_a_platform_that_never_answers_fails_the_step_after_its_retries(tmp_path: Path) -> None:
     result, vc = run_with_hangs(site_from(tmp_path, simple_site()), hangs=100)
     assert vc.reads == 3  # the first request and two retries (retries: 2)
-    outcome = result.outcomes["stop:db"]  # type: ignore[index]
-    assert (outcome.state, outcome.detail) == (StepState.FAILED, "db: no answer within 2m")
-    assert result.outcomes["stop:nas"].state is StepState.DONE  # type: ignore[index]
+    outcomes = outcomes_by_step(result)
+    assert (outcomes["stop:db"].state, outcomes["stop:db"].detail) == (
+        StepState.FAILED,
+        "db: no answer within 2m",
+    )
+    assert outcomes["stop:nas"].state is StepState.DONE
 
 
 class TaskedPlatform(SimulatedPlatform):
     """Lists its requests as tasks, as vSphere and Proxmox do: a stop is under way until its
     target is off. ``unreadable`` makes the list fail to read."""
 
-    def __init__(self, *args: object, unreadable: bool = False, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        name: PlatformName,
+        settings: SimulatedPlatformSettings,
+        clock: Clock,
+        fleet: Fleet | None = None,
+        *,
+        unreadable: bool = False,
+    ) -> None:
+        super().__init__(name, settings, clock, fleet)
         self.unreadable = unreadable
         self.stops: list[str] = []
         self.looked: list[str] = []

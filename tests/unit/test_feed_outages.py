@@ -12,15 +12,15 @@ from upsguard.config import load_site
 from upsguard.config.scenario import parse_scenario
 from upsguard.models import ResourceId
 from upsguard.runbooks.planner import Planner
-from upsguard.simulation.simulator import simulate
+from upsguard.simulation.simulator import SimulationReport, simulate
 
 CLUSTER = Path(__file__).resolve().parents[2] / "config" / "examples" / "cluster.yaml"
 
 
-def stopped(report: object) -> list[str]:
+def stopped(report: SimulationReport) -> list[str]:
     return [
         m.text.split()[1].rstrip(":")
-        for m in report.timeline  # type: ignore[attr-defined]
+        for m in report.timeline
         if m.text.strip().startswith("done") and "stop:" in m.text
     ]
 

@@ -85,6 +85,9 @@ def test_readings_are_downsampled_while_normal_and_all_kept_on_battery(journal: 
     assert rows[0].status == "DISCHRG OB" and rows[0].at.endswith("Z")
 
 
+R1 = RunId("r1")
+
+
 def run_spec(run: str) -> RunSpec:
     return RunSpec(RunId(run), RunKind.SHUTDOWN, RunOrigin.POLICY, "runtime < plan + 5m", at(0))
 
@@ -95,15 +98,13 @@ def started(run: str, steps: int = 2) -> RunStarted:
 
 def test_runs_and_every_step_attempt_are_journaled(journal: Journal) -> None:
     journal.record(started("r1"))
-    journal.record(StepStarted(at(1), "r1", StepId("stop:vm1"), "guest_shutdown"))
+    journal.record(StepStarted(at(1), R1, StepId("stop:vm1"), "guest_shutdown"))
     journal.record(
-        StepFinished(at(9), "r1", StepId("stop:vm1"), StepState.DONE, "vm1 shut down", 2, True)
+        StepFinished(at(9), R1, StepId("stop:vm1"), StepState.DONE, "vm1 shut down", 2, True)
     )
-    journal.record(PointOfNoReturn(at(10), "r1", StepId("stop:h1")))
-    journal.record(StepStarted(at(10), "r1", StepId("stop:h1"), "host_shutdown"))
-    journal.record(
-        StepFinished(at(40), "r1", StepId("stop:h1"), StepState.FAILED, "h1: BMC said no")
-    )
+    journal.record(PointOfNoReturn(at(10), R1, StepId("stop:h1")))
+    journal.record(StepStarted(at(10), R1, StepId("stop:h1"), "host_shutdown"))
+    journal.record(StepFinished(at(40), R1, StepId("stop:h1"), StepState.FAILED, "h1: BMC said no"))
     journal.record(RunFinished(at(40), run_spec("r1"), RunOutcome.FAILED, "1 done, 1 failed"))
     (run,) = journal.runs()
     assert (run.state, run.point_of_no_return) == ("failed", "stop:h1")
@@ -123,11 +124,11 @@ def test_runs_and_every_step_attempt_are_journaled(journal: Journal) -> None:
 
 def test_a_stopping_service_leaves_its_run_interrupted_and_reap_finds_it(journal: Journal) -> None:
     journal.record(started("r1"))
-    journal.record(StepStarted(at(1), "r1", StepId("stop:vm1"), "guest_shutdown"))
-    journal.record(StepFinished(at(2), "r1", StepId("stop:vm1"), StepState.DONE, "off"))
-    journal.record(StepStarted(at(2), "r1", StepId("stop:vm2"), "guest_shutdown"))
+    journal.record(StepStarted(at(1), R1, StepId("stop:vm1"), "guest_shutdown"))
+    journal.record(StepFinished(at(2), R1, StepId("stop:vm1"), StepState.DONE, "off"))
+    journal.record(StepStarted(at(2), R1, StepId("stop:vm2"), "guest_shutdown"))
     journal.record(
-        StepFinished(at(3), "r1", StepId("stop:vm2"), StepState.INTERRUPTED, "the service stopped")
+        StepFinished(at(3), R1, StepId("stop:vm2"), StepState.INTERRUPTED, "the service stopped")
     )
     journal.record(RunFinished(at(3), run_spec("r1"), RunOutcome.INTERRUPTED))
     (run,) = journal.reap(at(100))
@@ -140,16 +141,16 @@ def test_a_stopping_service_leaves_its_run_interrupted_and_reap_finds_it(journal
 
 def test_reap_marks_steps_a_killed_process_left_running(journal: Journal) -> None:
     journal.record(started("r1"))
-    journal.record(StepStarted(at(1), "r1", StepId("stop:vm1"), "guest_shutdown"))
+    journal.record(StepStarted(at(1), R1, StepId("stop:vm1"), "guest_shutdown"))
     (run,) = journal.reap(at(50))  # the process died: no StepFinished, no RunFinished
     assert run.state == "running"
     assert [(s.step, s.state) for s in run.steps] == [("stop:vm1", "abandoned")]
     journal.record(started("r1"))  # resumed under its own id
-    journal.record(StepStarted(at(60), "r1", StepId("stop:vm1"), "guest_shutdown"))
-    journal.record(StepFinished(at(61), "r1", StepId("stop:vm1"), StepState.DONE, "already off"))
-    run = journal.run("r1")
-    assert run is not None and run.resumed == 1
-    assert [(s.attempt, s.state) for s in run.steps] == [(1, "abandoned"), (2, "done")]
+    journal.record(StepStarted(at(60), R1, StepId("stop:vm1"), "guest_shutdown"))
+    journal.record(StepFinished(at(61), R1, StepId("stop:vm1"), StepState.DONE, "already off"))
+    again = journal.run("r1")
+    assert again is not None and again.resumed == 1
+    assert [(s.attempt, s.state) for s in again.steps] == [(1, "abandoned"), (2, "done")]
 
 
 def test_overrides_are_an_audit_trail_and_the_last_hold_counts(journal: Journal) -> None:

@@ -162,7 +162,9 @@ def test_the_plan_says_where_each_estimate_came_from(tmp_path: Path, journal: Jo
 
     plan = Planner(site, durations=learned).plan(Direction.SHUTDOWN)
 
-    sources = {s.resource: (s.estimate_source, s.estimate_s) for s in plan.steps}
+    sources: dict[str, tuple[str, float]] = {
+        s.resource: (s.estimate_source, s.estimate_s) for s in plan.steps
+    }
     assert sources["db"][0] == "p90 of 4 runs" and 50.0 < sources["db"][1] <= 60.0
     assert sources["app"] == ("platform", 40.0)  # the simulated platform's typical figure
     assert sources["nas"] == ("estimate", 90.0)  # the site file's estimate

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 from upsguard.clock import LoopClock, run_virtual
 from upsguard.config.loading import validate
@@ -24,11 +25,15 @@ from upsguard.models import (
     Phase,
     PlatformName,
     PowerState,
+    ResourceKind,
+    Target,
     UpsFlag,
     UpsName,
     UpsReading,
 )
 from upsguard.plugins.platforms.simulated import SimulatedPlatform
+
+E = TypeVar("E", bound=Event)
 
 SITE = """
 site: t
@@ -87,6 +92,9 @@ class ScriptedUps:
     async def command(self, name: str) -> None:
         return None
 
+    async def watch_for_news(self, news: Callable[[], None]) -> None:
+        return None  # no push channel, as a source without traps
+
     async def close(self) -> None:
         return None
 
@@ -124,7 +132,7 @@ class Harness:
             await loop.tick()
             await asyncio.sleep(5)
 
-    def kinds(self, kind: type[Event]) -> list[Event]:
+    def kinds(self, kind: type[E]) -> list[E]:
         return [e for e in self.events if isinstance(e, kind)]
 
 
@@ -258,9 +266,7 @@ def test_a_run_cut_short_by_a_crash_is_resumed_without_repeating_done_steps(
     journal.close()
 
 
-def _target(platform: SimulatedPlatform, name: str):  # type: ignore[no-untyped-def]
-    from upsguard.models import ResourceKind, Target
-
+def _target(platform: SimulatedPlatform, name: str) -> Target:
     return Target(platform.name, ResourceKind.HOST, name)
 
 

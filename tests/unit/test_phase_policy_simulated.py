@@ -10,7 +10,10 @@ from upsguard.config.loading import validate
 from upsguard.config.scenario import parse_scenario
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import parse_yaml
+from upsguard.models import UpsName
 from upsguard.simulation.simulator import Moment, SimulationReport, simulate
+
+UPS1 = UpsName("ups1")
 
 SITE = """
 site: lab
@@ -74,11 +77,11 @@ def test_a_second_outage_on_a_half_empty_battery_still_ends_in_a_clean_shutdown(
     assert report.ran_out_at_s is None
     assert report.final_phase == "down"
     startup = lines(report, "RunStarted")[1]
-    assert startup.text.startswith("startup") and startup.battery["ups1"][0] >= 49.9
+    assert startup.text.startswith("startup") and startup.battery[UPS1][0] >= 49.9
     first, second = [m for m in lines(report, "RunStarted") if m.text.startswith("shutdown")]
     assert second.at_s - 48 * 60 < (first.at_s - 60) / 2  # a fuller site file would start sooner
     done = [m for m in lines(report, "RunFinished") if m.text.startswith("shutdown")]
-    assert done[1].battery["ups1"][0] > site().policies.critical_floor.charge_below
+    assert done[1].battery[UPS1][0] > site().policies.critical_floor.charge_below
 
 
 def test_flapping_mains_start_no_runbook_and_flip_no_cache() -> None:

@@ -8,12 +8,15 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.runs import steps_by_id
 from tests.sites import EXAMPLES, simple_site, site_from
 from upsguard.config import SiteConfig, load_site
-from upsguard.models import ResourceId, ResourceKind, Target
+from upsguard.models import PlatformName, ResourceId, ResourceKind, Target
 from upsguard.runbooks import render
 from upsguard.runbooks.plan import Action, Plan
 from upsguard.runbooks.planner import Planner
+
+VC = PlatformName("vc")
 
 
 def position(plan: Plan) -> dict[str, int]:
@@ -87,7 +90,7 @@ def test_vms_before_their_host_hosts_before_storage_switch_stays_up(tmp_path: Pa
 
 def test_steps_wait_only_for_what_they_need(tmp_path: Path) -> None:
     plan = Planner(site_from(tmp_path, simple_site())).plan("shutdown")
-    steps = plan.by_id()
+    steps = steps_by_id(plan)
     assert steps["stop:h1"].waits_for == ("stop:db",)
     assert set(steps["stop:h2"].waits_for) == {"stop:app", "stop:web"}
     assert steps["stop:web"].waits_for == ()
@@ -123,7 +126,7 @@ def test_upsguard_machine_goes_last_and_what_it_needs_is_left_to_the_ups(tmp_pat
     plan = Planner(site_from(tmp_path, data)).plan("shutdown")
     assert plan.steps[-1].id == "stop:mgmt"
     assert plan.left_to_ups == ("nas",)
-    assert "stop:nas" not in plan.by_id()
+    assert "stop:nas" not in steps_by_id(plan)
     assert "lose power with the UPS" in plan.notes[0]
 
 
@@ -141,7 +144,7 @@ def test_manager_stops_after_what_it_manages_and_later_steps_go_direct(tmp_path:
         },
     )
     plan = Planner(site_from(tmp_path, data)).plan("shutdown")
-    order, steps = position(plan), plan.by_id()
+    order, steps = position(plan), steps_by_id(plan)
     assert order["app"] < order["vcsa"] and order["web"] < order["vcsa"]
     assert order["vcsa"] < order["db"] < order["h1"]  # vcsa needs db: db stops after it
     assert steps["stop:db"].direct and steps["stop:h1"].direct
@@ -152,7 +155,7 @@ def test_manager_stops_after_what_it_manages_and_later_steps_go_direct(tmp_path:
 def test_hardware_in_a_cache_data_path_waits_for_it(tmp_path: Path) -> None:
     data = simple_site()
     data["caches"] = [{"name": "flash", "provider": "simulated", "carries": ["db"]}]
-    steps = Planner(site_from(tmp_path, data)).plan("shutdown").by_id()
+    steps = steps_by_id(Planner(site_from(tmp_path, data)).plan("shutdown"))
     assert steps["stop:h1"].caches == ("flash",)  # db runs on h1
     assert steps["stop:nas"].caches == ("flash",)  # h1 stores on nas
     assert steps["stop:h2"].caches == ()  # app only needs db: h2 is not in the data path
@@ -172,11 +175,11 @@ def test_live_inventory_expands_groups_and_places_vms(tmp_path: Path) -> None:
     vm = ResourceKind.VM
     inventory = {
         ResourceId("web"): [
-            Target("vc", vm, "web-1", host="h1"),  # type: ignore[arg-type]
-            Target("vc", vm, "web-2", host="h2"),  # type: ignore[arg-type]
+            Target(VC, vm, "web-1", host="h1"),
+            Target(VC, vm, "web-2", host="h2"),
         ]
     }
-    steps = Planner(site, inventory).plan("shutdown").by_id()
+    steps = steps_by_id(Planner(site, inventory).plan("shutdown"))
     assert "stop:web/web-1" in steps["stop:h1"].waits_for
     assert "stop:web/web-2" in steps["stop:h2"].waits_for
     assert steps["stop:web/web-1"].waits_for == ()
@@ -189,20 +192,20 @@ def test_plan_text_tells_vms_without_tools_from_the_rest(tmp_path: Path) -> None
     site = site_from(tmp_path, data)
     vm = ResourceKind.VM
     inventory = {
-        ResourceId("db"): [Target("vc", vm, "db", host="h1", graceful=False)],  # type: ignore[arg-type]
-        ResourceId("app"): [Target("vc", vm, "app", host="h2", graceful=False)],  # type: ignore[arg-type]
+        ResourceId("db"): [Target(VC, vm, "db", host="h1", graceful=False)],
+        ResourceId("app"): [Target(VC, vm, "app", host="h2", graceful=False)],
         ResourceId("web"): [
-            Target("vc", vm, "web-1", host="h1", graceful=True),  # type: ignore[arg-type]
-            Target("vc", vm, "web-2", host="h2"),  # type: ignore[arg-type]
+            Target(VC, vm, "web-1", host="h1", graceful=True),
+            Target(VC, vm, "web-2", host="h2"),
         ],
     }
-    steps = Planner(site, inventory).plan("shutdown").by_id()
+    steps = steps_by_id(Planner(site, inventory).plan("shutdown"))
     assert steps["stop:db"].description.endswith("; no VMware Tools: powered off at once")
     assert steps["stop:app"].description.endswith("; no VMware Tools: the step fails")
     assert "VMware Tools" not in steps["stop:web/web-1"].description
     assert "VMware Tools" not in steps["stop:web/web-2"].description  # not known: no claim
     data["resources"][0]["fallback"] = "skip"
-    with_skip = Planner(site_from(tmp_path, data), inventory).plan("shutdown").by_id()
+    with_skip = steps_by_id(Planner(site_from(tmp_path, data), inventory).plan("shutdown"))
     assert with_skip["stop:db"].description.endswith("; no VMware Tools: left running (skip)")
 
 
@@ -211,7 +214,7 @@ def test_vms_of_unknown_placement_go_down_before_any_host(tmp_path: Path) -> Non
     data["resources"][0].pop("runs_on")
     plan = Planner(site_from(tmp_path, data)).plan("shutdown")
     barrier = "stop:vc:vms-of-unknown-placement"
-    steps = plan.by_id()
+    steps = steps_by_id(plan)
     assert steps[barrier].action is Action.BARRIER
     assert "stop:db" in steps[barrier].waits_for
     assert barrier in steps["stop:h1"].waits_for and barrier in steps["stop:h2"].waits_for
@@ -249,7 +252,7 @@ def test_examples_plan_cleanly() -> None:
 def test_a_cache_that_carries_a_host_gates_that_host(tmp_path: Path) -> None:
     data = simple_site()
     data["caches"] = [{"name": "raid", "provider": "simulated", "carries": ["h2"]}]
-    steps = Planner(site_from(tmp_path, data)).plan("shutdown").by_id()
+    steps = steps_by_id(Planner(site_from(tmp_path, data)).plan("shutdown"))
     assert steps["stop:h2"].caches == ("raid",) and steps["stop:nas"].caches == ("raid",)
     assert steps["stop:h1"].caches == ()
 
@@ -260,5 +263,5 @@ def test_a_group_of_unknown_placement_puts_every_host_it_could_be_on_in_the_data
     data = simple_site()
     data["resources"][2].pop("runs_on")  # web-*: nobody says where they run
     data["caches"] = [{"name": "flash", "provider": "simulated", "carries": ["web"]}]
-    steps = Planner(site_from(tmp_path, data)).plan("shutdown").by_id()
+    steps = steps_by_id(Planner(site_from(tmp_path, data)).plan("shutdown"))
     assert steps["stop:h1"].caches == ("flash",) and steps["stop:h2"].caches == ("flash",)

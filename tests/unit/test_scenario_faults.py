@@ -13,7 +13,10 @@ from tests.sites import simple_site, site_from, write_site
 from upsguard.config import SiteConfig
 from upsguard.config.scenario import load_scenario, parse_scenario
 from upsguard.errors import ConfigError
+from upsguard.models import UpsName
 from upsguard.simulation.simulator import SimulationReport, simulate
+
+UPS1 = UpsName("ups1")
 
 
 def run(site: SiteConfig, scenario: str) -> SimulationReport:
@@ -71,7 +74,7 @@ def test_a_self_test_is_ignored_and_costs_some_charge(tmp_path: Path) -> None:
     report = run(site, "self_test: [{at: 2m, duration: 30s}]\nhorizon: 30m")
     assert has(report, "UPS ups1 self-test: on battery 30s, ignored")
     assert not any("phase " in t for t in texts(report))
-    charge_after = next(m.battery["ups1"][0] for m in report.timeline if "ends its" in m.text)
+    charge_after = next(m.battery[UPS1][0] for m in report.timeline if "ends its" in m.text)
     assert charge_after < 100
 
 
@@ -98,14 +101,14 @@ def test_an_overstated_runtime_is_caught_by_the_observed_drain(tmp_path: Path) -
     runtime of a healthy one. The drain upsguard measures itself starts the shutdown in
     time; trusting the UPS alone would have run out."""
     data = simple_site()
-    data["ups"][0]["runtime_at"] = {"minutes": 60, "load_watts": 400}  # type: ignore[index]
+    data["ups"][0]["runtime_at"] = {"minutes": 60, "load_watts": 400}
     site = site_from(tmp_path, data)
     hot = "outage: {at: 1m}\nups: {ups1: {battery_health: 0.4, overstates_runtime: 2.5}}"
     report = run(site, hot)
     assert report.ok, report.verdict
     assert report.ran_out_at_s is None
     started = first(report, "shutdown runbook started")
-    reported = next(m for m in report.timeline if m.at_s == started).battery["ups1"][1] * 2.5
+    reported = next(m for m in report.timeline if m.at_s == started).battery[UPS1][1] * 2.5
     assert reported > report.plan_estimate_s + 300  # the UPS's own figure said wait
 
 
@@ -117,9 +120,7 @@ def two_ups_site(tmp_path: Path) -> SiteConfig:
     data = simple_site(shutdown={"when_any": ["low_battery", "runtime < plan + 5m"]})
     ups = {"simulated": {}, "runtime_at": {"minutes": 20, "load_watts": 400}}
     data["ups"] = [{"name": "ups-a", **ups}, {"name": "ups-b", **ups}]
-    data["resources"].append(  # type: ignore[attr-defined]
-        {"id": "mgmt", "kind": "host", "platform": "dev", "watts": 20}
-    )
+    data["resources"].append({"id": "mgmt", "kind": "host", "platform": "dev", "watts": 20})
     data["feeds"] = [
         {
             "name": "dual",

@@ -6,10 +6,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from tests.runs import steps_by_id
 from tests.sites import EXAMPLES, simple_site, site_from, write_site
 from upsguard.config import SiteConfig, load_site
 from upsguard.config.scenario import DEFAULT_SCENARIO, load_scenario, parse_scenario
@@ -115,7 +117,7 @@ def test_shedding_buys_runtime(tmp_path: Path) -> None:
     shed = dict(
         base,
         policies={
-            **base["policies"],  # type: ignore[dict-item]
+            **base["policies"],
             "shedding": {"when_any": ["on_battery_for > 20s"]},
         },
     )
@@ -200,12 +202,12 @@ def test_homelab_example_is_ok() -> None:
 # -- one source of durations: the plan ------------------------------------------------------
 
 
-def estimated_site() -> dict[str, object]:
+def estimated_site() -> dict[str, Any]:
     """The issue's site: the plan's durations come from each resource's ``estimate``, and
     the simulated platform's own (much longer) defaults must not be played instead."""
-    host = {"kind": "host", "platform": "vc", "guest_timeout": "60s"}
+    host: dict[str, Any] = {"kind": "host", "platform": "vc", "guest_timeout": "60s"}
     host["estimate"] = {"stop": "5s", "start": "10s"}
-    vm = {"kind": "vm", "platform": "vc", "guest_timeout": "30s"}
+    vm: dict[str, Any] = {"kind": "vm", "platform": "vc", "guest_timeout": "30s"}
     vm["estimate"] = {"stop": "3s", "start": "3s"}
     return {
         "site": "estimated",
@@ -286,7 +288,7 @@ def test_every_example_site_simulates_the_durations_it_plans() -> None:
         site = load_site(EXAMPLES / name)
         planner = Planner(site)
         report = simulate(site, DEFAULT_SCENARIO, planner)
-        plan = planner.plan(Direction.SHUTDOWN).by_id()
+        plan = steps_by_id(planner.plan(Direction.SHUTDOWN))
         spans = step_spans(report, "shutdown")
         assert spans, name
         for step, took in spans.items():
@@ -342,8 +344,8 @@ def test_what_nothing_can_power_on_fails_to_start_as_the_real_run_will(tmp_path:
     raw = simple_site(
         shutdown={"when_any": ["on_battery_for > 10s"]}, power_returns={"online_for": "10s"}
     )
-    raw["platforms"]["nas-ssh"] = {"type": "ssh", "user": "root", "key_file": "/k"}  # type: ignore[index]
-    nas = next(r for r in raw["resources"] if r["id"] == "nas")  # type: ignore[attr-defined]
+    raw["platforms"]["nas-ssh"] = {"type": "ssh", "user": "root", "key_file": "/k"}
+    nas = next(r for r in raw["resources"] if r["id"] == "nas")
     nas.update({"platform": "nas-ssh", "host": "nas.lab", "shutdown": "poweroff"})
     report = run(site_from(tmp_path, raw), "outage: {at: 1m, duration: 3m}\nhorizon: 6h")
     lines = texts(report)

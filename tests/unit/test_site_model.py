@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.sites import simple_site, site_from
+from upsguard.models import ResourceId
 
 
 def test_model_copy_rebuilds_the_resource_index(tmp_path: Path) -> None:
@@ -18,6 +19,6 @@ def test_model_copy_rebuilds_the_resource_index(tmp_path: Path) -> None:
 
 def test_feeds_default_to_each_ups_powering_everything(tmp_path: Path) -> None:
     data = simple_site()
-    data["ups"].append({"name": "ups2", "simulated": {}})  # type: ignore[attr-defined]
+    data["ups"].append({"name": "ups2", "simulated": {}})
     site = site_from(tmp_path, data)
-    assert [f.ups for f in site.feeds_of("db")] == [["ups1"], ["ups2"]]  # type: ignore[arg-type]
+    assert [f.ups for f in site.feeds_of(ResourceId("db"))] == [["ups1"], ["ups2"]]
