@@ -42,3 +42,13 @@ settings.register_profile("dev", deadline=None, suppress_health_check=[HealthChe
 settings.register_profile("quick", settings.get_profile("dev"), max_examples=10)
 settings.register_profile("full", settings.get_profile("dev"), max_examples=200, print_blob=True)
 settings.load_profile("dev")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests of the QEMU guest run one after the other on one xdist worker (``--dist
+    loadgroup``): the guest is one per session, it takes a whole core to emulate, and two
+    tests writing its scratch disks at once would see each other's caches."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if item.get_closest_marker("guest") or "guest_vm" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("guest"))
