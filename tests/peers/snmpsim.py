@@ -6,6 +6,16 @@ every request), which ``SnmpSim.set`` does, or by an SNMP SET on the records mar
 ``:writecache`` (the control objects), which ``SnmpSim.get`` reads back. One SNMPv3 user with
 SHA auth and AES privacy, and a fixed engine id (``ENGINE_ID``), so that a test can send traps
 as the UPS's own engine would.
+
+One snmpsim per session (per xdist worker), reset before each test that asks for it:
+
+* the data files are put back as tests/fixtures/snmp has them (with a newer mtime, so that
+  snmpsim reads them again);
+* a SET keeps its value in the writecache module's memory, where nothing but a restart clears
+  it. The module is told to keep that cache in a shelve file (``writecache:file:...``), which
+  grows with every SET, also one of the value a record already held or one the record refused:
+  a file that is not empty means the test wrote through SNMP, and snmpsim starts again;
+* so does an snmpsim that a test stopped, or whose data directory it changed.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from tests.peers.ports import free_port
 from upsguard.config.ups import UpsConfig
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "snmp"
+FIXTURE_FILES = {p.name for p in FIXTURES.glob("*.snmprec")}
 V3_USER = "upsguard"
 V3_AUTH_KEY = "auth-key-4-tests"
 V3_PRIV_KEY = "priv-key-4-tests"
@@ -52,6 +63,16 @@ class SnmpSim:
     @property
     def data(self) -> Path:
         return self.root / "data"
+
+    @property
+    def writecache(self) -> Path:
+        """Where the writecache module keeps the values SET through SNMP (a dbm.dumb shelve:
+        ``.dat`` and ``.dir`` files beside this name)."""
+        return self.root / "writecache.db"
+
+    def written(self) -> bool:
+        """Whether any SET reached a writable record since this snmpsim started."""
+        return any(p.stat().st_size > 0 for p in self.root.glob(self.writecache.name + "*"))
 
     def set(self, agent: str, values: dict[str, tuple[int | str, Any]]) -> None:
         """Set ``OID -> (tag, value)`` in one agent's data (adds missing OIDs), atomically; a
@@ -154,12 +175,28 @@ def udp_bound(port: int) -> bool:
     return False
 
 
+def restore_data(data: Path) -> None:
+    """Put every data file back as tests/fixtures/snmp has it, replacing those that differ
+    atomically with a newer mtime (snmpsim reads a file again when its mtime changes)."""
+    for source in sorted(FIXTURES.glob("*.snmprec")):
+        target = data / source.name
+        if target.exists() and target.read_bytes() == source.read_bytes():
+            continue
+        old = target.stat().st_mtime if target.exists() else 0.0
+        tmp = target.with_suffix(".tmp")
+        shutil.copyfile(source, tmp)
+        stamp = max(time.time(), old + 1.0)
+        os.utime(tmp, (stamp, stamp))
+        tmp.replace(target)
+
+
 def start_snmpsim(root: Path) -> SnmpSim:
     responder = _responder()
     data = root / "data"
-    data.mkdir(parents=True)
-    for source in FIXTURES.glob("*.snmprec"):
-        shutil.copy(source, data / source.name)
+    data.mkdir(parents=True, exist_ok=True)
+    restore_data(data)
+    for old in root.glob("writecache.db*"):
+        old.unlink()
     port = free_port(kind=2)  # SOCK_DGRAM
     log = (root / "snmpsim.log").open("ab")
     proc = subprocess.Popen(
@@ -167,6 +204,7 @@ def start_snmpsim(root: Path) -> SnmpSim:
             responder,
             f"--v3-engine-id={ENGINE_ID}",
             f"--data-dir={data}",
+            f"--variation-module-options=writecache:file:{root / 'writecache.db'}",
             f"--cache-dir={root / 'cache'}",
             f"--agent-udpv4-endpoint=127.0.0.1:{port}",
             f"--v3-user={V3_USER}",
@@ -193,9 +231,29 @@ def start_snmpsim(root: Path) -> SnmpSim:
     return sim
 
 
-@pytest.fixture
-def snmpsim(tmp_path: Path) -> Iterator[SnmpSim]:
-    """A fresh snmpsim per test, so that tests can change its values freely."""
-    sim = start_snmpsim(tmp_path / "snmpsim")
-    yield sim
+def reset(sim: SnmpSim) -> SnmpSim:
+    """``sim`` as it started (see the module's docstring): the same process with its data
+    files put back, or a new one where only a restart can undo what a test did."""
+    files = {p.name for p in sim.data.glob("*.snmprec")}
+    if sim.proc.poll() is None and not sim.written() and files == FIXTURE_FILES:
+        restore_data(sim.data)
+        return sim
     sim.stop()
+    for extra in sim.data.iterdir():
+        extra.unlink()
+    return start_snmpsim(sim.root)
+
+
+@pytest.fixture(scope="session")
+def snmpsim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[SnmpSim]]:
+    """The session's snmpsim, in a list so that a reset can put a new one in its place."""
+    running = [start_snmpsim(tmp_path_factory.mktemp("snmpsim"))]
+    yield running
+    running[0].stop()
+
+
+@pytest.fixture
+def snmpsim(snmpsim_server: list[SnmpSim]) -> SnmpSim:
+    """The session's snmpsim, reset: tests may change its files, SET its records or stop it."""
+    snmpsim_server[0] = reset(snmpsim_server[0])
+    return snmpsim_server[0]
