@@ -47,8 +47,19 @@ settings.load_profile("dev")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests of the QEMU guest run one after the other on one xdist worker (``--dist
     loadgroup``): the guest is one per session, it takes a whole core to emulate, and two
-    tests writing its scratch disks at once would see each other's caches."""
+    tests writing its scratch disks at once would see each other's caches.
+
+    They come first, then the ``slow`` ones, then the rest in their usual order: xdist hands
+    out tests in this order, and the longest chains started first end the run soonest. Tests
+    never depend on their order."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if item.get_closest_marker("guest") or "guest_vm" in fixtures:
             item.add_marker(pytest.mark.xdist_group("guest"))
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("xdist_group"):
+            return 0
+        return 1 if item.get_closest_marker("slow") else 2
+
+    items.sort(key=rank)
