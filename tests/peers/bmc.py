@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from tests.peers.ports import free_port
-from tests.peers.process import wait_started
+from tests.peers.process import spawn, wait_started
 
 USER = "admin"
 
@@ -110,7 +110,7 @@ def fake_bmc_factory(tmp_path: Path) -> Iterator[object]:
             argv += ["--power-on-url", power_on_url]
         if ca_file is not None:
             argv += ["--ca-file", str(ca_file)]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err.open("wb"))
+        proc = spawn(argv, err)
         bmc = FakeBmc("127.0.0.1", port, USER, pw, log, proc)
         started.append(bmc)
         # ready once the BMC process has bound its UDP socket and says so in the file

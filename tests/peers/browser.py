@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.peers.process import wait_started
+from tests.peers.process import spawn, wait_started
 
 if TYPE_CHECKING:  # playwright is imported when a test first asks for a browser
     from playwright.sync_api import Page
@@ -102,13 +102,7 @@ def chromium_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromi
     base = tmp_path_factory.mktemp("chromium")
     profile, log = base / "profile", base / "chromium.log"
     argv = [str(CHROMIUM), *ARGS, "--remote-debugging-port=0", f"--user-data-dir={profile}"]
-    proc = subprocess.Popen(
-        [*argv, "about:blank"],
-        stdin=subprocess.DEVNULL,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    proc = spawn([*argv, "about:blank"], log, stdin=subprocess.DEVNULL, start_new_session=True)
     server = ChromiumServer(proc, profile)
     try:
         wait_started(proc, log, server.listening, "chromium", 60, pause=0.1)

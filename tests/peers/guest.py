@@ -41,7 +41,7 @@ from pathlib import Path
 import pytest
 
 from tests.peers.ports import free_port
-from tests.peers.process import wait_started
+from tests.peers.process import spawn, wait_started
 
 REPO = Path(__file__).resolve().parents[2]
 GUEST_IMAGE = REPO / "scripts" / "guest-image"
@@ -348,10 +348,7 @@ class GuestVm:
             return self.guest
         self.guest.close()  # a master connection to a guest that is gone
         console = self.guest.console_log
-        self.proc = subprocess.Popen(
-            self.argv, stdin=subprocess.DEVNULL, stdout=console.open("ab"),
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        self.proc = spawn(self.argv, console, stdin=subprocess.DEVNULL)
         port = self.guest.port
         started = time.monotonic()
         wait_started(self.proc, console, lambda: _greets(port), "QEMU guest", BOOT_WITHIN, 0.5)

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from tests.peers.ports import free_port
+from tests.peers.process import spawn
 from upsguard.config.ups import UpsConfig
 
 NUT_BIN = Path("/lib/nut")
@@ -81,12 +82,10 @@ class NutServer:
     def start_drivers(self, names: list[str]) -> None:
         """Start the drivers all at once, then wait for each one's socket."""
         for name in names:
-            log = (self.root / f"driver-{name}.log").open("ab")
-            self.drivers[name] = subprocess.Popen(
+            self.drivers[name] = spawn(
                 [str(NUT_BIN / "dummy-ups"), "-a", name, "-u", "root", "-F"],
+                self.root / f"driver-{name}.log",
                 env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
                 cwd=self.root,
             )
         for name in names:
@@ -101,12 +100,10 @@ class NutServer:
         (self.root / f"dummy-ups-{name}").unlink(missing_ok=True)
 
     def start_upsd(self) -> None:
-        log = (self.root / "upsd.log").open("ab")
-        self.upsd = subprocess.Popen(
+        self.upsd = spawn(
             [str(NUT_BIN / "upsd"), "-u", "root", "-F"],
+            self.root / "upsd.log",
             env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
             cwd=self.root,
         )
         _wait_for(self._listening, "upsd listening")

@@ -1,4 +1,5 @@
-"""Waiting for a peer process the tests started: ready, or the test fails with its log."""
+"""Starting a peer process with its log, and waiting for it: ready, or the test fails with
+its log."""
 
 from __future__ import annotations
 
@@ -6,8 +7,16 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+
+def spawn(argv: list[str], log: Path, **popen: Any) -> subprocess.Popen[bytes]:
+    """Start ``argv`` with its stdout and stderr appended to ``log`` (other ``Popen`` arguments
+    as given). The child holds the log open; this process closes its own copy at once."""
+    with log.open("ab") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, **popen)
 
 
 def wait_started(

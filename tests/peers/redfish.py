@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.peers.ports import free_port
-from tests.peers.process import wait_started
+from tests.peers.process import spawn, wait_started
 from tests.peers.tls import self_signed
 
 USER = "redfish-admin"
@@ -135,7 +135,7 @@ def redfish_bmc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedfishBmc
     argv = [emulator, "--config", str(config), "--fake"]
     argv += ["--ssl-certificate", str(cert), "--ssl-key", str(key)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+    proc = spawn(argv, log, env=env)
     url = f"https://127.0.0.1:{port}"
     try:
         wait_started(

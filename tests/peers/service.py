@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.peers.process import spawn
 from upsguard.cli.client import ApiClient
 from upsguard.controller.journal import Journal
 from upsguard.errors import TemporaryError
@@ -39,11 +40,9 @@ class ServiceProcess:
     prefix: list[str] = field(default_factory=list)
 
     def spawn(self) -> subprocess.Popen[bytes]:
-        out = self.log.open("ab")
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             [*self.prefix, *CLI, "run", "-c", str(self.site)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
+            self.log,
             env={**os.environ, **self.env},
             start_new_session=True,
         )

@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 from tests.peers.ports import free_port
+from tests.peers.process import spawn
 from upsguard.config.ups import UpsConfig
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "snmp"
@@ -198,8 +199,7 @@ def start_snmpsim(root: Path) -> SnmpSim:
     for old in root.glob("writecache.db*"):
         old.unlink()
     port = free_port(kind=2)  # SOCK_DGRAM
-    log = (root / "snmpsim.log").open("ab")
-    proc = subprocess.Popen(
+    proc = spawn(
         [
             responder,
             f"--v3-engine-id={ENGINE_ID}",
@@ -215,9 +215,8 @@ def start_snmpsim(root: Path) -> SnmpSim:
             "--logging-method=stderr",
             "--log-level=error",
         ],
+        root / "snmpsim.log",
         env={**os.environ, "SNMPSIM_ALLOW_ROOT": "true"},
-        stdout=log,
-        stderr=subprocess.STDOUT,
     )
     sim = SnmpSim(root=root, port=port, proc=proc)
     deadline = time.monotonic() + 20

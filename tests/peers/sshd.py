@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.peers.ports import free_port
-from tests.peers.process import wait_started
+from tests.peers.process import spawn, wait_started
 from upsguard.plugins.remote import SshEndpoint
 
 SSHD = Path("/usr/sbin/sshd")
@@ -116,11 +116,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
         )
     )
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation directory
-    proc = subprocess.Popen(
-        [str(SSHD), "-D", "-e", "-f", str(config)],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    proc = spawn([str(SSHD), "-D", "-e", "-f", str(config)], log)
     try:
         wait_started(proc, log, lambda: _greets(port), f"sshd on 127.0.0.1:{port}", 10)
         entry = f"[127.0.0.1]:{port}"
