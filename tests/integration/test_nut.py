@@ -192,17 +192,6 @@ def test_right_password_from_environment_reads(
     assert asyncio.run(scenario()).on_line
 
 
-def _established(port: int) -> int:
-    """Established TCP connections to ``port`` on loopback, from /proc/net/tcp."""
-    count = 0
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        remote_port = int(fields[2].split(":")[1], 16)
-        if remote_port == port and fields[3] == "01":
-            count += 1
-    return count
-
-
 def test_each_source_keeps_one_connection_until_closed(nut_pair: NutServer) -> None:
     """Like upsmon's one connection per MONITOR line: reads reuse it, close() ends it."""
 
@@ -212,10 +201,10 @@ def test_each_source_keeps_one_connection_until_closed(nut_pair: NutServer) -> N
         readings: list[UpsReading] = []
         for _ in range(3):
             readings += await asyncio.gather(*(s.read() for s in sources))
-        while_reading = _established(nut_pair.port)
+        while_reading = nut_pair.connections()
         for source in sources:
             await source.close()
-        return readings, while_reading, _established(nut_pair.port)
+        return readings, while_reading, nut_pair.connections()
 
     readings, while_reading, after_close = asyncio.run(scenario())
     assert [r.ups for r in readings[:2]] == ["ups1", "ups2"]

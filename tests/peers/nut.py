@@ -5,6 +5,17 @@ runs as root with ``-u root`` and listens on a free port. Facts relied on (TEST-
 a ``.seq`` file loops forever, a ``.dev`` file plays once and is re-read when its mtime
 changes (in whole seconds); a change shows through upsd within one ``pollinterval``;
 a killed driver gives ``ERR DRIVER-NOT-CONNECTED`` at once.
+
+A server takes about 3 s to start (a second for the drivers' sockets, two more until upsd
+serves their data) and almost no CPU. The session keeps the servers its tests started in a
+pool (``NutPool``) and hands one to the next test that asks for the same UPS names, file kind,
+``MAXAGE`` and TLS, reset to that test's data files, which takes about a second. The reset
+is checked, not assumed: upsd must serve exactly the new files' variables (beside the ones
+the driver adds itself), with no FSD and no client still connected, or the server is stopped
+and a new one started. Where nothing can be checked or put back, a test always gets a new
+server: ``.seq`` files and scripts with ``TIMER`` lines (a driver sleeping in a TIMER ignores
+a changed file), and a server a test killed or stopped a process of, or set FSD on (upsd
+keeps FSD until it restarts).
 """
 
 from __future__ import annotations
@@ -52,6 +63,8 @@ class NutServer:
     drivers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     upsd: subprocess.Popen[bytes] | None = None
     ca_file: Path | None = None
+    #: per UPS, the variables its driver serves beside those of its data file
+    own: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @property
     def env(self) -> dict[str, str]:
@@ -130,6 +143,62 @@ class NutServer:
             return line.split('"')[1]
         return line
 
+    def variables(self, name: str) -> dict[str, str]:
+        """``LIST VAR NAME``: every variable upsd serves for the UPS (none on an error)."""
+        found: dict[str, str] = {}
+        with socket.create_connection(("127.0.0.1", self.port), 2) as sock:
+            sock.sendall(f"LIST VAR {name}\n".encode())
+            for raw in sock.makefile("rb"):
+                line = raw.decode().strip()
+                if line.startswith("VAR "):
+                    _, _, var, quoted = line.split(" ", 3)
+                    found[var] = quoted[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+                elif not line.startswith("BEGIN "):
+                    return found  # END LIST VAR, or ERR ...
+        return found
+
+    def connections(self) -> int:
+        """TCP connections established to upsd now (from /proc/net/tcp)."""
+        count = 0
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[2].split(":")[1], 16) == self.port and fields[3] == "01":
+                count += 1
+        return count
+
+    def serves(self, name: str, text: str) -> bool:
+        """Whether upsd serves what the data file ``text`` sets, and nothing left over."""
+        want, now = data_of(text), self.variables(name)
+        if want is None or "FSD" in now.get("ups.status", "").split():
+            return False
+        extra = set(now) - set(want)
+        return extra == self.own.get(name, extra) and all(now.get(k) == v for k, v in want.items())
+
+    def alive(self) -> bool:
+        """Whether upsd and every driver run (not killed, not stopped with SIGSTOP)."""
+        procs = [self.upsd, *self.drivers.values()]
+        return len(self.drivers) == len(self.files) and all(
+            proc is not None and proc.poll() is None and _process_state(proc.pid) != "T"
+            for proc in procs
+        )
+
+    def put_back(self, upses: dict[str, str], within: float = 5.0) -> bool:
+        """Play ``upses`` as a new server would: True once upsd serves exactly their
+        variables and no client is connected, False if that is not so within ``within`` s."""
+        if not self.alive() or set(upses) != set(self.files):
+            return False
+        if any(data_of(text) is None for text in upses.values()):
+            return False
+        for name, text in upses.items():
+            if self.files[name].read_text() != text or not self.serves(name, text):
+                self.write(name, text)
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if self.connections() == 0 and all(self.serves(n, t) for n, t in upses.items()):
+                return True
+            time.sleep(0.1)
+        return False
+
     def wait_ready(self, *names: str, timeout: float = 20.0) -> None:
         for name in names or tuple(self.files):
             _wait_for(
@@ -167,6 +236,28 @@ class NutServer:
                 proc.wait(5)
         self.drivers.clear()
         self.upsd = None
+
+
+def data_of(text: str) -> dict[str, str] | None:
+    """The variables a dummy-ups data file sets, or None for a script (it has TIMER lines)."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("TIMER"):
+            return None
+        var, _, value = line.partition(":")
+        found[var.strip()] = value.strip()
+    return found
+
+
+def _process_state(pid: int) -> str:
+    """The state letter of ``/proc/PID/stat`` (``T``: stopped), or ``X`` when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"
 
 
 def _wait_for(check: Any, what: str, timeout: float = 20.0) -> None:
@@ -299,30 +390,78 @@ ups.delay.start: 30
 """
 
 
+class NutPool:
+    """The session's NUT servers (per xdist worker), each used by one test at a time; see the
+    module's docstring for when a server is reset and when a new one starts instead."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.idle: dict[tuple[str, int, bool, tuple[str, ...]], list[NutServer]] = {}
+        self.keys: dict[int, tuple[str, int, bool, tuple[str, ...]]] = {}
+        self.started = 0
+
+    def take(self, upses: dict[str, str], ext: str, maxage: int, tls: bool) -> NutServer:
+        key = (ext, maxage, tls, tuple(sorted(upses)))
+        idle = self.idle.get(key, []) if ext == "dev" else []
+        while idle:
+            server = idle.pop()
+            if server.put_back(upses):
+                return server
+            self._forget(server)
+        self.started += 1
+        server = start_nut(self.base / f"nut{self.started}", upses, ext, maxage, tls=tls)
+        for name, text in upses.items():
+            want = data_of(text)
+            if want is not None:
+                server.own[name] = frozenset(set(server.variables(name)) - set(want))
+        self.keys[id(server)] = key
+        return server
+
+    def give_back(self, server: NutServer) -> None:
+        if server.alive():
+            self.idle.setdefault(self.keys[id(server)], []).append(server)
+        else:
+            self._forget(server)
+
+    def _forget(self, server: NutServer) -> None:
+        server.stop()
+        del self.keys[id(server)]
+
+    def close(self) -> None:
+        for servers in self.idle.values():
+            for server in servers:
+                server.stop()
+
+
+@pytest.fixture(scope="session")
+def nut_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NutPool]:
+    pool = NutPool(tmp_path_factory.mktemp("nut"))
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-def nut_factory(tmp_path: Path) -> Iterator[Any]:
-    """Start NUT servers for one test: ``nut_factory({"ups1": text, ...}, ext="dev")``."""
-    servers: list[NutServer] = []
+def nut_factory(nut_pool: NutPool) -> Iterator[Any]:
+    """NUT servers for one test: ``nut_factory({"ups1": text, ...}, ext="dev")``, reset from
+    the session's pool or started anew (module docstring); given back after the test."""
+    taken: list[NutServer] = []
 
     def start(
         upses: dict[str, str], ext: str = "seq", maxage: int = 5, tls: bool = False
     ) -> NutServer:
-        server = start_nut(tmp_path / f"nut{len(servers)}", upses, ext, maxage, tls=tls)
-        servers.append(server)
+        server = nut_pool.take(upses, ext, maxage, tls)
+        taken.append(server)
         return server
 
     yield start
-    for server in servers:
-        server.stop()
+    for server in taken:
+        nut_pool.give_back(server)
 
 
-@pytest.fixture(scope="module")
-def nut_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NutServer]:
-    """Two on-line UPSes on one upsd, shared by a module's read-only tests."""
-    server = start_nut(
-        tmp_path_factory.mktemp("nut-pair"),
-        {"ups1": ON_LINE, "ups2": ON_LINE.replace("35", "60")},
-        ext="dev",
+@pytest.fixture
+def nut_pair(nut_factory: Any) -> NutServer:
+    """Two on-line UPSes on one upsd (loads 35 % and 60 %), from the session's pool."""
+    server: NutServer = nut_factory(
+        {"ups1": ON_LINE, "ups2": ON_LINE.replace("35", "60")}, ext="dev"
     )
-    yield server
-    server.stop()
+    return server
