@@ -235,7 +235,7 @@ class Cli:
 
     def kill(self) -> None:
         self.proc.kill()
-        self.proc.wait(timeout=30)
+        self.proc.communicate(timeout=30)  # reads to the end and closes both pipes
 
 
 @pytest.mark.parametrize("kind", [Bcache, Writecache], ids=lambda k: k.id)

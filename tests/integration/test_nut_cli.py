@@ -118,18 +118,17 @@ def test_watch_redraws_when_the_ups_goes_on_battery(nut_factory: Any, tmp_path: 
     entry = "import sys; from upsguard.cli import main; sys.exit(main())"
     cmd = [sys.executable, "-c", entry, "ups", "status", "-c", str(site)]
     cmd += ["--watch", "--interval", "0.3s", "--format", "json", "--polls", "100"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    try:
-        first = json.loads(proc.stdout.readline())
-        server.write("ups1", ON_LINE.replace("OL", "OB DISCHRG").replace("100", "97"))
-        deadline = time.monotonic() + 20
-        doc = first
-        while doc["ups"][0]["flags"] != ["OB", "DISCHRG"] and time.monotonic() < deadline:
-            doc = json.loads(proc.stdout.readline())
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        try:
+            first = json.loads(proc.stdout.readline())
+            server.write("ups1", ON_LINE.replace("OL", "OB DISCHRG").replace("100", "97"))
+            deadline = time.monotonic() + 20
+            doc = first
+            while doc["ups"][0]["flags"] != ["OB", "DISCHRG"] and time.monotonic() < deadline:
+                doc = json.loads(proc.stdout.readline())
+        finally:
+            proc.terminate()
     assert first["ups"][0]["flags"] == ["OL"]
     assert doc["ups"][0]["flags"] == ["OB", "DISCHRG"] and doc["ups"][0]["charge_pct"] == 97.0
     assert doc["feeds"][0]["state"] == "degraded"

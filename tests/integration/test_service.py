@@ -148,20 +148,19 @@ def _running(service: ServiceProcess) -> list[str]:
 
 def test_events_follow_prints_new_events_as_they_happen(service: ServiceProcess) -> None:
     service.start()
-    follower = subprocess.Popen(
+    with subprocess.Popen(
         [*CLI, "events", "-f", "-n", "0", "-c", str(service.site)],
         stdout=subprocess.PIPE,
         text=True,
-    )
-    try:
-        time.sleep(1.0)
-        service.cli("hold", "--reason", "watching")
-        assert follower.stdout is not None
-        line = follower.stdout.readline()
-        assert "override: hold by root: watching" in line
-    finally:
-        follower.kill()
-        follower.wait()
+    ) as follower:
+        try:
+            time.sleep(1.0)
+            service.cli("hold", "--reason", "watching")
+            assert follower.stdout is not None
+            line = follower.stdout.readline()
+            assert "override: hold by root: watching" in line
+        finally:
+            follower.kill()
 
 
 def test_without_a_service_the_cli_acts_directly_after_confirmation(
