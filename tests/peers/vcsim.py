@@ -158,6 +158,8 @@ class Vcsim:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.process.stdout is not None:  # read up to GOVC_URL, then left
+            self.process.stdout.close()
 
 
 def start_vcsim(tls: Tls, *args: str, esx: bool = False, port: int | None = None) -> Vcsim:
@@ -186,6 +188,8 @@ def start_vcsim(tls: Tls, *args: str, esx: bool = False, port: int | None = None
     line = proc.stdout.readline()
     if "GOVC_URL" not in line:
         proc.kill()
+        proc.wait()
+        proc.stdout.close()
         pytest.fail(f"{BINARY} did not start ({' '.join(cmd[1:])}): {line!r}")
     return Vcsim(port=port, tls=tls, process=proc, esx=esx)
 
