@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.runs import executor_for, outcomes_by_step
 from tests.sites import simple_site, site_from
-from upsguard.clock import Clock, LoopClock, run_virtual
+from upsguard.clock import LoopClock, run_virtual
 from upsguard.config.platforms import SimulatedPlatformSettings
 from upsguard.config.site import SiteConfig
 from upsguard.engine.executor import RunResult
@@ -36,16 +37,8 @@ from upsguard.runbooks.planner import Planner
 class FlakyPlatform(SimulatedPlatform):
     """Refuses the first ``failures`` stop requests with a temporary error; counts concurrency."""
 
-    def __init__(
-        self,
-        name: PlatformName,
-        settings: SimulatedPlatformSettings,
-        clock: Clock,
-        fleet: Fleet | None = None,
-        *,
-        failures: int = 0,
-    ) -> None:
-        super().__init__(name, settings, clock, fleet)
+    def __init__(self, *args: Any, failures: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # SimulatedPlatform's own arguments
         self.failures = failures
         self.stops: list[str] = []
         self.busy = 0
@@ -251,16 +244,8 @@ def test_platform_slots_go_first_come_first_served_and_a_cancelled_waiter_passes
 class HangingPlatform(SimulatedPlatform):
     """Never answers the first ``hangs`` state reads of the VM ``db``: a request that hangs."""
 
-    def __init__(
-        self,
-        name: PlatformName,
-        settings: SimulatedPlatformSettings,
-        clock: Clock,
-        fleet: Fleet | None = None,
-        *,
-        hangs: int,
-    ) -> None:
-        super().__init__(name, settings, clock, fleet)
+    def __init__(self, *args: Any, hangs: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # SimulatedPlatform's own arguments
         self.hangs = hangs
         self.reads = 0
 
@@ -311,16 +296,8 @@ class TaskedPlatform(SimulatedPlatform):
     """Lists its requests as tasks, as vSphere and Proxmox do: a stop is under way until its
     target is off. ``unreadable`` makes the list fail to read."""
 
-    def __init__(
-        self,
-        name: PlatformName,
-        settings: SimulatedPlatformSettings,
-        clock: Clock,
-        fleet: Fleet | None = None,
-        *,
-        unreadable: bool = False,
-    ) -> None:
-        super().__init__(name, settings, clock, fleet)
+    def __init__(self, *args: Any, unreadable: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # SimulatedPlatform's own arguments
         self.unreadable = unreadable
         self.stops: list[str] = []
         self.looked: list[str] = []
