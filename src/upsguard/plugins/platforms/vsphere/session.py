@@ -105,9 +105,10 @@ class Session:
 
     async def close(self) -> None:
         """Stop the watch and log out. Never raises."""
-        if self._watcher is not None:
-            self._watcher.stop()
-            self._watcher = None
-            self._fresh = None
         loop = asyncio.get_running_loop()
+        if self._watcher is not None:
+            watcher, self._watcher = self._watcher, None
+            self._fresh = None
+            watcher.stop()
+            await loop.run_in_executor(self._pool, watcher.join)
         await loop.run_in_executor(self._pool, self.conn.close)

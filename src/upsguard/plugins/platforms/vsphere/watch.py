@@ -115,6 +115,12 @@ class Watcher:
         self._stop.set()
         self._kick.set()
 
+    def join(self, timeout: float = 30.0) -> None:
+        """Wait for the stopped thread (one long-poll at most) so that the connections it holds
+        are back in the pool before the session drops them; blocks: call it off the loop."""
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
     async def wait(self, ref: str, predicate: Predicate, timeout: float) -> bool:
         """True once ``predicate(state[ref])`` holds; False when ``timeout`` seconds pass first."""
         if predicate(self.state.get(ref, {})):
