@@ -211,6 +211,7 @@ def webhook() -> Iterator[Webhook]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield Webhook(f"http://127.0.0.1:{server.server_port}/hook", received)
     server.shutdown()
+    server.server_close()
 
 
 def test_metrics_and_notifications(tmp_path: Path, webhook: Webhook) -> None:
