@@ -1,15 +1,16 @@
 """A parsed YAML file and where each value in it came from.
 
 Every error upsguard reports about a site file names the field path and the
-``file:line`` it came from. One parse (``upsguard.config.parsing``) gives the data and
-the node tree; the tree is searched for a path's line only when a problem is reported,
-and is let go with the ``SourceText`` once the file is checked. What a later check
-needs (the simulator's, on UPS entries) is kept in a small ``Origin``.
+``file:line`` it came from. The parse (``upsguard.config.parsing``) gives the data; the
+node tree, which holds the lines, is composed from the text only when a problem is
+reported, and is let go with the ``SourceText`` once the file is checked. A problem found
+later (the simulator's, on UPS entries) is placed by an ``Origin``, which keeps the text.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any
 
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from upsguard.config.parsing import NodeProblem, parse
+from upsguard.config.parsing import NodeProblem, parse, tree
 from upsguard.config.reading import read_text
 from upsguard.config.types import shorten
 from upsguard.errors import ConfigError
@@ -28,14 +29,19 @@ PathKey = tuple[str | int, ...]
 
 @dataclass
 class SourceText:
-    """A parsed YAML document and its node tree, from which lines are read on demand."""
+    """A parsed YAML document and its text, from which lines are read on demand."""
 
     file: str
     data: Any
-    root: Node | None = None
+    text: str = field(default="", repr=False)
     _keys: dict[int, dict[str, tuple[int, Node]]] = field(
         default_factory=dict, init=False, repr=False
     )
+
+    @functools.cached_property
+    def root(self) -> Node | None:
+        """The node tree, composed on the first problem to place."""
+        return tree(self.text)
 
     def where(self, loc: Sequence[Any]) -> str:
         """``site.yaml:41`` for the deepest prefix of ``loc`` that is in the file."""
@@ -79,25 +85,22 @@ class SourceText:
             return int(item.start_mark.line) + 1, item
         return None
 
-    def origin(self, paths: Iterable[PathKey]) -> Origin:
-        """The lines of ``paths``, kept for checks made after the tree is let go."""
-        return Origin(self.file, {tuple(p): self._line(p) for p in paths})
+    def origin(self) -> Origin:
+        """What places problems found after loading, once the tree is let go."""
+        return Origin(self.file, self.text)
 
 
 @dataclass(frozen=True)
 class Origin:
-    """The file and the lines of a few paths in it, for problems found after loading."""
+    """The file and its text, for problems found after loading (the simulator's checks).
+    The text is parsed again only when one is reported."""
 
     file: str
-    lines: dict[PathKey, int] = field(default_factory=dict)
+    text: str = field(default="", repr=False)
 
     def problem(self, loc: Sequence[str | int], message: str) -> str:
-        line = 1
-        for size in range(len(loc), 0, -1):
-            if tuple(loc[:size]) in self.lines:
-                line = self.lines[tuple(loc[:size])]
-                break
-        return f"{format_path(loc)}: {message} ({self.file}:{line})"
+        where = SourceText(self.file, None, self.text).where(loc)
+        return f"{format_path(loc)}: {message} ({where})"
 
 
 def _key_index(node: MappingNode) -> dict[str, tuple[int, Node]]:
@@ -159,14 +162,13 @@ def load_yaml(path: Path) -> SourceText:
 
 def parse_yaml(text: str, name: str) -> SourceText:
     try:
-        root, data = parse(text, name)
+        data = parse(text, name)
     except NodeProblem as problem:
-        raise ConfigError(_node_problem(name, problem)) from None
-    return SourceText(file=name, data=data, root=root)
+        raise ConfigError(_node_problem(name, problem, tree(text))) from None
+    return SourceText(file=name, data=data, text=text)
 
 
-def _node_problem(name: str, problem: NodeProblem) -> str:
-    root = problem.root
+def _node_problem(name: str, problem: NodeProblem, root: Node | None) -> str:
     path = _path_to(root, problem.line, problem.column) if root is not None else ()
     message = problem.message
     if is_secret(path):
