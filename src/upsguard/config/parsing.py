@@ -49,13 +49,12 @@ from ruamel.yaml.constructor import DuplicateKeyError, SafeConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import (
     AliasEvent,
-    CollectionStartEvent,
-    DocumentEndEvent,
     DocumentStartEvent,
+    MappingEndEvent,
     MappingStartEvent,
     ScalarEvent,
-    StreamEndEvent,
-    StreamStartEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
 )
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
@@ -310,6 +309,22 @@ class _Collection:
         self.data = data
         self.key: Any = _NO_KEY
 
+    def add(self, value: Any) -> None:
+        data = self.data
+        if isinstance(data, list):
+            data.append(value)
+        elif self.key is _NO_KEY:
+            if value in data:
+                raise _NotPlain  # a key given twice
+            self.key = value
+        else:
+            data[self.key] = value
+            self.key = _NO_KEY
+
+    @property
+    def wants_key(self) -> bool:
+        return self.key is _NO_KEY and isinstance(self.data, dict)
+
 
 _NO_KEY = object()
 
@@ -323,22 +338,12 @@ def _plain_data(text: str) -> Any:
     resolver, constructor = yaml.resolver, yaml.constructor
     open_: list[_Collection] = []
     document: list[Any] = []
-    nodes = 0
+    values = 0
     for event in yaml.parse(text):
-        if isinstance(event, StreamStartEvent | StreamEndEvent | DocumentEndEvent):
-            continue
-        if isinstance(event, DocumentStartEvent):
-            if document:
-                raise _NotPlain  # a second document
-            continue
-        if isinstance(event, AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise _NotPlain
-        if getattr(event, "tag", None) is not None:
-            raise _NotPlain
-        nodes += 1
-        if nodes > MAX_NODES:
-            raise _NotPlain
-        if isinstance(event, ScalarEvent):
+        kind = type(event)
+        if kind is ScalarEvent:
+            if event.anchor is not None or event.tag is not None:
+                raise _NotPlain
             tag = resolver.resolve(ScalarNode, event.value, event.implicit)
             if tag is _STR:
                 value: Any = event.value
@@ -347,32 +352,27 @@ def _plain_data(text: str) -> Any:
             else:  # a number, a boolean, null
                 node = ScalarNode(tag, event.value, event.start_mark, event.end_mark)
                 value = constructor.construct_object(node)
-        elif isinstance(event, CollectionStartEvent):
-            if len(open_) >= MAX_NESTING:
+        elif kind is MappingStartEvent or kind is SequenceStartEvent:
+            if event.anchor is not None or event.tag is not None or len(open_) >= MAX_NESTING:
                 raise _NotPlain
-            if open_ and open_[-1].key is _NO_KEY and isinstance(open_[-1].data, dict):
+            if open_ and open_[-1].wants_key:
                 raise _NotPlain  # a list or mapping as a key
-            open_.append(_Collection({} if isinstance(event, MappingStartEvent) else []))
+            open_.append(_Collection({} if kind is MappingStartEvent else []))
             continue
-        else:  # the end of a mapping or list
+        elif kind is MappingEndEvent or kind is SequenceEndEvent:
             value = open_.pop().data
-        if not open_:
-            document.append(value)
+        elif kind is AliasEvent or (kind is DocumentStartEvent and document):
+            raise _NotPlain  # an alias, a second document
+        else:  # the start and end of the stream and of the document
             continue
-        _add(open_[-1], value)
+        values += 1
+        if values > MAX_NODES:
+            raise _NotPlain
+        if open_:
+            open_[-1].add(value)
+        else:
+            document.append(value)
     return document[0] if document else None
-
-
-def _add(into: _Collection, value: Any) -> None:
-    if isinstance(into.data, list):
-        into.data.append(value)
-    elif into.key is _NO_KEY:
-        if value in into.data:
-            raise _NotPlain  # a key given twice
-        into.key = value
-    else:
-        into.data[into.key] = value
-        into.key = _NO_KEY
 
 
 def _at_mark(mark: Any, message: str) -> NodeProblem:

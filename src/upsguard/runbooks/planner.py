@@ -118,7 +118,6 @@ class Planner:
             notes=tuple(_notes(site, left_to_ups, direction)),
         )
 
-
     def _selected(self, direction: Direction) -> set[NodeId]:
         """The nodes of the site's plan in ``direction``."""
         site = self.site
