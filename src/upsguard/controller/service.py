@@ -34,6 +34,7 @@ from upsguard.controller.overrides import Overrides
 from upsguard.controller.resume import reap_and_resume
 from upsguard.controller.socket_group import group_id
 from upsguard.controller.status import ServiceInfo, service_status
+from upsguard.controller.stream import EventStream
 from upsguard.engine.destage import DestageWatch
 from upsguard.engine.inventory import read_inventory
 from upsguard.engine.outage_controller import OutageController
@@ -63,16 +64,17 @@ class Service:
         self.bus = EventBus()
         self.lock = JournalLock(site.journal)
         self.lock.acquire()
+        self.stream = EventStream()
         self.journal = Journal(
             site.journal,
             site.service.readings_every,
             repair=True,
             on_problem=self._journal_problem,
             group_id=_socket_group_id(site.service.socket_group),
+            on_line=self.stream.added,
         )
         self.bus.subscribe(self.journal.record)
         self.bus.subscribe(_log_event)
-        self.bus.subscribe(self._wake)
         self.metrics = Metrics()
         self.bus.subscribe(self.metrics.observe)
         self.notifier = Notifier(site.service.notify, site.site)
@@ -83,7 +85,6 @@ class Service:
         self._opened: set[PlatformName] = set()
         self.started = datetime.now(UTC)
         self.resumed: str | None = None
-        self.changed = asyncio.Event()
         self.ticks = 0
         self.last_tick_error: str | None = None
         self._poll_lock = asyncio.Lock()
@@ -96,10 +97,6 @@ class Service:
             self.bus(Notice(self.clock.now(), f"journal {self.journal.path} is written again"))
         else:
             self.bus(Notice(self.clock.now(), problem, level="error"))
-
-    def _wake(self, event: Event) -> None:
-        self.changed.set()
-        self.changed = asyncio.Event()
 
     @property
     def controller(self) -> OutageController:
