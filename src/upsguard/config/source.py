@@ -104,13 +104,26 @@ class Origin:
 
 
 def _key_index(node: MappingNode) -> dict[str, tuple[int, Node]]:
-    """Each key's line and value node; the last of equal keys wins, as merged keys (``<<``)
-    come before the mapping's own."""
-    return {
-        str(key.value): (int(key.start_mark.line) + 1, value)
-        for key, value in node.value
-        if isinstance(key, ScalarNode)
-    }
+    """Each key's line and value node, the keys a merge (``<<``) brings in included, at the
+    line where they are written: that is where a problem with one is fixed. They win as
+    they do in the data (``parsing._Builder``): the mapping's own keys over merged ones, and
+    of the merged mappings the earlier."""
+    merged: dict[str, tuple[int, Node]] = {}
+    own: dict[str, tuple[int, Node]] = {}
+    for key, value in node.value:
+        if not isinstance(key, ScalarNode):
+            continue
+        if key.tag == _MERGE:
+            sources = value.value if isinstance(value, SequenceNode) else [value]
+            for source in reversed(sources):
+                if isinstance(source, MappingNode):
+                    merged.update(_key_index(source))
+        else:
+            own[str(key.value)] = (int(key.start_mark.line) + 1, value)
+    return {**merged, **own}
+
+
+_MERGE = "tag:yaml.org,2002:merge"
 
 
 def _path_to(root: Node, line: int, column: int) -> PathKey:
