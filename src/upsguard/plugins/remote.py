@@ -14,6 +14,10 @@ destage watch polls every few seconds); ``run()`` is the one-shot form.
 A non-zero exit status is a result, not an error: the caller decides. A local command
 gets ``secrecy.child_env``: the basics and the variables its settings pass on, never the
 secrets in the service's own environment.
+
+asyncssh is imported by the functions that speak SSH, on first use: with the cryptography
+it loads it takes some 16 MiB, which a service of local commands and simulated plugins
+never needs (``bench/idle_rss.py``).
 """
 
 from __future__ import annotations
@@ -27,9 +31,7 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any, Protocol
-
-import asyncssh
+from typing import TYPE_CHECKING, Any, Protocol
 
 from upsguard.errors import (
     AuthenticationError,
@@ -38,6 +40,9 @@ from upsguard.errors import (
     TemporaryError,
 )
 from upsguard.secrecy import child_env
+
+if TYPE_CHECKING:
+    import asyncssh
 
 __all__ = [
     "Background",
@@ -205,6 +210,8 @@ class Runner:
             job._kill = functools.partial(_signal_group, proc, signal.SIGTERM)
             job._task = asyncio.create_task(_collect_local(job, proc))
         else:
+            import asyncssh
+
             conn = await self._connection()
             sproc = await conn.create_process(shlex.join(argv), stdin=asyncssh.DEVNULL)
             job._kill = sproc.terminate
@@ -315,6 +322,8 @@ class Runner:
                 await conn.wait_closed()
 
     async def _run_ssh(self, argv: Sequence[str], input: str | None) -> CommandResult:
+        import asyncssh
+
         conn = await self._connection()
         try:
             done = await conn.run(shlex.join(argv), input=input, check=False)
@@ -356,6 +365,8 @@ async def run(
 
 async def connect(ssh: SshTarget, *, timeout: float) -> asyncssh.SSHClientConnection:
     """Open an SSH connection whose host key ``known_hosts`` vouches for, or raise clearly."""
+    import asyncssh
+
     known = str(ssh.known_hosts) if ssh.known_hosts is not None else ()
     keys = [str(ssh.key_file)] if ssh.key_file is not None else ()
     where = _where(ssh)
@@ -395,6 +406,8 @@ async def connect(ssh: SshTarget, *, timeout: float) -> asyncssh.SSHClientConnec
 
 def _host_key_message(ssh: SshTarget) -> str:
     """Say whether the key changed or the host is simply not listed: two different fixes."""
+    import asyncssh
+
     path = ssh.known_hosts or Path("~/.ssh/known_hosts").expanduser()
     where = _where(ssh)
     listed = False
@@ -490,6 +503,8 @@ async def _collect_local(job: Background, proc: asyncio.subprocess.Process) -> N
 
 
 async def _collect_ssh(job: Background, proc: asyncssh.SSHClientProcess[Any]) -> None:
+    import asyncssh
+
     async def pump(stream: Any, attr: str) -> None:
         while line := await stream.readline():
             setattr(job, attr, getattr(job, attr) + _text(line))
