@@ -47,8 +47,15 @@ def check_site(source: SourceText, plugins: PluginNames | None = None) -> SiteCo
         found += plugin_problems(site, plugins)
     if found:
         raise ConfigError([source.problem(loc, msg) for loc, msg in found])
-    site.keep_origin(source.origin())
+    kept = [p for i in range(len(site.ups)) for p in _ups_paths(i)]
+    kept += [("resources", i) for i in range(len(site.resources))]
+    kept += [("caches", i) for i in range(len(site.caches))]
+    site.keep_origin(source.origin(kept))
     return site
+
+
+def _ups_paths(index: int) -> list[tuple[str | int, ...]]:
+    return [("ups", index), ("ups", index, "runtime_at")]
 
 
 def validate(model: type[M], source: SourceText) -> M:

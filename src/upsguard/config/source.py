@@ -85,22 +85,34 @@ class SourceText:
             return int(item.start_mark.line) + 1, item
         return None
 
-    def origin(self) -> Origin:
-        """What places problems found after loading, once the tree is let go."""
-        return Origin(self.file, self.text)
+    def origin(self, paths: Iterable[PathKey]) -> Origin:
+        """What places problems with ``paths`` found after the tree is let go."""
+        return Origin(self.file, self.text, tuple(tuple(p) for p in paths))
 
 
 @dataclass(frozen=True)
 class Origin:
-    """The file and its text, for problems found after loading (the simulator's checks).
-    The text is parsed again only when one is reported."""
+    """The file, its text and a few paths in it, for problems found after loading (the
+    simulator's checks, the service's warnings)."""
 
     file: str
     text: str = field(default="", repr=False)
+    paths: tuple[PathKey, ...] = field(default=(), repr=False)
+
+    @functools.cached_property
+    def lines(self) -> dict[PathKey, int]:
+        """The line of each path, from a tree composed once, on the first problem, and let
+        go at once: most sites never have one, and a big site's tree is big."""
+        source = SourceText(self.file, None, self.text)
+        return {path: source._line(path) for path in self.paths}
 
     def problem(self, loc: Sequence[str | int], message: str) -> str:
-        where = SourceText(self.file, None, self.text).where(loc)
-        return f"{format_path(loc)}: {message} ({where})"
+        line = 1
+        for size in range(len(loc), 0, -1):
+            if tuple(loc[:size]) in self.lines:
+                line = self.lines[tuple(loc[:size])]
+                break
+        return f"{format_path(loc)}: {message} ({self.file}:{line})"
 
 
 def _key_index(node: MappingNode) -> dict[str, tuple[int, Node]]:
