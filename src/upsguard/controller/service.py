@@ -18,7 +18,6 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -44,6 +43,7 @@ from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.registry import build_cache_providers, build_platforms, build_ups_sources
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.runbooks.planner import Planner
+from upsguard.status import SiteStatus
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class Service:
             raise RuntimeError("Service.open() first")
         return self._overrides
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> SiteStatus:
         """What ``upsguard status`` shows of the running service."""
         info = ServiceInfo(
             pid=os.getpid(),
@@ -123,7 +123,9 @@ class Service:
             poll_interval_s=self.site.policies.poll_interval.total_seconds(),
         )
         alerts = [problem for problem in (self.journal.problem,) if problem]
-        return service_status(self.site, self.controller, self.journal, info, alerts)
+        return service_status(
+            self.site, self.controller, self.journal, info, alerts, self.clock.now()
+        )
 
     async def open(self, resume: bool = True) -> None:
         """Build the plugins and the outage controller, then finish what a crash left."""
