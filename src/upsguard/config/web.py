@@ -2,7 +2,7 @@
 
 Off unless the section is there. Loopback by default; any other address needs TLS, since
 the page carries passwords and session cookies and its controls stop a datacenter. Users
-are named here with a role and an argon2 (or bcrypt) hash made by ``upsguard
+are named here with a role and an argon2 hash made by ``upsguard
 web-password``: the password itself is never in the file.
 """
 
@@ -18,7 +18,7 @@ from upsguard.config.base import Model
 from upsguard.config.types import Duration, LocalPath
 
 Role = Literal["viewer", "operator"]
-HASH_PATTERN = r"^\$(argon2id|argon2i|argon2d|2a|2b|2y)\$\S+$"
+HASH_PATTERN = r"^\$argon2(id|i|d)\$\S+$"
 
 
 class WebUser(Model):
@@ -29,7 +29,7 @@ class WebUser(Model):
     password_hash: str | None = Field(
         None,
         pattern=HASH_PATTERN,
-        description="an argon2 (or bcrypt) hash from 'upsguard web-password'; none: this user "
+        description="an argon2 hash from 'upsguard web-password'; none: this user "
         "logs in only through the reverse proxy's header",
     )
 
