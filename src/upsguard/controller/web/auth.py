@@ -120,7 +120,7 @@ class Sessions:
         self._keys = keys
 
     def issue(self, name: str, now: float | None = None) -> str:
-        expires = (now or time.time()) + self._config.session_lifetime.total_seconds()
+        expires = (time.time() if now is None else now) + self._config.session_lifetime.total_seconds()
         payload = json.dumps(
             {"u": name, "c": secrets.token_urlsafe(24), "e": int(expires)},
             separators=(",", ":"),
@@ -144,7 +144,7 @@ class Sessions:
         except (ValueError, KeyError, TypeError):
             return None
         entry = self._config.user(name)
-        if entry is None or expires < (now or time.time()):
+        if entry is None or expires < (time.time() if now is None else now):
             return None
         return User(name, entry.role, csrf)
 
