@@ -120,7 +120,8 @@ class Sessions:
         self._keys = keys
 
     def issue(self, name: str, now: float | None = None) -> str:
-        expires = (time.time() if now is None else now) + self._config.session_lifetime.total_seconds()
+        lifetime = self._config.session_lifetime.total_seconds()
+        expires = (time.time() if now is None else now) + lifetime
         payload = json.dumps(
             {"u": name, "c": secrets.token_urlsafe(24), "e": int(expires)},
             separators=(",", ":"),

@@ -33,6 +33,7 @@ def add_routes(app: web.Application, ctx: WebContext) -> None:
     routes = Data(ctx)
     app.router.add_get("/api/status", routes.status)
     app.router.add_get("/api/plan", routes.plans)
+    app.router.add_get("/api/runs/{run}/plan", routes.run_plan)
     app.router.add_get("/api/events", routes.events)
     app.router.add_get("/history/{span}/{metric}.svg", routes.chart)
     app.router.add_get("/runs/{run}/report", routes.report)
@@ -59,6 +60,16 @@ class Data:
             "startup": startup.model_dump(mode="json"),
         }
         return web.json_response(body)
+
+    async def run_plan(self, request: web.Request) -> web.Response:
+        """The last run's plan as it ended (the page asks when a run it watched is over)."""
+        executor = self._ctx.svc.controller.executor
+        run = request.match_info["run"]
+        if executor is None or executor.spec.id != run:
+            raise web.HTTPNotFound(text=f"run {run} is not the service's last run")
+        rows = {row.step: row for row in self._ctx.svc.journal.steps(run)}
+        plan = plan_status(executor.plan, rows, set(executor.running))
+        return web.Response(text=plan.model_dump_json(), content_type="application/json")
 
     async def events(self, request: web.Request) -> web.Response:
         """The newest events, filtered by level, kind, run and words in the text."""

@@ -10,6 +10,7 @@ let heardAt = null; // when the last message arrived (this browser's clock)
 let lostSince = null; // when the stream broke, while it is broken
 let source = null;
 let plans = null; // the site's plans between runs (GET /api/plan)
+const ended = {}; // per direction, the last run seen here, as it ended
 let renders = 0;
 
 // -- formatting -------------------------------------------------------------------------
@@ -187,12 +188,22 @@ function stepRow(step, index) {
 function drawPlans() {
   for (const direction of ["shutdown", "startup"]) {
     const live = status.run && status.run.direction === direction ? status.run.plan : null;
-    const plan = live || (plans && plans[direction]);
+    if (live) ended[direction] = { id: status.run.id, plan: live, final: false };
+    const last = live ? null : ended[direction];
+    if (last && !last.final) {
+      last.final = true; // the run is over: its steps as the journal ended them
+      fetch(`/api/runs/${encodeURIComponent(last.id)}/plan`, { credentials: "same-origin" })
+        .then((r) => (r.ok ? r.json() : null))
+        .then((p) => { if (p) { last.plan = p; drawPlans(); } });
+    }
+    const plan = live || (last && last.plan) || (plans && plans[direction]);
     if (!plan) continue;
     fill(`plan-${direction}`, plan.steps.map(stepRow));
     const ponr = plan.steps.find((s) => s.point_of_no_return);
-    document.getElementById(`summary-${direction}`).textContent =
-      (live ? `run ${status.run.id} in progress, ${dur(status.run.elapsed_s)} elapsed, about ${dur(status.run.left_s)} left. ` : "not running. ")
+    const state = live
+      ? `run ${status.run.id} in progress, ${dur(status.run.elapsed_s)} elapsed, about ${dur(status.run.left_s)} left. `
+      : last ? `run ${last.id} ended (as last seen here). ` : "not running. ";
+    document.getElementById(`summary-${direction}`).textContent = state
       + `Estimate ${dur(plan.estimate_s)}, critical path ${dur(plan.critical_path_s)}`
       + (ponr ? `; point of no return at ${ponr.id}` : "") + ".";
   }
