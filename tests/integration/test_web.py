@@ -244,6 +244,7 @@ def test_the_page_follows_a_real_outage_live_and_guards_its_controls(
         browsers.shot(plan, "4-plan-done")
         seen = plan.evaluate("window.seen")
         browsers.shot(seen_by_viewer, "5-viewer")
+        look_back(browsers, operator, svc.status()["last_run"]["id"])
         operator.close()
         viewer.close()
     finally:
@@ -267,6 +268,30 @@ def test_the_page_follows_a_real_outage_live_and_guards_its_controls(
     target = os.environ.get("UPSGUARD_DOC_IMAGES")
     if target:
         shutil.copy(overview_shot, Path(target) / "web-overview.png")
+
+
+def look_back(browsers: Browsers, context: Any, run: str) -> None:
+    """After the outage: its events found by words, its run's report, its history charts."""
+    events = browsers.page(context, "/events")
+    events.fill("#filters input[name=q]", "ana (web)")
+    events.wait_for_function(
+        "[...document.querySelectorAll('#events tbody tr')].length > 0 && "
+        "[...document.querySelectorAll('#events tbody tr')]"
+        ".every(r => r.textContent.includes('ana (web)'))"
+    )
+    assert "hold by ana (web): generator test on Friday" in text(events, "#events")
+    browsers.shot(events, "6-events")
+    runs = browsers.page(context, "/runs")
+    runs.click(f"#runs tr[data-run='{run}'] a")
+    runs.wait_for_selector("h1")
+    assert run in text(runs, "h1")
+    browsers.shot(runs, "7-report")
+    history = browsers.page(context, "/history")
+    history.wait_for_function(
+        "[...document.images].length === 3 && "
+        "[...document.images].every(i => i.complete && i.naturalWidth > 0)"
+    )
+    browsers.shot(history, "8-history")
 
 
 def yaml_web(svc: ServiceProcess) -> dict[str, Any]:

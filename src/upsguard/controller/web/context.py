@@ -3,7 +3,6 @@ session keeper and the login guards, and who is asking."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -11,31 +10,20 @@ from aiohttp import web
 
 from upsguard.config.site import SiteConfig
 from upsguard.config.web import WebConfig
-from upsguard.controller.journal import Journal
+from upsguard.controller.api import Served
 from upsguard.controller.metrics import Metrics
-from upsguard.controller.overrides import Overrides
 from upsguard.controller.web.auth import LoginThrottle, PasswordCheck, Sessions, User
-from upsguard.engine.outage_controller import OutageController
-from upsguard.status import SiteStatus
 
 
-class WebServed(Protocol):
-    """What the page needs of the running service (``controller.service.Service``); named
-    here so that the service may import the page and not the other way round."""
+class WebServed(Served, Protocol):
+    """What the page needs of the running service (``controller.service.Service``): what
+    the local API needs, and the site file and the metrics; named here so that the service
+    may import the page and not the other way round."""
 
     @property
     def site(self) -> SiteConfig: ...
     @property
-    def journal(self) -> Journal: ...
-    @property
-    def changed(self) -> asyncio.Event: ...  # set at the next event, then replaced
-    @property
-    def overrides(self) -> Overrides: ...
-    @property
-    def controller(self) -> OutageController: ...
-    @property
     def metrics(self) -> Metrics: ...
-    def status(self) -> SiteStatus: ...
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ class LiveFeed:
         self._events: deque[tuple[int, bytes]] = deque(maxlen=KEPT_EVENTS)
         self._last_event: int | None = None
         self._dropped_upto = 0
+        self._built_at = float("-inf")
         self._published = asyncio.Event()
         self._watched = asyncio.Event()
         self._closing = asyncio.Event()
@@ -90,6 +91,7 @@ class LiveFeed:
             log.exception("web: building the status failed")
             return
         self.builds += 1
+        self._built_at = asyncio.get_running_loop().time()
         self.version += 1
         self._status_chunk = message("status", status.model_dump_json())
         self._collect_events()
@@ -125,8 +127,8 @@ class LiveFeed:
         await response.prepare(request)
         self._joined(+1)
         try:
-            if self.version == 0:
-                self.publish()
+            if asyncio.get_running_loop().time() - self._built_at > MIN_INTERVAL_S:
+                self.publish()  # a browser arriving at an idle feed gets today's status
             await response.write(f"retry: {RETRY_MS}\n\n".encode() + self._status_chunk)
             await self._follow(response, self.version)
         except (ConnectionResetError, ConnectionError):
