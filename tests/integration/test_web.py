@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -162,6 +163,16 @@ def web_site(tmp_path: Path, nut: NutServer, lab: Vcsim) -> tuple[ServiceProcess
     return svc, release, metrics
 
 
+def until(page: Any, predicate: str, timeout: float = 30.0) -> None:
+    """Wait until ``predicate`` (a JavaScript function) is true in the page. Playwright's own
+    wait_for_function evaluates strings, which the page's CSP (no 'unsafe-eval') forbids."""
+    deadline = time.monotonic() + timeout
+    while not page.evaluate(predicate):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {predicate}")
+        page.wait_for_timeout(100)
+
+
 def text(page: Any, selector: str) -> str:
     return str(page.inner_text(selector)).strip()
 
@@ -186,7 +197,7 @@ def test_the_page_follows_a_real_outage_live_and_guards_its_controls(
         operator = browsers.context()
         overview = browsers.login(operator, "ana", "/")
         plan = browsers.page(operator, "/plan")
-        plan.wait_for_function("document.querySelectorAll('table.plan tr[data-step]').length > 0")
+        until(plan, "() => document.querySelectorAll('table.plan tr[data-step]').length > 0")
         plan.evaluate(RECORDER)
         rows = plan.eval_on_selector_all(
             "#plan-shutdown tr[data-step]",
@@ -217,9 +228,7 @@ def test_the_page_follows_a_real_outage_live_and_guards_its_controls(
         # on battery: the runtime left beside the plan's time, the trigger that waits
         nut.write("ups1", ON_BATTERY)
         overview.wait_for_selector("#phase[data-phase=on_battery]")
-        overview.wait_for_function(
-            "document.getElementById('runtime-left').textContent !== 'on mains'"
-        )
+        until(overview, "() => document.getElementById('runtime-left').textContent !== 'on mains'")
         assert DURATION.match(text(overview, "#runtime-left")), text(overview, "#runtime-left")
         assert DURATION.match(text(overview, "#plan-left")), text(overview, "#plan-left")
         assert "low_battery" in text(overview, "#triggers")
@@ -229,7 +238,7 @@ def test_the_page_follows_a_real_outage_live_and_guards_its_controls(
         nut.write("ups1", LOW_BATTERY)
         plan.wait_for_selector("#plan-shutdown tr[data-step='stop:gate'][data-state=running]")
         overview.wait_for_selector("#phase[data-phase=shutting_down]")
-        overview.wait_for_function("document.getElementById('run-summary') !== null")
+        overview.wait_for_selector("#run-summary")
         assert "stop:gate" in text(overview, "#run")
         assert DURATION.match(text(overview, "#plan-left")), text(overview, "#plan-left")
         assert svc.status()["countdown"]["plan_left_s"] > 0
@@ -274,10 +283,11 @@ def look_back(browsers: Browsers, context: Any, run: str) -> None:
     """After the outage: its events found by words, its run's report, its history charts."""
     events = browsers.page(context, "/events")
     events.fill("#filters input[name=q]", "ana (web)")
-    events.wait_for_function(
-        "[...document.querySelectorAll('#events tbody tr')].length > 0 && "
+    until(
+        events,
+        "() => [...document.querySelectorAll('#events tbody tr')].length > 0 && "
         "[...document.querySelectorAll('#events tbody tr')]"
-        ".every(r => r.textContent.includes('ana (web)'))"
+        ".every(r => r.textContent.includes('ana (web)'))",
     )
     assert "hold by ana (web): generator test on Friday" in text(events, "#events")
     browsers.shot(events, "6-events")
@@ -287,9 +297,10 @@ def look_back(browsers: Browsers, context: Any, run: str) -> None:
     assert run in text(runs, "h1")
     browsers.shot(runs, "7-report")
     history = browsers.page(context, "/history")
-    history.wait_for_function(
-        "[...document.images].length === 3 && "
-        "[...document.images].every(i => i.complete && i.naturalWidth > 0)"
+    until(
+        history,
+        "() => [...document.images].length === 3 && "
+        "[...document.images].every(i => i.complete && i.naturalWidth > 0)",
     )
     browsers.shot(history, "8-history")
 

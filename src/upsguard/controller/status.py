@@ -18,7 +18,7 @@ from upsguard.controller.rows import OverrideRow, StepRow, parse_iso
 from upsguard.engine.outage_controller import OutageController
 from upsguard.models import Direction, LinkState, Phase, StepState, UpsName
 from upsguard.policies.phases import condition_inputs
-from upsguard.policies.power import FeedReading, read_feeds
+from upsguard.policies.power import FeedReading, feed_name, read_feeds
 from upsguard.policies.watch import UpsWatch
 from upsguard.runbooks.plan import Plan
 from upsguard.status import (
@@ -203,7 +203,7 @@ def ups_status(watches: Mapping[UpsName, UpsWatch]) -> list[UpsStatus]:
 def feeds_status(
     site: SiteConfig, feeds: Sequence[FeedReading], plan_s: Mapping[str, float]
 ) -> list[FeedStatus]:
-    configs = site.effective_feeds()
+    configs = {feed_name(c, i): c for i, c in enumerate(site.effective_feeds())}
     return [
         FeedStatus(
             name=f.name,
@@ -211,7 +211,7 @@ def feeds_status(
             at_risk=f.at_risk,
             online=f.online,
             needed=f.needed,
-            members=dict(zip((str(u) for u in config.ups), f.members, strict=True)),
+            members=dict(zip((str(u) for u in configs[f.name].ups), f.members, strict=True)),
             runtime_s=f.runtime_s,
             charge_pct=f.charge_pct,
             depletion_pct_per_min=f.depletion_pct_per_min,
@@ -220,7 +220,7 @@ def feeds_status(
             at_risk_for_s=f.at_risk_for_s,
             plan_s=plan_s.get(f.name),
         )
-        for config, f in zip(configs, feeds, strict=True)
+        for f in feeds  # none before the first poll
     ]
 
 
