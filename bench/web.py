@@ -35,10 +35,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-import reaction  # noqa: E402  (bench/reaction.py, beside this file)
-
 from tests.peers.nut import start_nut  # noqa: E402
 from tests.peers.ports import free_port  # noqa: E402
+
+import reaction  # noqa: E402  (bench/reaction.py, beside this file)
 from upsguard.controller.web.auth import hash_password  # noqa: E402
 
 PASSWORD = "bench passphrase"
