@@ -23,6 +23,7 @@ from upsguard.config.service import ServiceConfig
 from upsguard.config.source import Origin, format_path
 from upsguard.config.types import LocalPath
 from upsguard.config.ups import UpsConfig
+from upsguard.config.web import WebConfig
 from upsguard.models import ResourceId, ResourceKind, UpsName
 
 
@@ -57,6 +58,9 @@ class SiteConfig(Model):
         Path("/var/lib/upsguard/journal.sqlite"), description="SQLite journal path"
     )
     service: ServiceConfig = ServiceConfig()
+    web: WebConfig | None = Field(
+        None, description="the live status page served by 'upsguard run' (docs/web.md); none: off"
+    )
     contacts: list[Contact] = Field(
         default_factory=list, description="who to call during an outage (printed in the run book)"
     )

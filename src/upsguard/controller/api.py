@@ -54,6 +54,7 @@ from upsguard.controller.socket_group import group_id
 from upsguard.controller.stream import EventStream
 from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import PermanentError, TemporaryError, UpsguardError
+from upsguard.status import SiteStatus
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ class Served(Protocol):
     def overrides(self) -> Overrides: ...
     @property
     def controller(self) -> OutageController: ...
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> SiteStatus: ...
     async def poll_now(self) -> None: ...
 
 
@@ -276,7 +277,7 @@ class ApiServer:
     # -- routes ------------------------------------------------------------------------------
 
     async def _status(self, call: Call) -> Any:
-        return self.svc.status()
+        return self.svc.status().model_dump(mode="json")
 
     async def _history(self, call: Call) -> Any:
         limit = call.integer("limit", 10, 0, MAX_ROWS)

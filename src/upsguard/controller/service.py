@@ -18,7 +18,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -45,6 +45,10 @@ from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.registry import build_cache_providers, build_platforms, build_ups_sources
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.runbooks.planner import Planner
+from upsguard.status import SiteStatus
+
+if TYPE_CHECKING:
+    from upsguard.controller.web.server import WebServer
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +114,7 @@ class Service:
             raise RuntimeError("Service.open() first")
         return self._overrides
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> SiteStatus:
         """What ``upsguard status`` shows of the running service."""
         info = ServiceInfo(
             pid=os.getpid(),
@@ -120,7 +124,9 @@ class Service:
             poll_interval_s=self.site.policies.poll_interval.total_seconds(),
         )
         alerts = [problem for problem in (self.journal.problem,) if problem]
-        return service_status(self.site, self.controller, self.journal, info, alerts)
+        return service_status(
+            self.site, self.controller, self.journal, info, alerts, self.clock.now()
+        )
 
     async def open(self, resume: bool = True) -> None:
         """Build the plugins and the outage controller, then finish what a crash left."""
@@ -263,6 +269,7 @@ class Service:
         await api.start()
         if self.site.service.metrics_port is not None:
             self.metrics.serve(self.site.service.metrics_address, self.site.service.metrics_port)
+        page = await self._start_web()
         sched = self.calendar()
         sched.start()
         tasks = [
@@ -295,7 +302,25 @@ class Service:
             await asyncio.gather(*tasks, return_exceptions=True)
             sched.shutdown(wait=False)
             await api.stop()
+            if page is not None:
+                await page.stop()
             self.metrics.stop()
+
+    async def _start_web(self) -> WebServer | None:
+        """The live page, when the site file asks for one. It is for people watching: one
+        that cannot start is an alert, never a reason to stop watching the power."""
+        if self.site.web is None:
+            return None
+        from upsguard.controller.web.server import WebServer
+
+        page = WebServer(self, self.site.web)
+        try:
+            await page.start()
+        except UpsguardError as exc:
+            self.bus(Notice(self.clock.now(), f"no web page: {exc}", level="error"))
+            return None
+        self.bus(Notice(self.clock.now(), f"web page on {page.url}"))
+        return page
 
     async def close(self) -> None:
         """Let go of everything; a run in progress stays unfinished in the journal."""
