@@ -83,6 +83,10 @@ class Service:
         self.bus.subscribe(self.metrics.observe)
         self.notifier = Notifier(site.service.notify, site.site)
         self.bus.subscribe(self.notifier.observe)
+        self.changed = asyncio.Event()
+        """Set at the next event of any kind, then replaced: what the web page's live status
+        waits on (a reading changes the status, though it is no journal line)."""
+        self.bus.subscribe(self._wake)
         self._controller: OutageController | None = None
         self._overrides: Overrides | None = None
         self.platforms: dict[PlatformName, Platform] = {}
@@ -94,6 +98,10 @@ class Service:
         self._poll_lock = asyncio.Lock()
         self._inventory_problem: str | None = None
         self._news = asyncio.Event()
+
+    def _wake(self, event: Event) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
 
     def _journal_problem(self, problem: str | None) -> None:
         """The journal's trouble is an alert, notified like any other; never a stop."""

@@ -3,6 +3,7 @@ session keeper and the login guards, and who is asking."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,6 +25,10 @@ class WebServed(Served, Protocol):
     def site(self) -> SiteConfig: ...
     @property
     def metrics(self) -> Metrics: ...
+    @property
+    def changed(self) -> asyncio.Event:
+        """Set at the service's next event (a reading, a step): the status may differ."""
+        ...
 
 
 @dataclass(frozen=True)
