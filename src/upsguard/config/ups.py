@@ -12,6 +12,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from upsguard.config.base import Credentials, Model
+from upsguard.config.checks_schedule import BatteryTestConfig
 from upsguard.config.types import Duration, LocalPath, shorten
 from upsguard.errors import ConfigError
 from upsguard.models import UpsName
@@ -210,6 +211,18 @@ class UpsConfig(Model):
         description="a link loss shorter than this, while on mains, is not an outage",
     )
     at_shutdown_end: UpsCommandPolicy = UpsCommandPolicy()
+    battery_test: BatteryTestConfig | None = Field(
+        None, description="a scheduled battery test of this UPS (off when not given)"
+    )
+
+    @property
+    def commands(self) -> list[str]:
+        """The instant commands upsguard sends this UPS (NUT-style names): the one at the
+        end of a shutdown, and the battery test's start and stop."""
+        found = [self.at_shutdown_end.command] if self.at_shutdown_end.command else []
+        if self.battery_test is not None:
+            found += [self.battery_test.command, "test.battery.stop"]
+        return found
 
     @model_validator(mode="before")
     @classmethod

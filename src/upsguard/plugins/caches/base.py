@@ -10,6 +10,7 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from upsguard.clock import Clock
 from upsguard.errors import PermanentError
+from upsguard.findings import Finding
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
 
 
@@ -47,6 +48,25 @@ class CacheProvider(Protocol):
 
     async def close(self) -> None:
         """Release connections (SSH). Never raises."""
+        ...
+
+
+@runtime_checkable
+class CacheDiagnosis(Protocol):
+    """A provider that can check, without flipping anything, that upsguard may flip its
+    cache: an optional capability, asked by ``upsguard doctor``. Reading the mode and the
+    dirty bytes the doctor checks itself, through ``targets`` and ``read``.
+    """
+
+    async def diagnose(self, targets: list[CacheTarget]) -> list[Finding]:
+        """Whether the mode of each of ``targets`` can be switched by the user upsguard runs
+        as (here or over SSH): the files it writes are writable, the tools it runs are
+        there and run with enough rights.
+
+        Never switches a mode and never writes. Each problem is a ``warn`` or ``fail``
+        finding (``Area.CACHE``, subject: the cache's name) with its fix; an error it did
+        not expect propagates, and the doctor makes it a ``fail``.
+        """
         ...
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from upsguard.clock import Clock
@@ -35,8 +35,10 @@ from upsguard.errors import (
     UpsguardError,
     UpsUnreachable,
 )
+from upsguard.findings import Finding
 from upsguard.models import LinkState, UpsFlag, UpsName, UpsReading
 from upsguard.net import tls_context
+from upsguard.plugins.ups.nut_checks import NutCheck
 from upsguard.plugins.ups.nut_client import MAX_ANSWER_BYTES, NutClient, NutError, NutRefused
 
 __all__ = ["MAX_ANSWER_BYTES", "NutSource", "parse_status", "reading_from_vars"]
@@ -102,6 +104,20 @@ class NutSource:
             await self._command(name, delay)
         except UpsguardError as exc:
             raise _named(self.name, exc) from exc
+
+    async def diagnose(self, commands: Sequence[str]) -> list[Finding]:
+        """``UpsDiagnosis``: see ``nut_checks``."""
+        check = NutCheck(self.name, self.config, self._where, commands)
+        try:
+            client = await self._connect()
+        except UpsguardError as exc:
+            return [check.unreachable(exc)]
+        except (NutError, OSError) as exc:
+            return [check.unreachable(self._error(exc))]
+        try:
+            return await check.run(client, self._connect)
+        finally:
+            await client.close()
 
     async def watch_for_news(self, news: Callable[[], None]) -> None:
         return None  # upsd only answers; its own news goes to upsmon's NOTIFYCMD (api /poll)
