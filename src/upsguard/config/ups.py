@@ -71,11 +71,14 @@ class SnmpSettings(Model):
     is given.
     """
 
+    _TESTS: ClassVar[frozenset[str]] = frozenset(
+        {"test.battery.start.quick", "test.battery.start.deep", "test.battery.stop"}
+    )
     COMMANDS: ClassVar[Mapping[str, frozenset[str]]] = {
-        "ups-mib": frozenset({"load.off", "load.off.delay", "shutdown.return", "shutdown.stayoff"}),
-        "powernet": frozenset(
-            {"load.off", "load.off.delay", "shutdown.return", "shutdown.stayoff"}
-        ),
+        "ups-mib": frozenset({"load.off", "load.off.delay", "shutdown.return", "shutdown.stayoff"})
+        | _TESTS,
+        "powernet": frozenset({"load.off", "load.off.delay", "shutdown.return", "shutdown.stayoff"})
+        | _TESTS,
     }
     """The commands each MIB has SETs for (``plugins/ups/snmp`` sends them)."""
 

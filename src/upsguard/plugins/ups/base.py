@@ -9,6 +9,7 @@ from upsguard.clock import Clock
 from upsguard.config.ups import UpsConfig
 from upsguard.findings import Finding
 from upsguard.models import UpsName, UpsReading
+from upsguard.selftest import TestResult
 
 
 @runtime_checkable
@@ -69,6 +70,19 @@ class UpsDiagnosis(Protocol):
         with its fix; an error it did not expect propagates, and the doctor makes it a
         ``fail``. Returns within the source's own timeouts; never blocks the event loop.
         """
+        ...
+
+
+@runtime_checkable
+class BatteryTests(Protocol):
+    """A source whose UPS reports how its battery tests came out: an optional capability,
+    used by the service's scheduled battery tests. The tests themselves are started and
+    stopped with ``command`` (``test.battery.start.quick``, ``.deep``, ``test.battery.stop``).
+    """
+
+    async def battery_test_result(self) -> TestResult:
+        """What the UPS says of its last battery test, or of the one under way. Raises
+        ``UpsUnreachable`` when it does not answer (or its data is stale)."""
         ...
 
 

@@ -40,6 +40,7 @@ from upsguard.models import LinkState, UpsFlag, UpsName, UpsReading
 from upsguard.net import tls_context
 from upsguard.plugins.ups.nut_checks import NutCheck
 from upsguard.plugins.ups.nut_client import MAX_ANSWER_BYTES, NutClient, NutError, NutRefused
+from upsguard.selftest import TestResult, from_nut
 
 __all__ = ["MAX_ANSWER_BYTES", "NutSource", "parse_status", "reading_from_vars"]
 
@@ -104,6 +105,13 @@ class NutSource:
             await self._command(name, delay)
         except UpsguardError as exc:
             raise _named(self.name, exc) from exc
+
+    async def battery_test_result(self) -> TestResult:
+        """``BatteryTests``: the driver's ``ups.test.result``."""
+        reading = await self.read()
+        if reading.link is not LinkState.OK:
+            raise UpsUnreachable(f"UPS {self.name}: its data is {reading.link.value}")
+        return from_nut(reading.raw.get("ups.test.result", ""))
 
     async def diagnose(self, commands: Sequence[str]) -> list[Finding]:
         """``UpsDiagnosis``: see ``nut_checks``."""

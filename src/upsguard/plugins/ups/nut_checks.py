@@ -211,10 +211,11 @@ class NutCheck:
             return
         client = await connect()
         try:
-            missing, said = await self._try_rights(client, variables, supported)
+            missing, said, tried = await self._try_rights(client, variables, supported)
         finally:
             await client.close()
         wanted = ", ".join(self.commands)
+        granted = ", ".join(dict.fromkeys([*self.commands, HARMLESS_COMMAND]))
         if missing:
             found.append(
                 fail(
@@ -223,34 +224,41 @@ class NutCheck:
                     "rights",
                     f"upsd refused user '{user}': {'; '.join(said)}",
                     f"in upsd.users give '{user}' "
-                    + " and ".join(_GRANT[m].format(commands=wanted) for m in missing),
+                    + " and ".join(_GRANT[m].format(commands=granted) for m in missing),
                     missing=tuple(missing),
                 )
             )
-        elif said:
+        elif tried:
             found.append(ok(Area.UPS, self.subject, "rights", f"user '{user}': {'; '.join(said)}"))
         else:
+            said.insert(
+                0,
+                f"instant commands not tried: upsd says whether '{user}' may send {wanted} only "
+                f"by running it, and this UPS offers nothing harmless to try ({HARMLESS_COMMAND})",
+            )
             found.append(
                 warn(
                     Area.UPS,
                     self.subject,
                     "rights",
-                    f"not tried: upsd says whether '{user}' may send {wanted} only by running "
-                    f"it, and this UPS offers nothing harmless to try ({HARMLESS_COMMAND})",
+                    "; ".join(said),
                     f"make sure upsd.users gives '{user}' instcmds = {wanted} (or ALL)",
                 )
             )
 
     async def _try_rights(
         self, client: NutClient, variables: Mapping[str, str], supported: list[str]
-    ) -> tuple[list[str], list[str]]:
-        """What the user was refused (``instcmds``, ``set``) and what was found, in words."""
+    ) -> tuple[list[str], list[str], bool]:
+        """What the user was refused (``instcmds``, ``set``), what was found in words, and
+        whether an instant command could be tried at all."""
         missing: list[str] = []
         said: list[str] = []
+        tried = False
         testing = _TESTING in variables.get("ups.test.result", "").lower() or "CAL" in (
             variables.get("ups.status", "").split()
         )
         if HARMLESS_COMMAND in supported and not testing:
+            tried = True
             try:
                 await client.instcmd(self.s.ups, HARMLESS_COMMAND)
                 said.append(f"may send instant commands ({HARMLESS_COMMAND} taken)")
@@ -271,7 +279,7 @@ class NutCheck:
                 else:
                     missing.append("set")
                     said.append(f"SET {_DELAY_VAR}: {exc.word}")
-        return missing, said
+        return missing, said, tried
 
 
 _GRANT = {"instcmds": "instcmds = {commands} (or ALL)", "set": "actions = SET"}
