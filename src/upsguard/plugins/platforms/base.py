@@ -9,8 +9,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from upsguard.clock import Clock
 from upsguard.config.resources import ResourceConfig
-from upsguard.errors import PermanentError
-from upsguard.findings import Finding
+from upsguard.errors import PermanentError, UpsguardError
+from upsguard.findings import Area, Finding, fail, ok
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
 
 
@@ -178,3 +178,20 @@ class PlatformDiagnosis(Protocol):
         through ``resolve`` and ``power_state`` itself.
         """
         ...
+
+
+async def bmc_answers(
+    platform: Platform, resources: Sequence[ResourceConfig], fix: str
+) -> list[Finding]:
+    """A BMC's (or any power-on platform's) check: the machine of each resource it powers
+    resolves, and its power state reads; ``fix`` is what to do when it does not answer."""
+    states: list[str] = []
+    for res in resources:
+        try:
+            for target in await platform.resolve(res):
+                states.append(f"{res.id} {(await platform.power_state(target)).value}")
+        except UpsguardError as exc:
+            return [fail(Area.PLATFORM, platform.name, "answers", str(exc), fix)]
+    if not states:
+        return []
+    return [ok(Area.PLATFORM, platform.name, "answers", "power state read: " + ", ".join(states))]

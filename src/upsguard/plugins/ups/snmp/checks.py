@@ -11,15 +11,28 @@ nothing and shows whether the agent lets us write.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from upsguard.config.ups import SnmpSettings
 from upsguard.errors import UpsguardError
 from upsguard.findings import Area, Finding, fail, ok
+from upsguard.models import UpsName, UpsReading
 from upsguard.plugins.ups.snmp.control import SETS, WRITE_PROBE
 from upsguard.selftest import TestResult, TestState
 
-if TYPE_CHECKING:
-    from upsguard.plugins.ups.snmp.source import SnmpSource
+
+class Agent(Protocol):
+    """What the checks use of ``SnmpSource``."""
+
+    name: UpsName
+    settings: SnmpSettings
+
+    @property
+    def where(self) -> str: ...
+    async def read(self) -> UpsReading: ...
+    async def get(self, oids: Mapping[str, str]) -> dict[str, int | str | None]: ...
+    async def write(self, doing: str, values: Sequence[tuple[str, Any]]) -> str | None: ...
+
 
 # UPS-MIB upsTestResultsSummary
 _SUMMARY = {
@@ -56,7 +69,7 @@ def test_result(mib: str, values: Mapping[str, int | str | None]) -> TestResult:
 
 
 class SnmpCheck:
-    def __init__(self, source: SnmpSource, commands: Sequence[str]) -> None:
+    def __init__(self, source: Agent, commands: Sequence[str]) -> None:
         self.source = source
         self.s = source.settings
         self.commands = list(dict.fromkeys(commands))
