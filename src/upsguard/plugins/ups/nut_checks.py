@@ -55,7 +55,7 @@ class NutCheck:
         if self.s.starttls and ("TLS" in text or "certificate" in text):
             return fail(Area.UPS, self.subject, "starttls", text, _tls_fix(text))
         if isinstance(exc, ConfigError):
-            return fail(Area.UPS, self.subject, "login", text, "fix the site file's nut section")
+            return fail(Area.UPS, self.subject, "login", text, "fix the file or variable it names")
         return fail(
             Area.UPS,
             self.subject,
