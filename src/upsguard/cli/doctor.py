@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from dataclasses import asdict
 from typing import Any
@@ -63,6 +64,8 @@ def _seconds(text: str) -> float:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    if not args.verbose:  # the table says what failed; the SDKs' own logs would say it twice
+        logging.getLogger().setLevel(logging.CRITICAL)
     site = site_of(args)
     only = selection(site, args.only)
     timeout = args.timeout

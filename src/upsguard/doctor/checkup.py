@@ -112,7 +112,10 @@ async def run_checkup(
         units.append(check(Area.NOTIFY, "notify", notify()))
     try:
         platforms = asyncio.gather(
-            *(_platform(site, name, p, plugins, check) for name, p in plugins.platforms.items())
+            *(
+                _platform(site, name, p, plugins, check, only)
+                for name, p in plugins.platforms.items()
+            )
         )
         others = asyncio.gather(*units)
         for group in [*await platforms, *await others]:
@@ -216,14 +219,22 @@ async def _ups(name: UpsName, source: UpsSource, commands: list[str]) -> list[Fi
 
 
 async def _platform(
-    site: SiteConfig, name: PlatformName, platform: Platform, plugins: _Plugins, check: _Bound
+    site: SiteConfig,
+    name: PlatformName,
+    platform: Platform,
+    plugins: _Plugins,
+    check: _Bound,
+    only: Selection,
 ) -> list[Finding]:
-    """Log in; the platform's own checks; then each resource on it resolved and read."""
+    """Log in; the platform's own checks; then each resource on it resolved and read (the
+    resources ``--only`` names, unless it names the platform)."""
     found = await check(Area.PLATFORM, name, _login(name, platform))
     if any(f.verdict is Verdict.FAIL for f in found):
         return found
     plugins.opened.add(name)
     using = [r for r in site.resources if name in (r.platform, r.power_on_via)]
+    if not only.keeps(Area.PLATFORM, name):
+        using = [r for r in using if r.id in only.names]
     if isinstance(platform, PlatformDiagnosis):
         found += await check(Area.PLATFORM, name, platform.diagnose(using))
     else:

@@ -48,7 +48,14 @@ async def check_resource(
                 "check the selector (upsguard inventory lists what is there)",
             )
         ]
-    states = await asyncio.gather(*(platform.power_state(t) for t in targets))
+    read = await asyncio.gather(*(platform.power_state(t) for t in targets), return_exceptions=True)
+    for result in read:
+        if isinstance(result, UpsguardError):
+            fix = "check that the platform reaches it (a step reads its state first)"
+            return [fail(Area.RESOURCE, res.id, "state", str(result), fix)]
+        if isinstance(result, BaseException):
+            raise result
+    states = [r for r in read if isinstance(r, PowerState)]
     found = [ok(Area.RESOURCE, res.id, "state", _states(targets, states))]
     if res.kind in _VMS and res.stops:
         found += _guest_shutdown(site, res, targets, states)
@@ -57,8 +64,8 @@ async def check_resource(
 
 def _states(targets: list[Target], states: list[PowerState]) -> str:
     if len(targets) == 1:
-        where = f" on {targets[0].host}" if targets[0].host else ""
-        return f"{targets[0].name} {states[0].value}{where}"
+        where = f" (host {targets[0].host})" if targets[0].host else ""
+        return f"{targets[0].name}: {states[0].value}{where}"
     tally = Counter(s.value for s in states)
     return f"{len(targets)} VMs: " + ", ".join(f"{n} {s}" for s, n in sorted(tally.items()))
 
@@ -66,50 +73,34 @@ def _states(targets: list[Target], states: list[PowerState]) -> str:
 def _guest_shutdown(
     site: SiteConfig, res: ResourceConfig, targets: list[Target], states: list[PowerState]
 ) -> list[Finding]:
-    """A running VM without a graceful path (no VMware Tools) goes the way of its fallback at
-    once: the executor does not wait its guest timeout for a shutdown that cannot start."""
+    """A running VM without a graceful path (no VMware Tools) is a fail: the plan would not
+    shut it down, only cut it (or leave it to the UPS), and what the guest had not written
+    is lost. The executor takes the fallback at once: it does not wait the guest timeout
+    for a shutdown that cannot start, so the plan takes no longer (``adds_s`` 0)."""
     running = [t for t, s in zip(targets, states, strict=True) if s is PowerState.ON]
     without = [t.name for t in running if t.graceful is False]
     known = [t for t in running if t.graceful is not None]
     if not known:
         return []
     if not without:
-        return [ok(Area.RESOURCE, res.id, "guest shutdown", f"possible in {len(known)} running")]
+        count = f"{len(known)} running VM" + ("s" if len(known) > 1 else "")
+        return [ok(Area.RESOURCE, res.id, "graceful", f"guest shutdown possible in {count}")]
     names = ", ".join(without[:5]) + (f" and {len(without) - 5} more" if len(without) > 5 else "")
-    fallback = site.fallback_without_graceful(res)
-    fix = f"start (or install) VMware Tools in {names}, the agent that shuts its guest down"
-    if fallback == "skip":
-        return [
-            warn(
-                Area.RESOURCE,
-                res.id,
-                "guest shutdown",
-                f"not possible in {names} (no VMware Tools running): left running "
-                "(fallback skip), it goes down with the UPS",
-                fix,
-                adds_s=0.0,
-            )
-        ]
-    if fallback == "fail":
-        return [
-            fail(
-                Area.RESOURCE,
-                res.id,
-                "guest shutdown",
-                f"not possible in {names} (no VMware Tools running): the step fails "
-                "(fallback fail)",
-                fix,
-                adds_s=0.0,
-            )
-        ]
+    then = {
+        "skip": "left running (fallback skip) until the UPS cuts it",
+        "fail": "the step fails (fallback fail)",
+    }.get(
+        site.fallback_without_graceful(res),
+        "powered off hard at once, adding nothing to the plan but losing what the guest had "
+        "not written",
+    )
     return [
-        warn(
+        fail(
             Area.RESOURCE,
             res.id,
-            "guest shutdown",
-            f"not possible in {names} (no VMware Tools running): powered off hard at once, "
-            "adding nothing to the plan but losing what the guest had not written",
-            fix,
+            "graceful",
+            f"no guest shutdown possible in {names} (no VMware Tools running): {then}",
+            f"start (or install) VMware Tools in {names}",
             adds_s=0.0,
         )
     ]
