@@ -22,6 +22,8 @@ from upsguard.config.types import resolve_secret
 from upsguard.controller.rows import iso
 from upsguard.errors import UpsguardError
 from upsguard.events import (
+    BatteryTestFinished,
+    CheckupDone,
     Event,
     OnBattery,
     OverrideApplied,
@@ -72,7 +74,24 @@ def payload(event: Event, site: str) -> dict[str, Any]:
         body.update(run=event.run, step=event.step, state=event.state.value, detail=event.detail)
     elif isinstance(event, RunStarted | RunFinished):
         body.update(run=event.run, direction=event.direction)
+    elif isinstance(event, CheckupDone):
+        body.update(
+            broke=[_finding(f) for f in event.broke], mended=[_finding(f) for f in event.mended]
+        )
+    elif isinstance(event, BatteryTestFinished):
+        body.update(ups=event.ups, kind=event.kind, state=event.state.value, result=event.text)
     return body
+
+
+def _finding(finding: Finding) -> dict[str, str]:
+    return {
+        "area": finding.area.value,
+        "subject": finding.subject,
+        "check": finding.check,
+        "verdict": finding.verdict.value,
+        "detail": finding.detail,
+        "fix": finding.fix,
+    }
 
 
 class Notifier:
