@@ -197,7 +197,7 @@ class CheckupDone(Event):
 @dataclass(frozen=True, slots=True)
 class BatteryTestStarted(Event):
     ups: UpsName
-    kind: str
+    test: str
     """``quick`` or ``deep``."""
 
 
@@ -206,7 +206,7 @@ class BatteryTestSkipped(Event):
     """A scheduled battery test that was not sent; it is tried again at its next time."""
 
     ups: UpsName
-    kind: str
+    test: str
     reason: str
 
 
@@ -217,7 +217,7 @@ class BatteryTestFinished(Event):
     how long the battery would have lasted at the drain seen during the test."""
 
     ups: UpsName
-    kind: str
+    test: str
     started: datetime
     state: TestState
     text: str
@@ -265,14 +265,14 @@ def describe(event: Event) -> str | None:
             return message if level == "info" else f"{level.upper()}: {message}"
         case CheckupDone():
             return _checkup_line(event)
-        case BatteryTestStarted(ups=ups, kind=kind):
-            return f"UPS {ups}: {kind} battery test started"
-        case BatteryTestSkipped(ups=ups, kind=kind, reason=reason):
-            return f"UPS {ups}: {kind} battery test not sent: {reason}"
-        case BatteryTestFinished(ups=ups, kind=kind, state=state, text=text):
+        case BatteryTestStarted(ups=ups, test=test):
+            return f"UPS {ups}: {test} battery test started"
+        case BatteryTestSkipped(ups=ups, test=test, reason=reason):
+            return f"UPS {ups}: {test} battery test not sent: {reason}"
+        case BatteryTestFinished(ups=ups, test=test, state=state, text=text):
             observed = event.runtime_observed_s
             runtime = f", runtime observed {observed / 60:.0f} min" if observed else ""
-            return f"UPS {ups}: {kind} battery test {state.value} ({text}){runtime}"
+            return f"UPS {ups}: {test} battery test {state.value} ({text}){runtime}"
     return None
 
 

@@ -76,7 +76,7 @@ def write_battery_test(db: sqlite3.Connection, event: BatteryTestFinished) -> No
         " charge_end, runtime_observed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             event.ups,
-            event.kind,
+            event.test,
             iso(event.started),
             iso(event.at),
             event.state.value,

@@ -79,7 +79,7 @@ def payload(event: Event, site: str) -> dict[str, Any]:
             broke=[_finding(f) for f in event.broke], mended=[_finding(f) for f in event.mended]
         )
     elif isinstance(event, BatteryTestFinished):
-        body.update(ups=event.ups, kind=event.kind, state=event.state.value, result=event.text)
+        body.update(ups=event.ups, test=event.test, state=event.state.value, result=event.text)
     return body
 
 
