@@ -21,7 +21,9 @@ from tests.peers.nut import ON_LINE, NutServer
 from tests.peers.nut_driver import DRIVER_COMMANDS
 from tests.peers.webhook import WebhookServer
 from tests.sites import site_from
+from upsguard.cli import main
 from upsguard.config.site import SiteConfig
+from upsguard.config.types import format_duration
 from upsguard.controller.journal import Journal
 from upsguard.controller.journal_checks import battery_tests, last_checkup
 from upsguard.controller.rows import iso
@@ -224,7 +226,9 @@ def test_a_battery_test_is_sent_to_the_ups_and_journaled_without_an_outage(
         journal.close()
 
 
-def test_a_deep_test_gives_the_runtime_it_observed(tmp_path: Path, nut: NutServer) -> None:
+def test_a_deep_test_gives_the_runtime_it_observed(
+    tmp_path: Path, nut: NutServer, capsys: pytest.CaptureFixture[str]
+) -> None:
     test = {"every": "30d", "at": "03:00", "kind": "deep"}
     site = site_for(tmp_path, nut, ups={"battery_test": test})
 
@@ -238,6 +242,11 @@ def test_a_deep_test_gives_the_runtime_it_observed(tmp_path: Path, nut: NutServe
     assert finished.charge_end is not None and finished.charge_end < 100.0
     assert finished.runtime_observed_s is not None and finished.runtime_observed_s > 0
     assert not [e for e in seen if isinstance(e, OnBattery | PhaseChanged)]
+    site_file = tmp_path / "site.yaml"  # what site_for wrote
+    assert main(["battery", "-c", str(site_file)]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    (line,) = [line for line in shown if "ups1: deep test passed" in line]
+    assert line.endswith(f"runtime observed {format_duration(finished.runtime_observed_s)}")
 
 
 def test_no_battery_test_while_another_ups_is_on_battery(
