@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from pyVmomi import vim
 
 from tests.peers.bmc import FakeBmc
 from tests.peers.cluster import ClusterLab
@@ -285,3 +286,62 @@ def test_without_notify_nothing_is_sent(
     done = doctor(cluster_lab, data, "--only", "notify")
     assert done.returncode == 0
     assert aiohttp_webhook.received == []
+
+
+def drill(lab: ClusterLab, data: Site, *args: str) -> subprocess.CompletedProcess[str]:
+    site = lab.write(data, "drill.yaml")
+    return subprocess.run(
+        [sys.executable, "-m", "upsguard", "drill", "-c", str(site), *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def vm_power(lab: ClusterLab) -> dict[str, str]:
+    return {vm.name: str(vm.runtime.powerState) for vm in lab.vcsim.all(vim.VirtualMachine)}
+
+
+def test_drill_rehearses_the_shutdown_and_changes_nothing(cluster_lab: ClusterLab) -> None:
+    before = vm_power(cluster_lab)
+    commands = cluster_lab.nut.commands_received("smt3000")
+    data = cluster_lab.site_data()
+    done = drill(cluster_lab, data, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["live_inventory"] is True
+    steps = {s["step"]: s for s in answer["steps"]}
+    assert {s["would"] for s in steps.values()} == {"act"}
+    assert steps["stop:sql01"]["detail"] == "shut down the guest of sql01"
+    assert steps["stop:sql01"]["states"] == ["on"]
+    assert steps["stop:esx02"]["detail"] == (
+        "shut down host DC0_C0_H1; after the destage of esx-flash (0 B dirty now)"
+    )
+    assert steps["stop:nas01"]["detail"].startswith("run '/sbin/shutdown -h now' on 127.0.0.1")
+    assert steps["stop:mgmt01"]["detail"] == (
+        "run 'systemctl poweroff' on 127.0.0.1, the machine running upsguard, last"
+    )
+    ids = list(steps)
+    assert ids.index("stop:sql01") < ids.index("stop:esx02") < ids.index("stop:nas01")
+    assert ids[-1] == "stop:mgmt01"
+    # nothing was stopped, told or journaled
+    assert vm_power(cluster_lab) == before
+    assert cluster_lab.nut.commands_received("smt3000") == commands
+    assert all(bmc.actions() == [] for bmc in cluster_lab.bmcs.values())
+    assert not (cluster_lab.root / "hq.sqlite").exists()
+
+
+def test_drill_says_which_step_would_fail(cluster_lab: ClusterLab) -> None:
+    data = cluster_lab.site_data()
+    _ssh_host_key_unknown(cluster_lab, data)
+    done = drill(cluster_lab, data)
+    assert done.returncode == 1
+    failing = [line for line in done.stderr.splitlines() if "would fail" in line]
+    assert [line.split(" would fail: ")[0] for line in failing] == [
+        "upsguard: stop:nas01",
+        "upsguard: stop:mgmt01",
+    ]
+    assert "root@127.0.0.1:" in failing[0] and "host is not in" in failing[0]
+    table = done.stdout.splitlines()
+    (nas,) = [line for line in table if line.startswith("stop:nas01 ")]
+    assert nas.split()[1:3] == ["fail", "on"]

@@ -24,6 +24,7 @@ from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration, parse_duration
 from upsguard.controller.notify import Notifier
 from upsguard.doctor.checkup import Checkup, Selection, run_checkup
+from upsguard.doctor.drill import Drill, Would, run_drill
 from upsguard.errors import ConfigError
 from upsguard.findings import Area, Finding, Verdict
 from upsguard.plugins import registry
@@ -54,6 +55,20 @@ def register(commands: Subparsers) -> None:
         help="the longest one check may take (default: checks.timeout, or 30s)",
     )
     p.set_defaults(handler=cmd_doctor)
+
+    p = commands.add_parser(
+        "drill", help="rehearse the shutdown read-only: what each step would do, or fail on"
+    )
+    add_site_option(p)
+    add_format_option(p)
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=30.0,
+        metavar="DURATION",
+        help="the longest one step's reads may take (default 30s)",
+    )
+    p.set_defaults(handler=cmd_drill)
 
 
 def _seconds(text: str) -> float:
@@ -154,3 +169,52 @@ def checkup_json(site: SiteConfig, checkup: Checkup) -> dict[str, Any]:
         "findings": [finding_json(f) for f in checkup.findings],
         "took": format_duration(checkup.took_s),
     }
+
+
+def cmd_drill(args: argparse.Namespace) -> int:
+    if not args.verbose:
+        logging.getLogger().setLevel(logging.CRITICAL)
+    site = site_of(args)
+    drill = run_async(run_drill(site, SystemClock(), args.timeout))
+    if args.format == "json":
+        out = {
+            "site": site.site,
+            "live_inventory": drill.live,
+            "estimate_s": drill.estimate_s,
+            "took_s": round(drill.took_s, 3),
+            "steps": [{**asdict(s), "would": s.would.value} for s in drill.steps],
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        output.show(drill_table(drill), drill_summary(drill))
+    for step in drill.steps:
+        if step.would is Would.FAIL:
+            print(f"upsguard: {step.step} would fail: {step.detail}", file=sys.stderr)
+    return drill.exit_code
+
+
+def drill_table(drill: Drill) -> Table:
+    rows = [
+        [
+            s.step,
+            s.would.value,
+            ", ".join(s.states) or "-",
+            f"{s.read_s:.2f}s",
+            s.detail,
+        ]
+        for s in drill.steps
+    ]
+    return output.table(["STEP", "WOULD", "NOW", "READ", "WHAT"], rows)
+
+
+def drill_summary(drill: Drill) -> str:
+    tally = {w: sum(1 for s in drill.steps if s.would is w) for w in Would}
+    longest = max((s.read_s for s in drill.steps), default=0.0)
+    source = "live inventory" if drill.live else "the site file alone (no live inventory)"
+    return (
+        f"drill: {len(drill.steps)} steps: {tally[Would.ACT]} would act, "
+        f"{tally[Would.DONE]} already done, {tally[Would.FAIL]} would fail; planned from "
+        f"{source}; reads took {format_duration(drill.took_s)} in all (the slowest step "
+        f"{longest:.2f}s), the plan's estimate is {format_duration(drill.estimate_s)}.\n"
+        "Nothing was stopped, and a drill teaches the plan no durations."
+    )
