@@ -96,7 +96,7 @@ async def run_checkup(
     plugins = _Plugins()
     findings = _build(site, plugins, only, clock)
     gate = asyncio.Semaphore(AT_ONCE)
-    check = _Bound(gate, timeout_s)
+    check = BoundedCheck(gate, timeout_s)
     commands = {u.name: u.commands for u in site.ups}
     units: list[Awaitable[list[Finding]]] = [
         check(Area.UPS, name, _ups(name, source, commands[name]))
@@ -128,7 +128,7 @@ async def run_checkup(
     return Checkup(started, tuple(_ordered(site, findings)), time.monotonic() - began)
 
 
-class _Bound:
+class BoundedCheck:
     """One unit of checks, within the gate (several at once) and its time."""
 
     def __init__(self, gate: asyncio.Semaphore, timeout_s: float) -> None:
@@ -223,7 +223,7 @@ async def _platform(
     name: PlatformName,
     platform: Platform,
     plugins: _Plugins,
-    check: _Bound,
+    check: BoundedCheck,
     only: Selection,
 ) -> list[Finding]:
     """Log in; the platform's own checks; then each resource on it resolved and read (the
