@@ -105,7 +105,10 @@ def fail(
     missing: tuple[str, ...] = (),
     adds_s: float | None = None,
 ) -> Finding:
-    return Finding(area, subject, check, Verdict.FAIL, detail, fix, missing, adds_s)
+    return replace(
+        warn(area, subject, check, detail, fix, missing=missing, adds_s=adds_s),
+        verdict=Verdict.FAIL,
+    )
 
 
 def worst(findings: Iterable[Finding]) -> Verdict:

@@ -41,14 +41,25 @@ pytestmark = [
 Site = dict[str, Any]
 
 
-def doctor(lab: ClusterLab, data: Site, *args: str) -> subprocess.CompletedProcess[str]:
-    site = lab.write(data)
+def upsguard(
+    lab: ClusterLab, command: str, data: Site, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``upsguard COMMAND -c SITE ARGS`` as a person runs it, on the site ``data``."""
+    site = lab.write(data, f"{command}.yaml")
     return subprocess.run(
-        [sys.executable, "-m", "upsguard", "doctor", "-c", str(site), *args],
+        [sys.executable, "-m", "upsguard", command, "-c", str(site), *args],
         capture_output=True,
         text=True,
         timeout=180,
     )
+
+
+def doctor(lab: ClusterLab, data: Site, *args: str) -> subprocess.CompletedProcess[str]:
+    return upsguard(lab, "doctor", data, *args)
+
+
+def drill(lab: ClusterLab, data: Site, *args: str) -> subprocess.CompletedProcess[str]:
+    return upsguard(lab, "drill", data, *args)
 
 
 def rows(done: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
@@ -286,16 +297,6 @@ def test_without_notify_nothing_is_sent(
     done = doctor(cluster_lab, data, "--only", "notify")
     assert done.returncode == 0
     assert aiohttp_webhook.received == []
-
-
-def drill(lab: ClusterLab, data: Site, *args: str) -> subprocess.CompletedProcess[str]:
-    site = lab.write(data, "drill.yaml")
-    return subprocess.run(
-        [sys.executable, "-m", "upsguard", "drill", "-c", str(site), *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
 
 
 def vm_power(lab: ClusterLab) -> dict[str, str]:

@@ -194,16 +194,18 @@ def _run_with_watch(site: SiteConfig, body: Callable[[Service], Any]) -> list[Ev
     return asyncio.run(scenario())
 
 
+async def _battery_test(service: Service) -> None:
+    """What the calendar does at the test's time."""
+    await service.schedule.battery_test(service.site.ups[0].name)
+
+
 def test_a_battery_test_is_sent_to_the_ups_and_journaled_without_an_outage(
     tmp_path: Path, nut: NutServer
 ) -> None:
     test = {"every": "30d", "at": "Sun 03:00", "kind": "quick"}
     site = site_for(tmp_path, nut, ups={"battery_test": test})
 
-    async def test_now(service: Service) -> None:
-        await service.schedule.battery_test(site.ups[0].name)
-
-    seen = _run_with_watch(site, test_now)
+    seen = _run_with_watch(site, _battery_test)
     assert nut.commands_received("smart") == ["test.battery.start.quick"]
     (finished,) = [e for e in seen if isinstance(e, BatteryTestFinished)]
     assert (finished.state, finished.text) == (TestState.PASSED, "Done and passed")
@@ -232,10 +234,7 @@ def test_a_deep_test_gives_the_runtime_it_observed(
     test = {"every": "30d", "at": "03:00", "kind": "deep"}
     site = site_for(tmp_path, nut, ups={"battery_test": test})
 
-    async def test_now(service: Service) -> None:
-        await service.schedule.battery_test(site.ups[0].name)
-
-    seen = _run_with_watch(site, test_now)
+    seen = _run_with_watch(site, _battery_test)
     (finished,) = [e for e in seen if isinstance(e, BatteryTestFinished)]
     assert finished.state is TestState.PASSED
     assert finished.charge_start == 100.0
@@ -267,10 +266,7 @@ def test_no_battery_test_while_another_ups_is_on_battery(
         }
     )
 
-    async def test_now(service: Service) -> None:
-        await service.schedule.battery_test(site.ups[0].name)
-
-    seen = _run_with_watch(site, test_now)
+    seen = _run_with_watch(site, _battery_test)
     (skipped,) = [e for e in seen if isinstance(e, BatteryTestSkipped)]
     assert skipped.reason == "UPS ups2 is on battery"
     assert nut.commands_received("smart") == []

@@ -18,10 +18,17 @@ from typing import Any
 from rich.table import Table
 
 from upsguard.cli import output
-from upsguard.cli.common import Subparsers, add_format_option, add_site_option, run_async, site_of
+from upsguard.cli.common import (
+    Subparsers,
+    add_format_option,
+    add_site_option,
+    duration_seconds,
+    run_async,
+    site_of,
+)
 from upsguard.clock import SystemClock
 from upsguard.config.site import SiteConfig
-from upsguard.config.types import format_duration, parse_duration
+from upsguard.config.types import format_duration
 from upsguard.controller.notify import Notifier
 from upsguard.doctor.checkup import Checkup, Selection, run_checkup
 from upsguard.doctor.drill import Drill, Would, run_drill
@@ -47,13 +54,7 @@ def register(commands: Subparsers) -> None:
     p.add_argument(
         "--notify", action="store_true", help="also send a test message through hook and webhook"
     )
-    p.add_argument(
-        "--timeout",
-        type=_seconds,
-        default=None,
-        metavar="DURATION",
-        help="the longest one check may take (default: checks.timeout, or 30s)",
-    )
+    _timeout_option(p, None, "the longest one check may take (default: checks.timeout, or 30s)")
     p.set_defaults(handler=cmd_doctor)
 
     p = commands.add_parser(
@@ -61,21 +62,14 @@ def register(commands: Subparsers) -> None:
     )
     add_site_option(p)
     add_format_option(p)
-    p.add_argument(
-        "--timeout",
-        type=_seconds,
-        default=30.0,
-        metavar="DURATION",
-        help="the longest one step's reads may take (default 30s)",
-    )
+    _timeout_option(p, 30.0, "the longest one step's reads may take (default 30s)")
     p.set_defaults(handler=cmd_drill)
 
 
-def _seconds(text: str) -> float:
-    try:
-        return parse_duration(text).total_seconds()
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+def _timeout_option(p: argparse.ArgumentParser, default: float | None, help: str) -> None:
+    p.add_argument(
+        "--timeout", type=duration_seconds, default=default, metavar="DURATION", help=help
+    )
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

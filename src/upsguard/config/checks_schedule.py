@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from upsguard.config.base import Model
-from upsguard.config.types import Duration, LongDuration
+from upsguard.config.types import Duration, LongDuration, format_duration
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _AT = re.compile(r"^\s*(?:(?P<day>[A-Za-z]{3})[a-z]*\s+)?(?P<hour>\d{1,2}):(?P<minute>\d{2})\s*$")
@@ -46,6 +46,12 @@ def parse_at(text: str) -> At:
     return At(hour, minute, day)
 
 
+def _at_least(value: timedelta, least: timedelta, why: str) -> timedelta:
+    if value < least:
+        raise ValueError(f"{why}: every {format_duration(least)} at the most often")
+    return value
+
+
 class ChecksConfig(Model):
     """The checks of ``upsguard doctor``, run by the service on a schedule and journaled; what
     broke since the last run is notified (``alert``)."""
@@ -60,9 +66,7 @@ class ChecksConfig(Model):
     @field_validator("every")
     @classmethod
     def _not_too_often(cls, value: timedelta) -> timedelta:
-        if value < timedelta(minutes=5):
-            raise ValueError("checks log in everywhere: every 5 minutes at the most often")
-        return value
+        return _at_least(value, timedelta(minutes=5), "checks log in everywhere")
 
 
 class BatteryTestConfig(Model):
@@ -92,9 +96,7 @@ class BatteryTestConfig(Model):
     @field_validator("every")
     @classmethod
     def _not_too_often(cls, value: timedelta) -> timedelta:
-        if value < timedelta(days=1):
-            raise ValueError("a battery test wears the battery: at most one a day")
-        return value
+        return _at_least(value, timedelta(days=1), "a battery test wears the battery")
 
     @property
     def when(self) -> At:

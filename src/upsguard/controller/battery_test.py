@@ -102,10 +102,8 @@ class BatteryTester:
         return TestResult(TestState.UNKNOWN, "no result reported within the test's timeout")
 
     def _outage_elsewhere(self, ups: UpsName) -> str | None:
-        for name, watch in self._controller().watches.items():
-            if name != ups and watch.last is not None and watch.last.on_battery:
-                return f"UPS {name} went on battery"
-        return None
+        other = other_on_battery(self._controller(), ups)
+        return None if other is None else f"UPS {other} went on battery"
 
     def _not_a_test(self, ups: UpsName) -> str | None:
         """The tested UPS itself on battery for something else: low, FSD, mains gone."""
@@ -113,6 +111,14 @@ class BatteryTester:
         if reading is not None and reading.on_battery and not self_test(reading):
             return "on battery for real (low battery, FSD or no input voltage)"
         return None
+
+
+def other_on_battery(controller: OutageController, ups: UpsName) -> UpsName | None:
+    """Another UPS whose last reading says on battery: no time to test this one."""
+    for name, watch in controller.watches.items():
+        if name != ups and watch.last is not None and watch.last.on_battery:
+            return name
+    return None
 
 
 async def _result(source: UpsSource) -> TestResult | None:

@@ -22,7 +22,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
-from upsguard.controller.battery_test import BatteryTester
+from upsguard.controller.battery_test import BatteryTester, other_on_battery
 from upsguard.controller.journal import Journal
 from upsguard.controller.journal_checks import battery_tests, last_checkup
 from upsguard.doctor.changes import compare
@@ -129,10 +129,8 @@ class Schedule:
         await self.tester.run(ups, test)
 
     def _other_on_battery(self, ups: UpsName) -> str | None:
-        for name, watch in self._controller().watches.items():
-            if name != ups and watch.last is not None and watch.last.on_battery:
-                return f"UPS {name} is on battery"
-        return None
+        other = other_on_battery(self._controller(), ups)
+        return None if other is None else f"UPS {other} is on battery"
 
     def _not_on_line(self, ups: UpsName) -> str | None:
         reading = self._controller().watches[ups].last

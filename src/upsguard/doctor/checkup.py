@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
@@ -186,28 +187,37 @@ def _build(site: SiteConfig, plugins: _Plugins, only: Selection, clock: Clock) -
     found: list[Finding] = []
     for ups in site.ups:
         if only.keeps(Area.UPS, ups.name):
-            try:
-                plugins.sources[ups.name] = registry.load("ups", ups.source_type)(ups, clock)
-            except UpsguardError as exc:
-                found.append(fail(Area.UPS, ups.name, "plugin", str(exc), _fix(exc)))
+            source = _make(found, Area.UPS, ups.name, "ups", ups.source_type, ups, clock)
+            if source is not None:
+                plugins.sources[ups.name] = source
     for name in registry.used_platform_names(site):
         settings = site.platform(name)
         kind = getattr(settings, "type", name)
         users = [r.id for r in site.resources if name in (r.platform, r.power_on_via)]
         if kind == "none" or not only.keeps(Area.PLATFORM, name, *users):
             continue
-        try:
-            cls = registry.load("platform", kind)
-            plugins.platforms[PlatformName(name)] = cls(PlatformName(name), settings, clock)
-        except UpsguardError as exc:
-            found.append(fail(Area.PLATFORM, name, "plugin", str(exc), _fix(exc)))
+        key = PlatformName(name)
+        platform = _make(found, Area.PLATFORM, name, "platform", kind, key, settings, clock)
+        if platform is not None:
+            plugins.platforms[key] = platform
     for cache in site.caches:
         if only.keeps(Area.CACHE, cache.name):
-            try:
-                plugins.caches[cache.name] = registry.load("cache", cache.provider)(cache, clock)
-            except UpsguardError as exc:
-                found.append(fail(Area.CACHE, cache.name, "plugin", str(exc), _fix(exc)))
+            provider = _make(found, Area.CACHE, cache.name, "cache", cache.provider, cache, clock)
+            if provider is not None:
+                plugins.caches[cache.name] = provider
     return found
+
+
+def _make(
+    found: list[Finding], area: Area, name: str, family: registry.Family, kind: str, *args: Any
+) -> Any:
+    """The plugin ``kind`` of ``family`` built with ``args``; None (and a fail) when it
+    cannot be (not installed, its settings refused)."""
+    try:
+        return registry.load(family, kind)(*args)
+    except UpsguardError as exc:
+        found.append(fail(area, name, "plugin", str(exc), _fix(exc)))
+        return None
 
 
 async def _ups(name: UpsName, source: UpsSource, commands: list[str]) -> list[Finding]:

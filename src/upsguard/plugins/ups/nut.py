@@ -39,7 +39,14 @@ from upsguard.findings import Finding
 from upsguard.models import LinkState, UpsFlag, UpsName, UpsReading
 from upsguard.net import tls_context
 from upsguard.plugins.ups.nut_checks import NutCheck
-from upsguard.plugins.ups.nut_client import MAX_ANSWER_BYTES, NutClient, NutError, NutRefused
+from upsguard.plugins.ups.nut_client import (
+    MAX_ANSWER_BYTES,
+    REFUSED,
+    STALE,
+    NutClient,
+    NutError,
+    NutRefused,
+)
 from upsguard.selftest import TestResult, from_nut
 
 __all__ = ["MAX_ANSWER_BYTES", "NutSource", "parse_status", "reading_from_vars"]
@@ -47,17 +54,7 @@ __all__ = ["MAX_ANSWER_BYTES", "NutSource", "parse_status", "reading_from_vars"]
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 10.0
 
-_STALE = frozenset({"DATA-STALE", "DRIVER-NOT-CONNECTED"})
-_PER_UPS = _STALE | {"VAR-NOT-SUPPORTED"}
-_REFUSED = frozenset(
-    {
-        "ACCESS-DENIED",
-        "USERNAME-REQUIRED",
-        "PASSWORD-REQUIRED",
-        "INVALID-USERNAME",
-        "INVALID-PASSWORD",
-    }
-)
+_PER_UPS = STALE | {"VAR-NOT-SUPPORTED"}
 _FLAGS = {flag.value: flag for flag in UpsFlag}
 _NUMBERS = {
     "charge_pct": "battery.charge",
@@ -209,7 +206,7 @@ class NutSource:
             finally:
                 await client.close()
         except NutRefused as exc:
-            if exc.word in _REFUSED:
+            if exc.word in REFUSED:
                 raise AuthenticationError(
                     f"{self._where} refused '{name}' on UPS '{ups}' for user "
                     f"'{self.settings.user}' ({exc.word}): upsd.users must give it "
@@ -230,7 +227,7 @@ class NutSource:
                     f"{where} does not offer STARTTLS ({exc.word}): "
                     "set CERTFILE or CERTPATH in upsd.conf"
                 )
-            if exc.word in _REFUSED:
+            if exc.word in REFUSED:
                 return AuthenticationError(
                     f"{where} refused user '{self.settings.user}' for UPS '{ups}' ({exc.word}): "
                     "check the password file or variable, and that upsd.users gives this "

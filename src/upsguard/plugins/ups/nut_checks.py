@@ -17,22 +17,12 @@ from upsguard.config.ups import UpsConfig
 from upsguard.errors import ConfigError, UpsguardError
 from upsguard.findings import Area, Finding, Verdict, fail, ok, warn
 from upsguard.models import UpsName
-from upsguard.plugins.ups.nut_client import NutClient, NutRefused
+from upsguard.plugins.ups.nut_client import REFUSED, STALE, NutClient, NutRefused
 
 #: An instant command that does nothing when no battery test runs.
 HARMLESS_COMMAND = "test.battery.stop"
 _TESTING = "in progress"  # ups.test.result while a test runs
 _DELAY_VAR = "ups.delay.shutdown"
-_STALE = frozenset({"DATA-STALE", "DRIVER-NOT-CONNECTED"})
-_REFUSED = frozenset(
-    {
-        "ACCESS-DENIED",
-        "USERNAME-REQUIRED",
-        "PASSWORD-REQUIRED",
-        "INVALID-USERNAME",
-        "INVALID-PASSWORD",
-    }
-)
 Connect = Callable[[], Awaitable[NutClient]]
 
 
@@ -166,7 +156,7 @@ class NutCheck:
             ]
         except NutRefused as exc:
             supported = []
-            if exc.word not in _STALE and exc.word != "UNKNOWN-UPS":
+            if exc.word not in STALE and exc.word != "UNKNOWN-UPS":
                 raise
         missing = tuple(c for c in self.commands if c not in supported)
         offers = ", ".join(supported) or "none"
@@ -263,7 +253,7 @@ class NutCheck:
                 await client.instcmd(self.s.ups, HARMLESS_COMMAND)
                 said.append(f"may send instant commands ({HARMLESS_COMMAND} taken)")
             except NutRefused as exc:
-                if exc.word not in _REFUSED:
+                if exc.word not in REFUSED:
                     raise
                 missing.append("instcmds")
                 said.append(f"instant command {HARMLESS_COMMAND}: {exc.word}")
@@ -274,7 +264,7 @@ class NutCheck:
                     await client.set_var(self.s.ups, _DELAY_VAR, delay)
                     said.append(f"may set {_DELAY_VAR} (set to its own value {delay})")
             except NutRefused as exc:
-                if exc.word not in _REFUSED:
+                if exc.word not in REFUSED:
                     said.append(f"{_DELAY_VAR}: {exc.word}")
                 else:
                     missing.append("set")
