@@ -236,7 +236,7 @@ def test_battery_test_times() -> None:
         parse_at("Sun 25:00")
     with pytest.raises(ValueError, match="is not a time like 'Sun 03:00'"):
         parse_at("Sunday noon")
-    with pytest.raises(ValueError, match="wears the battery: every 1d at the most often"):
+    with pytest.raises(ValueError, match="wears the battery: at most one a day"):
         BatteryTestConfig.model_validate({"every": "1h"})
     test = BatteryTestConfig.model_validate({"every": "30d", "kind": "deep"})
     assert test.command == "test.battery.start.deep"

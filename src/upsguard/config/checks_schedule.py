@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from upsguard.config.base import Model
-from upsguard.config.types import Duration, LongDuration, format_duration
+from upsguard.config.types import Duration, LongDuration
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _AT = re.compile(r"^\s*(?:(?P<day>[A-Za-z]{3})[a-z]*\s+)?(?P<hour>\d{1,2}):(?P<minute>\d{2})\s*$")
@@ -48,7 +48,7 @@ def parse_at(text: str) -> At:
 
 def _at_least(value: timedelta, least: timedelta, why: str) -> timedelta:
     if value < least:
-        raise ValueError(f"{why}: every {format_duration(least)} at the most often")
+        raise ValueError(why)
     return value
 
 
@@ -66,7 +66,9 @@ class ChecksConfig(Model):
     @field_validator("every")
     @classmethod
     def _not_too_often(cls, value: timedelta) -> timedelta:
-        return _at_least(value, timedelta(minutes=5), "checks log in everywhere")
+        return _at_least(
+            value, timedelta(minutes=5), "checks log in everywhere: every 5m at the most often"
+        )
 
 
 class BatteryTestConfig(Model):
@@ -96,7 +98,9 @@ class BatteryTestConfig(Model):
     @field_validator("every")
     @classmethod
     def _not_too_often(cls, value: timedelta) -> timedelta:
-        return _at_least(value, timedelta(days=1), "a battery test wears the battery")
+        return _at_least(
+            value, timedelta(days=1), "a battery test wears the battery: at most one a day"
+        )
 
     @property
     def when(self) -> At:
