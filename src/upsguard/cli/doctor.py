@@ -208,7 +208,7 @@ def drill_summary(drill: Drill) -> str:
     return (
         f"drill: {len(drill.steps)} steps: {tally[Would.ACT]} would act, "
         f"{tally[Would.DONE]} already done, {tally[Would.FAIL]} would fail; planned from "
-        f"{source}; reads took {format_duration(drill.took_s)} in all (the slowest step "
-        f"{longest:.2f}s), the plan's estimate is {format_duration(drill.estimate_s)}.\n"
+        f"{source}; the drill took {format_duration(drill.took_s)} (the slowest step's reads "
+        f"{longest:.2f}s); the plan's estimate is {format_duration(drill.estimate_s)}.\n"
         "Nothing was stopped, and a drill teaches the plan no durations."
     )

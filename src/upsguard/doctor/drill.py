@@ -76,7 +76,8 @@ async def run_drill(site: SiteConfig, clock: Clock, timeout_s: float = 30.0) -> 
     began = time.monotonic()
     platforms: dict[PlatformName, Platform] = {}
     down: dict[str, str] = {}
-    for name in registry.used_platform_names(site):
+    stopping = {r.platform for r in site.resources if r.platform is not None and r.stops}
+    for name in sorted(stopping):  # a BMC that only powers machines on has no part in it
         settings = site.platform(name)
         try:
             cls = registry.load("platform", getattr(settings, "type", name))
