@@ -16,8 +16,10 @@ from tests.sites import simple_site, site_from, write_site
 from upsguard.cli import main
 from upsguard.clock import SystemClock
 from upsguard.config.checks_schedule import BatteryTestConfig, parse_at
+from upsguard.config.service import NotifySettings
 from upsguard.controller.journal import Journal
 from upsguard.controller.journal_checks import battery_tests, last_checkup
+from upsguard.controller.notify import Notifier
 from upsguard.doctor.changes import compare
 from upsguard.doctor.checkup import BoundedCheck, Selection, run_checkup
 from upsguard.doctor.site_files import check_files, journal
@@ -266,3 +268,19 @@ def test_the_journal_keeps_checkups_and_battery_tests(tmp_path: Path) -> None:
         )
     finally:
         journal.close()
+
+
+def test_notify_test_runs_the_hook_and_says_what_it_answered(tmp_path: Path) -> None:
+    got = tmp_path / "got.json"
+    good = NotifySettings.model_validate({"command": ["/bin/sh", "-c", f"cat > {got}"]})
+    (sent,) = asyncio.run(Notifier(good, "lab").test())
+    assert (sent.subject, sent.verdict) == ("command", Verdict.OK)
+    assert '"event": "Test"' in got.read_text()
+    bad = NotifySettings.model_validate({"command": ["/bin/sh", "-c", "echo nope >&2; exit 3"]})
+    (refused,) = asyncio.run(Notifier(bad, "lab").test())
+    assert (refused.verdict, refused.detail) == (
+        Verdict.FAIL,
+        "notify command /bin/sh: exit 3: nope",
+    )
+    (nothing,) = asyncio.run(Notifier(NotifySettings(), "lab").test())
+    assert nothing.verdict is Verdict.WARN
