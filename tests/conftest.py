@@ -14,4 +14,6 @@ pytest_plugins = [
     "tests.peers.libvirt",
     "tests.peers.guest",
     "tests.peers.browser",
+    "tests.peers.cluster",
+    "tests.peers.webhook",
 ]

@@ -80,7 +80,24 @@ def plugin_problems(site: SiteConfig, names: PluginNames) -> Iterator[Problem]:
 
 def site_warnings(site: SiteConfig) -> list[Problem]:
     """What validate says without refusing the site: risks a person should know of."""
-    return [*_never_powered_on(site), *_caches_of_unknown_placement(site), *_nut_in_clear(site)]
+    return [
+        *_never_powered_on(site),
+        *_caches_of_unknown_placement(site),
+        *_nut_in_clear(site),
+        *_files_missing(site),
+    ]
+
+
+def _files_missing(site: SiteConfig) -> Iterator[Problem]:
+    """A file the site names that cannot be read here. A warning, not a refusal: ``validate``
+    is the service's ExecStartPre, and a missing password file must cost that one UPS or
+    platform (an alert at every start), never the whole controller."""
+    from upsguard.config.files import missing, named_files  # files builds on the site model
+
+    for named in named_files(site):
+        why = missing(named)
+        if why is not None:
+            yield named.loc, f"{why}: create it (readable by upsguard's user), or fix the path"
 
 
 def _nut_in_clear(site: SiteConfig) -> Iterator[Problem]:

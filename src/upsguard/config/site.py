@@ -11,6 +11,7 @@ from pydantic import Field, PrivateAttr
 
 from upsguard.config.base import Model
 from upsguard.config.caches import CacheConfig
+from upsguard.config.checks_schedule import ChecksConfig
 from upsguard.config.platforms import (
     IMPLICIT_TYPES,
     PlatformBase,
@@ -60,6 +61,10 @@ class SiteConfig(Model):
     service: ServiceConfig = ServiceConfig()
     web: WebConfig | None = Field(
         None, description="the live status page served by 'upsguard run' (docs/web.md); none: off"
+    )
+    checks: ChecksConfig | None = Field(
+        None,
+        description="run the checks of 'upsguard doctor' on a schedule (off when not given)",
     )
     contacts: list[Contact] = Field(
         default_factory=list, description="who to call during an outage (printed in the run book)"

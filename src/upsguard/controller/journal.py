@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from upsguard.controller.journal_checks import write_battery_test, write_checkup
 from upsguard.controller.journal_file import Corrupt, move_aside, open_file, set_access
 from upsguard.controller.rows import (
     CacheOpRow,
@@ -48,7 +49,9 @@ from upsguard.controller.rows import (
 from upsguard.controller.schema import migrate
 from upsguard.errors import PermanentError
 from upsguard.events import (
+    BatteryTestFinished,
     CacheModeChanged,
+    CheckupDone,
     Event,
     OverrideApplied,
     PhaseChanged,
@@ -261,6 +264,10 @@ class Journal:
                 reason=event.reason,
                 detail=event.detail,
             )
+        elif isinstance(event, CheckupDone):
+            write_checkup(self.db, event)
+        elif isinstance(event, BatteryTestFinished):
+            write_battery_test(self.db, event)
         elif isinstance(event, CacheModeChanged):
             self._insert(
                 "cache_ops",

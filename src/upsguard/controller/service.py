@@ -32,6 +32,7 @@ from upsguard.controller.metrics import Metrics
 from upsguard.controller.notify import Notifier
 from upsguard.controller.overrides import Overrides
 from upsguard.controller.resume import reap_and_resume
+from upsguard.controller.schedule import Schedule
 from upsguard.controller.socket_group import group_id
 from upsguard.controller.status import ServiceInfo, service_status
 from upsguard.controller.stream import EventStream
@@ -98,6 +99,7 @@ class Service:
         self._poll_lock = asyncio.Lock()
         self._inventory_problem: str | None = None
         self._news = asyncio.Event()
+        self._schedule: Schedule | None = None
 
     def _wake(self, event: Event) -> None:
         self.changed.set()
@@ -258,7 +260,8 @@ class Service:
         await _every(self.site.policies.poll_interval.total_seconds(), self.poll_now, stop)
 
     def calendar(self) -> AsyncIOScheduler:
-        """Jobs that belong to the calendar, not to the power watch: journal pruning."""
+        """Jobs that belong to the calendar, not to the power watch: journal pruning, the
+        scheduled checks and battery tests (``controller.schedule``)."""
         sched = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
         sched.add_job(
             self.housekeeping,
@@ -267,7 +270,18 @@ class Service:
             next_run_time=datetime.now(UTC) + timedelta(minutes=1),
             id="housekeeping",
         )
+        self.schedule.add_jobs(sched)
         return sched
+
+    @property
+    def schedule(self) -> Schedule:
+        """The scheduled checks and battery tests (after ``open``)."""
+        if self._schedule is None:
+            controller = self.controller
+            self._schedule = Schedule(
+                self.site, self.clock, self.bus, self.journal, lambda: controller
+            )
+        return self._schedule
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set: API socket, metrics, the power watch, periodic tasks."""

@@ -48,10 +48,14 @@ __all__ = [
     "Background",
     "CommandResult",
     "Detached",
+    "HostKeyUnknown",
     "Runner",
     "SshEndpoint",
     "SshTarget",
+    "check_login",
+    "program_of",
     "run",
+    "where",
 ]
 
 
@@ -123,6 +127,22 @@ def describe(argv: Sequence[str], ssh: SshTarget | None) -> str:
 
 def _where(ssh: SshTarget) -> str:
     return f"{ssh.user}@{ssh.host}:{ssh.port}"
+
+
+def where(ssh: SshTarget | None) -> str:
+    """``root@nas01:22``, or ``this machine``: where a runner's commands run."""
+    return "this machine" if ssh is None else _where(ssh)
+
+
+def program_of(line: str) -> str | None:
+    """The program a command line starts, when the line is that simple (``a; b`` is not)."""
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        return None
+    if not words or any(c in line for c in ";|&$`()<>") or "=" in words[0]:
+        return None
+    return words[0]
 
 
 class Background:
@@ -383,7 +403,7 @@ async def connect(ssh: SshTarget, *, timeout: float) -> asyncssh.SSHClientConnec
             connect_timeout=timeout,
         )
     except asyncssh.HostKeyNotVerifiable as exc:
-        raise PermanentError(_host_key_message(ssh)) from exc
+        raise HostKeyUnknown(_host_key_message(ssh)) from exc
     except asyncssh.KeyImportError as exc:
         raise PermanentError(
             f"{where}: cannot read the private key {ssh.key_file}: {exc}: check ssh.key_file "
@@ -402,6 +422,19 @@ async def connect(ssh: SshTarget, *, timeout: float) -> asyncssh.SSHClientConnec
         raise PlatformUnreachable(f"{where}: cannot connect: {reason}") from exc
     except asyncssh.Error as exc:
         raise PlatformUnreachable(f"{where}: SSH failed: {exc.reason}") from exc
+
+
+async def check_login(ssh: SshTarget, *, timeout: float) -> None:
+    """Connect and log in, then leave: the host key and the key are checked, nothing runs.
+    Raises as ``connect`` does."""
+    conn = await connect(ssh, timeout=timeout)
+    conn.close()
+    with contextlib.suppress(Exception):
+        await conn.wait_closed()
+
+
+class HostKeyUnknown(PermanentError):
+    """The host is not in ``known_hosts``, or its key is not the one listed there."""
 
 
 def _host_key_message(ssh: SshTarget) -> str:
