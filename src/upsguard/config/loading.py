@@ -50,6 +50,8 @@ def check_site(source: SourceText, plugins: PluginNames | None = None) -> SiteCo
     kept = [p for i in range(len(site.ups)) for p in _ups_paths(i)]
     kept += [("resources", i) for i in range(len(site.resources))]
     kept += [("caches", i) for i in range(len(site.caches))]
+    if site.ha is not None:
+        kept += [("ha",), ("ha", "endpoints")]
     site.keep_origin(source.origin(kept))
     return site
 
