@@ -1,4 +1,4 @@
-"""Shared fixtures. Real peers (NUT, snmpsim, vcsim, sshd, etcd) live in tests/peers/, one module each."""
+"""Shared fixtures. Real peers (NUT, snmpsim, vcsim, sshd, etcd): tests/peers/, one module each."""
 
 from __future__ import annotations
 

@@ -169,7 +169,11 @@ class EtcdCluster:
     def answers(self, index: int) -> bool:
         """A linearizable read through this member succeeds: it runs and the cluster leads."""
         check = self.etcdctl(
-            "--command-timeout", "2s", "endpoint", "health", endpoints=[self.member(index).client_url]
+            "--command-timeout",
+            "2s",
+            "endpoint",
+            "health",
+            endpoints=[self.member(index).client_url],
         )
         try:
             check.communicate(timeout=5)
