@@ -1,4 +1,5 @@
-"""The CoordinationStore contract, against a real three-member etcd on loopback.
+"""The CoordinationStore contract, against a real three-member etcd on loopback (and the
+shipped in-memory store, whose behaviour is held to the same tests).
 
 Leadership is exclusive; a lease nobody renews ends and its key with it; a deposed
 leader's fenced write is refused, says who leads, and changes nothing; the ledger comes
@@ -14,12 +15,14 @@ import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pytest
 
 from tests.peers.etcd import EtcdSite
+from upsguard.clock import SystemClock
 from upsguard.config.ha import HaConfig
 from upsguard.errors import LeadershipLost, StoreUnavailable
 from upsguard.models import ResourceId, RunId, StepId, StepState
@@ -32,9 +35,10 @@ from upsguard.plugins.coordination.base import (
     Term,
 )
 from upsguard.plugins.coordination.etcd import EtcdStore
+from upsguard.plugins.coordination.memory import MemorySite, MemoryStore
 from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunRecord, RunSpec
 
-pytestmark = [pytest.mark.etcd, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 T = TypeVar("T")
 TTL = 2.0
@@ -59,10 +63,36 @@ def settings(etcd: EtcdSite, name: str = "ctl-a") -> HaConfig:
     )
 
 
+@dataclass(frozen=True)
+class Backend:
+    """Opens ``count`` stores of one site, as the controllers of a pair each hold one."""
+
+    name: str
+    open: Callable[[int], list[CoordinationStore]]
+
+
+@pytest.fixture(params=[pytest.param("etcd", marks=pytest.mark.etcd), "memory"])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    if request.param == "etcd":
+        etcd: EtcdSite = request.getfixturevalue("etcd")
+        return Backend(
+            "etcd",
+            lambda count: [EtcdStore(etcd.site, settings(etcd, f"c{i}")) for i in range(count)],
+        )
+    shared = MemorySite(SystemClock())
+    return Backend("memory", lambda count: [MemoryStore("t", shared) for _ in range(count)])
+
+
 @asynccontextmanager
-async def stores(etcd: EtcdSite, count: int = 2) -> AsyncIterator[list[EtcdStore]]:
-    """``count`` stores of the test's site, as the controllers of a pair each hold one."""
-    opened = [EtcdStore(etcd.site, settings(etcd, f"ctl-{i}")) for i in range(count)]
+async def stores(
+    backend: Backend | EtcdSite, count: int = 2
+) -> AsyncIterator[list[CoordinationStore]]:
+    if isinstance(backend, EtcdSite):
+        etcd = backend
+        backend = Backend(
+            "etcd", lambda n: [EtcdStore(etcd.site, settings(etcd, f"c{i}")) for i in range(n)]
+        )
+    opened = backend.open(count)
     try:
         yield opened
     finally:
@@ -103,17 +133,17 @@ async def until_nobody_leads(store: CoordinationStore, within: float) -> None:
             await store.wait_for_change(seen.revision, within)
 
 
-def test_the_etcd_store_keeps_the_protocol(etcd: EtcdSite) -> None:
-    store = EtcdStore(etcd.site, settings(etcd))
+def test_each_store_keeps_the_protocol(backend: Backend) -> None:
+    (store,) = backend.open(1)
     assert isinstance(store, CoordinationStore)
     for name, _ in inspect.getmembers(CoordinationStore, inspect.isfunction):
         if not name.startswith("_"):
             assert inspect.iscoroutinefunction(getattr(store, name)), name
 
 
-def test_one_leader_at_a_time_and_everyone_sees_who(etcd: EtcdSite) -> None:
+def test_one_leader_at_a_time_and_everyone_sees_who(backend: Backend) -> None:
     async def scenario() -> None:
-        async with stores(etcd, 4) as opened:
+        async with stores(backend, 4) as opened:
             people = [Candidate(f"ctl-{i}") for i in range(4)]
             results = await asyncio.gather(
                 *(s.campaign(p, LONG) for s, p in zip(opened, people, strict=True))
@@ -130,12 +160,12 @@ def test_one_leader_at_a_time_and_everyone_sees_who(etcd: EtcdSite) -> None:
     run(scenario)
 
 
-def test_a_lease_nobody_renews_ends_and_the_standby_takes_over(etcd: EtcdSite) -> None:
+def test_a_lease_nobody_renews_ends_and_the_standby_takes_over(backend: Backend) -> None:
     """The leader stops renewing (as a paused or dead process does): its key goes with the
     lease, the standby wins a newer term, and the old leader learns that it lost."""
 
     async def scenario() -> None:
-        async with stores(etcd) as (first, second):
+        async with stores(backend) as (first, second):
             old = await won(first, A, TTL)
             assert await second.campaign(B, TTL) == old.leader
             await until_nobody_leads(second, within=TTL * 4 + BOUND)
@@ -152,9 +182,9 @@ def test_a_lease_nobody_renews_ends_and_the_standby_takes_over(etcd: EtcdSite) -
     run(scenario)
 
 
-def test_a_deposed_leader_cannot_write_any_part_of_the_ledger(etcd: EtcdSite) -> None:
+def test_a_deposed_leader_cannot_write_any_part_of_the_ledger(backend: Backend) -> None:
     async def scenario() -> None:
-        async with stores(etcd) as (first, second):
+        async with stores(backend) as (first, second):
             old = await won(first, A)
             await first.record_run(old, record("r1"))
             await first.resign(old)
@@ -177,9 +207,9 @@ def test_a_deposed_leader_cannot_write_any_part_of_the_ledger(etcd: EtcdSite) ->
     run(scenario)
 
 
-def test_a_resigned_term_lets_the_standby_win_at_once(etcd: EtcdSite) -> None:
+def test_a_resigned_term_lets_the_standby_win_at_once(backend: Backend) -> None:
     async def scenario() -> None:
-        async with stores(etcd) as (first, second):
+        async with stores(backend) as (first, second):
             term = await won(first, A)
             await first.resign(term)
             assert await first.leader() is None
@@ -189,18 +219,18 @@ def test_a_resigned_term_lets_the_standby_win_at_once(etcd: EtcdSite) -> None:
     run(scenario)
 
 
-def test_a_controller_that_restarted_waits_for_its_own_old_lease(etcd: EtcdSite) -> None:
+def test_a_controller_that_restarted_waits_for_its_own_old_lease(backend: Backend) -> None:
     async def scenario() -> None:
-        async with stores(etcd) as (before, after):
+        async with stores(backend) as (before, after):
             term = await won(before, A)
             assert await after.campaign(A, TTL) == term.leader  # same name, another process
 
     run(scenario)
 
 
-def test_the_ledger_reads_back_as_written_at_one_revision(etcd: EtcdSite) -> None:
+def test_the_ledger_reads_back_as_written_at_one_revision(backend: Backend) -> None:
     async def scenario() -> None:
-        async with stores(etcd) as (leader, standby):
+        async with stores(backend) as (leader, standby):
             term = await won(leader, A)
             await leader.record_run(term, record("r1"))
             await leader.record_run(term, record("r2/odd id"))
@@ -231,6 +261,7 @@ def test_the_ledger_reads_back_as_written_at_one_revision(etcd: EtcdSite) -> Non
     run(scenario)
 
 
+@pytest.mark.etcd
 def test_a_value_written_by_hand_is_named_and_the_rest_still_reads(etcd: EtcdSite) -> None:
     async def scenario() -> None:
         async with stores(etcd, 1) as (store,):
@@ -247,9 +278,9 @@ def test_a_value_written_by_hand_is_named_and_the_rest_still_reads(etcd: EtcdSit
     run(scenario)
 
 
-def test_a_change_is_never_missed_between_a_read_and_the_wait(etcd: EtcdSite) -> None:
+def test_a_change_is_never_missed_between_a_read_and_the_wait(backend: Backend) -> None:
     async def scenario() -> None:
-        async with stores(etcd) as (leader, standby):
+        async with stores(backend) as (leader, standby):
             term = await won(leader, A)
             seen = await standby.snapshot()
             await leader.record_run(term, record("r1"))  # before the standby waits
@@ -261,6 +292,7 @@ def test_a_change_is_never_missed_between_a_read_and_the_wait(etcd: EtcdSite) ->
     run(scenario)
 
 
+@pytest.mark.etcd
 def test_one_member_stopped_or_paused_changes_nothing(etcd: EtcdSite) -> None:
     async def scenario() -> None:
         async with stores(etcd) as (leader, standby):
@@ -284,6 +316,7 @@ def test_one_member_stopped_or_paused_changes_nothing(etcd: EtcdSite) -> None:
     run(scenario)
 
 
+@pytest.mark.etcd
 def test_two_members_stopped_fail_every_call_within_a_bound_then_it_recovers(
     etcd: EtcdSite,
 ) -> None:
