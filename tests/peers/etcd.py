@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.peers.ports import free_port
+from tests.peers.process import end_process
 
 ETCD = "/usr/bin/etcd"
 ETCDCTL = "/usr/bin/etcdctl"
@@ -127,13 +128,7 @@ class EtcdCluster:
             return
         if member.paused:
             self.resume(index)
-        if member.process.poll() is None:
-            member.process.terminate()
-            try:
-                member.process.wait(15)
-            except subprocess.TimeoutExpired:
-                member.process.kill()
-                member.process.wait(5)
+        end_process(member.process, within=15)
         member.process = None
 
     def pause(self, index: int) -> None:
