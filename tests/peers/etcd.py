@@ -70,6 +70,8 @@ class EtcdCluster:
 
     root: Path
     members: list[Member] = field(default_factory=list)
+    flags: tuple[str, ...] = ()
+    """More flags for every member (``--auth-token-ttl 1``)."""
 
     @property
     def endpoints(self) -> list[str]:
@@ -114,6 +116,7 @@ class EtcdCluster:
             "zap",
             "--log-outputs",
             "stderr",
+            *self.flags,
         ]
         with member.log.open("ab") as log:
             member.process = subprocess.Popen(
@@ -220,17 +223,17 @@ class EtcdCluster:
             self.stop(index)
 
 
-def start_cluster(root: Path) -> EtcdCluster:
+def start_cluster(root: Path, members: int = MEMBERS, flags: tuple[str, ...] = ()) -> EtcdCluster:
     require_etcd()
     root.mkdir(parents=True, exist_ok=True)
-    cluster = EtcdCluster(root)
-    for n in range(1, MEMBERS + 1):
+    cluster = EtcdCluster(root, flags=flags)
+    for n in range(1, members + 1):
         name = f"m{n}"
         cluster.members.append(
             Member(name, free_port(), free_port(), root / f"{name}.data", root / f"{name}.log")
         )
     try:
-        for index in range(MEMBERS):
+        for index in range(members):
             cluster.start(index)
         cluster.wait_ready()
     except BaseException:
