@@ -1,4 +1,4 @@
-"""Shared fixtures. Real peers (NUT, snmpsim, vcsim, sshd) live in tests/peers/, one module each."""
+"""Shared fixtures. Real peers (NUT, snmpsim, vcsim, sshd, etcd): tests/peers/, one module each."""
 
 from __future__ import annotations
 
@@ -16,4 +16,5 @@ pytest_plugins = [
     "tests.peers.browser",
     "tests.peers.cluster",
     "tests.peers.webhook",
+    "tests.peers.etcd",
 ]

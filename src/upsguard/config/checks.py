@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
+from upsguard.config.ha_checks import ha_problems, ha_warnings
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import Suggestions, suggest
 from upsguard.config.types import format_duration, shorten
@@ -47,6 +48,7 @@ def site_problems(site: SiteConfig, unchecked: Unchecked = _NOTHING) -> list[Pro
     problems.extend(_cycles(site))
     problems.extend(_ups_command_outlasts_own_machine(site))
     problems.extend(_snmp_can_send(site))
+    problems.extend(ha_problems(site, unchecked.resources))
     return problems
 
 
@@ -85,6 +87,7 @@ def site_warnings(site: SiteConfig) -> list[Problem]:
         *_caches_of_unknown_placement(site),
         *_nut_in_clear(site),
         *_files_missing(site),
+        *ha_warnings(site),
     ]
 
 

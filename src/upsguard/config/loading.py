@@ -53,6 +53,8 @@ def check_site(source: SourceText, plugins: PluginNames | None = None) -> SiteCo
     kept += [("caches", i) for i in range(len(site.caches))]
     kept += [("platforms", key) for key in site.platforms]
     kept += [named.loc for named in named_files(site)]  # validate warns of missing ones
+    if site.ha is not None:
+        kept += [("ha",), ("ha", "endpoints")]
     site.keep_origin(source.origin(kept))
     return site
 

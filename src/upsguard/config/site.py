@@ -12,6 +12,7 @@ from pydantic import Field, PrivateAttr
 from upsguard.config.base import Model
 from upsguard.config.caches import CacheConfig
 from upsguard.config.checks_schedule import ChecksConfig
+from upsguard.config.ha import HaConfig
 from upsguard.config.platforms import (
     IMPLICIT_TYPES,
     PlatformBase,
@@ -68,6 +69,9 @@ class SiteConfig(Model):
     )
     contacts: list[Contact] = Field(
         default_factory=list, description="who to call during an outage (printed in the run book)"
+    )
+    ha: HaConfig | None = Field(
+        None, description="two controllers, one acting, coordinated through etcd (docs/ha.md)"
     )
     _origin: Origin | None = PrivateAttr(None)
 
