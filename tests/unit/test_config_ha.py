@@ -136,8 +136,10 @@ def test_warnings_name_a_short_member_list_and_a_link_in_clear(tmp_path: Path) -
             '[http://127.0.0.1:2379, "127.0.0.1:22379", http://localhost:32379]',
             "[http://10.0.0.2:2379]",
         )
-        + "  user: upsguard\n  password_file: /etc/upsguard/etcd.pw\n"
+        + f"  user: upsguard\n  password_file: {tmp_path / 'etcd.pw'}\n"
     )
+    (tmp_path / "etcd.pw").write_text("secret\n")
+    (tmp_path / "etcd.pw").chmod(0o600)
     site = load_site(write_site(tmp_path, text))
     warned = [(loc, message) for loc, message in site_warnings(site) if loc[0] == "ha"]
     assert [loc for loc, _ in warned] == [("ha", "endpoints"), ("ha", "endpoints")]
