@@ -1,5 +1,5 @@
-"""Shared fixtures and test settings. Real peers (NUT, snmpsim, vcsim, sshd) live in
-tests/peers/, one module each.
+"""Shared fixtures and test settings. Real peers (NUT, snmpsim, vcsim, sshd, etcd)
+live in tests/peers/, one module each.
 
 Hypothesis profiles, chosen by ``scripts/test`` with ``--hypothesis-profile``:
 
@@ -36,6 +36,9 @@ pytest_plugins = [
     "tests.peers.libvirt",
     "tests.peers.guest",
     "tests.peers.browser",
+    "tests.peers.cluster",
+    "tests.peers.webhook",
+    "tests.peers.etcd",
 ]
 
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -14,8 +14,9 @@ is checked, not assumed: upsd must serve exactly the new files' variables (besid
 the driver adds itself), with no FSD and no client still connected, or the server is stopped
 and a new one started. Where nothing can be checked or put back, a test always gets a new
 server: ``.seq`` files and scripts with ``TIMER`` lines (a driver sleeping in a TIMER ignores
-a changed file), and a server a test killed or stopped a process of, or set FSD on (upsd
-keeps FSD until it restarts).
+a changed file), stand-in drivers (``fake_drivers``: they log the commands they were sent),
+and a server a test killed or stopped a process of, or set FSD on (upsd keeps FSD until it
+restarts).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ NUT_BIN = Path("/lib/nut")
 USERS = {
     "mon": ("mon-secret", "upsmon secondary"),
     "admin": ("admin-secret", "actions = SET FSD\n  instcmds = ALL\n  upsmon primary"),
+    "upsguard": ("upsguard-secret", "actions = SET\n  instcmds = ALL\n  upsmon secondary"),
 }
 POLL_INTERVAL = 1
 
@@ -65,6 +68,8 @@ class NutServer:
     ca_file: Path | None = None
     #: per UPS, the variables its driver serves beside those of its data file
     own: dict[str, frozenset[str]] = field(default_factory=dict)
+    fake_drivers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """UPSes served by ``tests.peers.nut_driver`` (with these instant commands), not dummy-ups."""
 
     @property
     def env(self) -> dict[str, str]:
@@ -96,7 +101,7 @@ class NutServer:
         """Start the drivers all at once, then wait for each one's socket."""
         for name in names:
             self.drivers[name] = spawn(
-                [str(NUT_BIN / "dummy-ups"), "-a", name, "-u", "root", "-F"],
+                self._driver_argv(name),
                 self.root / f"driver-{name}.log",
                 env=self.env,
                 cwd=self.root,
@@ -105,6 +110,24 @@ class NutServer:
             _wait_for(
                 lambda n=name: (self.root / f"dummy-ups-{n}").exists(), f"driver {name} socket"
             )
+
+    def _driver_argv(self, name: str) -> list[str]:
+        if name not in self.fake_drivers:
+            return [str(NUT_BIN / "dummy-ups"), "-a", name, "-u", "root", "-F"]
+        argv = [sys.executable, str(Path(__file__).with_name("nut_driver.py"))]
+        argv += ["--socket", str(self.root / f"dummy-ups-{name}"), "--data", str(self.files[name])]
+        argv += ["--log", str(self.commands_file(name)), "--test-seconds", "2"]
+        for command in self.fake_drivers[name]:
+            argv += ["--command", command]
+        return argv
+
+    def commands_file(self, name: str) -> Path:
+        return self.root / f"commands-{name}.log"
+
+    def commands_received(self, name: str) -> list[str]:
+        """What a stand-in driver (``fake_drivers``) was told, in order."""
+        path = self.commands_file(name)
+        return path.read_text().splitlines() if path.exists() else []
 
     def kill_driver(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.drivers.pop(name)
@@ -276,13 +299,16 @@ def start_nut(
     maxage: int = 5,
     timeout: float = 20.0,
     tls: bool = False,
+    fake_drivers: dict[str, tuple[str, ...]] | None = None,
 ) -> NutServer:
-    """Write the configuration, start one driver per UPS, then upsd; wait until all answer."""
+    """Write the configuration, start one driver per UPS, then upsd; wait until all answer.
+    ``fake_drivers``: UPSes played by ``tests.peers.nut_driver`` with those instant commands
+    (dummy-ups offers only ``load.off``)."""
     require_nut()
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     files = {name: root / f"{name}.{ext}" for name in upses}
-    server = NutServer(root=root, port=port, files=files)
+    server = NutServer(root=root, port=port, files=files, fake_drivers=dict(fake_drivers or {}))
     sections = [f"pollinterval = {POLL_INTERVAL}\nmaxretry = 3\n"]
     for name, text in upses.items():
         server.write(name, text)
@@ -400,16 +426,24 @@ class NutPool:
         self.keys: dict[int, tuple[str, int, bool, tuple[str, ...]]] = {}
         self.started = 0
 
-    def take(self, upses: dict[str, str], ext: str, maxage: int, tls: bool) -> NutServer:
+    def take(
+        self,
+        upses: dict[str, str],
+        ext: str,
+        maxage: int,
+        tls: bool,
+        fake_drivers: dict[str, tuple[str, ...]],
+    ) -> NutServer:
         key = (ext, maxage, tls, tuple(sorted(upses)))
-        idle = self.idle.get(key, []) if ext == "dev" else []
+        idle = self.idle.get(key, []) if ext == "dev" and not fake_drivers else []
         while idle:
             server = idle.pop()
             if server.put_back(upses):
                 return server
             self._forget(server)
         self.started += 1
-        server = start_nut(self.base / f"nut{self.started}", upses, ext, maxage, tls=tls)
+        root = self.base / f"nut{self.started}"
+        server = start_nut(root, upses, ext, maxage, tls=tls, fake_drivers=fake_drivers)
         for name, text in upses.items():
             want = data_of(text)
             if want is not None:
@@ -418,7 +452,7 @@ class NutPool:
         return server
 
     def give_back(self, server: NutServer) -> None:
-        if server.alive():
+        if server.alive() and not server.fake_drivers:
             self.idle.setdefault(self.keys[id(server)], []).append(server)
         else:
             self._forget(server)
@@ -447,9 +481,13 @@ def nut_factory(nut_pool: NutPool) -> Iterator[Any]:
     taken: list[NutServer] = []
 
     def start(
-        upses: dict[str, str], ext: str = "seq", maxage: int = 5, tls: bool = False
+        upses: dict[str, str],
+        ext: str = "seq",
+        maxage: int = 5,
+        tls: bool = False,
+        fake_drivers: dict[str, tuple[str, ...]] | None = None,
     ) -> NutServer:
-        server = nut_pool.take(upses, ext, maxage, tls)
+        server = nut_pool.take(upses, ext, maxage, tls, fake_drivers or {})
         taken.append(server)
         return server
 
