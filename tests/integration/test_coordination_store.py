@@ -268,7 +268,8 @@ def test_a_value_written_by_hand_is_named_and_the_rest_still_reads(etcd: EtcdSit
             term = await won(store, A)
             await store.record_run(term, record("r1"))
             put = etcd.cluster.etcdctl("put", f"{etcd.prefix}runs/r0", "{not json")
-            assert put.wait(15) == 0
+            out, _ = put.communicate(timeout=15)  # reads to the end and closes the pipe
+            assert put.returncode == 0, out
             seen = await store.snapshot()
             assert seen.runs == (record("r1"),)
             [bad] = seen.unreadable

@@ -38,7 +38,7 @@ from upsguard.events import (
     PhaseChanged,
 )
 from upsguard.findings import Verdict
-from upsguard.selftest import TestState
+from upsguard.selftest import TestState as SelfTest  # not a class of tests for pytest to collect
 
 pytestmark = [pytest.mark.nut, pytest.mark.timeout(120)]
 
@@ -208,7 +208,7 @@ def test_a_battery_test_is_sent_to_the_ups_and_journaled_without_an_outage(
     seen = _run_with_watch(site, _battery_test)
     assert nut.commands_received("smart") == ["test.battery.start.quick"]
     (finished,) = [e for e in seen if isinstance(e, BatteryTestFinished)]
-    assert (finished.state, finished.text) == (TestState.PASSED, "Done and passed")
+    assert (finished.state, finished.text) == (SelfTest.PASSED, "Done and passed")
     assert not [e for e in seen if isinstance(e, OnBattery | PhaseChanged)]
     assert any(
         isinstance(e, Notice) and e.message.startswith("UPS ups1 self-test: on battery")
@@ -220,7 +220,7 @@ def test_a_battery_test_is_sent_to_the_ups_and_journaled_without_an_outage(
         assert (row.ups, row.kind, row.state, row.text) == (
             "ups1",
             "quick",
-            TestState.PASSED,
+            SelfTest.PASSED,
             "Done and passed",
         )
         assert (iso(row.started), iso(row.ended)) == (iso(finished.started), iso(finished.at))
@@ -236,7 +236,7 @@ def test_a_deep_test_gives_the_runtime_it_observed(
 
     seen = _run_with_watch(site, _battery_test)
     (finished,) = [e for e in seen if isinstance(e, BatteryTestFinished)]
-    assert finished.state is TestState.PASSED
+    assert finished.state is SelfTest.PASSED
     assert finished.charge_start == 100.0
     assert finished.charge_end is not None and finished.charge_end < 100.0
     assert finished.runtime_observed_s is not None and finished.runtime_observed_s > 0

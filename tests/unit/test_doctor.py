@@ -31,7 +31,8 @@ from upsguard.events import (
 )
 from upsguard.findings import Area, Finding, Verdict, fail, ok, warn
 from upsguard.models import UpsName
-from upsguard.selftest import TestState, from_nut
+from upsguard.selftest import TestState as SelfTest  # not a class of tests for pytest to collect
+from upsguard.selftest import from_nut
 
 
 def test_a_simulated_site_checks_out(tmp_path: Path) -> None:
@@ -202,14 +203,14 @@ def test_checkup_and_battery_test_lines_and_levels() -> None:
     )
     assert level(done) == "warning"
     assert level(CheckupDone(at, (_f("data", Verdict.OK),))) == "info"
-    test = BatteryTestFinished(at, UpsName("ups1"), "deep", at, TestState.PASSED, "Done and passed",
+    test = BatteryTestFinished(at, UpsName("ups1"), "deep", at, SelfTest.PASSED, "Done and passed",
                                100.0, 80.0, 3000.0)  # fmt: skip
     assert describe(test) == (
         "UPS ups1: deep battery test passed (Done and passed), runtime observed 50 min"
     )
     assert level(test) == "info"
     failed = BatteryTestFinished(
-        at, UpsName("ups1"), "quick", at, TestState.FAILED, "Done and error"
+        at, UpsName("ups1"), "quick", at, SelfTest.FAILED, "Done and error"
     )
     assert level(failed) == "warning"
 
@@ -217,17 +218,17 @@ def test_checkup_and_battery_test_lines_and_levels() -> None:
 @pytest.mark.parametrize(
     ("text", "state"),
     [
-        ("Done and passed", TestState.PASSED),
-        ("In progress", TestState.RUNNING),
-        ("Done and warning", TestState.WARNING),
-        ("Done and error", TestState.FAILED),
-        ("Aborted by user", TestState.ABORTED),
-        ("No test initiated", TestState.NONE),
-        ("", TestState.NONE),
-        ("Giving up", TestState.UNKNOWN),
+        ("Done and passed", SelfTest.PASSED),
+        ("In progress", SelfTest.RUNNING),
+        ("Done and warning", SelfTest.WARNING),
+        ("Done and error", SelfTest.FAILED),
+        ("Aborted by user", SelfTest.ABORTED),
+        ("No test initiated", SelfTest.NONE),
+        ("", SelfTest.NONE),
+        ("Giving up", SelfTest.UNKNOWN),
     ],
 )
-def test_nut_test_results(text: str, state: TestState) -> None:
+def test_nut_test_results(text: str, state: SelfTest) -> None:
     assert from_nut(text).state is state
 
 
@@ -254,13 +255,17 @@ def test_the_journal_keeps_checkups_and_battery_tests(tmp_path: Path) -> None:
         journal.record(CheckupDone(at, findings, broke=(rights,), took_s=1.5))
         journal.record(
             BatteryTestFinished(
-                at, UpsName("ups1"), "quick", at, TestState.PASSED, "Done and passed"
+                at, UpsName("ups1"), "quick", at, SelfTest.PASSED, "Done and passed"
             )
         )
         when, back = last_checkup(journal.db) or (None, [])
         assert when == at and tuple(back) == findings
         (test,) = battery_tests(journal.db, "ups1")
-        assert (test.kind, test.state, test.text) == ("quick", TestState.PASSED, "Done and passed")
+        assert (test.kind, test.state, test.text) == (
+            "quick",
+            SelfTest.PASSED,
+            "Done and passed",
+        )
         (line,) = [e.text for e in journal.events() if e.kind == "CheckupDone"]
         assert line == (
             "checks: 1 ok, 0 warn, 1 fail; broke since the last checkup: "
