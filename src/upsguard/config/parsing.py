@@ -41,12 +41,13 @@ the same results, several times slower, and only for such files.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.constructor import DuplicateKeyError, SafeConstructor
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.error import MarkedYAMLError, ReusedAnchorWarning, YAMLError
 from ruamel.yaml.events import (
     AliasEvent,
     DocumentStartEvent,
@@ -287,12 +288,17 @@ def tree(text: str) -> Node | None:
 
     Raises ``YAMLError`` for text that is not YAML and ``_LimitExceeded`` beyond the limits.
     """
-    try:
-        root: Node | None = _loader().compose(text)
-    except MarkedYAMLError as exc:
-        if not _colon_in_flow(exc):
-            raise
-        root = _loader(pure=True).compose(text)
+    # The C composer refuses an anchor defined twice; the pure-Python one, read for a colon in
+    # a flow mapping, accepts it (YAML lets an alias take the latest) and warns on stderr: a
+    # line of Python output beside upsguard's own. It is read as before, without the line.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReusedAnchorWarning)
+        try:
+            root: Node | None = _loader().compose(text)
+        except MarkedYAMLError as exc:
+            if not _colon_in_flow(exc):
+                raise
+            root = _loader(pure=True).compose(text)
     return root
 
 
