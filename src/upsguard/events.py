@@ -154,9 +154,32 @@ class DestageProgress(Event):
 
 @dataclass(frozen=True, slots=True)
 class RiskAccepted(Event):
-    """upsguard went on although data may be lost; always journaled and logged."""
+    """upsguard went on with a cache still dirty, although data may be lost; always journaled,
+    logged and notified."""
 
-    what: str
+    cache: str
+    dirty_bytes: int
+    """What the cache held when the risk was taken (0 when its provider cannot tell)."""
+    why: str
+    """What let go: the critical floor, or the cache's destage timeout."""
+
+    @property
+    def what(self) -> str:
+        return (
+            f"going on with cache {self.cache} still dirty ({_size(self.dirty_bytes)}): {self.why}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UpsCommandSent(Event):
+    """An instant command sent to a UPS at the end of a shutdown, and whether it took it."""
+
+    ups: str
+    command: str
+    ok: bool
+    detail: str = ""
+    """Why it failed (the UPS's or the source's own words); empty when it took it."""
+    run: RunId | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +232,10 @@ def describe(event: Event) -> str | None:
             return f"feed {feed} on battery: {detail}"
         case PowerRestored(feed=feed):
             return f"feed {feed} on mains again"
-        case RiskAccepted(what=what):
-            return f"RISK: {what}"
+        case RiskAccepted():
+            return f"RISK: {event.what}"
+        case UpsCommandSent(ups=ups, command=command, ok=ok, detail=detail):
+            return f"UPS {ups}: sent {command}" if ok else f"UPS {ups}: {command} failed: {detail}"
         case OverrideApplied(who=who, action=action, reason=reason, detail=detail):
             text = f"override: {action} by {who}" + (f": {reason}" if reason else "")
             return text + (f" ({detail})" if detail else "")
@@ -249,6 +274,8 @@ def level(event: Event) -> str:
         return "warning"
     if isinstance(event, CacheModeChanged) and not event.ok:
         return "warning"
+    if isinstance(event, UpsCommandSent) and not event.ok:
+        return "error"
     if isinstance(event, OnBattery):
         return "warning"
     return "info"

@@ -41,7 +41,7 @@ from upsguard.errors import PermanentError, UpsguardError
 from upsguard.events import Event, EventBus, Notice, describe, level
 from upsguard.models import PlatformName
 from upsguard.plugins.platforms.base import Platform
-from upsguard.plugins.registry import build_cache_providers, build_platforms, build_ups_sources
+from upsguard.plugins.registry import SitePlugins, build_plugins
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.runbooks.planner import Planner
 
@@ -53,13 +53,23 @@ REPLAN_EVERY_S = 300.0
 """VMs move (vMotion, DRS): plans are made again from fresh inventory this often."""
 event_log = logging.getLogger("upsguard.events")
 
+PluginBuilder = Callable[[SiteConfig, Clock], SitePlugins]
+
 
 class Service:
     """Everything a running controller holds; ``open`` builds it, ``close`` lets it go."""
 
-    def __init__(self, site: SiteConfig, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        site: SiteConfig,
+        clock: Clock | None = None,
+        plugins: PluginBuilder = build_plugins,
+    ) -> None:
+        """``plugins`` builds what the service acts through: the registry's classes, or the
+        tests' simulated world."""
         self.site = site
         self.clock: Clock = clock or SystemClock()
+        self._build_plugins = plugins
         self.bus = EventBus()
         self.lock = JournalLock(site.journal)
         self.lock.acquire()
@@ -127,14 +137,13 @@ class Service:
 
     async def open(self, resume: bool = True) -> None:
         """Build the plugins and the outage controller, then finish what a crash left."""
-        sources = build_ups_sources(self.site, self.clock)
-        self.platforms = build_platforms(self.site, self.clock)
+        plugins = self._build_plugins(self.site, self.clock)
+        self.platforms = plugins.platforms
         await self.open_platforms()
-        providers = build_cache_providers(self.site, self.clock)
-        caches = DestageWatch(self.site, providers, self.clock, self.bus)
+        caches = DestageWatch(self.site, plugins.caches, self.clock, self.bus)
         self._controller = OutageController(
             self.site,
-            sources=sources,
+            sources=plugins.sources,
             platforms=self.platforms,
             caches=caches,
             clock=self.clock,
@@ -268,6 +277,26 @@ class Service:
             self.metrics.serve(self.site.service.metrics_address, self.site.service.metrics_port)
         sched = self.calendar()
         sched.start()
+        tasks = self.watch(stop)
+        _sd_notify("READY=1")
+        self.bus(Notice(self.clock.now(), f"upsguard serving site {self.site.site}"))
+        for loc, message in site_warnings(self.site):  # what validate warned of, at every start
+            self.bus(Notice(self.clock.now(), self.site.problem(loc, message), level="warning"))
+        try:
+            await stop.wait()
+        finally:
+            _sd_notify("STOPPING=1")
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            sched.shutdown(wait=False)
+            await api.stop()
+            self.metrics.stop()
+
+    def watch(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
+        """The service's own tasks on the monotonic clock, until ``stop``: the power watch,
+        platforms that failed to open, the journal's retry, fresh plans, the UPSes' news and
+        the caches' figures."""
         tasks = [
             asyncio.create_task(self.watch_power(stop), name="power watch"),
             asyncio.create_task(_every(60.0, self.open_platforms, stop), name="platforms"),
@@ -285,20 +314,7 @@ class Service:
             tasks.append(
                 asyncio.create_task(_every(30.0, self.refresh_caches, stop), name="caches")
             )
-        _sd_notify("READY=1")
-        self.bus(Notice(self.clock.now(), f"upsguard serving site {self.site.site}"))
-        for loc, message in site_warnings(self.site):  # what validate warned of, at every start
-            self.bus(Notice(self.clock.now(), self.site.problem(loc, message), level="warning"))
-        try:
-            await stop.wait()
-        finally:
-            _sd_notify("STOPPING=1")
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            sched.shutdown(wait=False)
-            await api.stop()
-            self.metrics.stop()
+        return tasks
 
     async def close(self) -> None:
         """Let go of everything; a run in progress stays unfinished in the journal."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
-from upsguard.config.types import format_bytes, format_duration
+from upsguard.config.types import format_duration
 from upsguard.errors import UpsguardError
 from upsguard.events import (
     CacheClean,
@@ -298,9 +298,9 @@ class DestageWatch:
                 for s in self.status.values()
                 if s.cache == name and s.state is not None
             )
-            what = f"going on with cache {name} still dirty ({format_bytes(dirty)}): {why}"
-            log.error(what)
-            self._events(RiskAccepted(self._clock.now(), what))
+            risk = RiskAccepted(self._clock.now(), name, dirty, why)
+            log.error(risk.what)
+            self._events(risk)
 
 
 def _why(exc: Exception, cache: CacheName) -> str:

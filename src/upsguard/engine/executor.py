@@ -66,13 +66,14 @@ class Executor:
         cache_gate: CacheGate | None = None,
         already_done: Collection[StepId] = (),
         resumed: bool = False,
-        before_step: Callable[[Step], Awaitable[None]] | None = None,
+        before_step: Callable[[Step], Awaitable[str | None]] | None = None,
         dry_run: bool = False,
     ) -> None:
         """``already_done``: steps a resumed run finished before (done or skipped).
         ``resumed``: the run was cut short before; its steps look for the platform's own
         tasks still under way and wait for them instead of asking again.
-        ``before_step``: awaited just before a step acts (after its cache gate).
+        ``before_step``: awaited just before a step acts (after its cache gate); a reason it
+        returns skips the step (upsguard's own machine staying up).
         ``dry_run``: the simulator's run; health checks do not probe the network."""
         self.plan = plan
         self.spec = spec
@@ -185,7 +186,10 @@ class Executor:
             if step.caches and self._gate is not None:
                 await self._gate_caches(step, self._gate)
             if self._before_step is not None:
-                await self._before_step(step)
+                why = await self._before_step(step)
+                if why is not None:
+                    self._finish(self._skipped(step, why))
+                    return
             self._mark_point_of_no_return(step)
             self._finish(await self._perform(step))
         except asyncio.CancelledError:

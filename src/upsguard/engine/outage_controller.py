@@ -17,6 +17,7 @@ from typing import Any
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
 from upsguard.engine.destage import DestageGate, DestageWatch
+from upsguard.engine.end_of_outage import EndOfOutage
 from upsguard.engine.executor import Executor, RunResult
 from upsguard.engine.ledger import RunLedger
 from upsguard.engine.news import PowerNews
@@ -121,7 +122,10 @@ class OutageController:
         self.view: PowerView | None = None
         self._in_flight: list[Step] = []
         self._news = PowerNews(self.feeds, clock, events)
-        self._ups_told: set[RunId] = set()
+        self._end = EndOfOutage(site, sources, clock, events)
+        self._acting = asyncio.Lock()
+        """Held while runs are started or stopped: a policy's decision and a person's
+        override never interleave (one would abandon the run the other just began)."""
         self._cache_reading: asyncio.Task[Any] | None = None
 
     # -- each poll ---------------------------------------------------------------------
@@ -139,13 +143,14 @@ class OutageController:
         self._news.feeds(view)
         self.view = view
         self._read_caches(view)
-        for decision in self.engine.evaluate(view, self.ledger.site(), self.plan_seconds()):
-            try:
-                await self._apply(decision)
-            except Exception as exc:  # one decision's failure never stops the others
-                log.exception("%s failed", decision.act.value)
-                message = f"{decision.act.value} failed: {type(exc).__name__}: {exc}"
-                self._events(Notice(self._clock.now(), message, level="error"))
+        async with self._acting:
+            for decision in self.engine.evaluate(view, self.ledger.site(), self.plan_seconds()):
+                try:
+                    await self._apply(decision)
+                except Exception as exc:  # one decision's failure never stops the others
+                    log.exception("%s failed", decision.act.value)
+                    message = f"{decision.act.value} failed: {type(exc).__name__}: {exc}"
+                    self._events(Notice(self._clock.now(), message, level="error"))
         return view
 
     def _read_caches(self, view: PowerView) -> None:
@@ -306,7 +311,7 @@ class OutageController:
         if settle and plan.direction is Direction.STARTUP:
             prelude = functools.partial(self._settle, settle)
         self._task = asyncio.create_task(executor.run(prelude), name=spec.id)
-        self._task.add_done_callback(self._run_done)
+        self._task.add_done_callback(functools.partial(self._run_done, executor))
         return spec.id
 
     async def _settle(self, steps: list[Step]) -> None:
@@ -332,33 +337,30 @@ class OutageController:
         except UpsguardError as exc:
             log.warning("%s: could not wait for its shutdown to land: %s", step.id, exc)
 
-    async def _before_step(self, step: Step) -> None:
-        """The controller's own machine goes down last, and takes upsguard with it: the UPS
-        commands of the end of an outage go out before its step, or they never would."""
-        if step.settings is not None and step.settings.resource.runs_upsguard and self.executor:
-            await self._end_of_outage(self.executor.spec)
+    async def _before_step(self, step: Step) -> str | None:
+        """The controller's own machine goes down last, and takes upsguard with it: only
+        once something will bring it back (see ``engine.end_of_outage``); the UPS commands
+        of the end of an outage go out before its step, or they never would."""
+        executor = self.executor
+        if step.settings is None or not step.settings.resource.runs_upsguard or executor is None:
+            return None
+        stopped = {s.resource for s in executor.plan.steps}
+        stay = await self._end.own_machine(
+            executor.spec, step.settings.resource, stopped, self.view
+        )
+        return stay.reason if stay is not None else None
 
-    def _run_done(self, task: asyncio.Task[RunResult]) -> None:
-        """A whole-site shutdown that ended by itself: tell the UPSes what the site file says
+    def _run_done(self, executor: Executor, task: asyncio.Task[RunResult]) -> None:
+        """A shutdown that ended by itself on battery: tell the UPSes what the site file says
         (unless the controller's own machine's step did already)."""
         if task.cancelled() or task.exception() is not None:
             return
         result = task.result()
-        if result.outcome in (RunOutcome.DONE, RunOutcome.FAILED):
-            asyncio.get_running_loop().create_task(self._end_of_outage(result.run))
-
-    async def _end_of_outage(self, spec: RunSpec) -> None:
-        """Once per outage shutdown on battery (not after a maintenance stop), to the UPSes
-        of the feeds it was for."""
-        if spec.id in self._ups_told:
-            return
-        if spec.kind is not RunKind.SHUTDOWN or not spec.concerns_the_site:
-            return
-        if self.view is None or not self.view.on_battery:
-            return
-        self._ups_told.add(spec.id)
-        feeds = self.feeds.values() if spec.feeds is None else [self.feeds[f] for f in spec.feeds]
-        await self._ups_commands({u for feed in feeds for u in feed.ups})
+        spec = result.run
+        ended = result.outcome in (RunOutcome.DONE, RunOutcome.FAILED)
+        if ended and spec.kind is RunKind.SHUTDOWN and spec.concerns_the_site:
+            stopped = {s.resource for s in executor.plan.steps}
+            asyncio.get_running_loop().create_task(self._end.tell_ups(spec, stopped, self.view))
 
     async def _stop_run(self, outcome: RunOutcome) -> RunResult | None:
         """Stop the run in progress, ending it with ``outcome``; its shutdowns in flight are
@@ -374,22 +376,6 @@ class OutageController:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         return executor.result
-
-    async def _ups_commands(self, upses: set[UpsName]) -> None:
-        """Everything is down: tell each UPS what the site file says (e.g. shutdown.return)."""
-        for ups in self.site.ups:
-            command = ups.at_shutdown_end.command
-            if command is None or ups.name not in self.sources or ups.name not in upses:
-                continue
-            try:
-                await self.sources[ups.name].command(command)
-                self._events(Notice(self._clock.now(), f"UPS {ups.name}: sent {command}"))
-            except Exception as exc:  # the run is over; report, never crash
-                self._events(
-                    Notice(
-                        self._clock.now(), f"UPS {ups.name}: {command} failed: {exc}", level="error"
-                    )
-                )
 
     # -- manual overrides and resume (the service calls these) ------------------------------
 
@@ -422,6 +408,12 @@ class OutageController:
         self, direction: Direction, only: Collection[ResourceId] | None, reason: str
     ) -> RunId:
         """A run asked for by a person; the whole site, or only some resources."""
+        async with self._acting:
+            return await self._trigger(direction, only, reason)
+
+    async def _trigger(
+        self, direction: Direction, only: Collection[ResourceId] | None, reason: str
+    ) -> RunId:
         if self.busy and self.executor is not None:
             raise RunBusy(
                 f"run {self.executor.run_id} is in progress: wait for it or 'upsguard abort' first"
@@ -443,6 +435,10 @@ class OutageController:
     async def abort(self) -> RunId | None:
         """Cancel the run in progress (it ends ``aborted``); returns its id (None when
         nothing ran)."""
+        async with self._acting:
+            return await self._abort()
+
+    async def _abort(self) -> RunId | None:
         if not self.busy or self.executor is None:
             return None
         run = self.executor.spec.id

@@ -10,6 +10,7 @@ the sites that need it. Third parties add theirs through the
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Literal
 
@@ -128,3 +129,21 @@ def build_cache_providers(site: SiteConfig, clock: Clock) -> dict[CacheName, Cac
         cls = load("cache", cache.provider)
         providers[cache.name] = cls(cache, clock)
     return providers
+
+
+@dataclass(frozen=True, slots=True)
+class SitePlugins:
+    """Everything a controller acts through: its UPS sources, platforms and cache providers."""
+
+    sources: dict[UpsName, UpsSource]
+    platforms: dict[PlatformName, Platform]
+    caches: dict[CacheName, CacheProvider]
+
+
+def build_plugins(site: SiteConfig, clock: Clock) -> SitePlugins:
+    """The site's plugins, each from the class its entry names."""
+    return SitePlugins(
+        build_ups_sources(site, clock),
+        build_platforms(site, clock),
+        build_cache_providers(site, clock),
+    )
