@@ -1,4 +1,4 @@
-"""Shared fixtures. Real peers (NUT, snmpsim, vcsim, sshd) live in tests/peers/, one module each."""
+"""Shared fixtures. Real peers (NUT, snmpsim, vcsim, sshd, etcd): tests/peers/, one module each."""
 
 from __future__ import annotations
 
@@ -14,4 +14,7 @@ pytest_plugins = [
     "tests.peers.libvirt",
     "tests.peers.guest",
     "tests.peers.browser",
+    "tests.peers.cluster",
+    "tests.peers.webhook",
+    "tests.peers.etcd",
 ]

@@ -9,13 +9,17 @@ Plugins translate the errors of the SDK underneath at their boundary
     ├── ConfigError               the site or scenario file is wrong (exit 2)
     ├── TemporaryError            worth retrying after ``retry_after`` seconds
     │   ├── UpsUnreachable        the UPS (or upsd, or the SNMP agent) did not answer
-    │   └── PlatformUnreachable   vCenter, a BMC, an SSH host did not answer
+    │   ├── PlatformUnreachable   vCenter, a BMC, an SSH host did not answer
+    │   └── StoreUnavailable      no endpoint of the coordination store (etcd) answered in
+    │                             time, or the store has no quorum
     ├── PermanentError            retrying will not help
     │   ├── AuthenticationError   wrong user, password or key
     │   ├── GracefulUnavailable   no graceful path (no VMware Tools, no agent)
     │   ├── PluginNotFound        the site file names a plugin nobody provides
     │   └── StepFailed            a runbook step gave up after retries and fallback
     ├── StepTimeout               a step (or a wait) ran past its deadline
+    ├── LeadershipLost            this controller of a pair no longer leads: a write fenced
+    │                             by its token was refused, or its lease is gone
     └── ServiceNotRunning         the override CLI found no running service
 """
 
@@ -54,6 +58,11 @@ class PlatformUnreachable(TemporaryError):
     """A platform endpoint (vCenter, BMC, SSH host) did not answer."""
 
 
+class StoreUnavailable(TemporaryError):
+    """No endpoint of the coordination store answered within its timeout, or the store
+    answered that it has no quorum. Says nothing of who leads: the lease may still run."""
+
+
 class PermanentError(UpsguardError):
     """Retrying will not help; a person has to change something."""
 
@@ -76,6 +85,17 @@ class StepFailed(PermanentError):
 
 class StepTimeout(UpsguardError):
     """A step or a wait ran past its deadline."""
+
+
+class LeadershipLost(UpsguardError):
+    """A write fenced by this controller's token was refused, or its lease is gone: another
+    controller leads (or nobody does yet), and this one must not act. Retrying the same
+    write cannot help; only a new campaign starts a new term. ``leader`` names the holder
+    the store showed, if any."""
+
+    def __init__(self, message: str, leader: str | None = None) -> None:
+        super().__init__(message)
+        self.leader = leader
 
 
 class ServiceNotRunning(UpsguardError):

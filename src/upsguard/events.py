@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from upsguard.findings import Finding, Verdict, counts
 from upsguard.models import (
     CacheMode,
     Direction,
@@ -19,9 +20,11 @@ from upsguard.models import (
     RunId,
     StepId,
     StepState,
+    UpsName,
     UpsReading,
 )
 from upsguard.runs import RunOutcome, RunSpec
+from upsguard.selftest import TestState
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +205,50 @@ class Notice(Event):
     extra: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class CheckupDone(Event):
+    """The service checked the site (``checks:``), as ``upsguard doctor`` does. ``broke``:
+    what fails or warns now and did not at the last checkup (all that is wrong at the
+    first); ``mended``: what was wrong then and is ok now."""
+
+    findings: tuple[Finding, ...]
+    broke: tuple[Finding, ...] = ()
+    mended: tuple[Finding, ...] = ()
+    took_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class BatteryTestStarted(Event):
+    ups: UpsName
+    test: str
+    """``quick`` or ``deep``."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatteryTestSkipped(Event):
+    """A scheduled battery test that was not sent; it is tried again at its next time."""
+
+    ups: UpsName
+    test: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class BatteryTestFinished(Event):
+    """A battery test upsguard asked for came to its end (or was stopped, or never reported
+    one within its timeout: ``state`` unknown). ``runtime_observed_s``: from a deep test,
+    how long the battery would have lasted at the drain seen during the test."""
+
+    ups: UpsName
+    test: str
+    started: datetime
+    state: TestState
+    text: str
+    charge_start: float | None = None
+    charge_end: float | None = None
+    runtime_observed_s: float | None = None
+
+
 def describe(event: Event) -> str | None:
     """The line a person reads for this event; None for events too frequent to list."""
     match event:  # the step events first: a big site makes thousands of them
@@ -241,7 +288,34 @@ def describe(event: Event) -> str | None:
             return text + (f" ({detail})" if detail else "")
         case Notice(message=message, level=level):
             return message if level == "info" else f"{level.upper()}: {message}"
+        case CheckupDone():
+            return _checkup_line(event)
+        case BatteryTestStarted(ups=ups, test=test):
+            return f"UPS {ups}: {test} battery test started"
+        case BatteryTestSkipped(ups=ups, test=test, reason=reason):
+            return f"UPS {ups}: {test} battery test not sent: {reason}"
+        case BatteryTestFinished(ups=ups, test=test, state=state, text=text):
+            observed = event.runtime_observed_s
+            runtime = f", runtime observed {observed / 60:.0f} min" if observed else ""
+            return f"UPS {ups}: {test} battery test {state.value} ({text}){runtime}"
     return None
+
+
+def _checkup_line(event: CheckupDone) -> str:
+    n = counts(event.findings)
+    line = f"checks: {n[Verdict.OK]} ok, {n[Verdict.WARN]} warn, {n[Verdict.FAIL]} fail"
+    if event.broke:
+        shown = "; ".join(
+            f"{f.area.value} {f.subject} {f.check} {f.verdict.value}: {f.detail}"
+            for f in event.broke[:5]
+        )
+        more = f" (and {len(event.broke) - 5} more)" if len(event.broke) > 5 else ""
+        line += f"; broke since the last checkup: {shown}{more}"
+    if event.mended:
+        line += "; mended: " + ", ".join(
+            f"{f.area.value} {f.subject} {f.check}" for f in event.mended
+        )
+    return line
 
 
 def _destage_line(cache: str, dirty: int | None, rate: float | None, eta: float | None) -> str:
@@ -278,7 +352,14 @@ def level(event: Event) -> str:
         return "error"
     if isinstance(event, OnBattery):
         return "warning"
+    if isinstance(event, CheckupDone) and event.broke:
+        return "warning"
+    if isinstance(event, BatteryTestFinished) and event.state in _BAD_TESTS:
+        return "warning"
     return "info"
+
+
+_BAD_TESTS = (TestState.FAILED, TestState.WARNING, TestState.UNKNOWN)
 
 
 EventSink = Callable[[Event], None]

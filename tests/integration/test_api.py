@@ -17,9 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_service import SIMULATED_SITE
+from tests.integration.test_service import SIMULATED_SITE, gated_service
 from tests.peers.service import ServiceProcess, write_site
 from upsguard.errors import TemporaryError
+from upsguard.status import SiteStatus, StepProgress
+
+__all__ = ["gated_service"]  # a fixture shared with test_service.py
 
 NESTED = b"[" * 30_000 + b"]" * 30_000
 
@@ -253,3 +256,42 @@ def _settled(pid: int) -> int | None:
     time.sleep(0.5)
     second = _open_descriptors(pid)
     return second if second == first else None
+
+
+def the_model(answer: dict[str, object]) -> SiteStatus:
+    """The answer read into the status model, which must keep every field it was sent."""
+    status = SiteStatus.model_validate(answer)
+    assert status.model_dump(mode="json") == answer
+    return status
+
+
+def test_status_is_the_status_model_idle_mid_run_and_without_a_service(
+    gated_service: tuple[ServiceProcess, Path],
+) -> None:
+    svc, release = gated_service
+    svc.start()
+    idle = the_model(svc.api().get("/status"))
+    assert idle.service.running and idle.run is None and idle.countdown is not None
+    svc.cli("trigger", "shutdown", "--yes", "--reason", "status model")
+
+    def at_the_gate() -> dict[str, object] | None:
+        answer: dict[str, object] = svc.api().get("/status")
+        run = answer["run"]
+        return answer if run and [s["step"] for s in run["running"]] == ["stop:gate"] else None  # type: ignore[index]
+
+    busy = the_model(svc.wait(at_the_gate, "the run to wait at the gate"))
+    assert busy.run is not None
+    states = {step.id: step.state for step in busy.run.plan.steps}
+    assert states["stop:web"] == states["stop:db"] == StepProgress.DONE
+    assert states["stop:gate"] == StepProgress.RUNNING
+    assert states["stop:h1"] == StepProgress.WAITING
+    assert busy.run.left_s is not None and busy.run.left_s > 0
+    release.touch()
+    svc.wait(lambda: svc.status()["run"] is None, "the run to finish")
+    assert svc.terminate() == 0
+
+    offline = json.loads(svc.cli("status", "--format", "json").stdout)
+    status = the_model(offline)
+    assert not status.service.running and status.last_run is not None
+    assert status.last_run.id == busy.run.id and status.last_run.state == "done"
+    assert [u.name for u in status.ups] == [u.name for u in busy.ups]

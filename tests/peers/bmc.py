@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,42 +80,51 @@ class FakeBmc:
             self.proc.wait()
 
 
+def start_fake_bmc(
+    base: Path,
+    *,
+    power: str = "off",
+    soft_off_delay: float = 0.5,
+    ignore_soft_off: bool = False,
+    power_on_delay: float = 0.0,
+    password: str = "s3cret-bmc",
+    power_on_url: str | None = None,
+    ca_file: Path | None = None,
+) -> FakeBmc:
+    """One fake BMC process with its files in ``base`` (made here); ready when it returns."""
+    base.mkdir(parents=True)
+    pw = base / "password"
+    pw.write_text(password + "\n")
+    log, err = base / "actions.log", base / "stderr.log"
+    port = free_port(socket.SOCK_DGRAM)
+    argv = [sys.executable, "-m", "tests.peers.bmc", "--port", str(port)]
+    argv += ["--password-file", str(pw), "--log", str(log), "--power", power]
+    argv += ["--ready-file", str(base / "ready")]
+    argv += ["--soft-off-delay", str(soft_off_delay), "--power-on-delay", str(power_on_delay)]
+    if ignore_soft_off:
+        argv.append("--ignore-soft-off")
+    if power_on_url is not None:
+        argv += ["--power-on-url", power_on_url]
+    if ca_file is not None:
+        argv += ["--ca-file", str(ca_file)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err.open("wb"))
+    bmc = FakeBmc("127.0.0.1", port, USER, pw, log, proc)
+    try:
+        # ready once the BMC process has bound its UDP socket and says so in the file
+        wait_started(proc, err, (base / "ready").exists, "fake BMC", 15, pause=0.02)
+    except BaseException:
+        bmc.stop()
+        raise
+    return bmc
+
+
 @pytest.fixture
 def fake_bmc_factory(tmp_path: Path) -> Iterator[object]:
     started: list[FakeBmc] = []
 
-    def start(
-        *,
-        power: str = "off",
-        soft_off_delay: float = 0.5,
-        ignore_soft_off: bool = False,
-        power_on_delay: float = 0.0,
-        password: str = "s3cret-bmc",
-        name: str = "bmc",
-        power_on_url: str | None = None,
-        ca_file: Path | None = None,
-    ) -> FakeBmc:
-        base = tmp_path / f"{name}-{len(started)}"
-        base.mkdir()
-        pw = base / "password"
-        pw.write_text(password + "\n")
-        log, err = base / "actions.log", base / "stderr.log"
-        port = free_port(socket.SOCK_DGRAM)
-        argv = [sys.executable, "-m", "tests.peers.bmc", "--port", str(port)]
-        argv += ["--password-file", str(pw), "--log", str(log), "--power", power]
-        argv += ["--ready-file", str(base / "ready")]
-        argv += ["--soft-off-delay", str(soft_off_delay), "--power-on-delay", str(power_on_delay)]
-        if ignore_soft_off:
-            argv.append("--ignore-soft-off")
-        if power_on_url is not None:
-            argv += ["--power-on-url", power_on_url]
-        if ca_file is not None:
-            argv += ["--ca-file", str(ca_file)]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err.open("wb"))
-        bmc = FakeBmc("127.0.0.1", port, USER, pw, log, proc)
+    def start(*, name: str = "bmc", **behaviour: Any) -> FakeBmc:
+        bmc = start_fake_bmc(tmp_path / f"{name}-{len(started)}", **behaviour)
         started.append(bmc)
-        # ready once the BMC process has bound its UDP socket and says so in the file
-        wait_started(proc, err, (base / "ready").exists, "fake BMC", 15, pause=0.02)
         return bmc
 
     yield start

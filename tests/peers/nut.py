@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ NUT_BIN = Path("/lib/nut")
 USERS = {
     "mon": ("mon-secret", "upsmon secondary"),
     "admin": ("admin-secret", "actions = SET FSD\n  instcmds = ALL\n  upsmon primary"),
+    "upsguard": ("upsguard-secret", "actions = SET\n  instcmds = ALL\n  upsmon secondary"),
 }
 POLL_INTERVAL = 1
 
@@ -51,6 +53,8 @@ class NutServer:
     drivers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     upsd: subprocess.Popen[bytes] | None = None
     ca_file: Path | None = None
+    fake_drivers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """UPSes served by ``tests.peers.nut_driver`` (with these instant commands), not dummy-ups."""
 
     @property
     def env(self) -> dict[str, str]:
@@ -83,7 +87,7 @@ class NutServer:
         for name in names:
             log = (self.root / f"driver-{name}.log").open("ab")
             self.drivers[name] = subprocess.Popen(
-                [str(NUT_BIN / "dummy-ups"), "-a", name, "-u", "root", "-F"],
+                self._driver_argv(name),
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -93,6 +97,24 @@ class NutServer:
             _wait_for(
                 lambda n=name: (self.root / f"dummy-ups-{n}").exists(), f"driver {name} socket"
             )
+
+    def _driver_argv(self, name: str) -> list[str]:
+        if name not in self.fake_drivers:
+            return [str(NUT_BIN / "dummy-ups"), "-a", name, "-u", "root", "-F"]
+        argv = [sys.executable, str(Path(__file__).with_name("nut_driver.py"))]
+        argv += ["--socket", str(self.root / f"dummy-ups-{name}"), "--data", str(self.files[name])]
+        argv += ["--log", str(self.commands_file(name)), "--test-seconds", "2"]
+        for command in self.fake_drivers[name]:
+            argv += ["--command", command]
+        return argv
+
+    def commands_file(self, name: str) -> Path:
+        return self.root / f"commands-{name}.log"
+
+    def commands_received(self, name: str) -> list[str]:
+        """What a stand-in driver (``fake_drivers``) was told, in order."""
+        path = self.commands_file(name)
+        return path.read_text().splitlines() if path.exists() else []
 
     def kill_driver(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.drivers.pop(name)
@@ -188,13 +210,16 @@ def start_nut(
     maxage: int = 5,
     timeout: float = 20.0,
     tls: bool = False,
+    fake_drivers: dict[str, tuple[str, ...]] | None = None,
 ) -> NutServer:
-    """Write the configuration, start one driver per UPS, then upsd; wait until all answer."""
+    """Write the configuration, start one driver per UPS, then upsd; wait until all answer.
+    ``fake_drivers``: UPSes played by ``tests.peers.nut_driver`` with those instant commands
+    (dummy-ups offers only ``load.off``)."""
     require_nut()
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     files = {name: root / f"{name}.{ext}" for name in upses}
-    server = NutServer(root=root, port=port, files=files)
+    server = NutServer(root=root, port=port, files=files, fake_drivers=dict(fake_drivers or {}))
     sections = [f"pollinterval = {POLL_INTERVAL}\nmaxretry = 3\n"]
     for name, text in upses.items():
         server.write(name, text)
@@ -308,9 +333,14 @@ def nut_factory(tmp_path: Path) -> Iterator[Any]:
     servers: list[NutServer] = []
 
     def start(
-        upses: dict[str, str], ext: str = "seq", maxage: int = 5, tls: bool = False
+        upses: dict[str, str],
+        ext: str = "seq",
+        maxage: int = 5,
+        tls: bool = False,
+        fake_drivers: dict[str, tuple[str, ...]] | None = None,
     ) -> NutServer:
-        server = start_nut(tmp_path / f"nut{len(servers)}", upses, ext, maxage, tls=tls)
+        root = tmp_path / f"nut{len(servers)}"
+        server = start_nut(root, upses, ext, maxage, tls=tls, fake_drivers=fake_drivers)
         servers.append(server)
         return server
 

@@ -28,3 +28,14 @@ def wait_started(
             return
         time.sleep(pause)
     pytest.fail(f"{what} did not start within {within:g}s: {log.read_text()[-2000:]}")
+
+
+def end_process(proc: subprocess.Popen[bytes], within: float = 5.0) -> None:
+    """SIGTERM, as a service manager stops a daemon; SIGKILL if it has not ended ``within``."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(within)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)

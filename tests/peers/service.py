@@ -18,6 +18,7 @@ import yaml
 from upsguard.cli.client import ApiClient
 from upsguard.controller.journal import Journal
 from upsguard.errors import TemporaryError
+from upsguard.status import SiteStatus
 
 CLI = [sys.executable, "-c", "import sys; from upsguard.cli import main; sys.exit(main())"]
 
@@ -83,7 +84,10 @@ class ServiceProcess:
         return ApiClient(self.socket)
 
     def status(self) -> dict[str, Any]:
-        return dict(self.api().get("/status"))
+        """The service's status, checked against the status model on every call."""
+        answer = dict(self.api().get("/status"))
+        SiteStatus.model_validate(answer)
+        return answer
 
     def wait(self, check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
         deadline = time.monotonic() + timeout

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -153,12 +154,23 @@ def udp_bound(port: int) -> bool:
     return False
 
 
-def start_snmpsim(root: Path) -> SnmpSim:
+def read_only(agent: str) -> str:
+    """An agent's records with its control objects read-only (no ``writecache``): what a
+    card answers to a community or user without write access."""
+    text = (FIXTURES / f"{agent}.snmprec").read_text()
+    return re.sub(r"\|(\d+):writecache\|value=", r"|\1|", text)
+
+
+def start_snmpsim(root: Path, agents: dict[str, str] | None = None) -> SnmpSim:
+    """snmpsim serving the fixtures, and ``agents`` (community -> records) beside them:
+    snmpsim reads its data directory once, at start."""
     responder = _responder()
     data = root / "data"
     data.mkdir(parents=True)
     for source in FIXTURES.glob("*.snmprec"):
         shutil.copy(source, data / source.name)
+    for community, records in (agents or {}).items():
+        (data / f"{community}.snmprec").write_text(records)
     port = free_port(kind=2)  # SOCK_DGRAM
     log = (root / "snmpsim.log").open("ab")
     proc = subprocess.Popen(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -45,17 +46,28 @@ def _gobin() -> Path:
     return Path(gopath.stdout.strip()) / "bin"
 
 
+def source_digest() -> str:
+    """A digest of the extension's source: each version gets a binary of its own, so that
+    worktrees (and CI jobs) with different sources never run each other's build."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in EXT_DIR.iterdir() if p.is_file()):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def vcsim_binary() -> Path:
-    """The extension's binary, built from tests/vcsim_ext when missing or out of date."""
-    target = _gobin() / BINARY
-    newest = max(p.stat().st_mtime for p in EXT_DIR.iterdir() if p.is_file())
-    if target.exists() and target.stat().st_mtime >= newest:
+    """The extension's binary for this source, built when missing (atomically: another test
+    session may build the same one at the same time)."""
+    target = _gobin() / f"{BINARY}-{source_digest()}"
+    if target.exists():
         return target
+    partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     build = subprocess.run(
-        ["go", "build", "-o", str(target), "."], cwd=EXT_DIR, capture_output=True, text=True
+        ["go", "build", "-o", str(partial), "."], cwd=EXT_DIR, capture_output=True, text=True
     )
     if build.returncode != 0:
         pytest.fail(f"building {BINARY} failed (run scripts/setup):\n{build.stderr[-2000:]}")
+    partial.replace(target)
     return target
 
 
@@ -302,6 +314,30 @@ def tag_vms(sim: Vcsim, category: str, tag: str, vm_names: list[str]) -> None:
     for name in vm_names:
         ref = {"object_id": {"id": sim.vm(name)._moId, "type": "VirtualMachine"}}
         call("POST", f"/tagging/tag-association/id:{tag_id}?~action=attach", ref, token)
+
+
+LIMITED_USER = "limited@vsphere.local"
+LIMITED_PASSWORD = "limited-Secret-1"
+
+
+def grant(
+    sim: Vcsim,
+    principal: str,
+    role: str,
+    privileges: list[str],
+    entity: Any | None = None,
+    propagate: bool = True,
+) -> None:
+    """A role with ``privileges`` for ``principal`` on ``entity`` (the root folder), through
+    the API as an administrator would; upsguard-vcsim answers privilege questions from it."""
+    content = sim.content()
+    manager = content.authorizationManager
+    manager.AddAuthorizationRole(name=role, privIds=privileges)
+    role_id = next(r.roleId for r in manager.roleList if r.name == role)
+    permission = vim.AuthorizationManager.Permission(
+        principal=principal, group=False, roleId=role_id, propagate=propagate
+    )
+    manager.SetEntityPermissions(entity=entity or content.rootFolder, permission=[permission])
 
 
 def host_names(sim: Vcsim) -> list[str]:

@@ -223,3 +223,31 @@ def test_validate_warns_of_what_can_never_be_powered_on(tmp_path: Path) -> None:
     (line,) = err.getvalue().splitlines()
     assert line.startswith("upsguard: warning: resources[0]: nas can never be powered on")
     assert line.endswith(f"({site}:4)")
+
+
+def test_an_unknown_key_brought_in_by_a_merge_is_named(tmp_path: Path) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text("site: t\nups: [{<<: {bogus: 1}, name: v, simulated: {}}]\n")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert main(["validate", "-c", str(site)]) == 2
+    assert err.getvalue().splitlines() == [
+        f"upsguard: ups[0].bogus: unknown field 'bogus' ({site}:2)"
+    ]
+
+
+def test_a_merged_key_is_placed_where_it_is_written(tmp_path: Path) -> None:
+    """An anchor shared by several entries: each entry's problem names its own path, and the
+    line where the key is written, which is where it is fixed."""
+    text = GOOD.replace(
+        "  - {id: esx01, kind: host, platform: vcenter}\n",
+        "  - &host {id: esx01, kind: host, platform: vcenter,\n"
+        "      maintenance_mod: true}\n"
+        "  - {<<: *host, id: esx02}\n",
+    )
+    site_file = tmp_path / "site.yaml"
+    assert problems(tmp_path, text) == [
+        f"resources[{i}].maintenance_mod: unknown field 'maintenance_mod' (did you mean "
+        f"'maintenance_mode'?) ({site_file}:13)"
+        for i in (3, 4)
+    ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from upsguard.config.source import parse_yaml
@@ -72,3 +74,32 @@ def test_a_number_python_cannot_read() -> None:
 
 def test_two_documents_are_refused() -> None:
     assert problem("a: 1\n---\nb: 2\n").startswith("f.yaml:2: not valid YAML: but found another")
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "config" / "examples").rglob("*.yaml"))
+PLAIN = (
+    "a: [no, on, yes, true, 1:30, 017, 0o17, 0x1f, 1_000, .5, -.inf, ~, '', 2024-01-01, =]\n"
+    "b: {'1': x, 1: y, 1.5: z, null: n, 'q: r': \"s\\tt\"}\n"
+    "c:\n  - - deep\n    - [1, {x: [2]}]\n  - {}\n  - []\n"
+    "d: |\n  two\n  lines\n"
+    "e:\n"
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [PLAIN, *(p.read_text(encoding="utf-8") for p in EXAMPLES)],
+    ids=["plain", *(p.name for p in EXAMPLES)],
+)
+def test_an_anchor_does_not_change_how_the_rest_reads(text: str) -> None:
+    """Plain files are read from the parser's events, files with anchors through the node
+    tree: both must give the same values, of the same types."""
+    plain = data(text)
+    anchored = data(text.rstrip("\n") + "\nzz_anchor: &z 1\nzz_alias: *z\n")
+    assert isinstance(anchored, dict)
+    assert (anchored.pop("zz_anchor"), anchored.pop("zz_alias")) == (1, 1)
+    assert repr(anchored) == repr(plain)
+
+
+def test_a_problem_in_a_plain_file_names_its_line() -> None:
+    assert problem("a: 1\nb:\n  c: 2\n  c: 3\n") == "b.c: key given twice: keep one (f.yaml:4)"

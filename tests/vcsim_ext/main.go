@@ -19,6 +19,12 @@
 //   - ExitMaintenanceMode_Task: as stock, plus the property update and event stock vcsim omits.
 //   - POST /upsguard/host-power-on?name=HOST: a BMC stand-in that powers a shut-down host
 //     back on after -host-boot-ms; it reconnects still in maintenance mode, as ESXi does.
+//   - Authorization: -user NAME:PASSWORD (repeatable) adds logins beside -username, and
+//     HasPrivilegeOnEntities / HasPrivilegeOnEntity answer from the roles and permissions set
+//     through the API (AddAuthorizationRole, SetEntityPermissions), as vCenter does: the most
+//     specific permission naming the session's user wins, inherited ones only when they
+//     propagate. Stock vcsim grants every privilege to everyone; a user named in no
+//     permission still is granted everything, so tests that set none see stock behaviour.
 //
 // Flags are those of vcsim plus the ones above; -vcls N adds N vCLS VMs per cluster.
 package main
@@ -65,6 +71,10 @@ var (
 	vclsPerCluster = flag.Int("vcls", 0, "vCLS system VMs per cluster")
 )
 
+func init() {
+	flag.Var(&extraUsers, "user", "another login, NAME:PASSWORD (repeatable)")
+}
+
 // ext receives the methods routed away from vcsim's own objects. There is one per real
 // object, made on demand and never put in the registry: vcsim locks the handler object
 // around each call, so a single shared receiver would serialize every VM's call.
@@ -77,6 +87,107 @@ func (e *ext) Reference() types.ManagedObjectReference { return e.Self }
 var routed = map[string]bool{
 	"ShutdownHost_Task": true, "ShutdownGuest": true, "EnterMaintenanceMode_Task": true,
 	"PowerOnVM_Task": true, "PowerOffVM_Task": true, "ExitMaintenanceMode_Task": true,
+	"HasPrivilegeOnEntities": true, "HasPrivilegeOnEntity": true,
+}
+
+// logins is -user: NAME:PASSWORD pairs that may log in beside -username.
+type logins []string
+
+func (l *logins) String() string     { return strings.Join(*l, ",") }
+func (l *logins) Set(v string) error { *l = append(*l, v); return nil }
+
+var extraUsers logins
+
+// validLogin accepts -username/-password and every -user.
+func validLogin(main *url.Userinfo) func(*types.Login) bool {
+	return func(req *types.Login) bool {
+		if main != nil {
+			if pass, _ := main.Password(); req.UserName == main.Username() && req.Password == pass {
+				return true
+			}
+		}
+		for _, pair := range extraUsers {
+			if name, pass, _ := strings.Cut(pair, ":"); req.UserName == name && req.Password == pass {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// granted is what the user's permissions give on entity: the roles of the permissions on the
+// nearest entity (itself, then its parents) that name the user, inherited ones only when they
+// propagate. named is false when no permission anywhere names the user.
+func granted(ctx *simulator.Context, am *simulator.AuthorizationManager, user string,
+	entity types.ManagedObjectReference) (privileges map[string]bool, named bool) {
+	all := am.RetrieveAllPermissions(&types.RetrieveAllPermissions{This: am.Self})
+	for _, p := range all.(*methods.RetrieveAllPermissionsBody).Res.Returnval {
+		named = named || (!p.Group && strings.EqualFold(p.Principal, user))
+	}
+	if !named {
+		return nil, false
+	}
+	privileges = map[string]bool{}
+	ref, own := entity, true
+	for i := 0; i < 32; i++ {
+		res := am.RetrieveEntityPermissions(&types.RetrieveEntityPermissions{This: am.Self, Entity: ref})
+		var roles []int32
+		for _, p := range res.(*methods.RetrieveEntityPermissionsBody).Res.Returnval {
+			if !p.Group && strings.EqualFold(p.Principal, user) && (own || p.Propagate) {
+				roles = append(roles, p.RoleId)
+			}
+		}
+		if len(roles) > 0 {
+			for _, role := range am.RoleList {
+				for _, id := range roles {
+					if role.RoleId == id {
+						for _, priv := range role.Privilege {
+							privileges[priv] = true
+						}
+					}
+				}
+			}
+			return privileges, true
+		}
+		obj, ok := ctx.Map.Get(ref).(mo.Entity)
+		if !ok || obj.Entity().Parent == nil {
+			break
+		}
+		ref, own = *obj.Entity().Parent, false
+	}
+	return privileges, true
+}
+
+func availability(ctx *simulator.Context, am *simulator.AuthorizationManager,
+	entity types.ManagedObjectReference, ids []string) []types.PrivilegeAvailability {
+	user := ""
+	if ctx.Session != nil {
+		user = ctx.Session.UserName
+	}
+	privileges, named := granted(ctx, am, user, entity)
+	var out []types.PrivilegeAvailability
+	for _, id := range ids {
+		out = append(out, types.PrivilegeAvailability{PrivId: id, IsGranted: !named || privileges[id]})
+	}
+	return out
+}
+
+func (e *ext) HasPrivilegeOnEntities(ctx *simulator.Context, req *types.HasPrivilegeOnEntities) soap.HasFault {
+	am := ctx.Map.Get(req.This).(*simulator.AuthorizationManager)
+	var res []types.EntityPrivilege
+	for _, entity := range req.Entity {
+		res = append(res, types.EntityPrivilege{Entity: entity, PrivAvailability: availability(ctx, am, entity, req.PrivId)})
+	}
+	return &methods.HasPrivilegeOnEntitiesBody{Res: &types.HasPrivilegeOnEntitiesResponse{Returnval: res}}
+}
+
+func (e *ext) HasPrivilegeOnEntity(ctx *simulator.Context, req *types.HasPrivilegeOnEntity) soap.HasFault {
+	am := ctx.Map.Get(req.This).(*simulator.AuthorizationManager)
+	var res []bool
+	for _, a := range availability(ctx, am, req.Entity, req.PrivId) {
+		res = append(res, a.IsGranted)
+	}
+	return &methods.HasPrivilegeOnEntityBody{Res: &types.HasPrivilegeOnEntityResponse{Returnval: res}}
 }
 
 var proxies sync.Map // real object value -> *ext
@@ -637,6 +748,7 @@ func main() {
 
 	ctx := simulator.SpoofContext()
 	ctx.Map.Handler = route
+	ctx.Map.SessionManager().ValidLogin = validLogin(u.User)
 	addVcls(ctx, *vclsPerCluster)
 	if *toolsDefault {
 		startTools(ctx)

@@ -8,11 +8,11 @@ import sys
 from collections.abc import Sequence
 
 from upsguard import __version__
-from upsguard.cli import cache, inventory, reports, service, site, ups
+from upsguard.cli import cache, doctor, inventory, reports, service, site, ups, web
 from upsguard.errors import UpsguardError
 
 #: Each module adds its subcommands; the order here is the order of ``--help``.
-COMMAND_MODULES = (site, ups, inventory, cache, service, reports)
+COMMAND_MODULES = (site, ups, inventory, cache, doctor, service, reports, web)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,7 +9,10 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from upsguard.errors import PermanentError, ServiceNotRunning, TemporaryError, UpsguardError
+from upsguard.status import SiteStatus
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -39,6 +42,17 @@ class ApiClient:
     def post(self, target: str, body: dict[str, Any]) -> Any:
         body = {"who": os.environ.get("SUDO_USER", ""), **body}
         return self.request("POST", target, body)
+
+    def status(self) -> SiteStatus:
+        """The service's status, read into the one status model."""
+        answer = self.get("/status")
+        try:
+            return SiteStatus.model_validate(answer)
+        except ValidationError as exc:
+            raise UpsguardError(
+                f"the service on {self.path} answered a status this upsguard cannot read "
+                f"({exc.error_count()} fields differ): are the service and the CLI one version?"
+            ) from None
 
     def running(self) -> bool:
         try:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from upsguard.config import SiteConfig, load_site
+from upsguard.config.types import parse_duration
 from upsguard.plugins import registry
 
 T = TypeVar("T")
@@ -34,6 +35,14 @@ def add_site_option(parser: argparse.ArgumentParser) -> None:
 def add_format_option(parser: argparse.ArgumentParser, *choices: str) -> None:
     formats = choices or ("text", "json")
     parser.add_argument("--format", choices=formats, default=formats[0], help="output format")
+
+
+def duration_seconds(text: str) -> float:
+    """An argparse type: ``30s``, ``5m``, ``1h`` as seconds."""
+    try:
+        return parse_duration(text).total_seconds()
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def site_of(args: argparse.Namespace) -> SiteConfig:

@@ -19,9 +19,10 @@ from upsguard.cli.common import Subparsers, add_format_option, add_site_option, 
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
 from upsguard.controller.journal import Journal
+from upsguard.controller.journal_checks import BatteryTestRow, battery_tests
 from upsguard.controller.journal_file import journal_exists
 from upsguard.controller.learned import learned_or_none
-from upsguard.controller.rows import parse_iso
+from upsguard.controller.rows import iso, parse_iso
 from upsguard.controller.story import pick_runs, story_from_journal
 from upsguard.errors import PermanentError
 from upsguard.reports import render
@@ -138,6 +139,7 @@ def cmd_battery(args: argparse.Namespace) -> int:
     journal = open_existing(site)
     try:
         rows = list(reversed(journal.readings(limit=100_000)))
+        tests = battery_tests(journal.db, limit=50)
     finally:
         journal.close()
     rows = [r for r in rows if r.link == "ok"]
@@ -158,11 +160,36 @@ def cmd_battery(args: argparse.Namespace) -> int:
         out: dict[str, Any] = {
             "fits": [asdict(f) for f in fits],
             "on_battery": [asdict(s) for s in modelled if s.on_battery],
+            "battery_tests": [_test_json(t) for t in tests],
         }
         print(json.dumps(out, indent=2))
         return 0
     print(_battery_text(site, modelled, fits))
+    for line in _tests_text(tests):
+        print(line)
     return 0
+
+
+def _test_json(test: BatteryTestRow) -> dict[str, Any]:
+    out = asdict(test)
+    out.update(started=iso(test.started), ended=iso(test.ended), state=test.state.value)
+    return out
+
+
+def _tests_text(tests: list[BatteryTestRow]) -> list[str]:
+    """The battery tests the service ran, newest first, with a deep test's observed runtime."""
+    if not tests:
+        return []
+    lines = ["battery tests (newest first):"]
+    for t in tests:
+        charge = ""
+        if t.charge_start is not None and t.charge_end is not None:
+            charge = f", charge {t.charge_start:.0f} % -> {t.charge_end:.0f} %"
+        observed = t.runtime_observed_s
+        runtime = f", runtime observed {format_duration(observed)}" if observed else ""
+        result = f"{t.kind} test {t.state.value} ({t.text})"
+        lines.append(f"  {iso(t.started)}  {t.ups}: {result}{charge}{runtime}")
+    return lines
 
 
 def _battery_text(site: SiteConfig, samples: list[BatterySample], fits: list[BatteryFit]) -> str:

@@ -152,11 +152,11 @@ async def _serve(site: SiteConfig) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     site = site_of(args)
     try:
-        st = _client(args, site).get("/status")
+        st = _client(args, site).status()
     except ServiceNotRunning:
         st = run_async(direct.status(site))
     if args.format == "json":
-        print_json(st)
+        print_json(st.model_dump(mode="json"))
     else:
         print(views.status_text(st))
     return 0

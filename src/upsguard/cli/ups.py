@@ -23,11 +23,17 @@ from rich.table import Table
 from rich.text import Text
 
 from upsguard.cli import output
-from upsguard.cli.common import Subparsers, add_format_option, add_site_option, run_async
+from upsguard.cli.common import (
+    Subparsers,
+    add_format_option,
+    add_site_option,
+    duration_seconds,
+    run_async,
+)
 from upsguard.cli.common import site_of as load_site_of
 from upsguard.clock import SystemClock
 from upsguard.config.site import FeedConfig, SiteConfig
-from upsguard.config.types import format_duration, parse_duration
+from upsguard.config.types import format_duration
 from upsguard.errors import ConfigError
 from upsguard.models import LinkState, UpsFlag, UpsName
 from upsguard.plugins.registry import build_ups_sources
@@ -51,7 +57,7 @@ def register(commands: Subparsers) -> None:
     p.add_argument("--watch", action="store_true", help="keep polling, redraw on every change")
     p.add_argument(
         "--interval",
-        type=_seconds,
+        type=duration_seconds,
         default=None,
         metavar="DURATION",
         help="time between polls with --watch (default: the site's policies.poll_interval)",
@@ -60,13 +66,6 @@ def register(commands: Subparsers) -> None:
         "--polls", type=int, default=0, metavar="N", help="with --watch, stop after N polls"
     )
     p.set_defaults(handler=cmd_status)
-
-
-def _seconds(text: str) -> float:
-    try:
-        return parse_duration(text).total_seconds()
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def cmd_status(args: argparse.Namespace) -> int:

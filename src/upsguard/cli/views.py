@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from upsguard.config.types import format_bytes, format_duration
+from upsguard.status import (
+    CacheStatus,
+    Countdown,
+    LastRun,
+    RunStatus,
+    SiteStatus,
+    UpsStatus,
+)
 
 
 def _dur(seconds: float | None) -> str:
@@ -15,92 +24,115 @@ def _pct(value: float | None) -> str:
     return "?" if value is None else f"{value:.0f}%"
 
 
-def status_text(st: dict[str, Any]) -> str:
-    svc = st.get("service", {})
-    lines = [f"site {st['site']}: phase {st['phase']}" + _since(st.get("phase_since"))]
-    if not svc.get("running"):
-        lines.append(f"service: NOT RUNNING (from the journal {svc.get('journal')})")
+def status_text(st: SiteStatus) -> str:
+    svc = st.service
+    lines = [f"site {st.site}: phase {st.phase.value}" + _since(st.phase_since)]
+    if not svc.running:
+        lines.append(f"service: NOT RUNNING (from the journal {svc.journal})")
     else:
-        resumed = f", resumed run {svc['resumed']}" if svc.get("resumed") else ""
-        lines.append(f"service: pid {svc['pid']} since {svc['since']}{resumed}")
-    if st.get("held"):
-        held = st["held"]
-        who = f" by {held['who']}" if held.get("who") else ""
-        lines.append(f"HOLD{who}: {held.get('reason')} (automatic actions wait, down to the floor)")
-    if st.get("at_floor"):
+        resumed = f", resumed run {svc.resumed}" if svc.resumed else ""
+        lines.append(f"service: pid {svc.pid} since {_at(svc.since)}{resumed}")
+    if st.held is not None:
+        who = f" by {st.held.who}" if st.held.who else ""
+        lines.append(f"HOLD{who}: {st.held.reason} (automatic actions wait, down to the floor)")
+    if st.at_floor:
         lines.append("AT THE CRITICAL FLOOR: nothing is waited for")
-    lines += [f"ALERT: {alert['text']}" for alert in st.get("alerts", [])]
-    lines += _ups_lines(st.get("ups", []))
-    for feed in st.get("feeds", []):
-        risk = "AT RISK" if feed["at_risk"] else "ok"
+    lines += [f"ALERT: {alert.text}" for alert in st.alerts]
+    lines += _ups_lines(st.ups)
+    for feed in st.feeds:
+        risk = "AT RISK" if feed.at_risk else "ok"
         lines.append(
-            f"  feed {feed['name']}: {risk}, {feed['online']}/{feed['needed']} supplying"
-            + (f", runtime {_dur(feed['runtime_s'])}" if feed.get("runtime_s") is not None else "")
+            f"  feed {feed.name}: {risk}, {feed.online}/{feed.needed} supplying"
+            + (f", runtime {_dur(feed.runtime_s)}" if feed.runtime_s is not None else "")
         )
-    for reading in st.get("last_readings", []):
+    lines += _countdown_lines(st.countdown)
+    lines += _run_lines(st.run, st.last_run)
+    if st.unfinished_runs:
         lines.append(
-            f"  UPS {reading['ups']}: last journaled {reading['at']}: {reading['status']}, "
-            f"charge {_pct(reading['charge'])}, runtime {_dur(reading['runtime'])}"
+            "unfinished runs (resumed at the next start): " + ", ".join(st.unfinished_runs)
         )
-    lines += _run_lines(st.get("run"), st.get("last_run"))
-    if st.get("unfinished_runs"):
-        lines.append(
-            "unfinished runs (resumed at the next start): " + ", ".join(st["unfinished_runs"])
-        )
-    lines += _cache_lines(st.get("caches", []))
+    lines += _cache_lines(st.caches)
     return "\n".join(lines)
 
 
-def _since(at: str | None) -> str:
-    return f" since {at}" if at else ""
+def _at(at: datetime | None) -> str:
+    return "?" if at is None else at.astimezone(UTC).isoformat(timespec="seconds")
 
 
-def _ups_lines(upses: list[dict[str, Any]]) -> list[str]:
+def _since(at: datetime | None) -> str:
+    return f" since {_at(at)}" if at else ""
+
+
+def _ups_lines(upses: list[UpsStatus]) -> list[str]:
     lines = []
     for ups in upses:
-        if not ups.get("polled"):
-            lines.append(f"  UPS {ups['name']}: not read yet" + _error(ups))
+        if not ups.polled:
+            lines.append(f"  UPS {ups.name}: not read yet" + _error(ups.error))
             continue
-        link = "" if ups["link"] == "ok" else f", link {ups['link']} ({_dur(ups.get('age_s'))} old)"
-        depletion = ups.get("depletion_pct_per_min")
-        drain = f", draining {depletion:.1f} %/min" if depletion else ""
+        link = ups.link.value if ups.link else "?"
+        link_text = "" if link == "ok" else f", link {link} ({_dur(ups.age_s)} old)"
+        drain = (
+            f", draining {ups.depletion_pct_per_min:.1f} %/min" if ups.depletion_pct_per_min else ""
+        )
         lines.append(
-            f"  UPS {ups['name']}: {ups['status'] or '-'}, charge {_pct(ups['charge_pct'])}, "
-            f"runtime {_dur(ups['runtime_s'])}{drain}{link}" + _error(ups)
+            f"  UPS {ups.name}: {ups.status or '-'}, charge {_pct(ups.charge_pct)}, "
+            f"runtime {_dur(ups.runtime_s)}{drain}{link_text}" + _error(ups.error)
         )
     return lines
 
 
-def _error(entry: dict[str, Any]) -> str:
-    return f" [{entry['error']}]" if entry.get("error") else ""
+def _error(error: str | None) -> str:
+    return f" [{error}]" if error else ""
 
 
-def _run_lines(run: dict[str, Any] | None, last: dict[str, Any] | None) -> list[str]:
+def _countdown_lines(countdown: Countdown | None) -> list[str]:
+    if countdown is None or not countdown.on_battery:
+        return []
+    spare = "" if countdown.spare_s is None else f", spare {_signed(countdown.spare_s)}"
+    lines = [
+        f"runtime left {_dur(countdown.runtime_left_s)}, the shutdown needs "
+        f"{_dur(countdown.plan_left_s)} + margin {_dur(countdown.margin_s)}{spare}"
+    ]
+    for t in countdown.triggers:
+        when = (
+            "holds now"
+            if t.holds
+            else ("?" if t.fires_in_s is None else f"in {_dur(max(0.0, t.fires_in_s))}")
+        )
+        lines.append(f"  trigger '{t.condition}' ({t.feed}): {when}")
+    return lines
+
+
+def _signed(seconds: float) -> str:
+    return f"-{format_duration(-seconds)}" if seconds < 0 else format_duration(seconds)
+
+
+def _run_lines(run: RunStatus | None, last: LastRun | None) -> list[str]:
     if run is not None:
         lines = [
-            f"run {run['run']} ({run['kind']}, {run['origin']}): "
-            f"{run['finished']}/{run['steps']} steps finished"
-            + (f", {len(run['failed'])} failed" if run["failed"] else "")
+            f"run {run.id} ({run.kind.value}, {run.origin.value}): "
+            f"{run.finished}/{run.total} steps finished"
+            + (f", {len(run.failed)} failed" if run.failed else "")
             + (
-                f", past the point of no return ({run['point_of_no_return']})"
-                if run.get("point_of_no_return")
+                f", past the point of no return ({run.point_of_no_return})"
+                if run.point_of_no_return
                 else ""
             )
         ]
-        for step in run["running"]:
-            lines.append(f"  now running: {step['step']}: {step['description']}")
+        for step in run.running:
+            lines.append(f"  now running: {step.step}: {step.description}")
         return lines
     if last is not None:
-        return [f"last run {last['id']}: {last['state']} {last.get('detail') or ''}".rstrip()]
+        return [f"last run {last.id}: {last.state} {last.detail}".rstrip()]
     return ["no run yet"]
 
 
-def _cache_lines(caches: list[dict[str, Any]]) -> list[str]:
+def _cache_lines(caches: list[CacheStatus]) -> list[str]:
     lines = []
     for c in caches:
-        dirty = "?" if c["dirty_bytes"] is None else format_bytes(c["dirty_bytes"])
-        eta = f", clean in {_dur(c['eta_s'])}" if c.get("eta_s") else ""
-        lines.append(f"  cache {c['cache']}/{c['target']}: {c['mode']}, dirty {dirty}{eta}")
+        dirty = "?" if c.dirty_bytes is None else format_bytes(c.dirty_bytes)
+        eta = f", clean in {_dur(c.eta_s)}" if c.eta_s else ""
+        lines.append(f"  cache {c.cache}/{c.target}: {c.mode or '?'}, dirty {dirty}{eta}")
     return lines
 
 

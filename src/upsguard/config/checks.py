@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
+from upsguard.config.ha_checks import ha_problems, ha_warnings
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import Suggestions, suggest
 from upsguard.config.types import format_duration, shorten
@@ -47,6 +48,7 @@ def site_problems(site: SiteConfig, unchecked: Unchecked = _NOTHING) -> list[Pro
     problems.extend(_cycles(site))
     problems.extend(_ups_command_outlasts_own_machine(site))
     problems.extend(_snmp_can_send(site))
+    problems.extend(ha_problems(site, unchecked.resources))
     return problems
 
 
@@ -80,7 +82,25 @@ def plugin_problems(site: SiteConfig, names: PluginNames) -> Iterator[Problem]:
 
 def site_warnings(site: SiteConfig) -> list[Problem]:
     """What validate says without refusing the site: risks a person should know of."""
-    return [*_never_powered_on(site), *_caches_of_unknown_placement(site), *_nut_in_clear(site)]
+    return [
+        *_never_powered_on(site),
+        *_caches_of_unknown_placement(site),
+        *_nut_in_clear(site),
+        *_files_missing(site),
+        *ha_warnings(site),
+    ]
+
+
+def _files_missing(site: SiteConfig) -> Iterator[Problem]:
+    """A file the site names that cannot be read here. A warning, not a refusal: ``validate``
+    is the service's ExecStartPre, and a missing password file must cost that one UPS or
+    platform (an alert at every start), never the whole controller."""
+    from upsguard.config.files import missing, named_files  # files builds on the site model
+
+    for named in named_files(site):
+        why = missing(named)
+        if why is not None:
+            yield named.loc, f"{why}: create it (readable by upsguard's user), or fix the path"
 
 
 def _nut_in_clear(site: SiteConfig) -> Iterator[Problem]:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from upsguard.config.checks import PluginNames, Problem, plugin_problems, site_problems
+from upsguard.config.files import named_files
 from upsguard.config.partial import partial_site
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import SourceText, is_secret, load_yaml, suggest
@@ -50,6 +51,10 @@ def check_site(source: SourceText, plugins: PluginNames | None = None) -> SiteCo
     kept = [p for i in range(len(site.ups)) for p in _ups_paths(i)]
     kept += [("resources", i) for i in range(len(site.resources))]
     kept += [("caches", i) for i in range(len(site.caches))]
+    kept += [("platforms", key) for key in site.platforms]
+    kept += [named.loc for named in named_files(site)]  # validate warns of missing ones
+    if site.ha is not None:
+        kept += [("ha",), ("ha", "endpoints")]
     site.keep_origin(source.origin(kept))
     return site
 

@@ -1,12 +1,22 @@
-"""Parsing YAML 1.2 in one pass with ruamel.yaml's C parser, within limits.
+"""Parsing YAML 1.2 with ruamel.yaml's C parser, within limits; lines only when needed.
 
-One parse gives both the data and where each value came from: ``compose`` (libyaml, in
-C) builds the node tree, whose marks hold every line, and ``_Builder`` turns that tree into
-plain dicts, lists and scalars. The caller keeps the tree only while it checks the file,
-and reads the line of a problem from it when one is reported.
+Most site files are plain data: mappings, lists and scalars, with no anchor, merge or tag.
+``_plain_data`` reads those straight from the parser's events into dicts, lists and
+scalars, without building the node tree: on the 5,000-VM bench site the tree's 73,000 nodes
+and their 146,000 marks cost more than the parse itself, half of it in the garbage
+collector, which walked them again and again while they lived. Where each value came from
+is needed only to report a problem, so the tree is composed (``tree``) only then.
 
-Measured on the 5,000-VM bench site (``bench/plan_scale.py``, one core), where
-``YAML(typ="safe", pure=False).load`` took 1.6 s of CPU and this module takes 0.7 s:
+A file that is more than plain data (an anchor, an alias, a merge, a tag) or that has a
+problem is read again by the full reader: ``compose`` (libyaml, in C) builds the node tree,
+whose marks hold every line, and ``_Builder`` turns it into data and says what is wrong at
+which node. So every problem is found and worded by one reader, and the fast one only
+refuses to go on. The fast one stops at the same limits (``MAX_NESTING``, ``MAX_NODES``), so
+that libyaml never reads deeper than the full reader would. On that site ``validate`` took
+0.38 s of CPU with the full reader (0.2 s of it in the garbage collector) and takes 0.19 s.
+
+The full reader, measured on the same site, where ``YAML(typ="safe", pure=False).load``
+took 1.6 s of CPU and this reader 0.7 s:
 
 * ``_Resolver`` (``YAML.Resolver``) fixes the YAML version at 1.2 (``no`` and ``on`` are
   words, ``1:30`` is a string, ``017`` is seventeen) instead of looking the document's
@@ -37,6 +47,15 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.constructor import DuplicateKeyError, SafeConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import (
+    AliasEvent,
+    DocumentStartEvent,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+)
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.resolver import BaseResolver, VersionedResolver
@@ -54,14 +73,13 @@ MAX_NODES = 1_000_000
 
 class NodeProblem(Exception):
     """A problem at one node of the composed tree; ``line`` and ``column`` count from 0.
-    ``root`` is the tree, in which the caller finds the node's path."""
+    The caller finds the node's path in the tree (``tree``)."""
 
     def __init__(self, line: int, column: int, message: str) -> None:
         super().__init__(message)
         self.line = line
         self.column = column
         self.message = message
-        self.root: Node | None = None
 
 
 class _LimitExceeded(Exception):
@@ -236,44 +254,129 @@ def _loader(pure: bool = False) -> YAML:
     return yaml
 
 
-def parse(text: str, name: str) -> tuple[Node | None, Any]:
-    """The node tree and the data of one YAML document.
+def parse(text: str, name: str) -> Any:
+    """The data of one YAML document.
 
     Raises ``ConfigError`` (``name:line: ...``) for text that is not YAML or is beyond the
     limits, and ``NodeProblem`` for a problem at one node (a duplicate key, a custom tag),
-    whose path the caller reads from the tree.
+    whose path the caller reads from the tree (``tree``).
     """
-    yaml = _loader()
     try:
-        try:
-            root = yaml.compose(text)
-        except MarkedYAMLError as exc:
-            if not _colon_in_flow(exc):
-                raise
-            yaml = _loader(pure=True)
-            root = yaml.compose(text)
+        return _plain_data(text)
+    except (_NotPlain, NodeProblem, YAMLError):
+        pass  # more than plain data, or a problem: the full reader reads it and says which
+    try:
+        root = tree(text)
     except _LimitExceeded as exc:
         raise ConfigError(f"{name}:{exc.line}: {exc.message}") from None
     except YAMLError as exc:
         raise ConfigError(f"{name}:{_yaml_line(exc, text)}: not valid YAML: {_what(exc)}") from None
     if root is None:
-        return None, None
+        return None
     try:
-        return root, _Builder(yaml.constructor).value(root)
-    except NodeProblem as problem:
-        problem.root = root
-        raise
+        return _Builder(_loader().constructor).value(root)
     except DuplicateKeyError as exc:
-        raise _at_mark(exc.problem_mark, "key given twice: keep one", root) from None
+        raise _at_mark(exc.problem_mark, "key given twice: keep one") from None
     except MarkedYAMLError as exc:  # a merge of a scalar, a list as a key, bad !!binary
         mark = exc.problem_mark or exc.context_mark
-        raise _at_mark(mark, f"not valid here: {_what(exc)}", root) from None
+        raise _at_mark(mark, f"not valid here: {_what(exc)}") from None
 
 
-def _at_mark(mark: Any, message: str, root: Node) -> NodeProblem:
-    problem = NodeProblem(int(mark.line), int(mark.column), message)
-    problem.root = root
-    return problem
+def tree(text: str) -> Node | None:
+    """The node tree of a document that parses, whose marks hold every line.
+
+    Raises ``YAMLError`` for text that is not YAML and ``_LimitExceeded`` beyond the limits.
+    """
+    try:
+        root: Node | None = _loader().compose(text)
+    except MarkedYAMLError as exc:
+        if not _colon_in_flow(exc):
+            raise
+        root = _loader(pure=True).compose(text)
+    return root
+
+
+class _NotPlain(Exception):
+    """The file holds more than plain data, or a problem: the full reader reads it."""
+
+
+class _Collection:
+    """A mapping or list being read, and, in a mapping, the key read before its value."""
+
+    __slots__ = ("data", "key")
+
+    def __init__(self, data: dict[Any, Any] | list[Any]) -> None:
+        self.data = data
+        self.key: Any = _NO_KEY
+
+    def add(self, value: Any) -> None:
+        data = self.data
+        if isinstance(data, list):
+            data.append(value)
+        elif self.key is _NO_KEY:
+            if value in data:
+                raise _NotPlain  # a key given twice
+            self.key = value
+        else:
+            data[self.key] = value
+            self.key = _NO_KEY
+
+    @property
+    def wants_key(self) -> bool:
+        return self.key is _NO_KEY and isinstance(self.data, dict)
+
+
+_NO_KEY = object()
+
+
+def _plain_data(text: str) -> Any:
+    """The data of a document of plain mappings, lists and scalars, from the parser's
+    events. Scalars are typed by the same resolver and constructor as the full reader's.
+    Raises ``_NotPlain`` at anything else: an anchor, an alias, a tag, a merge, a key
+    given twice, a key that is not a scalar, a second document, or beyond the limits."""
+    yaml = _loader()
+    resolver, constructor = yaml.resolver, yaml.constructor
+    open_: list[_Collection] = []
+    document: list[Any] = []
+    values = 0
+    for event in yaml.parse(text):
+        kind = type(event)
+        if kind is ScalarEvent:
+            if event.anchor is not None or event.tag is not None:
+                raise _NotPlain
+            tag = resolver.resolve(ScalarNode, event.value, event.implicit)
+            if tag is _STR:
+                value: Any = event.value
+            elif tag.suffix == _MERGE:
+                raise _NotPlain
+            else:  # a number, a boolean, null
+                node = ScalarNode(tag, event.value, event.start_mark, event.end_mark)
+                value = constructor.construct_object(node)
+        elif kind is MappingStartEvent or kind is SequenceStartEvent:
+            if event.anchor is not None or event.tag is not None or len(open_) >= MAX_NESTING:
+                raise _NotPlain
+            if open_ and open_[-1].wants_key:
+                raise _NotPlain  # a list or mapping as a key
+            open_.append(_Collection({} if kind is MappingStartEvent else []))
+            continue
+        elif kind is MappingEndEvent or kind is SequenceEndEvent:
+            value = open_.pop().data
+        elif kind is AliasEvent or (kind is DocumentStartEvent and document):
+            raise _NotPlain  # an alias, a second document
+        else:  # the start and end of the stream and of the document
+            continue
+        values += 1
+        if values > MAX_NODES:
+            raise _NotPlain
+        if open_:
+            open_[-1].add(value)
+        else:
+            document.append(value)
+    return document[0] if document else None
+
+
+def _at_mark(mark: Any, message: str) -> NodeProblem:
+    return NodeProblem(int(mark.line), int(mark.column), message)
 
 
 def _colon_in_flow(exc: MarkedYAMLError) -> bool:

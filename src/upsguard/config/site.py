@@ -11,6 +11,8 @@ from pydantic import Field, PrivateAttr
 
 from upsguard.config.base import Model
 from upsguard.config.caches import CacheConfig
+from upsguard.config.checks_schedule import ChecksConfig
+from upsguard.config.ha import HaConfig
 from upsguard.config.platforms import (
     IMPLICIT_TYPES,
     PlatformBase,
@@ -23,6 +25,7 @@ from upsguard.config.service import ServiceConfig
 from upsguard.config.source import Origin, format_path
 from upsguard.config.types import LocalPath
 from upsguard.config.ups import UpsConfig
+from upsguard.config.web import WebConfig
 from upsguard.models import ResourceId, ResourceKind, UpsName
 
 
@@ -57,8 +60,18 @@ class SiteConfig(Model):
         Path("/var/lib/upsguard/journal.sqlite"), description="SQLite journal path"
     )
     service: ServiceConfig = ServiceConfig()
+    web: WebConfig | None = Field(
+        None, description="the live status page served by 'upsguard run' (docs/web.md); none: off"
+    )
+    checks: ChecksConfig | None = Field(
+        None,
+        description="run the checks of 'upsguard doctor' on a schedule (off when not given)",
+    )
     contacts: list[Contact] = Field(
         default_factory=list, description="who to call during an outage (printed in the run book)"
+    )
+    ha: HaConfig | None = Field(
+        None, description="two controllers, one acting, coordinated through etcd (docs/ha.md)"
     )
     _origin: Origin | None = PrivateAttr(None)
 

@@ -1,15 +1,16 @@
 """A parsed YAML file and where each value in it came from.
 
 Every error upsguard reports about a site file names the field path and the
-``file:line`` it came from. One parse (``upsguard.config.parsing``) gives the data and
-the node tree; the tree is searched for a path's line only when a problem is reported,
-and is let go with the ``SourceText`` once the file is checked. What a later check
-needs (the simulator's, on UPS entries) is kept in a small ``Origin``.
+``file:line`` it came from. The parse (``upsguard.config.parsing``) gives the data; the
+node tree, which holds the lines, is composed from the text only when a problem is
+reported, and is let go with the ``SourceText`` once the file is checked. A problem found
+later (the simulator's, on UPS entries) is placed by an ``Origin``, which keeps the text.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any
 
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from upsguard.config.parsing import NodeProblem, parse
+from upsguard.config.parsing import NodeProblem, parse, tree
 from upsguard.config.reading import read_text
 from upsguard.config.types import shorten
 from upsguard.errors import ConfigError
@@ -28,14 +29,19 @@ PathKey = tuple[str | int, ...]
 
 @dataclass
 class SourceText:
-    """A parsed YAML document and its node tree, from which lines are read on demand."""
+    """A parsed YAML document and its text, from which lines are read on demand."""
 
     file: str
     data: Any
-    root: Node | None = None
+    text: str = field(default="", repr=False)
     _keys: dict[int, dict[str, tuple[int, Node]]] = field(
         default_factory=dict, init=False, repr=False
     )
+
+    @functools.cached_property
+    def root(self) -> Node | None:
+        """The node tree, composed on the first problem to place."""
+        return tree(self.text)
 
     def where(self, loc: Sequence[Any]) -> str:
         """``site.yaml:41`` for the deepest prefix of ``loc`` that is in the file."""
@@ -80,16 +86,25 @@ class SourceText:
         return None
 
     def origin(self, paths: Iterable[PathKey]) -> Origin:
-        """The lines of ``paths``, kept for checks made after the tree is let go."""
-        return Origin(self.file, {tuple(p): self._line(p) for p in paths})
+        """What places problems with ``paths`` found after the tree is let go."""
+        return Origin(self.file, self.text, tuple(tuple(p) for p in paths))
 
 
 @dataclass(frozen=True)
 class Origin:
-    """The file and the lines of a few paths in it, for problems found after loading."""
+    """The file, its text and a few paths in it, for problems found after loading (the
+    simulator's checks, the service's warnings)."""
 
     file: str
-    lines: dict[PathKey, int] = field(default_factory=dict)
+    text: str = field(default="", repr=False)
+    paths: tuple[PathKey, ...] = field(default=(), repr=False)
+
+    @functools.cached_property
+    def lines(self) -> dict[PathKey, int]:
+        """The line of each path, from a tree composed once, on the first problem, and let
+        go at once: most sites never have one, and a big site's tree is big."""
+        source = SourceText(self.file, None, self.text)
+        return {path: source._line(path) for path in self.paths}
 
     def problem(self, loc: Sequence[str | int], message: str) -> str:
         line = 1
@@ -101,13 +116,26 @@ class Origin:
 
 
 def _key_index(node: MappingNode) -> dict[str, tuple[int, Node]]:
-    """Each key's line and value node; the last of equal keys wins, as merged keys (``<<``)
-    come before the mapping's own."""
-    return {
-        str(key.value): (int(key.start_mark.line) + 1, value)
-        for key, value in node.value
-        if isinstance(key, ScalarNode)
-    }
+    """Each key's line and value node, the keys a merge (``<<``) brings in included, at the
+    line where they are written: that is where a problem with one is fixed. They win as
+    they do in the data (``parsing._Builder``): the mapping's own keys over merged ones, and
+    of the merged mappings the earlier."""
+    merged: dict[str, tuple[int, Node]] = {}
+    own: dict[str, tuple[int, Node]] = {}
+    for key, value in node.value:
+        if not isinstance(key, ScalarNode):
+            continue
+        if key.tag == _MERGE:
+            sources = value.value if isinstance(value, SequenceNode) else [value]
+            for source in reversed(sources):
+                if isinstance(source, MappingNode):
+                    merged.update(_key_index(source))
+        else:
+            own[str(key.value)] = (int(key.start_mark.line) + 1, value)
+    return {**merged, **own}
+
+
+_MERGE = "tag:yaml.org,2002:merge"
 
 
 def _path_to(root: Node, line: int, column: int) -> PathKey:
@@ -159,14 +187,13 @@ def load_yaml(path: Path) -> SourceText:
 
 def parse_yaml(text: str, name: str) -> SourceText:
     try:
-        root, data = parse(text, name)
+        data = parse(text, name)
     except NodeProblem as problem:
-        raise ConfigError(_node_problem(name, problem)) from None
-    return SourceText(file=name, data=data, root=root)
+        raise ConfigError(_node_problem(name, problem, tree(text))) from None
+    return SourceText(file=name, data=data, text=text)
 
 
-def _node_problem(name: str, problem: NodeProblem) -> str:
-    root = problem.root
+def _node_problem(name: str, problem: NodeProblem, root: Node | None) -> str:
     path = _path_to(root, problem.line, problem.column) if root is not None else ()
     message = problem.message
     if is_secret(path):

@@ -12,6 +12,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from upsguard.config.base import Credentials, Model
+from upsguard.config.checks_schedule import BatteryTestConfig
 from upsguard.config.types import Duration, LocalPath, shorten
 from upsguard.errors import ConfigError
 from upsguard.models import UpsName
@@ -70,11 +71,14 @@ class SnmpSettings(Model):
     is given.
     """
 
+    _TESTS: ClassVar[frozenset[str]] = frozenset(
+        {"test.battery.start.quick", "test.battery.start.deep", "test.battery.stop"}
+    )
     COMMANDS: ClassVar[Mapping[str, frozenset[str]]] = {
-        "ups-mib": frozenset({"load.off", "load.off.delay", "shutdown.return", "shutdown.stayoff"}),
-        "powernet": frozenset(
-            {"load.off", "load.off.delay", "shutdown.return", "shutdown.stayoff"}
-        ),
+        "ups-mib": frozenset({"load.off", "load.off.delay", "shutdown.return", "shutdown.stayoff"})
+        | _TESTS,
+        "powernet": frozenset({"load.off", "load.off.delay", "shutdown.return", "shutdown.stayoff"})
+        | _TESTS,
     }
     """The commands each MIB has SETs for (``plugins/ups/snmp`` sends them)."""
 
@@ -220,6 +224,18 @@ class UpsConfig(Model):
         description="a link loss shorter than this, while on mains, is not an outage",
     )
     at_shutdown_end: UpsCommandPolicy = UpsCommandPolicy()
+    battery_test: BatteryTestConfig | None = Field(
+        None, description="a scheduled battery test of this UPS (off when not given)"
+    )
+
+    @property
+    def commands(self) -> list[str]:
+        """The instant commands upsguard sends this UPS (NUT-style names): the one at the
+        end of a shutdown, and the battery test's start and stop."""
+        found = [self.at_shutdown_end.command] if self.at_shutdown_end.command else []
+        if self.battery_test is not None:
+            found += [self.battery_test.command, "test.battery.stop"]
+        return found
 
     @model_validator(mode="before")
     @classmethod

@@ -49,9 +49,12 @@ from aiohttp import web
 
 from upsguard.controller.journal import Journal
 from upsguard.controller.overrides import Overrides
+from upsguard.controller.rows import EventRow
 from upsguard.controller.socket_group import group_id
+from upsguard.controller.stream import EventStream
 from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import PermanentError, TemporaryError, UpsguardError
+from upsguard.status import SiteStatus
 
 log = logging.getLogger(__name__)
 
@@ -159,12 +162,12 @@ class Served(Protocol):
     @property
     def journal(self) -> Journal: ...
     @property
-    def changed(self) -> asyncio.Event: ...  # set at the next event, then replaced
+    def stream(self) -> EventStream: ...
     @property
     def overrides(self) -> Overrides: ...
     @property
     def controller(self) -> OutageController: ...
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> SiteStatus: ...
     async def poll_now(self) -> None: ...
 
 
@@ -274,7 +277,7 @@ class ApiServer:
     # -- routes ------------------------------------------------------------------------------
 
     async def _status(self, call: Call) -> Any:
-        return self.svc.status()
+        return self.svc.status().model_dump(mode="json")
 
     async def _history(self, call: Call) -> Any:
         limit = call.integer("limit", 10, 0, MAX_ROWS)
@@ -291,26 +294,41 @@ class ApiServer:
         wait = min(call.seconds("wait", 0.0), MAX_WAIT_S)
         rows = self.svc.journal.events(after=after)
         if not rows and wait > 0:
-            await self._next_change(wait)
-            rows = self.svc.journal.events(after=after)
+            rows = await self._events_to_come(after, wait)
         last = rows[-1].id if rows else max(after, 0)
         return {"events": [r.to_dict() for r in rows], "last": last}
 
-    async def _next_change(self, timeout: float) -> None:
-        """Wait for the next event, at most ``timeout`` seconds, and no longer than the API runs."""
+    async def _events_to_come(self, after: int, timeout: float) -> list[EventRow]:
+        """The events after ``after`` once the journal has some, or none after ``timeout``
+        seconds or when the API stops. Each line the journal adds wakes the wait, and only
+        that: an empty answer makes the client ask again at once."""
         if self._waiting >= MAX_WAITERS:
             raise Busy(f"the API has {MAX_WAITERS} long-polls waiting already; try again")
         self._waiting += 1
-        changed = asyncio.ensure_future(self.svc.changed.wait())
-        closing = asyncio.ensure_future(self._closing.wait())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        rows: list[EventRow] = []
         try:
-            await asyncio.wait(
-                (changed, closing), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
+            while not rows and await self._next_line(deadline - loop.time()):
+                rows = self.svc.journal.events(after=after)  # none yet if ``after`` is ahead
         finally:
             self._waiting -= 1
-            changed.cancel()
+        return rows
+
+    async def _next_line(self, timeout: float) -> bool:
+        """Whether the journal added a line within ``timeout`` seconds, the API still running."""
+        if timeout <= 0 or self._closing.is_set():
+            return False
+        line = asyncio.ensure_future(self.svc.stream.next_line())
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            done, _ = await asyncio.wait(
+                (line, closing), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            line.cancel()
             closing.cancel()
+        return line in done and not self._closing.is_set()
 
     async def _hold(self, call: Call) -> Any:
         return self.svc.overrides.hold(call.who, call.text("reason"))

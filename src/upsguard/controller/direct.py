@@ -11,57 +11,47 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from upsguard.clock import SystemClock
 from upsguard.config.site import SiteConfig
 from upsguard.controller.journal import Journal
 from upsguard.controller.service import Service
-from upsguard.controller.status import journal_status
+from upsguard.controller.status import offline_status
 from upsguard.events import Event, OverrideApplied, describe
+from upsguard.models import UpsName
 from upsguard.plugins.registry import build_ups_sources
 from upsguard.policies.watch import UpsWatch
 from upsguard.runs import RunOutcome
+from upsguard.status import SiteStatus
 
 
 def open_journal(site: SiteConfig) -> Journal:
     return Journal(site.journal, site.service.readings_every)
 
 
-async def status(site: SiteConfig) -> dict[str, Any]:
+async def status(site: SiteConfig) -> SiteStatus:
+    """The journal's word, with one fresh poll of each UPS (one that cannot be read is
+    shown with its error: status must show every UPS, reachable or not)."""
+    watches = await _poll_once(site)
     journal = open_journal(site)
     try:
-        out = journal_status(journal, site.site)
+        return offline_status(site, journal, watches)
     finally:
         journal.close()
-    out["ups"] = await _poll_once(site)
-    return out
 
 
-async def _poll_once(site: SiteConfig) -> list[dict[str, Any]]:
+async def _poll_once(site: SiteConfig) -> dict[UpsName, UpsWatch]:
     clock = SystemClock()
-    entries = []
+    configs = {u.name: u for u in site.ups}
+    watches = {}
     for name, source in build_ups_sources(site, clock).items():
-        watch = UpsWatch(source, clock)
-        entry: dict[str, Any] = {"name": name, "polled": False}
+        watch = UpsWatch.for_config(source, configs[name], clock)
         try:
-            reading = await watch.poll()
-        except Exception as exc:  # status must show every UPS, reachable or not
-            entry["error"] = str(exc)
-        else:
-            entry.update(
-                polled=True,
-                status=" ".join(sorted(f.value for f in reading.flags)),
-                charge_pct=reading.charge_pct,
-                runtime_s=reading.runtime_s,
-                link=reading.link.value,
-                age_s=None,
-                error=watch.last_error,
-            )
+            await watch.poll()  # never raises: a UPS out of reach is a lost reading
         finally:
             await source.close()
-        entries.append(entry)
-    return entries
+        watches[name] = watch
+    return watches
 
 
 def hold(site: SiteConfig, who: str, reason: str, release: bool = False) -> None:

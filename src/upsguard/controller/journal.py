@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from upsguard.controller.journal_checks import write_battery_test, write_checkup
 from upsguard.controller.journal_file import Corrupt, move_aside, open_file, set_access
 from upsguard.controller.rows import (
     CacheOpRow,
@@ -48,7 +49,9 @@ from upsguard.controller.rows import (
 from upsguard.controller.schema import migrate
 from upsguard.errors import PermanentError
 from upsguard.events import (
+    BatteryTestFinished,
     CacheModeChanged,
+    CheckupDone,
     Event,
     OverrideApplied,
     PhaseChanged,
@@ -71,6 +74,7 @@ MAX_PENDING = 100_000
 """Events kept in memory while the file cannot be written; past this, readings go first."""
 
 ProblemListener = Callable[[str | None], None]
+LineListener = Callable[[EventRow], None]
 
 
 class Journal:
@@ -82,14 +86,17 @@ class Journal:
         repair: bool = False,
         on_problem: ProblemListener | None = None,
         group_id: int | None = None,
+        on_line: LineListener | None = None,
     ) -> None:
         """``repair``: the service's way of opening (see the module docstring); otherwise a
         journal that cannot be opened is a ``PermanentError`` (the CLI's read commands).
         ``on_problem`` hears each new problem (and None once it is solved).
-        ``group_id``: with ``repair``, the socket group that may read the file."""
+        ``group_id``: with ``repair``, the socket group that may read the file.
+        ``on_line`` hears each line added to the events table (what ``GET /events`` serves)."""
         self.path = str(path)
         self._every = readings_every
         self._on_problem = on_problem
+        self._on_line = on_line
         self.problem: str | None = None
         self._pending: list[Event] = []
         self._in_memory = False
@@ -257,6 +264,10 @@ class Journal:
                 reason=event.reason,
                 detail=event.detail,
             )
+        elif isinstance(event, CheckupDone):
+            write_checkup(self.db, event)
+        elif isinstance(event, BatteryTestFinished):
+            write_battery_test(self.db, event)
         elif isinstance(event, CacheModeChanged):
             self._insert(
                 "cache_ops",
@@ -273,14 +284,11 @@ class Journal:
         text = describe(event)
         if text is None:
             return
-        self._insert(
-            "events",
-            at=iso(event.at),
-            kind=event.kind,
-            level=level(event),
-            text=text.strip(),
-            run=getattr(event, "run", None),
-        )
+        run = getattr(event, "run", None)
+        at, kind, grade, line = iso(event.at), event.kind, level(event), text.strip()
+        row_id = self._insert("events", at=at, kind=kind, level=grade, text=line, run=run)
+        if self._on_line is not None:
+            self._on_line(EventRow(row_id, at, kind, grade, line, run))
 
     def _insert(self, table: str, **values: object) -> int:
         names = ", ".join(values)

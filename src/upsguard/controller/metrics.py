@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -53,6 +53,24 @@ class Metrics:
             ["action"],
             registry=self.registry,
         )
+        self.web_requests = Counter(
+            "upsguard_web_requests",
+            "Requests to the web page, by route and HTTP status",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self.web_seconds = Histogram(
+            "upsguard_web_request_duration_seconds",
+            "How long the web page took to answer, by route (a live stream: how long it was open)",
+            ["route"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 60, 3600),
+            registry=self.registry,
+        )
+        self.web_clients = Gauge(
+            "upsguard_web_sse_clients",
+            "Browsers following the live status (server-sent events)",
+            registry=self.registry,
+        )
         self._started: dict[tuple[str, str], tuple[datetime, str]] = {}
         self._directions: dict[RunId, Direction] = {}
         self._server: Any = None
@@ -78,6 +96,10 @@ class Metrics:
             self.runs.labels(event.spec.kind.value, event.outcome.value).inc()
         elif isinstance(event, OverrideApplied):
             self.overrides.labels(event.action.split(" ", 1)[0]).inc()
+
+    def web_request(self, route: str, status: int, seconds: float) -> None:
+        self.web_requests.labels(route, str(status)).inc()
+        self.web_seconds.labels(route).observe(seconds)
 
     def serve(self, address: str, port: int) -> None:
         self._server, self._thread = start_http_server(port, address, registry=self.registry)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from upsguard.config.service import NotifySettings, WebhookSettings
@@ -21,6 +22,8 @@ from upsguard.config.types import resolve_secret
 from upsguard.controller.rows import iso
 from upsguard.errors import UpsguardError
 from upsguard.events import (
+    BatteryTestFinished,
+    CheckupDone,
     Event,
     OnBattery,
     OverrideApplied,
@@ -33,6 +36,7 @@ from upsguard.events import (
     describe,
     level,
 )
+from upsguard.findings import Area, Finding, fail, ok, warn
 from upsguard.models import StepState
 from upsguard.net import http_request, tls_context
 from upsguard.secrecy import child_env, redact_url
@@ -70,7 +74,24 @@ def payload(event: Event, site: str) -> dict[str, Any]:
         body.update(run=event.run, step=event.step, state=event.state.value, detail=event.detail)
     elif isinstance(event, RunStarted | RunFinished):
         body.update(run=event.run, direction=event.direction)
+    elif isinstance(event, CheckupDone):
+        body.update(
+            broke=[_finding(f) for f in event.broke], mended=[_finding(f) for f in event.mended]
+        )
+    elif isinstance(event, BatteryTestFinished):
+        body.update(ups=event.ups, test=event.test, state=event.state.value, result=event.text)
     return body
+
+
+def _finding(finding: Finding) -> dict[str, str]:
+    return {
+        "area": finding.area.value,
+        "subject": finding.subject,
+        "check": finding.check,
+        "verdict": finding.verdict.value,
+        "detail": finding.detail,
+        "fix": finding.fix,
+    }
 
 
 class Notifier:
@@ -105,6 +126,19 @@ class Notifier:
         task.add_done_callback(self._tasks.discard)
 
     async def _command(self, argv: list[str], body: dict[str, Any]) -> None:
+        self._count(await self._send_command(argv, body))
+
+    async def _webhook(self, hook: WebhookSettings, body: dict[str, Any]) -> None:
+        self._count(await self._send_webhook(hook, body))
+
+    def _count(self, failed: str | None) -> None:
+        if failed is None:
+            self.sent += 1
+        else:
+            self._failed(failed)
+
+    async def _send_command(self, argv: list[str], body: dict[str, Any]) -> str | None:
+        """Run the hook with ``body``; None when it exited 0, else what went wrong."""
         env = child_env(
             self._s.pass_env,
             {
@@ -125,33 +159,60 @@ class Notifier:
                 start_new_session=True,
             )
         except OSError as exc:
-            self._failed(f"notify command {argv[0]}: {exc}")
-            return
+            return f"notify command {argv[0]}: {exc}"
         try:
             async with asyncio.timeout(timeout):
                 _, err = await proc.communicate(json.dumps(body).encode() + b"\n")
         except TimeoutError:
             proc.kill()
             await proc.wait()
-            self._failed(f"notify command {argv[0]}: no exit within {timeout:.0f} s; killed")
-            return
+            return f"notify command {argv[0]}: no exit within {timeout:.0f} s; killed"
         if proc.returncode != 0:
             tail = err.decode(errors="replace").strip()[-200:]
-            self._failed(f"notify command {argv[0]}: exit {proc.returncode}: {tail}")
-            return
-        self.sent += 1
+            return f"notify command {argv[0]}: exit {proc.returncode}: {tail}"
+        return None
 
-    async def _webhook(self, hook: WebhookSettings, body: dict[str, Any]) -> None:
+    async def _send_webhook(self, hook: WebhookSettings, body: dict[str, Any]) -> str | None:
+        """POST ``body``; None when the webhook took it, else why not (its origin alone)."""
         try:
             why = await asyncio.to_thread(_post, hook, body)
         except UpsguardError as exc:  # the token file cannot be read, the ca_file is bad
             why = str(exc)
         except Exception as exc:  # a dead webhook must not disturb the run
             why = f"not sent ({type(exc).__name__})"
-        if why is not None:
-            self._failed(f"webhook {redact_url(hook.url, origin_only=True)}: {why}")
-            return
-        self.sent += 1
+        if why is None:
+            return None
+        return f"webhook {redact_url(hook.url, origin_only=True)}: {why}"
+
+    async def test(self) -> list[Finding]:
+        """Send one test message through the hook and the webhook, and wait for each answer
+        (``upsguard doctor --notify``): what an outage would send, proven now."""
+        body = {
+            "site": self._site,
+            "event": "Test",
+            "at": iso(datetime.now(UTC)),
+            "text": f"upsguard doctor: a test notification from site {self._site}",
+        }
+        found: list[Finding] = []
+        if self._s.command:
+            why = await self._send_command(self._s.command, body)
+            found.append(_sent("command", why, "run the hook by hand with the JSON on stdin"))
+        if self._s.webhook is not None:
+            hook = self._s.webhook
+            why = await self._send_webhook(hook, body)
+            fix = "check the URL, the token file and the server (a 3xx: give the final URL)"
+            found.append(_sent(f"webhook {redact_url(hook.url, origin_only=True)}", why, fix))
+        if not found:
+            found.append(
+                warn(
+                    Area.NOTIFY,
+                    "notify",
+                    "send",
+                    "no hook and no webhook: nobody hears of an outage from upsguard",
+                    "set service.notify.command or service.notify.webhook",
+                )
+            )
+        return found
 
     def _failed(self, message: str) -> None:
         self.failed += 1
@@ -161,6 +222,12 @@ class Notifier:
         """Give notifications in flight a moment to go out before the process ends."""
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout)
+
+
+def _sent(channel: str, why: str | None, fix: str) -> Finding:
+    if why is None:
+        return ok(Area.NOTIFY, channel, "send", "a test message was taken")
+    return fail(Area.NOTIFY, channel, "send", why, fix)
 
 
 def _post(hook: WebhookSettings, body: dict[str, Any]) -> str | None:

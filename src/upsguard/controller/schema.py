@@ -91,6 +91,44 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE runs ADD COLUMN feeds TEXT;
     """,
+    # 2 -> 3: the service's scheduled checks (one row per finding) and battery tests
+    """
+    CREATE TABLE checkups (
+        id INTEGER PRIMARY KEY,
+        at TEXT NOT NULL,
+        took REAL NOT NULL,
+        ok INTEGER NOT NULL,
+        warn INTEGER NOT NULL,
+        fail INTEGER NOT NULL
+    );
+    CREATE TABLE checks (
+        id INTEGER PRIMARY KEY,
+        checkup INTEGER NOT NULL REFERENCES checkups(id),
+        area TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        name TEXT NOT NULL,
+        verdict TEXT NOT NULL,
+        detail TEXT NOT NULL,
+        fix TEXT NOT NULL DEFAULT '',
+        missing TEXT,
+        adds REAL,
+        took REAL,
+        broke INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX checks_checkup ON checks(checkup);
+    CREATE TABLE battery_tests (
+        id INTEGER PRIMARY KEY,
+        ups TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        started TEXT NOT NULL,
+        ended TEXT NOT NULL,
+        state TEXT NOT NULL,
+        text TEXT NOT NULL DEFAULT '',
+        charge_start REAL,
+        charge_end REAL,
+        runtime_observed REAL
+    );
+    """,
 )
 
 VERSION = len(MIGRATIONS)

@@ -18,7 +18,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -32,8 +32,10 @@ from upsguard.controller.metrics import Metrics
 from upsguard.controller.notify import Notifier
 from upsguard.controller.overrides import Overrides
 from upsguard.controller.resume import reap_and_resume
+from upsguard.controller.schedule import Schedule
 from upsguard.controller.socket_group import group_id
 from upsguard.controller.status import ServiceInfo, service_status
+from upsguard.controller.stream import EventStream
 from upsguard.engine.destage import DestageWatch
 from upsguard.engine.inventory import read_inventory
 from upsguard.engine.outage_controller import OutageController
@@ -44,6 +46,10 @@ from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.registry import SitePlugins, build_plugins
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.runbooks.planner import Planner
+from upsguard.status import SiteStatus
+
+if TYPE_CHECKING:
+    from upsguard.controller.web.server import WebServer
 
 log = logging.getLogger(__name__)
 
@@ -73,32 +79,41 @@ class Service:
         self.bus = EventBus()
         self.lock = JournalLock(site.journal)
         self.lock.acquire()
+        self.stream = EventStream()
         self.journal = Journal(
             site.journal,
             site.service.readings_every,
             repair=True,
             on_problem=self._journal_problem,
             group_id=_socket_group_id(site.service.socket_group),
+            on_line=self.stream.added,
         )
         self.bus.subscribe(self.journal.record)
         self.bus.subscribe(_log_event)
-        self.bus.subscribe(self._wake)
         self.metrics = Metrics()
         self.bus.subscribe(self.metrics.observe)
         self.notifier = Notifier(site.service.notify, site.site)
         self.bus.subscribe(self.notifier.observe)
+        self.changed = asyncio.Event()
+        """Set at the next event of any kind, then replaced: what the web page's live status
+        waits on (a reading changes the status, though it is no journal line)."""
+        self.bus.subscribe(self._wake)
         self._controller: OutageController | None = None
         self._overrides: Overrides | None = None
         self.platforms: dict[PlatformName, Platform] = {}
         self._opened: set[PlatformName] = set()
         self.started = datetime.now(UTC)
         self.resumed: str | None = None
-        self.changed = asyncio.Event()
         self.ticks = 0
         self.last_tick_error: str | None = None
         self._poll_lock = asyncio.Lock()
         self._inventory_problem: str | None = None
         self._news = asyncio.Event()
+        self._schedule: Schedule | None = None
+
+    def _wake(self, event: Event) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
 
     def _journal_problem(self, problem: str | None) -> None:
         """The journal's trouble is an alert, notified like any other; never a stop."""
@@ -106,10 +121,6 @@ class Service:
             self.bus(Notice(self.clock.now(), f"journal {self.journal.path} is written again"))
         else:
             self.bus(Notice(self.clock.now(), problem, level="error"))
-
-    def _wake(self, event: Event) -> None:
-        self.changed.set()
-        self.changed = asyncio.Event()
 
     @property
     def controller(self) -> OutageController:
@@ -123,7 +134,7 @@ class Service:
             raise RuntimeError("Service.open() first")
         return self._overrides
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> SiteStatus:
         """What ``upsguard status`` shows of the running service."""
         info = ServiceInfo(
             pid=os.getpid(),
@@ -133,7 +144,9 @@ class Service:
             poll_interval_s=self.site.policies.poll_interval.total_seconds(),
         )
         alerts = [problem for problem in (self.journal.problem,) if problem]
-        return service_status(self.site, self.controller, self.journal, info, alerts)
+        return service_status(
+            self.site, self.controller, self.journal, info, alerts, self.clock.now()
+        )
 
     async def open(self, resume: bool = True) -> None:
         """Build the plugins and the outage controller, then finish what a crash left."""
@@ -256,7 +269,8 @@ class Service:
         await _every(self.site.policies.poll_interval.total_seconds(), self.poll_now, stop)
 
     def calendar(self) -> AsyncIOScheduler:
-        """Jobs that belong to the calendar, not to the power watch: journal pruning."""
+        """Jobs that belong to the calendar, not to the power watch: journal pruning, the
+        scheduled checks and battery tests (``controller.schedule``)."""
         sched = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
         sched.add_job(
             self.housekeeping,
@@ -265,7 +279,18 @@ class Service:
             next_run_time=datetime.now(UTC) + timedelta(minutes=1),
             id="housekeeping",
         )
+        self.schedule.add_jobs(sched)
         return sched
+
+    @property
+    def schedule(self) -> Schedule:
+        """The scheduled checks and battery tests (after ``open``)."""
+        if self._schedule is None:
+            controller = self.controller
+            self._schedule = Schedule(
+                self.site, self.clock, self.bus, self.journal, lambda: controller
+            )
+        return self._schedule
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set: API socket, metrics, the power watch, periodic tasks."""
@@ -275,6 +300,7 @@ class Service:
         await api.start()
         if self.site.service.metrics_port is not None:
             self.metrics.serve(self.site.service.metrics_address, self.site.service.metrics_port)
+        page = await self._start_web()
         sched = self.calendar()
         sched.start()
         tasks = self.watch(stop)
@@ -291,6 +317,8 @@ class Service:
             await asyncio.gather(*tasks, return_exceptions=True)
             sched.shutdown(wait=False)
             await api.stop()
+            if page is not None:
+                await page.stop()
             self.metrics.stop()
 
     def watch(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
@@ -315,6 +343,22 @@ class Service:
                 asyncio.create_task(_every(30.0, self.refresh_caches, stop), name="caches")
             )
         return tasks
+
+    async def _start_web(self) -> WebServer | None:
+        """The live page, when the site file asks for one. It is for people watching: one
+        that cannot start is an alert, never a reason to stop watching the power."""
+        if self.site.web is None:
+            return None
+        from upsguard.controller.web.server import WebServer
+
+        page = WebServer(self, self.site.web)
+        try:
+            await page.start()
+        except UpsguardError as exc:
+            self.bus(Notice(self.clock.now(), f"no web page: {exc}", level="error"))
+            return None
+        self.bus(Notice(self.clock.now(), f"web page on {page.url}"))
+        return page
 
     async def close(self) -> None:
         """Let go of everything; a run in progress stays unfinished in the journal."""

@@ -1,16 +1,43 @@
-"""What ``upsguard status`` shows: phase, UPSes and feeds, the run with the step now running,
-caches. Built from the live controller, or from the journal when the service is not running."""
+"""The one builder of ``upsguard.status.SiteStatus``: from the running service, or from the
+journal and one fresh poll of each UPS when no service runs.
+
+Both ways go through the same functions (UPSes from their watches, feeds from
+``policies.power``, the hold and the last run from the journal), so ``status`` reads the
+same whichever way it was made.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
 
 from upsguard.config.site import SiteConfig
 from upsguard.controller.journal import Journal
-from upsguard.controller.rows import iso
+from upsguard.controller.rows import OverrideRow, StepRow, parse_iso
 from upsguard.engine.outage_controller import OutageController
+from upsguard.models import Direction, LinkState, Phase, StepState, UpsName
+from upsguard.policies.phases import condition_inputs
+from upsguard.policies.power import FeedReading, feed_name, read_feeds
+from upsguard.policies.watch import UpsWatch
+from upsguard.runbooks.plan import Plan
+from upsguard.status import (
+    Alert,
+    CacheStatus,
+    Countdown,
+    FeedStatus,
+    Hold,
+    LastRun,
+    PlanStatus,
+    RunningStep,
+    RunStatus,
+    ServiceState,
+    SiteStatus,
+    StepProgress,
+    StepStatus,
+    Trigger,
+    UpsStatus,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,140 +57,364 @@ def service_status(
     journal: Journal,
     info: ServiceInfo,
     alerts: list[str],
-) -> dict[str, Any]:
-    held_row = journal.hold() if controller.engine.held else None
-    held = held_row.to_dict() if held_row else None
+    now: datetime | None = None,
+) -> SiteStatus:
+    now = now or datetime.now(UTC)
+    held = _hold(journal.hold()) if controller.engine.held else None
     if held is None and controller.engine.held:
-        held = {"reason": controller.engine.held}
-    return {
-        "site": site.site,
-        "service": {
-            "running": True,
-            "pid": info.pid,
-            "since": iso(info.since),
-            "journal": journal.path,
-            "poll_interval_s": info.poll_interval_s,
-            "polls": info.polls,
-            "resumed": info.resumed,
-        },
-        "phase": controller.engine.phase.value,
-        "phase_since": _phase_since(journal),
-        "held": held,
-        "at_floor": controller.engine.at_floor,
-        "ups": ups_status(controller),
-        "feeds": feeds_status(controller),
-        "run": run_status(controller),
-        "last_run": _last_run(journal),
-        "caches": caches_status(controller),
-        "alerts": [{"text": text} for text in [*alerts, *controller.alerts()]],
-    }
+        held = Hold(reason=controller.engine.held)
+    run = run_status(controller, journal, now)
+    view = controller.view
+    plan_s = controller.plan_seconds() if view is not None else {}
+    return SiteStatus(
+        site=site.site,
+        at=now,
+        service=ServiceState(
+            running=True,
+            journal=str(journal.path),
+            pid=info.pid,
+            since=info.since,
+            poll_interval_s=info.poll_interval_s,
+            polls=info.polls,
+            resumed=info.resumed,
+        ),
+        phase=controller.engine.phase,
+        phase_since=_phase_since(journal),
+        held=held,
+        at_floor=controller.engine.at_floor,
+        ups=ups_status(controller.watches),
+        feeds=feeds_status(site, view.feeds if view is not None else (), plan_s),
+        countdown=countdown(site, controller, run, plan_s),
+        run=run,
+        last_run=_last_run(journal),
+        unfinished_runs=[],
+        caches=caches_status(controller),
+        alerts=[Alert(text=text) for text in [*alerts, *controller.alerts()]],
+    )
 
 
-def _phase_since(journal: Journal) -> str | None:
+def offline_status(
+    site: SiteConfig,
+    journal: Journal,
+    watches: Mapping[UpsName, UpsWatch],
+    now: datetime | None = None,
+) -> SiteStatus:
+    """What the journal says when no service is running, with one fresh poll of each UPS
+    (``watches``, polled by the caller; a UPS that could not be read is shown as such)."""
+    now = now or datetime.now(UTC)
+    last_phase = journal.last_phase()
+    polled = {name: w.figures() for name, w in watches.items() if w.last is not None}
+    feeds = read_feeds(site.effective_feeds(), polled, site.policies.on_lost_contact_while_on_line)
+    return SiteStatus(
+        site=site.site,
+        at=now,
+        service=ServiceState(running=False, journal=str(journal.path)),
+        phase=last_phase or Phase.NORMAL,
+        phase_since=_phase_since(journal),
+        held=_hold(journal.hold()),
+        ups=[_or_journaled(u, journal, now) for u in ups_status(watches)],
+        feeds=feeds_status(site, feeds, {}),
+        last_run=_last_run(journal),
+        unfinished_runs=[r.id for r in journal.runs(limit=20, with_steps=False) if r.unfinished],
+        caches=_journaled_caches(journal),
+    )
+
+
+def _or_journaled(ups: UpsStatus, journal: Journal, now: datetime) -> UpsStatus:
+    """A UPS that cannot be read now is shown with its last journaled values, as lost."""
+    if ups.link is LinkState.OK:
+        return ups
+    rows = journal.readings(limit=1, ups=ups.name)
+    if not rows:
+        return ups
+    row = rows[0]
+    at = parse_iso(row.at)
+    return UpsStatus(
+        name=ups.name,
+        polled=True,
+        status=row.status,
+        on_battery="OB" in row.status.split(),
+        charge_pct=row.charge,
+        runtime_s=row.runtime,
+        reported_runtime_s=row.runtime,
+        load_pct=row.load,
+        input_voltage=row.input_voltage,
+        link=LinkState.LOST,
+        age_s=max(0.0, (now - at).total_seconds()),
+        at=at,
+        error=ups.error,
+    )
+
+
+def _hold(row: OverrideRow | None) -> Hold | None:
+    if row is None:
+        return None
+    return Hold(reason=row.reason, who=row.who, at=parse_iso(row.at))
+
+
+def _phase_since(journal: Journal) -> datetime | None:
     phases = journal.phases(limit=1)
-    return phases[0].at if phases else None
+    return parse_iso(phases[0].at) if phases else None
 
 
-def _last_run(journal: Journal) -> dict[str, Any] | None:
+def _last_run(journal: Journal) -> LastRun | None:
     runs = journal.runs(limit=1, with_steps=False)
-    return runs[0].to_dict() if runs else None
+    if not runs:
+        return None
+    r = runs[0]
+    return LastRun(
+        id=r.id,
+        kind=r.kind,
+        state=r.state,
+        started=parse_iso(r.started),
+        ended=parse_iso(r.ended) if r.ended else None,
+        detail=r.detail,
+    )
 
 
-def ups_status(controller: OutageController) -> list[dict[str, Any]]:
+def ups_status(watches: Mapping[UpsName, UpsWatch]) -> list[UpsStatus]:
     out = []
-    for name, watch in controller.watches.items():
+    for name, watch in watches.items():
         last = watch.last
-        entry: dict[str, Any] = {"name": name, "polled": last is not None}
-        if last is not None:
-            entry.update(
+        if last is None:
+            out.append(UpsStatus(name=name, polled=False, error=watch.last_error))
+            continue
+        out.append(
+            UpsStatus(
+                name=name,
+                polled=True,
                 status=" ".join(sorted(f.value for f in last.flags)),
+                on_battery=last.on_battery,
                 charge_pct=last.charge_pct,
                 runtime_s=watch.runtime_s(),
                 reported_runtime_s=last.runtime_s,
                 depletion_pct_per_min=watch.depletion_pct_per_min,
                 load_pct=last.load_pct,
                 input_voltage=last.input_voltage,
-                link=last.link.value,
+                link=last.link,
                 age_s=last.age_s if last.age_s != float("inf") else None,
-                at=iso(last.at),
+                at=last.at,
+                error=watch.last_error,
             )
-        if watch.last_error:
-            entry["error"] = watch.last_error
-        out.append(entry)
+        )
     return out
 
 
-def feeds_status(controller: OutageController) -> list[dict[str, Any]]:
-    view = controller.view
-    if view is None:
-        return []
+def feeds_status(
+    site: SiteConfig, feeds: Sequence[FeedReading], plan_s: Mapping[str, float]
+) -> list[FeedStatus]:
+    configs = {feed_name(c, i): c for i, c in enumerate(site.effective_feeds())}
     return [
-        {
-            "name": f.name,
-            "at_risk": f.at_risk,
-            "online": f.online,
-            "needed": f.needed,
-            "runtime_s": f.runtime_s,
-            "charge_pct": f.charge_pct,
-            "low_battery": f.low_battery,
-            "lost": f.lost,
-        }
-        for f in view.feeds
+        FeedStatus(
+            name=f.name,
+            state=f.state,
+            at_risk=f.at_risk,
+            online=f.online,
+            needed=f.needed,
+            members=dict(zip((str(u) for u in configs[f.name].ups), f.members, strict=True)),
+            runtime_s=f.runtime_s,
+            charge_pct=f.charge_pct,
+            depletion_pct_per_min=f.depletion_pct_per_min,
+            low_battery=f.low_battery,
+            lost=f.lost,
+            at_risk_for_s=f.at_risk_for_s,
+            plan_s=plan_s.get(f.name),
+        )
+        for f in feeds  # none before the first poll
     ]
 
 
-def run_status(controller: OutageController) -> dict[str, Any] | None:
-    progress = controller.progress()
-    if progress is None or controller.executor is None:
+def countdown(
+    site: SiteConfig,
+    controller: OutageController,
+    run: RunStatus | None,
+    plan_s: Mapping[str, float],
+) -> Countdown | None:
+    """Runtime left against what the shutdown still needs, and when each trigger fires."""
+    view = controller.view
+    if view is None:
         return None
-    by_id = controller.executor.plan.by_id()
+    at_risk = view.at_risk
+    if run is not None and run.direction is Direction.SHUTDOWN:
+        plan_left: float | None = run.left_s
+    elif at_risk:
+        plan_left = max(plan_s.get(f.name, 0.0) for f in at_risk)
+    else:
+        plan_left = controller.shutdown_plan.estimate_s + controller.caches.eta_s()
+    runtime = view.runtime_s()
+    margin = site.policies.required_margin.total_seconds()
+    spare = None if runtime is None or plan_left is None else runtime - plan_left - margin
+    return Countdown(
+        on_battery=view.on_battery,
+        runtime_left_s=runtime,
+        plan_left_s=plan_left,
+        margin_s=margin,
+        spare_s=spare,
+        triggers=[t for f in at_risk for t in triggers(site, f, plan_s.get(f.name, 0.0))],
+    )
+
+
+def triggers(site: SiteConfig, feed: FeedReading, plan_s: float) -> list[Trigger]:
+    """Each shutdown condition for one feed at risk: whether it holds, and when it will at
+    the present drain (runtime falls a second a second; charge at the measured rate)."""
+    values, flags = condition_inputs(feed)
+    out = []
+    for condition in site.policies.shutdown.when_any:
+        holds = condition.holds(values, flags, plan_s)
+        fires_in: float | None = 0.0 if holds else None
+        value = values.get(condition.metric or "")
+        if not holds and value is not None and condition.op in ("<", "<="):
+            limit = condition.threshold + (plan_s if condition.plus_plan else 0.0)
+            if condition.metric == "runtime":
+                fires_in = value - limit
+            elif condition.metric == "charge" and values.get("depletion"):
+                fires_in = (value - limit) / (values["depletion"] or 1.0) * 60.0
+        elif not holds and value is not None and condition.metric == "on_battery_for":
+            fires_in = condition.threshold - value
+        out.append(
+            Trigger(condition=condition.text, feed=feed.name, holds=holds, fires_in_s=fires_in)
+        )
+    return out
+
+
+def run_status(controller: OutageController, journal: Journal, now: datetime) -> RunStatus | None:
+    progress = controller.progress()
+    executor = controller.executor
+    if progress is None or executor is None:
+        return None
     spec = progress.spec
-    return {
-        "run": spec.id,
-        "direction": spec.direction.value,
-        "kind": spec.kind.value,
-        "origin": spec.origin.value,
-        "steps": progress.total,
-        "finished": len(progress.finished),
-        "failed": sorted(s for s, state in progress.finished.items() if state == "failed"),
-        "running": [
-            {"step": s, "description": by_id[s].description} for s in progress.running if s in by_id
+    by_id = executor.plan.by_id()
+    rows = {row.step: row for row in journal.steps(spec.id)}  # the last attempt wins
+    plan = plan_status(executor.plan, rows, set(progress.running), now)
+    return RunStatus(
+        id=spec.id,
+        kind=spec.kind,
+        direction=spec.direction,
+        origin=spec.origin,
+        reason=spec.reason,
+        started=spec.at,
+        elapsed_s=max(0.0, (now - spec.at).total_seconds()),
+        total=progress.total,
+        finished=len(progress.finished),
+        failed=sorted(s for s, state in progress.finished.items() if state is StepState.FAILED),
+        running=[
+            RunningStep(step=s, description=by_id[s].description)
+            for s in progress.running
+            if s in by_id
         ],
-        "point_of_no_return": progress.point_of_no_return,
-    }
+        point_of_no_return=progress.point_of_no_return,
+        left_s=_left_s(plan),
+        plan=plan,
+    )
 
 
-def caches_status(controller: OutageController) -> list[dict[str, Any]]:
+def plan_status(
+    plan: Plan,
+    rows: Mapping[str, StepRow] | None = None,
+    running: set[str] | None = None,
+    now: datetime | None = None,
+) -> PlanStatus:
+    """A plan with each step's state, from the journal's rows of its run (none: all waiting)."""
+    in_run = rows is not None
+    rows = rows or {}
+    running = running or set()
+    now = now or datetime.now(UTC)
+    critical = set(plan.critical_path)
+    finished = {sid for sid, row in rows.items() if row.state != "running"}
+    steps = []
+    for step in plan.steps:
+        row = rows.get(step.id)
+        state = _progress(row, step.id in running)
+        if in_run and state is StepProgress.WAITING and step.caches:
+            state = StepProgress.GATED if set(step.waits_for) <= finished else state
+        started = parse_iso(row.started) if row else None
+        ended = parse_iso(row.ended) if row and row.ended else None
+        elapsed = None if started is None else ((ended or now) - started).total_seconds()
+        steps.append(
+            StepStatus(
+                id=step.id,
+                resource=step.resource,
+                kind=step.kind.value,
+                action=step.action.value,
+                description=step.description,
+                waits_for=list(step.waits_for),
+                state=state,
+                estimate_s=step.estimate_s,
+                started=started,
+                ended=ended,
+                elapsed_s=None if elapsed is None else max(0.0, elapsed),
+                detail=row.detail if row else "",
+                critical=step.id in critical,
+                point_of_no_return=plan.direction is Direction.SHUTDOWN
+                and step.is_point_of_no_return,
+                caches=list(step.caches),
+            )
+        )
+    return PlanStatus(
+        direction=plan.direction,
+        estimate_s=plan.estimate_s,
+        critical_path=list(plan.critical_path),
+        critical_path_s=plan.critical_path_s,
+        steps=steps,
+    )
+
+
+def _progress(row: StepRow | None, running: bool) -> StepProgress:
+    if running:
+        return StepProgress.RUNNING
+    if row is None or row.state == "running":
+        return StepProgress.WAITING  # a barrier, or a step whose start is not journaled yet
+    if row.state == "done" and row.fallback_used:
+        return StepProgress.FELL_BACK
+    return StepProgress(row.state)
+
+
+def _left_s(plan: PlanStatus) -> float:
+    """The longest chain of what is left: a running step's rest of its estimate, a waiting
+    step's whole estimate, a finished step nothing (plan steps come in a valid order)."""
+    finish: dict[str, float] = {}
+    for step in plan.steps:
+        if step.state in (StepProgress.WAITING, StepProgress.GATED):
+            own = step.estimate_s
+        elif step.state is StepProgress.RUNNING:
+            own = max(0.0, step.estimate_s - (step.elapsed_s or 0.0))
+        else:
+            own = 0.0
+        finish[step.id] = own + max((finish[w] for w in step.waits_for), default=0.0)
+    return max(finish.values(), default=0.0)
+
+
+def caches_status(controller: OutageController) -> list[CacheStatus]:
+    gates: dict[str, list[str]] = {}
+    for step in controller.shutdown_plan.steps:
+        for cache in step.caches:
+            gates.setdefault(cache, []).append(step.id)
     return [
-        {
-            "cache": s.cache,
-            "target": s.target.name,
-            "mode": s.state.mode.value if s.state else None,
-            "dirty_bytes": s.state.dirty_bytes if s.state else None,
-            "clean": s.clean,
-            "rate_bps": s.rate_bps,
-            "eta_s": s.eta_s,
-            "error": s.error,
-        }
+        CacheStatus(
+            cache=s.cache,
+            target=s.target.name,
+            mode=s.state.mode.value if s.state else None,
+            dirty_bytes=s.state.dirty_bytes if s.state else None,
+            clean=s.clean if s.state else None,
+            rate_bps=s.rate_bps,
+            eta_s=s.eta_s,
+            error=s.error,
+            gates=gates.get(s.cache, []),
+        )
         for s in controller.caches.status.values()
     ]
 
 
-def journal_status(journal: Journal, site: str) -> dict[str, Any]:
-    """What the journal says when no service is running."""
-    held = journal.hold()
-    readings: dict[str, dict[str, Any]] = {}
-    for row in journal.readings(limit=50):
-        readings.setdefault(row.ups, row.to_dict())
-    unfinished = [r.id for r in journal.runs(limit=20, with_steps=False) if r.unfinished]
-    last_phase = journal.last_phase()
-    return {
-        "site": site,
-        "service": {"running": False, "journal": journal.path},
-        "phase": last_phase.value if last_phase else "normal",
-        "phase_since": _phase_since(journal),
-        "held": held.to_dict() if held else None,
-        "last_readings": list(readings.values()),
-        "last_run": _last_run(journal),
-        "unfinished_runs": unfinished,
-    }
+def _journaled_caches(journal: Journal) -> list[CacheStatus]:
+    """Without a service: each cache target's mode as last set, from the journal."""
+    last: dict[tuple[str, str], CacheStatus] = {}
+    for op in journal.cache_ops(limit=200):  # newest first
+        key = (op.cache, op.target)
+        if key not in last:
+            last[key] = CacheStatus(
+                cache=op.cache,
+                target=op.target,
+                mode=op.mode if op.ok else None,
+                error=None if op.ok else op.detail,
+            )
+    return sorted(last.values(), key=lambda c: (c.cache, c.target))

@@ -14,6 +14,10 @@ destage watch polls every few seconds); ``run()`` is the one-shot form.
 A non-zero exit status is a result, not an error: the caller decides. A local command
 gets ``secrecy.child_env``: the basics and the variables its settings pass on, never the
 secrets in the service's own environment.
+
+asyncssh is imported by the functions that speak SSH, on first use: with the cryptography
+it loads it takes some 16 MiB, which a service of local commands and simulated plugins
+never needs (``bench/idle_rss.py``).
 """
 
 from __future__ import annotations
@@ -27,9 +31,7 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any, Protocol
-
-import asyncssh
+from typing import TYPE_CHECKING, Any, Protocol
 
 from upsguard.errors import (
     AuthenticationError,
@@ -39,14 +41,21 @@ from upsguard.errors import (
 )
 from upsguard.secrecy import child_env
 
+if TYPE_CHECKING:
+    import asyncssh
+
 __all__ = [
     "Background",
     "CommandResult",
     "Detached",
+    "HostKeyUnknown",
     "Runner",
     "SshEndpoint",
     "SshTarget",
+    "check_login",
+    "program_of",
     "run",
+    "where",
 ]
 
 
@@ -118,6 +127,22 @@ def describe(argv: Sequence[str], ssh: SshTarget | None) -> str:
 
 def _where(ssh: SshTarget) -> str:
     return f"{ssh.user}@{ssh.host}:{ssh.port}"
+
+
+def where(ssh: SshTarget | None) -> str:
+    """``root@nas01:22``, or ``this machine``: where a runner's commands run."""
+    return "this machine" if ssh is None else _where(ssh)
+
+
+def program_of(line: str) -> str | None:
+    """The program a command line starts, when the line is that simple (``a; b`` is not)."""
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        return None
+    if not words or any(c in line for c in ";|&$`()<>") or "=" in words[0]:
+        return None
+    return words[0]
 
 
 class Background:
@@ -205,6 +230,8 @@ class Runner:
             job._kill = functools.partial(_signal_group, proc, signal.SIGTERM)
             job._task = asyncio.create_task(_collect_local(job, proc))
         else:
+            import asyncssh
+
             conn = await self._connection()
             sproc = await conn.create_process(shlex.join(argv), stdin=asyncssh.DEVNULL)
             job._kill = sproc.terminate
@@ -315,6 +342,8 @@ class Runner:
                 await conn.wait_closed()
 
     async def _run_ssh(self, argv: Sequence[str], input: str | None) -> CommandResult:
+        import asyncssh
+
         conn = await self._connection()
         try:
             done = await conn.run(shlex.join(argv), input=input, check=False)
@@ -356,6 +385,8 @@ async def run(
 
 async def connect(ssh: SshTarget, *, timeout: float) -> asyncssh.SSHClientConnection:
     """Open an SSH connection whose host key ``known_hosts`` vouches for, or raise clearly."""
+    import asyncssh
+
     known = str(ssh.known_hosts) if ssh.known_hosts is not None else ()
     keys = [str(ssh.key_file)] if ssh.key_file is not None else ()
     where = _where(ssh)
@@ -372,7 +403,7 @@ async def connect(ssh: SshTarget, *, timeout: float) -> asyncssh.SSHClientConnec
             connect_timeout=timeout,
         )
     except asyncssh.HostKeyNotVerifiable as exc:
-        raise PermanentError(_host_key_message(ssh)) from exc
+        raise HostKeyUnknown(_host_key_message(ssh)) from exc
     except asyncssh.KeyImportError as exc:
         raise PermanentError(
             f"{where}: cannot read the private key {ssh.key_file}: {exc}: check ssh.key_file "
@@ -393,8 +424,23 @@ async def connect(ssh: SshTarget, *, timeout: float) -> asyncssh.SSHClientConnec
         raise PlatformUnreachable(f"{where}: SSH failed: {exc.reason}") from exc
 
 
+async def check_login(ssh: SshTarget, *, timeout: float) -> None:
+    """Connect and log in, then leave: the host key and the key are checked, nothing runs.
+    Raises as ``connect`` does."""
+    conn = await connect(ssh, timeout=timeout)
+    conn.close()
+    with contextlib.suppress(Exception):
+        await conn.wait_closed()
+
+
+class HostKeyUnknown(PermanentError):
+    """The host is not in ``known_hosts``, or its key is not the one listed there."""
+
+
 def _host_key_message(ssh: SshTarget) -> str:
     """Say whether the key changed or the host is simply not listed: two different fixes."""
+    import asyncssh
+
     path = ssh.known_hosts or Path("~/.ssh/known_hosts").expanduser()
     where = _where(ssh)
     listed = False
@@ -490,6 +536,8 @@ async def _collect_local(job: Background, proc: asyncio.subprocess.Process) -> N
 
 
 async def _collect_ssh(job: Background, proc: asyncssh.SSHClientProcess[Any]) -> None:
+    import asyncssh
+
     async def pump(stream: Any, attr: str) -> None:
         while line := await stream.readline():
             setattr(job, attr, getattr(job, attr) + _text(line))

@@ -102,6 +102,11 @@ def _worst(feeds: list[FeedReading]) -> tuple[Values, set[str]]:
     return values, flags
 
 
+def condition_inputs(feed: FeedReading) -> tuple[Values, set[str]]:
+    """What the shutdown conditions are evaluated on for one feed (status shows them)."""
+    return _worst([feed])
+
+
 PhaseListener = Callable[[Phase, Phase, str], None]
 PlanSeconds = Mapping[str, float]
 """Per feed: how long its shutdown would take from now (its plan, and destage ahead)."""

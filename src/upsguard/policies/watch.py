@@ -22,6 +22,10 @@
   calibration) counts as supplying from mains unless it also says ``LB``/``FSD``
   or the input voltage is known and below ``power.MAINS_PRESENT_V``; no depletion is
   computed from it.
+- **A test upsguard started.** While a battery test the service asked for is under way
+  (``expect_self_test``), a live reading on battery with mains present is marked ``CAL``:
+  many UPSes report a quick test as plain ``OB``. A low battery, FSD, or an input voltage
+  below ``power.MAINS_PRESENT_V`` is still an outage; so is anything after the test.
 - **Observed discharge.** While on battery the watch fits the charge over a
   sliding window (least squares, %/min, once the samples span ``min_span_s``,
   60 s by default, since charge comes in whole percents) and the runtime that rate implies,
@@ -41,7 +45,7 @@ from upsguard.config.ups import UpsConfig
 from upsguard.errors import UpsguardError
 from upsguard.models import LinkState, UpsFlag, UpsReading
 from upsguard.plugins.ups.base import UpsSource
-from upsguard.policies.power import UpsFigures, on_mains
+from upsguard.policies.power import UpsFigures, on_mains, self_test
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +79,21 @@ class UpsWatch:
         self._off_since: float | None = None
         self.held_online = False
         self.off_line_for_s = 0.0
+        self._self_test_until: float | None = None
+
+    def expect_self_test(self, until: float | None) -> None:
+        """upsguard asked this UPS for a battery test that ends by ``until`` (the clock's
+        monotonic seconds): its readings on battery until then are the test's. None: over."""
+        self._self_test_until = until
+
+    def _mark_self_test(self, reading: UpsReading) -> UpsReading:
+        until = self._self_test_until
+        if until is None or self._clock.monotonic() > until or UpsFlag.CAL in reading.flags:
+            return reading
+        if reading.link is not LinkState.OK or not reading.on_battery:
+            return reading
+        marked = dataclasses.replace(reading, flags=reading.flags | {UpsFlag.CAL})
+        return marked if self_test(marked) else reading
 
     @classmethod
     def for_config(cls, source: UpsSource, config: UpsConfig, clock: Clock) -> UpsWatch:
@@ -95,6 +114,7 @@ class UpsWatch:
             if self.last_error is not None:
                 log.warning("%s: answering again", self.name)
             self.last_error = None
+            reading = self._mark_self_test(reading)
             if reading.link is LinkState.OK:
                 self.last_ok = reading
             else:

@@ -2,19 +2,20 @@
 
 The HTML is one self-contained file: its CSS inline, its charts inline SVG (``charts``),
 no script, font or image fetched from anywhere.
+
+Jinja2 and the charts (pygal) are imported when a report or run book is first rendered:
+every ``upsguard`` command imports this module, and the service, which renders nothing,
+would carry them for its whole life (``bench/idle_rss.py``).
 """
 
 from __future__ import annotations
 
 import functools
 from datetime import datetime
-from typing import TypeVar
-
-import jinja2
+from typing import TYPE_CHECKING, TypeVar
 
 from upsguard import __version__
 from upsguard.config.types import format_bytes, format_duration
-from upsguard.reports import charts
 from upsguard.reports.runbook import RunBook
 from upsguard.reports.story import DRAIN_READING, Story
 
@@ -23,9 +24,14 @@ MD_READINGS = 60
 """Readings listed in a Markdown report (it has no chart): spread over the outage."""
 T = TypeVar("T")
 
+if TYPE_CHECKING:
+    import jinja2
+
 
 @functools.cache
 def _environment() -> jinja2.Environment:
+    import jinja2
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("upsguard.reports", "templates"),
         autoescape=lambda name: name is not None and ".html" in name,
@@ -53,6 +59,8 @@ def report(story: Story, fmt: str, ok: bool = True) -> str:
         template = _environment().get_template("report.md.j2")
         rows = [b for b in story.battery if b.on_battery]
         return template.render(story=story, story_ok=ok, battery_rows=_thin(rows, MD_READINGS))
+    from upsguard.reports import charts
+
     template = _environment().get_template("report.html.j2")
     return template.render(
         story=story,

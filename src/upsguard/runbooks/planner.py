@@ -86,6 +86,10 @@ class Planner:
         site, graph = self.site, self._graph
         chosen = set(only) if only is not None else None
         keep, left_to_ups = _select_nodes(site, graph, direction, site.resource_index(), chosen)
+        if only is not None and keep == self._selected(direction):
+            # What ``only`` needs is the whole site (a feed that powers every host): the
+            # site's plan, made once, not a copy of it per feed.
+            return self.plan(direction)
         order_edges = contract(graph, keep)
         if direction is Direction.STARTUP:
             order_edges = _reversed(order_edges)
@@ -113,6 +117,11 @@ class Planner:
             left_to_ups=tuple(left_to_ups),
             notes=tuple(_notes(site, left_to_ups, direction)),
         )
+
+    def _selected(self, direction: Direction) -> set[NodeId]:
+        """The nodes of the site's plan in ``direction``."""
+        site = self.site
+        return _select_nodes(site, self._graph, direction, site.resource_index(), None)[0]
 
 
 def build_plans(site: SiteConfig, inventory: Inventory | None = None) -> tuple[Plan, Plan]:

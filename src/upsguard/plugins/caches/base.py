@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from pathlib import Path
+from collections.abc import Sequence
+from pathlib import Path, PurePath
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from upsguard.clock import Clock
-from upsguard.errors import PermanentError
+from upsguard.errors import PermanentError, UpsguardError
+from upsguard.findings import Area, Finding, fail, ok
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
+from upsguard.plugins.remote import Runner, where
 
 
 @runtime_checkable
@@ -47,6 +50,25 @@ class CacheProvider(Protocol):
 
     async def close(self) -> None:
         """Release connections (SSH). Never raises."""
+        ...
+
+
+@runtime_checkable
+class CacheDiagnosis(Protocol):
+    """A provider that can check, without flipping anything, that upsguard may flip its
+    cache: an optional capability, asked by ``upsguard doctor``. Reading the mode and the
+    dirty bytes the doctor checks itself, through ``targets`` and ``read``.
+    """
+
+    async def diagnose(self, targets: list[CacheTarget]) -> list[Finding]:
+        """Whether the mode of each of ``targets`` can be switched by the user upsguard runs
+        as (here or over SSH): the files it writes are writable, the tools it runs are
+        there and run with enough rights.
+
+        Never switches a mode and never writes. Each problem is a ``warn`` or ``fail``
+        finding (``Area.CACHE``, subject: the cache's name) with its fix; an error it did
+        not expect propagates, and the doctor makes it a ``fail``.
+        """
         ...
 
 
@@ -98,3 +120,58 @@ class SavedState(Generic[V]):
             tmp.replace(self._path)
         except OSError as exc:
             log.warning("cannot keep %s in %s: %s", self._what, self._path, exc.strerror)
+
+
+_RIGHTS_SCRIPT = """
+id -u
+while [ "$#" -gt 0 ] && [ "$1" != -- ]; do [ -w "$1" ] || echo "unwritable $1"; shift; done
+[ "$#" -gt 0 ] && shift
+for p in "$@"; do command -v "$p" >/dev/null 2>&1 || echo "missing $p"; done
+"""
+CHECK_TIMEOUT_S = 30.0
+
+
+async def may_flip(
+    name: CacheName,
+    runner: Runner,
+    *,
+    programs: Sequence[str] = (),
+    writable: Sequence[PurePath | str] = (),
+    root: bool = False,
+) -> Finding:
+    """A provider's rights check, where its commands run (here or over SSH), in one shell:
+    the ``programs`` it runs are there, the files it writes are writable, and, with
+    ``root``, it runs as root (lvchange, dmsetup, casadm and storcli want root). Writes
+    nothing and runs nothing but the shell's own tests."""
+    argv = ["sh", "-c", _RIGHTS_SCRIPT, "upsguard-check", *map(str, writable), "--", *programs]
+    at = where(runner.ssh)
+    try:
+        result = await runner.run(argv, timeout=CHECK_TIMEOUT_S)
+    except UpsguardError as exc:
+        return fail(Area.CACHE, name, "rights", str(exc), "check the cache's ssh settings")
+    lines = result.stdout.split()
+    uid, problems = (lines[0] if lines else "?"), result.stdout.splitlines()[1:]
+    missing = tuple(line.split(" ", 1)[1] for line in problems if line.startswith("missing "))
+    unwritable = tuple(line.split(" ", 1)[1] for line in problems if line.startswith("unwritable"))
+    if root and uid != "0":
+        return fail(
+            Area.CACHE,
+            name,
+            "rights",
+            f"runs as uid {uid} on {at}: {', '.join(programs)} need root to switch the mode",
+            "run upsguard as root, or give the cache an ssh: user who is root there",
+            missing=("root",),
+        )
+    if missing or unwritable:
+        lacking = [f"{p} not found" for p in missing] + [f"{f} not writable" for f in unwritable]
+        return fail(
+            Area.CACHE,
+            name,
+            "rights",
+            f"on {at}: {'; '.join(lacking)}",
+            "install the tools (or set their path in the site file), and run as root",
+            missing=missing + unwritable,
+        )
+    said = [f"uid {uid}"] + ([f"{', '.join(programs)} found"] if programs else [])
+    said += [f"{len(writable)} control file(s) writable"] if writable else []
+    return ok(Area.CACHE, name, "rights", f"may switch the mode on {at}: {', '.join(said)}")

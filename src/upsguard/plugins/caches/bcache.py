@@ -30,8 +30,9 @@ from pathlib import Path, PurePosixPath
 from upsguard.clock import Clock
 from upsguard.config.caches import BcacheSettings
 from upsguard.errors import PermanentError, TemporaryError
+from upsguard.findings import Finding
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
-from upsguard.plugins.caches.base import SavedState, require_targets
+from upsguard.plugins.caches.base import SavedState, may_flip, require_targets
 from upsguard.plugins.remote import Runner
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,11 @@ class BcacheProvider:
     async def flush(self, target: CacheTarget) -> None:
         """bcache has no flush command: the full-speed settings of write-through are it."""
         await self._hurry(target)
+
+    async def diagnose(self, targets: list[CacheTarget]) -> list[Finding]:
+        """``CacheDiagnosis``: the sysfs files a flip writes are writable."""
+        files = [self._attr(t, a) for t in targets for a in ("cache_mode", "writeback_percent")]
+        return [await may_flip(self.name, self._runner, writable=files)]
 
     async def close(self) -> None:
         await self._runner.close()

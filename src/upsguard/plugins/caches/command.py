@@ -16,8 +16,10 @@ from upsguard.clock import Clock
 from upsguard.config.caches import CommandCacheSettings
 from upsguard.config.types import parse_bytes
 from upsguard.errors import PermanentError, TemporaryError
+from upsguard.findings import Finding
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
-from upsguard.plugins.remote import Runner
+from upsguard.plugins.caches.base import may_flip
+from upsguard.plugins.remote import Runner, program_of
 
 TIMEOUT = 60.0
 _SEPARATOR = "--upsguard-read-dirty-bytes--"
@@ -78,6 +80,13 @@ class CommandCacheProvider:
     async def flush(self, target: CacheTarget) -> None:
         if self._settings.flush:
             await self._sh("flush", self._settings.flush, target)
+
+    async def diagnose(self, targets: list[CacheTarget]) -> list[Finding]:
+        """``CacheDiagnosis``: the programs its command lines start are there."""
+        st = self._settings
+        lines = [st.read_mode, st.read_dirty_bytes, st.set_write_through, st.set_write_back]
+        programs = sorted({p for p in map(program_of, [*lines, st.flush or ""]) if p})
+        return [await may_flip(self.name, self._runner, programs=programs)]
 
     async def close(self) -> None:
         await self._runner.close()

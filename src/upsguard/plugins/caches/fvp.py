@@ -25,8 +25,9 @@ from upsguard.clock import Clock
 from upsguard.config.caches import FvpSettings
 from upsguard.config.types import resolve_secret
 from upsguard.errors import AuthenticationError, PermanentError, TemporaryError
+from upsguard.findings import Finding
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
-from upsguard.plugins.caches.base import SavedState, require_targets
+from upsguard.plugins.caches.base import SavedState, may_flip, require_targets
 from upsguard.plugins.remote import Runner
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,10 @@ class FvpProvider:
 
     async def flush(self, target: CacheTarget) -> None:
         """FVP destages on its own once the policy is write-through."""
+
+    async def diagnose(self, targets: list[CacheTarget]) -> list[Finding]:
+        """``CacheDiagnosis``: pwsh is there (the login the read already proved)."""
+        return [await may_flip(self.name, self._runner, programs=[self._pwsh[0]])]
 
     async def close(self) -> None:
         await self._runner.close()

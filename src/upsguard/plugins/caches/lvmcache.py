@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from upsguard.clock import Clock
 from upsguard.config.caches import LvmcacheSettings
 from upsguard.errors import PermanentError, TemporaryError
+from upsguard.findings import Finding
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
-from upsguard.plugins.caches.base import require_targets
+from upsguard.plugins.caches.base import may_flip, require_targets
 from upsguard.plugins.devmapper import dmsetup
 from upsguard.plugins.remote import Runner
 
@@ -141,6 +142,11 @@ class LvmcacheProvider:
 
     async def flush(self, target: CacheTarget) -> None:
         """dm-cache has no separate flush: the cleaner policy is the flush."""
+
+    async def diagnose(self, targets: list[CacheTarget]) -> list[Finding]:
+        """``CacheDiagnosis``: lvchange, lvs and dmsetup are there, run as root."""
+        tools = [self._lvchange[0], self._lvs[0], self._dmsetup[0]]
+        return [await may_flip(self.name, self._runner, programs=tools, root=True)]
 
     async def close(self) -> None:
         await self._runner.close()

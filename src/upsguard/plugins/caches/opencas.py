@@ -23,8 +23,9 @@ import shlex
 from upsguard.clock import Clock
 from upsguard.config.caches import OpencasSettings
 from upsguard.errors import PermanentError, TemporaryError
+from upsguard.findings import Finding
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
-from upsguard.plugins.caches.base import require_targets
+from upsguard.plugins.caches.base import may_flip, require_targets
 from upsguard.plugins.remote import Detached, Runner
 
 TIMEOUT = 30.0
@@ -120,6 +121,10 @@ class OpencasProvider:
         if job is None or not job.running:
             argv = [*self._casadm, "-F", "-i", cache_id(target)]
             await self._runner.start_detached(argv, self._log(target), timeout=TIMEOUT)
+
+    async def diagnose(self, targets: list[CacheTarget]) -> list[Finding]:
+        """``CacheDiagnosis``: casadm is there, run as root."""
+        return [await may_flip(self.name, self._runner, programs=[self._casadm[0]], root=True)]
 
     async def close(self) -> None:
         await self._runner.close()

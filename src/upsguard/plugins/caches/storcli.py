@@ -24,8 +24,9 @@ from typing import Any
 from upsguard.clock import Clock
 from upsguard.config.caches import StorcliSettings
 from upsguard.errors import PermanentError, TemporaryError
+from upsguard.findings import Finding
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
-from upsguard.plugins.caches.base import require_targets
+from upsguard.plugins.caches.base import may_flip, require_targets
 from upsguard.plugins.remote import Runner
 
 TIMEOUT = 30.0
@@ -100,6 +101,10 @@ class StorcliProvider:
 
     async def flush(self, target: CacheTarget) -> None:
         await self._call(self._ctl, "flushcache", timeout=FLUSH_TIMEOUT)
+
+    async def diagnose(self, targets: list[CacheTarget]) -> list[Finding]:
+        """``CacheDiagnosis``: storcli is there, run as root."""
+        return [await may_flip(self.name, self._runner, programs=[self._storcli[0]], root=True)]
 
     async def close(self) -> None:
         await self._runner.close()

@@ -23,8 +23,9 @@ import shlex
 from upsguard.clock import Clock
 from upsguard.config.caches import WritecacheSettings
 from upsguard.errors import PermanentError, TemporaryError
+from upsguard.findings import Finding
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
-from upsguard.plugins.caches.base import require_targets
+from upsguard.plugins.caches.base import may_flip, require_targets
 from upsguard.plugins.devmapper import dmsetup
 from upsguard.plugins.remote import Runner
 
@@ -90,6 +91,10 @@ class WritecacheProvider:
 
     async def flush(self, target: CacheTarget) -> None:
         await self._dm(target, "message", "0", "flush")
+
+    async def diagnose(self, targets: list[CacheTarget]) -> list[Finding]:
+        """``CacheDiagnosis``: dmsetup is there, run as root."""
+        return [await may_flip(self.name, self._runner, programs=[self._dmsetup[0]], root=True)]
 
     async def close(self) -> None:
         await self._runner.close()

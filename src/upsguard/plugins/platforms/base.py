@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from upsguard.clock import Clock
 from upsguard.config.resources import ResourceConfig
-from upsguard.errors import PermanentError
+from upsguard.errors import PermanentError, UpsguardError
+from upsguard.findings import Area, Finding, fail, ok
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
 
 
@@ -154,3 +156,42 @@ class InventorySource(Protocol):
     """
 
     async def inventory_report(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class PlatformDiagnosis(Protocol):
+    """A platform that can check, without acting, what the plan's steps need of it: an
+    optional capability, asked by ``upsguard doctor`` and the service's scheduled checks.
+    Platforms without it are checked by ``open`` alone.
+    """
+
+    async def diagnose(self, resources: Sequence[ResourceConfig]) -> list[Finding]:
+        """Check the login and the rights the steps on ``resources`` need (the resources of
+        the site file that name this platform as ``platform`` or ``power_on_via``): vSphere
+        privileges, an SSH host key and login, a BMC that answers, a path for Wake-on-LAN
+        packets. Say which right is missing (``Finding.missing``).
+
+        Never stops, starts or changes anything. Each problem is a ``warn`` or ``fail``
+        finding (``Area.PLATFORM`` with the platform's name, or ``Area.RESOURCE`` with the
+        resource's id) with its fix; an error it did not expect propagates, and the doctor
+        makes it a ``fail``. Whether each resource resolves, and its state, the doctor reads
+        through ``resolve`` and ``power_state`` itself.
+        """
+        ...
+
+
+async def bmc_answers(
+    platform: Platform, resources: Sequence[ResourceConfig], fix: str
+) -> list[Finding]:
+    """A BMC's (or any power-on platform's) check: the machine of each resource it powers
+    resolves, and its power state reads; ``fix`` is what to do when it does not answer."""
+    states: list[str] = []
+    for res in resources:
+        try:
+            for target in await platform.resolve(res):
+                states.append(f"{res.id} {(await platform.power_state(target)).value}")
+        except UpsguardError as exc:
+            return [fail(Area.PLATFORM, platform.name, "answers", str(exc), fix)]
+    if not states:
+        return []
+    return [ok(Area.PLATFORM, platform.name, "answers", "power state read: " + ", ".join(states))]

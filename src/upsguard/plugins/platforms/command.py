@@ -16,11 +16,15 @@ a command can only do what it does.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+from collections.abc import Sequence
 
 from upsguard.clock import Clock
 from upsguard.config.platforms import CommandSettings
 from upsguard.config.resources import ResourceConfig
 from upsguard.errors import PermanentError, UpsguardError
+from upsguard.findings import Area, Finding, fail, ok
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
 from upsguard.plugins import remote
 from upsguard.plugins.platforms.base import ResourceTargets, poll_for_state
@@ -85,6 +89,38 @@ class CommandPlatform:
             return self._known.get(str(res.id)) is not PowerState.OFF
         return await self.power_state(target) is PowerState.ON
 
+    async def diagnose(self, resources: Sequence[ResourceConfig]) -> list[Finding]:
+        """``PlatformDiagnosis``: the shell and the program each command line starts are
+        there and executable (nothing runs: a command may act)."""
+        found: list[Finding] = []
+        for res in resources:
+            if res.platform != self.name:
+                continue
+            lines = [c for c in (res.shutdown, res.startup, res.status) if c]
+            lacking = sorted(
+                {
+                    p
+                    for p in [self._settings.shell, *map(remote.program_of, lines)]
+                    if p and not _runnable(p)
+                }
+            )
+            if lacking:
+                found.append(
+                    fail(
+                        Area.RESOURCE,
+                        res.id,
+                        "programs",
+                        f"not found or not executable: {', '.join(lacking)}",
+                        "install them, or give their full path in the command line",
+                        missing=tuple(lacking),
+                    )
+                )
+            else:
+                found.append(
+                    ok(Area.RESOURCE, res.id, "programs", "its commands' programs are there")
+                )
+        return found
+
     async def _act(
         self,
         res: ResourceConfig,
@@ -115,3 +151,9 @@ class CommandPlatform:
             )
         except UpsguardError as exc:
             raise type(exc)(f"resource '{res.id}': {exc}") from exc
+
+
+def _runnable(program: str) -> bool:
+    if "/" in program:
+        return os.access(program, os.X_OK)
+    return shutil.which(program) is not None

@@ -12,6 +12,7 @@ sushy is blocking: every call runs in a worker thread, one at a time per BMC.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import sushy
@@ -29,8 +30,9 @@ from upsguard.errors import (
     PlatformUnreachable,
     UpsguardError,
 )
+from upsguard.findings import Finding
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
-from upsguard.plugins.platforms.base import poll_for_state
+from upsguard.plugins.platforms.base import bmc_answers, poll_for_state
 from upsguard.secrecy import redact_url
 
 __all__ = ["RedfishPlatform"]
@@ -109,6 +111,14 @@ class RedfishPlatform:
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
         interval = self._settings.poll_interval.total_seconds()
         return await poll_for_state(self, target, state, timeout, interval, self._clock)
+
+    async def diagnose(self, resources: Sequence[ResourceConfig]) -> list[Finding]:
+        """``PlatformDiagnosis``: the BMC answers for each machine it powers (its state read)."""
+        return await bmc_answers(
+            self,
+            resources,
+            "check the BMC's address, that its Redfish service is on, and the network to it",
+        )
 
     async def healthy(self, target: Target) -> bool:
         """The BMC knows the system has power; the OS is the health check's business."""

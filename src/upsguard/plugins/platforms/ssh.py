@@ -20,11 +20,19 @@ from __future__ import annotations
 
 import logging
 import shlex
+from collections.abc import Sequence
 
 from upsguard.clock import Clock
 from upsguard.config.platforms import SshSettings
 from upsguard.config.resources import ResourceConfig
-from upsguard.errors import PermanentError, PlatformUnreachable, TemporaryError
+from upsguard.errors import (
+    AuthenticationError,
+    PermanentError,
+    PlatformUnreachable,
+    TemporaryError,
+    UpsguardError,
+)
+from upsguard.findings import Area, Finding, fail, ok
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
 from upsguard.plugins import remote
 from upsguard.plugins.platforms.base import ResourceTargets, poll_for_state, port_state
@@ -123,17 +131,40 @@ class SshPlatform:
     async def healthy(self, target: Target) -> bool:
         return await self.power_state(target) is PowerState.ON
 
+    async def diagnose(self, resources: Sequence[ResourceConfig]) -> list[Finding]:
+        """``PlatformDiagnosis``: each device's host key is known and the key logs in (nothing
+        runs; whether its shutdown command would work only the device knows)."""
+        found = []
+        for res in resources:
+            if res.platform != self.name:
+                continue
+            endpoint = self._endpoint(res.target_name)
+            where = f"{endpoint.user}@{endpoint.host}:{endpoint.port}"
+            try:
+                await remote.check_login(endpoint, timeout=self._settings.timeout.total_seconds())
+            except UpsguardError as exc:
+                found.append(fail(Area.RESOURCE, res.id, "ssh", str(exc), _fix(exc, endpoint)))
+                continue
+            known = self._settings.known_hosts or "~/.ssh/known_hosts"
+            found.append(
+                ok(Area.RESOURCE, res.id, "ssh", f"{where}: host key in {known}, key accepted")
+            )
+        return found
+
+    def _endpoint(self, host: str) -> remote.SshEndpoint:
+        return remote.SshEndpoint(
+            host=host,
+            port=self._settings.port,
+            user=self._settings.user,
+            key_file=self._settings.key_file,
+            known_hosts=self._settings.known_hosts,
+        )
+
     async def _run(self, target: Target, line: str) -> remote.CommandResult:
         runner = self._runners.get(target.name)
         timeout = self._settings.timeout.total_seconds()
         if runner is None:
-            endpoint = remote.SshEndpoint(
-                host=target.name,
-                port=self._settings.port,
-                user=self._settings.user,
-                key_file=self._settings.key_file,
-                known_hosts=self._settings.known_hosts,
-            )
+            endpoint = self._endpoint(target.name)
             runner = self._runners[target.name] = remote.Runner(endpoint, connect_timeout=timeout)
         return await runner.run(command_argv(line), timeout=timeout)
 
@@ -141,6 +172,19 @@ class SshPlatform:
         runner = self._runners.pop(host, None)
         if runner is not None:
             await runner.close()
+
+
+def _fix(exc: UpsguardError, at: remote.SshEndpoint) -> str:
+    if isinstance(exc, remote.HostKeyUnknown):
+        return (
+            f"verify the host's key, then add it to known_hosts "
+            f"(ssh-keyscan -p {at.port} {at.host} >> {at.known_hosts or '~/.ssh/known_hosts'})"
+        )
+    if isinstance(exc, AuthenticationError):
+        return f"add the public key of {at.key_file or 'the key'} to {at.user}'s authorized_keys"
+    if isinstance(exc, PermanentError):
+        return "check key_file (an OpenSSH private key without a passphrase)"
+    return "check the device's address and that its SSH server runs and is reachable"
 
 
 def _dropped(result: remote.CommandResult) -> bool:

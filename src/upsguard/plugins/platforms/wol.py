@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+from collections.abc import Sequence
 
 from upsguard.clock import Clock
 from upsguard.config.platforms import WolSettings
 from upsguard.config.resources import ResourceConfig
 from upsguard.errors import PermanentError, PlatformUnreachable
+from upsguard.findings import Area, Finding, fail, ok
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
 from upsguard.plugins.platforms.base import poll_for_state, port_state
 
@@ -92,6 +94,40 @@ class WolPlatform:
     async def healthy(self, target: Target) -> bool:
         return await self.power_state(target) is PowerState.ON
 
+    async def diagnose(self, resources: Sequence[ResourceConfig]) -> list[Finding]:
+        """``PlatformDiagnosis``: each machine has a MAC address, and the packets have a path:
+        the kernel has a route to the broadcast address (asked with a UDP connect, which
+        sends nothing; no machine is woken)."""
+        found: list[Finding] = []
+        macs: list[str] = []
+        for res in resources:
+            try:
+                macs += [f"{res.id} {t.ref}" for t in await self.resolve(res)]
+            except PermanentError as exc:
+                fix = "set the resource's mac (as 'ip link' shows it on that machine)"
+                found.append(fail(Area.RESOURCE, res.id, "mac", str(exc), fix))
+        destination = (self._settings.broadcast, self._settings.port)
+        where = f"{destination[0]}:{destination[1]}"
+        try:
+            await asyncio.to_thread(_route, destination)
+        except OSError as exc:
+            found.append(
+                fail(
+                    Area.PLATFORM,
+                    self.name,
+                    "path",
+                    f"no route for Wake-on-LAN packets to {where}: {exc.strerror or exc}",
+                    "set broadcast to the broadcast address of the machines' network, on a "
+                    "network this machine is on (ip -br addr)",
+                )
+            )
+        else:
+            woken = f": {', '.join(macs)}" if macs else ""
+            found.append(
+                ok(Area.PLATFORM, self.name, "path", f"packets to {where} have a route{woken}")
+            )
+        return found
+
     def _mac(self, target: Target) -> str:
         if target.ref is None:
             raise PermanentError(f"target {target.name} was not resolved by platform {self.name}")
@@ -102,6 +138,13 @@ class WolPlatform:
         if address is None:
             raise PermanentError(f"target {target.name} was not resolved by platform {self.name}")
         return address
+
+
+def _route(destination: tuple[str, int]) -> None:
+    """Raises OSError when the kernel has no route to ``destination``; sends nothing."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        sock.connect(destination)
 
 
 def _send(packet: bytes, destination: tuple[str, int]) -> None:

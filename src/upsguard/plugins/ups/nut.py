@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from upsguard.clock import Clock
@@ -35,26 +35,26 @@ from upsguard.errors import (
     UpsguardError,
     UpsUnreachable,
 )
+from upsguard.findings import Finding
 from upsguard.models import LinkState, UpsFlag, UpsName, UpsReading
 from upsguard.net import tls_context
-from upsguard.plugins.ups.nut_client import MAX_ANSWER_BYTES, NutClient, NutError, NutRefused
+from upsguard.plugins.ups.nut_checks import NutCheck
+from upsguard.plugins.ups.nut_client import (
+    MAX_ANSWER_BYTES,
+    REFUSED,
+    STALE,
+    NutClient,
+    NutError,
+    NutRefused,
+)
+from upsguard.selftest import TestResult, from_nut
 
 __all__ = ["MAX_ANSWER_BYTES", "NutSource", "parse_status", "reading_from_vars"]
 
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 10.0
 
-_STALE = frozenset({"DATA-STALE", "DRIVER-NOT-CONNECTED"})
-_PER_UPS = _STALE | {"VAR-NOT-SUPPORTED"}
-_REFUSED = frozenset(
-    {
-        "ACCESS-DENIED",
-        "USERNAME-REQUIRED",
-        "PASSWORD-REQUIRED",
-        "INVALID-USERNAME",
-        "INVALID-PASSWORD",
-    }
-)
+_PER_UPS = STALE | {"VAR-NOT-SUPPORTED"}
 _FLAGS = {flag.value: flag for flag in UpsFlag}
 _NUMBERS = {
     "charge_pct": "battery.charge",
@@ -102,6 +102,27 @@ class NutSource:
             await self._command(name, delay)
         except UpsguardError as exc:
             raise _named(self.name, exc) from exc
+
+    async def battery_test_result(self) -> TestResult:
+        """``BatteryTests``: the driver's ``ups.test.result``."""
+        reading = await self.read()
+        if reading.link is not LinkState.OK:
+            raise UpsUnreachable(f"UPS {self.name}: its data is {reading.link.value}")
+        return from_nut(reading.raw.get("ups.test.result", ""))
+
+    async def diagnose(self, commands: Sequence[str]) -> list[Finding]:
+        """``UpsDiagnosis``: see ``nut_checks``."""
+        check = NutCheck(self.name, self.config, self._where, commands)
+        try:
+            client = await self._connect()
+        except UpsguardError as exc:
+            return [check.unreachable(exc)]
+        except (NutError, OSError) as exc:
+            return [check.unreachable(self._error(exc))]
+        try:
+            return await check.run(client, self._connect)
+        finally:
+            await client.close()
 
     async def watch_for_news(self, news: Callable[[], None]) -> None:
         return None  # upsd only answers; its own news goes to upsmon's NOTIFYCMD (api /poll)
@@ -185,7 +206,7 @@ class NutSource:
             finally:
                 await client.close()
         except NutRefused as exc:
-            if exc.word in _REFUSED:
+            if exc.word in REFUSED:
                 raise AuthenticationError(
                     f"{self._where} refused '{name}' on UPS '{ups}' for user "
                     f"'{self.settings.user}' ({exc.word}): upsd.users must give it "
@@ -206,7 +227,7 @@ class NutSource:
                     f"{where} does not offer STARTTLS ({exc.word}): "
                     "set CERTFILE or CERTPATH in upsd.conf"
                 )
-            if exc.word in _REFUSED:
+            if exc.word in REFUSED:
                 return AuthenticationError(
                     f"{where} refused user '{self.settings.user}' for UPS '{ups}' ({exc.word}): "
                     "check the password file or variable, and that upsd.users gives this "

@@ -55,6 +55,20 @@ _ESCAPE = re.compile(r"\\(.)")
 T = TypeVar("T")
 
 
+#: ``ERR`` words that mean upsd refused who we are (or what we may do).
+REFUSED = frozenset(
+    {
+        "ACCESS-DENIED",
+        "USERNAME-REQUIRED",
+        "PASSWORD-REQUIRED",
+        "INVALID-USERNAME",
+        "INVALID-PASSWORD",
+    }
+)
+#: ``ERR`` words that concern one UPS whose data upsd does not have fresh.
+STALE = frozenset({"DATA-STALE", "DRIVER-NOT-CONNECTED"})
+
+
 class NutError(Exception):
     """The client's failures; the text reads after the server's name ("upsd H:P <text>")."""
 

@@ -9,7 +9,8 @@ itself has been stopped, every later call goes to the ESXi hosts directly
 Inside, outermost first (an import-linter contract keeps it so)::
 
     VspherePlatform (here)   the Platform protocol; which step a target takes
-    resolve, hosts -> vms    resources to targets; host and VM steps
+    resolve, hosts, rights   resources to targets; host steps; privileges the steps need
+    vms                      VM steps
     locate, tasks            which session reaches a target; tasks and their errors
     session                  one endpoint: calls in threads, watch, inventory
     watch, inventory, tags   property watch and fresh reads; the inventory; tags
@@ -21,13 +22,15 @@ Inside, outermost first (an import-linter contract keeps it so)::
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from upsguard.clock import Clock
 from upsguard.config.platforms import VsphereSettings
 from upsguard.config.resources import ResourceConfig
-from upsguard.errors import PlatformUnreachable, StepFailed
+from upsguard.errors import PlatformUnreachable, StepFailed, UpsguardError
+from upsguard.findings import Area, Finding, fail, ok
 from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod, Target
 from upsguard.plugins.platforms.vsphere.endpoint import (
     Endpoint,
@@ -38,6 +41,7 @@ from upsguard.plugins.platforms.vsphere.hosts import HostSteps
 from upsguard.plugins.platforms.vsphere.inventory import Snapshot
 from upsguard.plugins.platforms.vsphere.locate import Locator, Resolved
 from upsguard.plugins.platforms.vsphere.resolve import Resolver
+from upsguard.plugins.platforms.vsphere.rights import SETTINGS, WHAT_FOR, Wanted, lacking, needed
 from upsguard.plugins.platforms.vsphere.session import Session
 from upsguard.plugins.platforms.vsphere.states import host_power, power_of, vm_power
 from upsguard.plugins.platforms.vsphere.tasks import TaskLog
@@ -205,3 +209,61 @@ class VspherePlatform:
         if target.kind is ResourceKind.HOST:
             return await self._hosts.healthy(target)
         return await self._vms.healthy(target)
+
+    async def diagnose(self, resources: Sequence[ResourceConfig]) -> list[Finding]:
+        """``PlatformDiagnosis``: who is logged in to what, and the privileges the steps on
+        ``resources`` need on each of their VMs and hosts (``rights``)."""
+        wanted: list[Wanted] = []
+        for res in resources:
+            if res.platform != self.name:
+                continue
+            try:
+                targets = await self.resolve(res)
+            except UpsguardError:
+                continue  # the doctor itself reports what does not resolve
+            wanted += [
+                Wanted(t.name, t.kind, t.ref, needed(res, t.kind))
+                for t in targets
+                if t.ref is not None and needed(res, t.kind)
+            ]
+        hosts = any(w.kind is ResourceKind.HOST for w in wanted)
+        if hosts and self.settings.system_vms == "retreat":
+            wanted.append(Wanted("vCenter", None, None, (SETTINGS,)))
+        answer = await lacking(self.manager, wanted)
+        where = f"{self.settings.host}:{self.settings.port}"
+        found = [ok(Area.PLATFORM, self.name, "login", f"{where}: {answer.user}, {answer.server}")]
+        privileges = sorted({p for w in wanted for p in w.privileges})
+        if not answer.lacking:
+            found.append(
+                ok(
+                    Area.PLATFORM,
+                    self.name,
+                    "privileges",
+                    f"{answer.user} holds {', '.join(privileges) or 'what it needs'} on the "
+                    f"{len(wanted)} objects the plan acts on",
+                )
+            )
+            return found
+        by_privilege: dict[str, list[str]] = {}
+        for item in answer.lacking:
+            by_privilege.setdefault(item.privilege, []).append(item.name)
+        said = "; ".join(
+            f"{p} ({WHAT_FOR[p]}) on {_some(names)}" for p, names in sorted(by_privilege.items())
+        )
+        found.append(
+            fail(
+                Area.PLATFORM,
+                self.name,
+                "privileges",
+                f"{answer.user} lacks {said}",
+                f"give {answer.user} a role with {', '.join(sorted(by_privilege))} on those "
+                "objects or a parent of theirs (propagated)",
+                missing=tuple(sorted(by_privilege)),
+            )
+        )
+        return found
+
+
+def _some(names: list[str], shown: int = 3) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")

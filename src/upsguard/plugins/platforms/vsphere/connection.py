@@ -21,7 +21,7 @@ from pyVmomi import vim
 from upsguard.errors import PlatformUnreachable
 from upsguard.plugins.platforms.vsphere.endpoint import Endpoint
 from upsguard.plugins.platforms.vsphere.faults import vsphere_faults
-from upsguard.plugins.platforms.vsphere.lean import SDK_PATH, LeanReads
+from upsguard.plugins.platforms.vsphere.lean import SDK_PATH, LeanRequests
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -43,7 +43,7 @@ class Connection:
         self.pool_size = pool_size  # kept-alive HTTPS connections: one per thread that calls
         self._stub: Any = None
         self._content: Any = None
-        self.lean: LeanReads | None = None  # the hot reads' cheaper path (after ``open``)
+        self.lean: LeanRequests | None = None  # the hot requests' cheaper path (after ``open``)
         self._lock = threading.Lock()
         self.round_trips = 0  # calls made through ``call``
         self.logins = 0
@@ -65,7 +65,7 @@ class Connection:
                     httpConnectionTimeout=HTTP_TIMEOUT_S,
                 )
                 self._stub = SessionStub(soap, self._login, retryCount=ATTEMPTS)
-                self.lean = LeanReads(soap, ep.host, ep.port, ep.ssl_context(), HTTP_TIMEOUT_S)
+                self.lean = LeanRequests(soap, ep.host, ep.port, ep.ssl_context(), HTTP_TIMEOUT_S)
             # the first call logs in
             self._content = ServiceInstance("ServiceInstance", self._stub).RetrieveContent()
 

@@ -1,4 +1,4 @@
-"""A cheaper RetrievePropertiesEx for the hot reads: the watch's polls and fresh power checks.
+"""A cheaper path for the hot requests: the watch's polls, fresh power checks, guest shutdowns.
 
 pyVmomi builds a typed object for every element of an answer: reading the
 power state of 1,000 VMs costs about 170 ms of CPU (measured against vcsim;
@@ -14,11 +14,18 @@ so these reads:
   carrying the session's id (``GetSessionId``), and
 * parse an answer of HTTP 200 with ElementTree.
 
-Anything else (a fault, a lost session, a dropped connection) answers None,
-and the caller makes the same read through pyVmomi, which raises the fault,
-logs in again or reconnects as for any other call. Only pyVmomi's public API
-is used: the ``SoapStubAdapter`` upsguard made, its public methods and its
-``versionId``, and ``_GetMethodInfo``, which pyVmomi documents as supported.
+A guest shutdown is asked by the thousand at the start of a run, and its answer says
+nothing: it goes the same way (``call``) and needs no parsing at all. Through pyVmomi,
+the 1,000 requests cost about 0.3 s more of upsguard's CPU, in the very second every VM
+waits for its turn to be asked, and the bench's shutdown took 1.076x its critical path
+instead of 1.054x (median of three runs each, side by side, on a loaded machine).
+
+Anything else (a fault, a lost session, a dropped connection) answers None (``call``:
+False), and the caller makes the same request through pyVmomi, which raises the fault,
+logs in again or reconnects as for any other call (steps are idempotent: a guest asked
+twice to shut down shuts down once). Only pyVmomi's public API is used: the
+``SoapStubAdapter`` upsguard made, its public methods and its ``versionId``, and
+``_GetMethodInfo``, which pyVmomi documents as supported.
 """
 
 from __future__ import annotations
@@ -42,8 +49,9 @@ _XSI_TYPE = "{http://www.w3.org/2001/XMLSchema-instance}type"
 _INTS = {"int", "long", "short", "byte"}
 
 
-class LeanReads:
-    """Reads of scalar properties over the session of pyVmomi's ``soap`` stub."""
+class LeanRequests:
+    """Reads of scalar properties, and requests whose answer says nothing, over the session
+    of pyVmomi's ``soap`` stub."""
 
     def __init__(self, soap: Any, host: str, port: int, context: ssl.SSLContext, timeout: float):
         self._soap = soap
@@ -73,6 +81,12 @@ class LeanReads:
             if token is not None:
                 request = self._request(collector, "ContinueRetrievePropertiesEx", [token])
         return found
+
+    def call(self, obj: Any, method: str) -> bool:
+        """``obj.method()`` (no arguments, an answer that says nothing: ``ShutdownGuest``);
+        False unless vSphere answered it plainly."""
+        info = type(obj)._GetMethodInfo(method)
+        return self._post(self._soap.SerializeRequest(obj, info, [])) is not None
 
     def _request(self, collector: Any, method: str, args: list[Any]) -> bytes:
         body: bytes = self._soap.SerializeRequest(collector, PC._GetMethodInfo(method), args)

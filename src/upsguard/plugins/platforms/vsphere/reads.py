@@ -13,7 +13,7 @@ from typing import Any
 
 from pyVmomi import VmomiSupport, vmodl
 
-from upsguard.plugins.platforms.vsphere.lean import MAX_OBJECTS, Found, LeanReads
+from upsguard.plugins.platforms.vsphere.lean import MAX_OBJECTS, Found, LeanRequests
 
 PC: Any = vmodl.query.PropertyCollector  # pyVmomi's classes are untyped
 wsdl_name: Any = VmomiSupport.GetWsdlName  # a type's name in the API (``VirtualMachine``)
@@ -31,7 +31,7 @@ def moid(obj: Any) -> str:
     return str(obj._GetMoId())
 
 
-def read_view(collector: Any, view: Any, paths: Paths, lean: LeanReads | None = None) -> Found:
+def read_view(collector: Any, view: Any, paths: Paths, lean: LeanRequests | None = None) -> Found:
     """Scalar properties of every object in ``view`` (a ContainerView or a ListView)."""
     return _scalars(collector, view_filter(view, paths), lean)
 
@@ -47,7 +47,7 @@ def view_filter(view: Any, paths: Paths) -> Any:
 
 
 def read_objects(
-    collector: Any, objects: Iterable[Any], paths: Paths, lean: LeanReads | None = None
+    collector: Any, objects: Iterable[Any], paths: Paths, lean: LeanRequests | None = None
 ) -> tuple[dict[str, Props], set[str]]:
     """Scalar properties of the given managed objects, and the ids vSphere no longer knows.
 
@@ -74,7 +74,7 @@ def read_objects(
     return {}, gone
 
 
-def _scalars(collector: Any, spec: Any, lean: LeanReads | None) -> Found:
+def _scalars(collector: Any, spec: Any, lean: LeanRequests | None) -> Found:
     if lean is not None:
         found = lean.retrieve(collector, spec)
         if found is not None:

@@ -15,6 +15,18 @@ UPS-MIB (RFC 1628, upsControl):
   upsAutoRestart on, a UPS restarts after a delayed shutdown during a power loss. The card keeps
   the setting afterwards.
 
+Battery tests (the service's scheduled ones; NUT's names):
+
+- UPS-MIB: ``upsTestId`` set to upsTestQuickBatteryTest (``test.battery.start.quick``),
+  upsTestDeepBatteryCalibration (``.deep``) or upsTestAbortTestInProgress
+  (``test.battery.stop``), in one SET with ``upsTestSpinLock`` at the value just read, as
+  RFC 1628 asks of a manager (the agent refuses a stale lock: two managers never start two
+  tests). The result is ``upsTestResultsSummary``.
+- PowerNet: ``upsAdvTestDiagnostics`` testDiagnostics(2) for a quick test,
+  ``upsAdvTestRuntimeCalibration`` performCalibration(2) for a deep one and
+  cancelCurrentCalibration(3) to stop it (a diagnostic cannot be stopped; it takes seconds).
+  The results are ``upsAdvTestDiagnosticsResults`` and ``upsAdvTestCalibrationResults``.
+
 APC PowerNet (upsAdvControl, upsAdvConfig):
 
 - ``load.off``: upsAdvControlUpsOff turnUpsOff(2), now.
@@ -34,7 +46,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pysnmp.proto.rfc1902 import Integer, TimeTicks
+from pysnmp.proto.rfc1902 import Integer, ObjectIdentifier, TimeTicks
 
 from upsguard.plugins.ups.snmp.readings import APC, UPS_MIB
 
@@ -49,7 +61,7 @@ class Set:
 
     name: str
     oid: str
-    value: Callable[[int], Integer | TimeTicks]
+    value: Callable[[int], Integer | TimeTicks | ObjectIdentifier]
 
 
 def _seconds(delay_s: int) -> Integer:
@@ -74,6 +86,34 @@ _AUTO_RESTART = f"{UPS_MIB}.8.5.0"
 _SHUTOFF_DELAY = f"{APC}.5.2.10.0"
 _UPS_OFF = f"{APC}.6.2.1.0"
 _REBOOT = f"{APC}.6.2.2.0"
+TEST_ID = f"{UPS_MIB}.7.1.0"
+TEST_SPIN_LOCK = f"{UPS_MIB}.7.2.0"
+_TESTS = f"{UPS_MIB}.7.7"
+_APC_DIAGNOSTICS = f"{APC}.7.2.2.0"
+_APC_CALIBRATION = f"{APC}.7.2.5.0"
+
+
+def _test(identifier: int) -> Callable[[int], ObjectIdentifier]:
+    return lambda delay_s: ObjectIdentifier(f"{_TESTS}.{identifier}")
+
+
+#: What upsguard reads back of a battery test, per MIB (``upsguard battery``, the journal).
+TEST_RESULTS = {
+    "ups-mib": {
+        "upsTestResultsSummary": f"{UPS_MIB}.7.3.0",
+        "upsTestResultsDetail": f"{UPS_MIB}.7.4.0",
+    },
+    "powernet": {
+        "upsAdvTestDiagnosticsResults": f"{APC}.7.2.3.0",
+        "upsAdvTestCalibrationResults": f"{APC}.7.2.6.0",
+    },
+}
+#: An object of each MIB's control group that is a setting, not an action: writing it the
+#: value it has changes nothing, and shows whether the community or user may write there.
+WRITE_PROBE: dict[str, tuple[str, str, type[Integer] | type[TimeTicks]]] = {
+    "ups-mib": ("upsAutoRestart", _AUTO_RESTART, Integer),
+    "powernet": ("upsAdvConfigShutoffDelay", _SHUTOFF_DELAY, TimeTicks),
+}
 
 SETS: dict[str, dict[str, tuple[Set, ...]]] = {
     "ups-mib": {
@@ -87,6 +127,10 @@ SETS: dict[str, dict[str, tuple[Set, ...]]] = {
             Set("upsAutoRestart", _AUTO_RESTART, _fixed(2)),  # off(2)
             Set("upsShutdownAfterDelay", _SHUTDOWN, _seconds),
         ),
+        # with upsTestSpinLock, read first (see the module docstring)
+        "test.battery.start.quick": (Set("upsTestId", TEST_ID, _test(4)),),
+        "test.battery.start.deep": (Set("upsTestId", TEST_ID, _test(5)),),
+        "test.battery.stop": (Set("upsTestId", TEST_ID, _test(2)),),
     },
     "powernet": {
         "load.off": (Set("upsAdvControlUpsOff", _UPS_OFF, _fixed(2)),),  # turnUpsOff
@@ -102,5 +146,10 @@ SETS: dict[str, dict[str, tuple[Set, ...]]] = {
             Set("upsAdvConfigShutoffDelay", _SHUTOFF_DELAY, _ticks),
             Set("upsAdvControlRebootShutdownUps", _REBOOT, _fixed(3)),  # ...UpsGracefully
         ),
+        "test.battery.start.quick": (Set("upsAdvTestDiagnostics", _APC_DIAGNOSTICS, _fixed(2)),),
+        "test.battery.start.deep": (
+            Set("upsAdvTestRuntimeCalibration", _APC_CALIBRATION, _fixed(2)),
+        ),
+        "test.battery.stop": (Set("upsAdvTestRuntimeCalibration", _APC_CALIBRATION, _fixed(3)),),
     },
 }

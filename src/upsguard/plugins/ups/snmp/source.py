@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from pysnmp.error import PySnmpError
 from pysnmp.hlapi.v3arch.asyncio import (
@@ -24,13 +24,15 @@ from pysnmp.hlapi.v3arch.asyncio import (
     get_cmd,
     set_cmd,
 )
-from pysnmp.proto.rfc1902 import Integer, TimeTicks
+from pysnmp.proto.rfc1902 import Integer, ObjectIdentifier, TimeTicks
 
 from upsguard.clock import Clock
 from upsguard.config.ups import SnmpSettings, UpsConfig
 from upsguard.errors import AuthenticationError, ConfigError, PermanentError, UpsUnreachable
+from upsguard.findings import Finding
 from upsguard.models import UpsName, UpsReading
-from upsguard.plugins.ups.snmp.control import SETS, Set
+from upsguard.plugins.ups.snmp.checks import SnmpCheck, test_result
+from upsguard.plugins.ups.snmp.control import SETS, TEST_RESULTS, TEST_SPIN_LOCK
 from upsguard.plugins.ups.snmp.engine import (
     agent_engine_id,
     auth_data,
@@ -47,6 +49,7 @@ from upsguard.plugins.ups.snmp.readings import (
     ups_mib_reading,
 )
 from upsguard.plugins.ups.snmp.traps import Listener, TrapPort, open_trap_port, stop_listening
+from upsguard.selftest import TestResult
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,7 @@ RESOLVE_RETRY_S = 30.0
 """While the UPS's host name does not resolve, how often the trap listener tries again."""
 
 Values = dict[str, int | str | None]
+SetValue: TypeAlias = Integer | TimeTicks | ObjectIdentifier
 
 
 class SnmpSource:
@@ -171,27 +175,60 @@ class SnmpSource:
             )
         delay_s = round(self.config.at_shutdown_end.delay.total_seconds())
         for step in sets:
-            await self._set(name, step, step.value(delay_s))
+            lock: list[tuple[str, Integer]] = []
+            if step.oid.endswith(".33.1.7.1.0"):  # upsTestId: with the spin lock just read
+                spin = (await self._get({"upsTestSpinLock": TEST_SPIN_LOCK}))["upsTestSpinLock"]
+                lock = [(TEST_SPIN_LOCK, Integer(spin if isinstance(spin, int) else 0))]
+            await self._set(name, step.name, [*lock, (step.oid, step.value(delay_s))])
 
-    async def _set(self, command: str, step: Set, value: Integer | TimeTicks) -> None:
+    async def _set(self, command: str, what: str, values: Sequence[tuple[str, SetValue]]) -> None:
+        """SET ``values`` (object id, value) for ``command``; raises when the agent refuses."""
+        refused = await self.write(command, values)
+        if refused is not None:
+            shown = ", ".join(f"{what} = {value.prettyPrint()}" for _, value in values[-1:])
+            raise PermanentError(
+                f"UPS {self.name}: {command} over {self.settings.mib}: the agent refused "
+                f"{shown} ({refused}); check the card's write access for this community or user"
+            )
+
+    async def write(self, doing: str, values: Sequence[tuple[str, SetValue]]) -> str | None:
+        """One SET of ``values``, which the agent applies all or none; why the agent refused
+        it (its error status), or None when it took it."""
         try:
             target = await self._transport()
-            error, status, _, _ = await set_cmd(
+            error, status, _, binds = await set_cmd(
                 shared_engine(),
                 self._auth_data(),
                 target,
                 ContextData(contextName=self.settings.context),
-                ObjectType(ObjectIdentity(step.oid), value),
+                *(ObjectType(ObjectIdentity(oid), value) for oid, value in values),
             )
         except (OSError, ValueError, PySnmpError) as exc:
-            raise UpsUnreachable(f"{self.where}: {command}: {_first_line(exc)}") from exc
+            raise UpsUnreachable(f"{self.where}: {doing}: {_first_line(exc)}") from exc
         self._check(error, 0, 0)
         if status:
-            raise PermanentError(
-                f"UPS {self.name}: {command} over {self.settings.mib}: the agent refused "
-                f"{step.name} = {value.prettyPrint()} ({status.prettyPrint()}); check the "
-                "card's write access for this community or user"
-            )
+            return str(status.prettyPrint())
+        # an agent that answers a SET of an object it does not serve with noSuchInstance
+        # (snmpsim does) did not do it either
+        if any(snmp_value(value) is None for _, value in binds):
+            return "noSuchInstance"
+        return None
+
+    async def get(self, oids: Mapping[str, str]) -> Values:
+        """Named objects read in one GET; a missing one reads None."""
+        return await self._get(oids)
+
+    async def battery_test_result(self) -> TestResult:
+        """``BatteryTests``: the MIB's test result objects (``control.TEST_RESULTS``)."""
+        try:
+            values = await self._get(TEST_RESULTS[self.settings.mib])
+        except (OSError, ValueError, PySnmpError) as exc:
+            raise UpsUnreachable(f"{self.where}: {_first_line(exc)}") from exc
+        return test_result(self.settings.mib, values)
+
+    async def diagnose(self, commands: Sequence[str]) -> list[Finding]:
+        """``UpsDiagnosis``: see ``checks``."""
+        return await SnmpCheck(self, commands).run()
 
     async def watch_for_news(self, news: Callable[[], None]) -> None:
         """Call ``news`` on each trap of this UPS that announces a change (``traps``), until

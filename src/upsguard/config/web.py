@@ -1,0 +1,99 @@
+"""The ``web:`` section: the live status page that ``upsguard run`` serves (docs/web.md).
+
+Off unless the section is there. Loopback by default; any other address needs TLS, since
+the page carries passwords and session cookies and its controls stop a datacenter. Users
+are named here with a role and an argon2 hash made by ``upsguard
+web-password``: the password itself is never in the file.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from datetime import timedelta
+from typing import Literal, Self
+
+from pydantic import Field, IPvAnyAddress, IPvAnyNetwork, model_validator
+
+from upsguard.config.base import Model
+from upsguard.config.types import Duration, LocalPath
+
+Role = Literal["viewer", "operator"]
+HASH_PATTERN = r"^\$argon2(id|i|d)\$\S+$"
+
+
+class WebUser(Model):
+    """One person (or group login) of the page: ``viewer`` reads, ``operator`` also acts."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9._@+-]{1,64}$")
+    role: Role = "viewer"
+    password_hash: str | None = Field(
+        None,
+        pattern=HASH_PATTERN,
+        description="an argon2 hash from 'upsguard web-password'; none: this user "
+        "logs in only through the reverse proxy's header",
+    )
+
+
+class WebTls(Model):
+    certificate_file: LocalPath = Field(description="PEM certificate (chain) of the page")
+    key_file: LocalPath = Field(description="PEM private key of the certificate")
+
+
+class WebProxy(Model):
+    """A reverse proxy that authenticates people itself and names them in a header."""
+
+    user_header: str = Field("X-Remote-User", pattern=r"^[A-Za-z0-9-]{1,64}$")
+    trusted: list[IPvAnyNetwork] = Field(
+        min_length=1,
+        description="addresses the proxy connects from; the header is ignored from any other",
+    )
+
+
+class WebConfig(Model):
+    listen: IPvAnyAddress = Field(
+        ipaddress.IPv4Address("127.0.0.1"),
+        description="address of the page; other than loopback only with tls",
+    )
+    port: int = Field(8080, ge=1, le=65535)
+    tls: WebTls | None = None
+    users: list[WebUser] = Field(min_length=1)
+    proxy: WebProxy | None = None
+    session_lifetime: Duration = Field(
+        timedelta(hours=12), description="a login lasts this long (an outage's night)"
+    )
+    session_key_file: LocalPath | None = Field(
+        None,
+        description="the key that signs session cookies, kept across restarts; none: a new "
+        "random key at every start (everyone logs in again)",
+    )
+    secure_cookies: bool | None = Field(
+        None,
+        description="mark cookies Secure (HTTPS only); default: when tls is set. Set it behind "
+        "a proxy that terminates TLS",
+    )
+
+    @model_validator(mode="after")
+    def _safe(self) -> Self:
+        if self.tls is None and not self.listen.is_loopback:
+            raise ValueError(
+                f"listen {self.listen} is not loopback: give tls (certificate_file, key_file), "
+                "or listen on 127.0.0.1 behind a reverse proxy"
+            )
+        names = [u.name for u in self.users]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"user {twice[0]!r} is named twice")
+        proxy_only = [u.name for u in self.users if u.password_hash is None]
+        if proxy_only and self.proxy is None:
+            raise ValueError(
+                f"user {proxy_only[0]!r} has no password_hash: give one "
+                "('upsguard web-password'), or a proxy that names users in a header"
+            )
+        return self
+
+    @property
+    def cookies_secure(self) -> bool:
+        return self.tls is not None if self.secure_cookies is None else self.secure_cookies
+
+    def user(self, name: str) -> WebUser | None:
+        return next((u for u in self.users if u.name == name), None)

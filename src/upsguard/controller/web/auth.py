@@ -1,0 +1,239 @@
+"""Who is asking: passwords, signed session cookies, CSRF tokens, slowed logins, and the
+reverse proxy's header.
+
+- Passwords are argon2 hashes (argon2-cffi) in the site file. Checking one costs about
+  0.1 s of CPU and 64 MiB, so it runs in a worker thread, one at a time: a flood of logins
+  never stalls the power watch on the event loop.
+- A session is a cookie the service signs (HMAC-SHA256) with a key of its own: the user,
+  when it expires, and the session's CSRF token. Nothing is stored server-side; the role
+  is read from the site file at every request, so a user taken out of the file is out.
+- Every change (a control, logout) must carry the session's CSRF token in a header; the
+  login form carries one derived from a cookie set with the form.
+- Each failed login makes the next attempt from that address, and for that user, wait
+  longer (0.5 s doubling, up to a minute); the wait is answered at once with 429.
+- A reverse proxy that authenticates people may name them in a header, trusted only from
+  the configured proxy addresses. Its users get a CSRF token derived from their name.
+
+No password, hash or key is ever logged or shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import hashlib
+import hmac
+import ipaddress
+import json
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+
+from upsguard.config.web import Role, WebConfig
+from upsguard.errors import PermanentError
+
+SESSION_COOKIE = "upsguard_session"
+LOGIN_COOKIE = "upsguard_login"
+CSRF_HEADER = "X-CSRF-Token"
+FIRST_DELAY_S = 0.5
+MAX_DELAY_S = 60.0
+FORGET_AFTER_S = 900.0
+MAX_TRACKED = 10_000
+
+_hasher = PasswordHasher()
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Checked for unknown users, so that a wrong name costs what a wrong password does."""
+    return _hasher.hash(secrets.token_urlsafe(16))
+
+
+def hash_password(password: str) -> str:
+    """The argon2 hash ``upsguard web-password`` prints for the site file."""
+    if not password:
+        raise PermanentError("the password is empty")
+    return _hasher.hash(password)
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """Someone the page knows, with the role the site file gives them."""
+
+    name: str
+    role: Role
+    csrf: str
+    via_proxy: bool = False
+
+    @property
+    def may_act(self) -> bool:
+        return self.role == "operator"
+
+
+class Keys:
+    """The signing key of sessions and CSRF tokens; never logged, never shown."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    @classmethod
+    def for_config(cls, config: WebConfig) -> Keys:
+        if config.session_key_file is None:
+            return cls(secrets.token_bytes(32))
+        return cls(_read_key(config.session_key_file))
+
+    def sign(self, data: bytes) -> str:
+        return _b64(hmac.new(self._key, data, hashlib.sha256).digest())
+
+    def valid(self, data: bytes, signature: str) -> bool:
+        return hmac.compare_digest(self.sign(data), signature)
+
+
+def _read_key(path: Path) -> bytes:
+    try:
+        key = path.read_bytes().strip()
+    except OSError as exc:
+        raise PermanentError(f"web.session_key_file {path}: {exc.strerror}") from exc
+    if len(key) < 16:
+        raise PermanentError(f"web.session_key_file {path}: the key is shorter than 16 bytes")
+    return key
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class Sessions:
+    """Signed session cookies: ``payload.signature``, both URL-safe base64."""
+
+    def __init__(self, config: WebConfig, keys: Keys) -> None:
+        self._config = config
+        self._keys = keys
+
+    def issue(self, name: str, now: float | None = None) -> str:
+        lifetime = self._config.session_lifetime.total_seconds()
+        expires = (time.time() if now is None else now) + lifetime
+        payload = json.dumps(
+            {"u": name, "c": secrets.token_urlsafe(24), "e": int(expires)},
+            separators=(",", ":"),
+        ).encode()
+        return f"{_b64(payload)}.{self._keys.sign(payload)}"
+
+    def user(self, cookie: str | None, now: float | None = None) -> User | None:
+        """The user of a valid, unexpired cookie who is still in the site file; else None."""
+        if not cookie or cookie.count(".") != 1 or len(cookie) > 1024:
+            return None
+        body, signature = cookie.split(".")
+        try:
+            payload = _unb64(body)
+        except ValueError:
+            return None
+        if not self._keys.valid(payload, signature):
+            return None
+        try:
+            data = json.loads(payload)
+            name, csrf, expires = str(data["u"]), str(data["c"]), float(data["e"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        entry = self._config.user(name)
+        if entry is None or expires < (time.time() if now is None else now):
+            return None
+        return User(name, entry.role, csrf)
+
+    def proxied(self, name: str) -> User | None:
+        """A user the trusted proxy named; their CSRF token is derived from their name."""
+        entry = self._config.user(name)
+        if entry is None:
+            return None
+        return User(name, entry.role, self._keys.sign(f"proxy:{name}".encode()), via_proxy=True)
+
+    def login_token(self, nonce: str) -> str:
+        """The login form's CSRF token, bound to the nonce cookie set with the form."""
+        return self._keys.sign(f"login:{nonce}".encode())
+
+
+def csrf_ok(user: User, sent: str | None) -> bool:
+    return bool(sent) and hmac.compare_digest(user.csrf, sent or "")
+
+
+def trusted_proxy(config: WebConfig, remote: str | None) -> bool:
+    if config.proxy is None or not remote:
+        return False
+    try:
+        address = ipaddress.ip_address(remote)
+    except ValueError:
+        return False
+    return any(address in network for network in config.proxy.trusted)
+
+
+@dataclass
+class _Failures:
+    count: int = 0
+    until: float = 0.0
+    last: float = 0.0
+
+
+@dataclass
+class LoginThrottle:
+    """Failed logins slow the next attempt down, per client address and per user name."""
+
+    _seen: dict[str, _Failures] = field(default_factory=dict)
+
+    def wait_s(self, keys: tuple[str, ...], now: float) -> float:
+        """How long these keys must still wait before an attempt is heard (0: at once)."""
+        return max((self._seen[k].until - now for k in keys if k in self._seen), default=0.0)
+
+    def failed(self, keys: tuple[str, ...], now: float) -> float:
+        """Count a failure; the delay the next attempt will wait."""
+        self._forget(now)
+        delay = 0.0
+        for key in keys:
+            entry = self._seen.setdefault(key, _Failures())
+            entry.count += 1
+            entry.last = now
+            wait = min(MAX_DELAY_S, FIRST_DELAY_S * 2 ** (entry.count - 1))
+            entry.until = now + wait
+            delay = max(delay, wait)
+        return delay
+
+    def succeeded(self, keys: tuple[str, ...]) -> None:
+        for key in keys:
+            self._seen.pop(key, None)
+
+    def _forget(self, now: float) -> None:
+        stale = [k for k, v in self._seen.items() if now - v.last > FORGET_AFTER_S]
+        for key in stale:
+            del self._seen[key]
+        while len(self._seen) >= MAX_TRACKED:  # a spray of addresses: oldest go first
+            del self._seen[min(self._seen, key=lambda k: self._seen[k].last)]
+
+
+class PasswordCheck:
+    """argon2 verification off the event loop, one at a time."""
+
+    def __init__(self, config: WebConfig) -> None:
+        self._config = config
+        self._one = asyncio.Semaphore(1)
+
+    async def verify(self, name: str, password: str) -> bool:
+        entry = self._config.user(name)
+        stored = entry.password_hash if entry is not None else None
+        async with self._one:
+            ok = await asyncio.to_thread(_verify, stored or _dummy_hash(), password)
+        return ok and stored is not None
+
+
+def _verify(stored: str, password: str) -> bool:
+    try:
+        return _hasher.verify(stored, password)
+    except (VerificationError, InvalidHashError):
+        return False

@@ -1,0 +1,176 @@
+"""The page's own listener: an aiohttp application on the ``web:`` address, beside (never
+instead of) the local API's unix socket.
+
+Every request passes two guards before its route:
+
+- ``_measured``: counts it in the service's Prometheus metrics (route and status) and
+  sets the headers that keep the page to itself: a Content-Security-Policy of ``'self'``
+  (no script, style, font or image from anywhere else, nothing framed), no referrer, no
+  sniffing, no caching of what a person sees;
+- ``_guarded``: finds who asks (the trusted proxy's header, else the session cookie); a
+  stranger is sent to the login page (HTML) or gets 401 (JSON). A change (any POST but the
+  login itself) needs the session's CSRF token in ``X-CSRF-Token`` and, when the browser
+  says where it comes from, this page's own origin: 403 otherwise.
+
+The page is for people watching: when it cannot start (the port is taken, the TLS files
+cannot be read) the service says so as an alert and goes on watching the power.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from upsguard.config.web import WebConfig
+from upsguard.controller.web import auth, controls, pages
+from upsguard.controller.web.context import WebContext, WebServed, set_user
+from upsguard.controller.web.live import LiveFeed
+from upsguard.errors import PermanentError
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 16 * 1024
+PUBLIC = ("/login", "/static/", "/favicon.ico")
+CSP = (
+    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+    "connect-src 'self'; font-src 'self'; frame-ancestors 'none'; form-action 'self'; "
+    "base-uri 'none'"
+)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class WebServer:
+    def __init__(self, svc: WebServed, config: WebConfig) -> None:
+        self.svc = svc
+        self.config = config
+        self.sessions = auth.Sessions(config, auth.Keys.for_config(config))
+        self.feed = LiveFeed(
+            svc.status,
+            lambda after: svc.journal.events(after=after),
+            lambda: svc.changed,
+            svc.metrics.web_clients.set,
+        )
+        self.context = WebContext(
+            svc, config, self.sessions, auth.PasswordCheck(config), auth.LoginThrottle()
+        )
+        self._runner: web.AppRunner | None = None
+        self._feeding: asyncio.Task[None] | None = None
+        self.url = ""
+
+    def application(self) -> web.Application:
+        app = web.Application(middlewares=[self._measured, self._guarded], client_max_size=MAX_BODY)
+        app.on_response_prepare.append(_protect)
+        pages.add_routes(app, self.context)
+        controls.add_routes(app, self.context)
+        app.router.add_get("/api/stream", self.feed.stream)
+        return app
+
+    async def start(self) -> None:
+        tls = self._tls()
+        runner = web.AppRunner(self.application(), access_log=None, shutdown_timeout=2.0)
+        await runner.setup()
+        host = str(self.config.listen)
+        try:
+            await web.TCPSite(runner, host, self.config.port, ssl_context=tls).start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise PermanentError(f"web page on {host} port {self.config.port}: {exc}") from exc
+        self._runner = runner
+        scheme = "https" if tls else "http"
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"{scheme}://{shown}:{self.config.port}/"
+        self._feeding = asyncio.create_task(self.feed.run(), name="web live feed")
+        log.info("web page on %s", self.url)
+
+    def _tls(self) -> ssl.SSLContext | None:
+        tls = self.config.tls
+        if tls is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(tls.certificate_file, tls.key_file)
+        except (OSError, ssl.SSLError) as exc:
+            why = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+            raise PermanentError(
+                f"web.tls: cannot load {tls.certificate_file} with its key: {why}"
+            ) from exc
+        return context
+
+    async def stop(self) -> None:
+        self.feed.close()
+        if self._feeding is not None:
+            self._feeding.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._feeding
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- who asks ----------------------------------------------------------------------
+
+    def user_of(self, request: web.Request) -> auth.User | None:
+        proxy = self.config.proxy
+        if proxy is not None and auth.trusted_proxy(self.config, request.remote):
+            name = request.headers.get(proxy.user_header)
+            if name:
+                return self.sessions.proxied(name)
+        return self.sessions.user(request.cookies.get(auth.SESSION_COOKIE))
+
+    @web.middleware
+    async def _guarded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.startswith(PUBLIC):
+            if request.method == "POST" and not _same_origin(request):
+                raise web.HTTPForbidden(text="a change must come from this page itself")
+            return await handler(request)
+        user = self.user_of(request)
+        if user is None:
+            if request.path.startswith("/api/"):
+                raise web.HTTPUnauthorized(text="log in first")
+            raise web.HTTPSeeOther(f"/login?next={request.path}")
+        if request.method == "POST":
+            if not _same_origin(request):
+                raise web.HTTPForbidden(text="a change must come from this page itself")
+            if not auth.csrf_ok(user, request.headers.get(auth.CSRF_HEADER)):
+                raise web.HTTPForbidden(text="the CSRF token is missing or wrong: reload the page")
+        set_user(request, user)
+        return await handler(request)
+
+    @web.middleware
+    async def _measured(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            route = request.match_info.route.resource
+            name = route.canonical if route is not None else "unmatched"
+            self.svc.metrics.web_request(name, status, time.perf_counter() - started)
+        return response
+
+
+async def _protect(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers.setdefault("Content-Security-Policy", CSP)
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("Referrer-Policy", "same-origin")  # Origin stays set on POSTs
+    response.headers.setdefault("X-Frame-Options", "DENY")
+    response.headers.setdefault("Cache-Control", "no-store")
+
+
+def _same_origin(request: web.Request) -> bool:
+    """A browser names where a POST comes from (Origin); when it does, it must be here."""
+    origin = request.headers.get("Origin")
+    if origin is None or origin == "null":
+        return origin is None
+    return urlsplit(origin).netloc == request.host

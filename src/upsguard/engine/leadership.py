@@ -1,0 +1,341 @@
+"""Leadership of a controller pair: win and keep the lease, and fence oneself in time.
+
+``Leadership.run`` campaigns while this controller is a standby and renews the lease every
+third of its TTL while it leads. It never trusts the store to say that the term is over:
+a renewal is counted from the moment it was *sent* (the store restarts the lease at some
+point after that), so the lease cannot end before ``sent + ttl``, and this controller stops
+starting new actions at ``sent + ttl - fence_margin`` on the loop's monotonic clock unless
+a later renewal succeeds. ``may_act`` reads the clock itself, so a process that was paused
+(SIGSTOP) past its lease starts nothing when it wakes, before any renewal has failed; and
+its fenced writes would be refused by the store anyway.
+
+When the store cannot be reached the rule is: never missing a shutdown outranks never
+acting twice (every step reads the real state first, so a repeated action is harmless;
+a missed shutdown is not). A controller that needs to act while the store has been silent
+for a lease and one renewal more (``silence_limit_s``) goes on alone
+(``act_without_store``); so does a leader that knows the store is about to go down with its
+machines (``finish_alone``, which leaves a notice in the store so that no standby takes
+over after it). docs/ha.md tells each failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from upsguard.clock import Clock
+from upsguard.errors import LeadershipLost, StoreUnavailable
+from upsguard.models import RunId, StepId, StepState
+from upsguard.plugins.coordination.base import (
+    AloneNotice,
+    Candidate,
+    CoordinationStore,
+    Leader,
+    StepMark,
+    Term,
+)
+from upsguard.runs import RunRecord
+
+log = logging.getLogger(__name__)
+
+RETRY_WRITE_S = 0.2
+"""How soon a write the store did not answer is tried again, while the lease allows."""
+
+
+class Role(enum.StrEnum):
+    """What this controller of a pair may do now."""
+
+    STANDBY = "standby"
+    """Another controller leads, or nobody does and this one has not won yet: it starts
+    nothing; it reads the UPSes and follows the shared ledger."""
+    LEADER = "leader"
+    """It holds the lease and renewed it in time: it may start actions, each recorded in
+    the store under its term's token first."""
+    FENCED = "fenced"
+    """It held the lease but could not renew it in time: it starts nothing new. A renewal
+    that still succeeds makes it the leader again (the lease never ended, so nobody else
+    could have won); a lost lease makes it a standby."""
+    ALONE = "finishing_alone"
+    """It goes on without the store: the store's machines are going down, or the store was
+    silent while an action was needed. It acts, and records only in its own journal."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeadershipState:
+    """What ``status``, metrics and the web page show of the pair, from this controller."""
+
+    me: str
+    role: Role
+    leader: str | None
+    """Who leads as last seen: this controller, the other one, or None (nobody, or unknown)."""
+    token: int | None
+    """The fencing token of the term this controller holds, or of the leader last seen."""
+    lease_age_s: float | None
+    """Since the last renewal (or the win) that succeeded was sent; None without a term."""
+    ttl_s: float
+    store_silent_s: float | None
+    """Since a request to the store last failed with no answer after the last that did;
+    None while the store answers."""
+    detail: str = ""
+
+
+class Leadership:
+    """One controller's side of the pair: its term, its fence, and the writes it fences."""
+
+    def __init__(
+        self,
+        store: CoordinationStore,
+        me: Candidate,
+        *,
+        ttl_s: float,
+        fence_margin_s: float,
+        clock: Clock,
+        on_change: Callable[[LeadershipState], None] | None = None,
+    ) -> None:
+        """``on_change``: told every change of role (to journal and notify it)."""
+        if not 0 <= fence_margin_s < ttl_s / 2:
+            raise ValueError("fence_margin_s must be less than half of ttl_s")
+        self._store = store
+        self._me = me
+        self._ttl = ttl_s
+        self._margin = fence_margin_s
+        self._clock = clock
+        self._on_change = on_change
+        self.renew_every_s = ttl_s / 3
+        self.silence_limit_s = ttl_s + self.renew_every_s
+        self._term: Term | None = None
+        self._renewed_at: float | None = None  # when the last renewal that worked was sent
+        self._seen: Leader | None = None
+        self._silent_since: float | None = None
+        self._alone: str | None = None
+        self._quiet_until = float("-inf")  # no campaign before (after a handover)
+        self._reported: Role | None = None
+        self._detail = ""
+
+    # -- what may be done now ----------------------------------------------------------------
+
+    @property
+    def term(self) -> Term | None:
+        return self._term
+
+    @property
+    def fence_at(self) -> float | None:
+        """When this controller stops starting actions unless it renews first."""
+        if self._renewed_at is None:
+            return None
+        return self._renewed_at + self._ttl - self._margin
+
+    @property
+    def role(self) -> Role:
+        if self._alone is not None:
+            return Role.ALONE
+        if self._term is None:
+            return Role.STANDBY
+        fence = self.fence_at
+        return Role.LEADER if fence is not None and self._clock.monotonic() < fence else Role.FENCED
+
+    def may_act(self) -> bool:
+        """Whether an action may start now; read from the clock, never from a stale flag."""
+        return self.role in (Role.LEADER, Role.ALONE)
+
+    def store_silent_s(self) -> float | None:
+        if self._silent_since is None:
+            return None
+        return self._clock.monotonic() - self._silent_since
+
+    def state(self) -> LeadershipState:
+        role = self.role
+        term = self._term
+        leader = (
+            self._me.name if term is not None else (self._seen.holder.name if self._seen else None)
+        )
+        token = term.token if term is not None else (self._seen.token if self._seen else None)
+        age = (
+            None
+            if self._renewed_at is None or term is None
+            else self._clock.monotonic() - self._renewed_at
+        )
+        return LeadershipState(
+            self._me.name, role, leader, token, age, self._ttl, self.store_silent_s(), self._detail
+        )
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Campaign or renew every third of the TTL until cancelled; store trouble becomes
+        state (and ``on_change``), never an exception. Each attempt is bounded so that the
+        fence is told on time even when the store hangs."""
+        while True:
+            started = self._clock.monotonic()
+            await self._attempt()
+            self._report()
+            wake = started + self.renew_every_s
+            fence = self.fence_at
+            if self.role is Role.LEADER and fence is not None:
+                wake = min(wake, fence)
+            await asyncio.sleep(max(0.0, wake - self._clock.monotonic()))
+            self._report()
+
+    async def _attempt(self) -> None:
+        if self._alone is not None:
+            return
+        if self._term is None and self._clock.monotonic() < self._quiet_until:
+            return
+        bound = self.renew_every_s
+        fence = self.fence_at
+        if self._term is not None and fence is not None and self.role is Role.LEADER:
+            bound = min(bound, fence - self._clock.monotonic())
+        sent = self._clock.monotonic()
+        try:
+            async with asyncio.timeout(max(bound, 0.001)):
+                if self._term is None:
+                    await self._campaign(sent)
+                else:
+                    await self._store.renew(self._term)
+                    self._renewed_at = sent
+            self._answered()
+        except LeadershipLost as exc:
+            self._answered()
+            self._lost(str(exc))
+        except (StoreUnavailable, TimeoutError) as exc:
+            self._silent(str(exc) or "no answer in time")
+
+    async def _campaign(self, sent: float) -> None:
+        won = await self._store.campaign(self._me, self._ttl)
+        if isinstance(won, Term):
+            self._term, self._renewed_at, self._seen = won, sent, won.leader
+            self._detail = f"won the lease (term {won.token})"
+        else:
+            self._seen = won
+            self._detail = f"{won.holder.name} leads (term {won.token})"
+
+    def _lost(self, why: str) -> None:
+        """The term is over; who leads now is learnt by the next campaign."""
+        self._term = self._renewed_at = self._seen = None
+        self._detail = why
+
+    def _answered(self) -> None:
+        self._silent_since = None
+
+    def _silent(self, why: str) -> None:
+        if self._silent_since is None:
+            self._silent_since = self._clock.monotonic()
+        self._detail = f"the store does not answer: {why}"
+
+    def _report(self) -> None:
+        role = self.role
+        if role is not self._reported:
+            self._reported = role
+            state = self.state()
+            log.warning("leadership: %s is %s: %s", state.me, role.value, state.detail)
+            if self._on_change is not None:
+                self._on_change(state)
+
+    # -- handing over and going alone ----------------------------------------------------
+
+    async def hand_over(self) -> None:
+        """End this term now (before this controller's machine stops): the other wins at
+        once instead of after the lease. No campaign for a lease's time after it."""
+        term, self._term, self._renewed_at = self._term, None, None
+        self._quiet_until = self._clock.monotonic() + self._ttl
+        self._detail = "handed over"
+        if term is not None:
+            try:
+                await self._store.resign(term)
+            except StoreUnavailable as exc:  # the lease then ends by itself within its TTL
+                self._silent(str(exc))
+        self._report()
+
+    async def finish_alone(self, reason: str) -> bool:
+        """The leader goes on without the store (its machines are about to stop): the notice
+        is written, fenced, so no standby takes over after this point. Refused (False) when
+        this controller does not lead; a store that does not answer does not stop it."""
+        term = self._term
+        if term is None or not self.may_act():
+            return False
+        notice = AloneNotice(self._me.name, term.token, self._clock.now(), reason)
+        try:
+            await self._store.declare_alone(term, notice)
+        except LeadershipLost as exc:
+            self._lost(str(exc))
+            self._report()
+            return False
+        except StoreUnavailable as exc:
+            self._silent(str(exc))
+        self._go_alone(reason)
+        return True
+
+    def act_without_store(self, reason: str) -> bool:
+        """The rule for a store that cannot be reached while an action is needed (a shutdown
+        must go on): after ``silence_limit_s`` of silence this controller, leader or standby,
+        goes on alone. Before that, False: a blip of the store is waited out."""
+        if self._alone is not None:
+            return True
+        silent = self.store_silent_s()
+        if silent is None or silent < self.silence_limit_s:
+            return False
+        self._go_alone(f"{reason} (the store silent for {silent:.1f}s)")
+        return True
+
+    def _go_alone(self, reason: str) -> None:
+        self._alone = reason
+        self._detail = f"finishing alone: {reason}"
+        self._report()
+
+    # -- fenced writes ---------------------------------------------------------------------
+
+    async def record_run(self, record: RunRecord) -> None:
+        """Write a run's record for the standby; nothing while finishing alone. Raises
+        ``LeadershipLost`` (not leading, or deposed) or ``StoreUnavailable``."""
+        await self._write(lambda term: self._store.record_run(term, record))
+
+    async def record_step(
+        self, run: RunId, step: StepId, state: StepState, detail: str = ""
+    ) -> None:
+        """Write one step's state; see ``record_run``."""
+        mark = StepMark(step, state, self._me.name, self._clock.now(), detail)
+        await self._write(lambda term: self._store.record_step(term, run, mark))
+
+    async def claim_step(self, run: RunId, step: StepId) -> bool:
+        """Just before a step acts: record it ``running`` under this term. True: act. False:
+        do not (another controller leads, or the fence came before the store answered). A
+        store that does not answer is asked again until the fence; a caller that must act
+        regardless applies ``act_without_store``."""
+        while True:
+            if self.role is Role.ALONE:
+                return True
+            if not self.may_act():
+                return False
+            try:
+                await self.record_step(run, step, StepState.RUNNING)
+                return True
+            except LeadershipLost:
+                return False
+            except StoreUnavailable:
+                await asyncio.sleep(RETRY_WRITE_S)
+
+    async def _write(self, write: Callable[[Term], Awaitable[None]]) -> None:
+        if self.role is Role.ALONE:
+            return
+        term, fence = self._term, self.fence_at
+        if term is None or fence is None or not self.may_act():
+            raise LeadershipLost(f"{self._me.name} does not lead ({self.role.value})")
+        try:
+            async with asyncio.timeout(max(fence - self._clock.monotonic(), 0.001)):
+                await write(term)
+        except TimeoutError:
+            self._silent("no answer before the lease could end")
+            raise StoreUnavailable(
+                f"{self._me.name}: the store did not answer before the lease could end"
+            ) from None
+        except LeadershipLost as exc:
+            self._lost(str(exc))
+            self._report()
+            raise
+        except StoreUnavailable as exc:
+            self._silent(str(exc))
+            raise
+        self._answered()

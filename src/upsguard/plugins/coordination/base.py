@@ -1,0 +1,206 @@
+"""The ``CoordinationStore`` protocol: what two controllers share to act as one.
+
+A pair of controllers keeps three things in an existing store (etcd; a Kubernetes Lease
+or Consul could follow), never in a consensus of its own:
+
+* **who leads**: a key held by a lease of a few seconds. Winning it starts a ``Term``;
+  the key's revision when it was won is the term's fencing ``token``.
+* **the shared ledger**: the run records (``runs.RunRecord``) and the state of each step
+  (``StepMark``), written by the leader only, each write fenced: the store applies it
+  only while the leader key still has the term's revision, so a controller that lost
+  the lease (paused, partitioned, slow) cannot write, and learns it (``LeadershipLost``).
+* **finishing alone**: the leader's notice that it goes on without the store (the
+  machines carrying the store are about to stop); no standby acts after it.
+
+The standby reads all of it at one revision (``snapshot``) and waits for the next change
+(``wait_for_change``). Every method may raise ``StoreUnavailable`` (no endpoint answered
+in time, or no quorum) or ``AuthenticationError``; none retries for long, since the
+caller (``engine.leadership``) owns the timing: a lease is only a few seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from upsguard.models import ResourceId, RunId, StepId, StepState
+from upsguard.runs import RunRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A controller of the pair: its name (unique in the pair, the site file's ``ha.name``)
+    and the resource of the machine it runs on, when the plan stops that machine."""
+
+    name: str
+    machine: ResourceId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Leader:
+    """Who holds the leader key, as the store says now, and the key's revision."""
+
+    holder: Candidate
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """A won campaign. It lasts while its lease is renewed; every write the leader makes
+    is fenced by ``token``. ``lease`` is the store's own id of the lease, opaque to
+    everyone else; ``ttl_s`` is the lifetime the store granted (it may round up)."""
+
+    holder: Candidate
+    token: int
+    lease: int
+    ttl_s: float
+
+    @property
+    def leader(self) -> Leader:
+        return Leader(self.holder, self.token)
+
+
+@dataclass(frozen=True, slots=True)
+class StepMark:
+    """One step of a run as the shared ledger knows it: its state, which controller wrote
+    it and when (a step marked ``running`` by a controller that died is what the next
+    leader re-checks in the real world before anything else)."""
+
+    step: StepId
+    state: StepState
+    by: str
+    at: datetime
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AloneNotice:
+    """The leader goes on without the store from ``at``: a standby that reads this does
+    not take over the run, whatever the lease does next."""
+
+    by: str
+    token: int
+    at: datetime
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A key of the site whose value could not be read back (written by a newer version,
+    or by hand); the rest of the snapshot stands without it."""
+
+    key: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class SharedLedger:
+    """Everything the store holds for a site, read at one ``revision``."""
+
+    revision: int
+    leader: Leader | None = None
+    runs: tuple[RunRecord, ...] = ()
+    """Oldest first: the order in which the leader first recorded them."""
+    steps: Mapping[RunId, Mapping[StepId, StepMark]] = field(default_factory=dict)
+    alone: AloneNotice | None = None
+    unreadable: tuple[Unreadable, ...] = ()
+
+    @property
+    def active(self) -> RunRecord | None:
+        """The newest run in progress, the one a standby would resume."""
+        return next((r for r in reversed(self.runs) if r.active), None)
+
+    def steps_of(self, run: RunId) -> Mapping[StepId, StepMark]:
+        return self.steps.get(run, {})
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointHealth:
+    """One endpoint of the store as a probe found it: for ``doctor`` and ``status``."""
+
+    endpoint: str
+    answered: bool
+    version: str | None = None
+    is_leader: bool = False
+    """This member leads the store's own consensus (not the controllers')."""
+    detail: str = ""
+
+
+@runtime_checkable
+class CoordinationStore(Protocol):
+    """Leadership and the shared ledger of one site, in a store both controllers reach.
+
+    Every method may raise ``StoreUnavailable`` (no endpoint answered in time, no quorum)
+    and ``AuthenticationError`` (the store refused the user or password; the message
+    never holds the password). Fenced writes also raise ``LeadershipLost``. A method
+    returns or raises within a bound the implementation documents (a few request
+    timeouts): it never waits for the store to come back.
+    """
+
+    site: str
+
+    async def campaign(self, candidate: Candidate, ttl_s: float) -> Term | Leader:
+        """Try to become the leader: atomically, create the leader key held by a new lease
+        of ``ttl_s`` seconds if and only if no key exists. Returns the ``Term`` won, or the
+        ``Leader`` that holds the key (possibly this very candidate from a term it cannot
+        renew any more, such as a process that restarted: it waits for that lease to end
+        like any other). Safe to call again after a timeout: a campaign that did land is
+        found and returned as won."""
+        ...
+
+    async def renew(self, term: Term) -> float:
+        """Keep the term's lease alive; returns the seconds it now has to live. Raises
+        ``LeadershipLost`` when the lease is gone (expired or revoked): the term is over."""
+        ...
+
+    async def resign(self, term: Term) -> None:
+        """End the term now (a handover): the leader key goes, if it is still this term's,
+        and so does the lease, so a standby need not wait for the lease to run out. A term
+        already over resigns quietly."""
+        ...
+
+    async def leader(self) -> Leader | None:
+        """Who holds the leader key now, and its revision (the token of their term)."""
+        ...
+
+    async def record_run(self, term: Term, record: RunRecord) -> None:
+        """Write a run record (replacing the run's earlier one), fenced by ``term``.
+        Raises ``LeadershipLost`` when the leader key no longer has the term's token."""
+        ...
+
+    async def record_step(self, term: Term, run: RunId, mark: StepMark) -> None:
+        """Write one step's state in a run, fenced by ``term``: the write that says a step
+        has started must land before the step acts. Raises ``LeadershipLost``."""
+        ...
+
+    async def forget_run(self, term: Term, run: RunId) -> None:
+        """Remove a run and its steps (the ledger keeps only the newest runs), fenced.
+        Raises ``LeadershipLost``."""
+        ...
+
+    async def declare_alone(self, term: Term, notice: AloneNotice) -> None:
+        """Record that the leader finishes alone, fenced. Raises ``LeadershipLost``."""
+        ...
+
+    async def snapshot(self) -> SharedLedger:
+        """The leader, runs, steps and notice of the site, all read at one revision."""
+        ...
+
+    async def wait_for_change(self, after_revision: int, within_s: float) -> bool:
+        """Wait until something of the site changes after ``after_revision``; True when a
+        change came (it may have come before the call: none is missed), False when
+        ``within_s`` passed without one being seen. A follower then reads ``snapshot``
+        again either way."""
+        ...
+
+    async def probe(self) -> list[EndpointHealth]:
+        """Ask each endpoint on its own whether it answers; never raises: a dead endpoint
+        is an ``EndpointHealth`` that did not answer."""
+        ...
+
+    async def close(self) -> None:
+        """Let go of the connections. The lease is not revoked (``resign`` does that):
+        a controller that stops without resigning is taken over when its lease ends."""
+        ...

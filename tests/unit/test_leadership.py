@@ -1,0 +1,311 @@
+"""Leadership on a virtual clock: winning, renewing, fencing itself in time, handing over.
+
+The store is the shipped in-memory one (held to the same contract tests as real etcd),
+its leases ending on the virtual clock; ``Faulty`` wraps it to fail or hang from a given
+moment. Times are exact virtual seconds: with a TTL of 6 s and a margin of 1 s, a leader
+renews at 0, 2, 4, ...; one whose renewal sent at 4 is its last fences itself at 9.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import pytest
+
+from upsguard.clock import LoopClock, run_virtual
+from upsguard.engine.leadership import RETRY_WRITE_S, Leadership, LeadershipState, Role
+from upsguard.errors import LeadershipLost, StoreUnavailable
+from upsguard.models import RunId, StepId, StepState
+from upsguard.plugins.coordination.base import Candidate, CoordinationStore
+from upsguard.plugins.coordination.memory import MemorySite, MemoryStore
+
+T = TypeVar("T")
+TTL, MARGIN = 6.0, 1.0
+RUN, STEP = RunId("shutdown-1"), StepId("stop:vm1")
+
+
+class Faulty:
+    """A store that answers, fails (``down``) or never answers (``hang``), as told."""
+
+    def __init__(self, inner: CoordinationStore) -> None:
+        self.inner = inner
+        self.site = inner.site
+        self.mode = "ok"
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        method = getattr(self.inner, name)
+
+        async def call(*args: Any) -> Any:
+            if self.mode == "down":
+                raise StoreUnavailable("etcd: no endpoint answered (test)")
+            if self.mode == "hang":
+                await asyncio.Event().wait()
+            return await method(*args)
+
+        return call
+
+
+class Pair:
+    """Controllers sharing one in-memory site, each with its own (faulty) store and a record
+    of every role it reported, with the virtual time it came."""
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.clock = LoopClock(loop, datetime(2026, 11, 25, 3, 0, tzinfo=UTC))
+        self.site = MemorySite(self.clock)
+        self.stores: dict[str, Faulty] = {}
+        self.changes: dict[str, list[tuple[float, Role]]] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.members: dict[str, Leadership] = {}
+
+    def controller(self, name: str) -> Leadership:
+        store = Faulty(MemoryStore("hq", self.site))
+        self.stores[name] = store
+        self.changes[name] = []
+
+        def seen(state: LeadershipState) -> None:
+            self.changes[name].append((self.now, state.role))
+
+        member = Leadership(
+            store,  # type: ignore[arg-type]
+            Candidate(name),
+            ttl_s=TTL,
+            fence_margin_s=MARGIN,
+            clock=self.clock,
+            on_change=seen,
+        )
+        self.members[name] = member
+        return member
+
+    def start(self, name: str) -> None:
+        self.tasks[name] = asyncio.create_task(self.members[name].run())
+
+    def stop(self, name: str) -> None:
+        """The process dies or is paused: no more renewals, nothing reported."""
+        self.tasks.pop(name).cancel()
+
+    @property
+    def now(self) -> float:
+        return self.clock.monotonic()
+
+    async def until(self, at: float) -> None:
+        await asyncio.sleep(at - self.now)
+
+    async def close(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+
+
+def virtual(scenario: Callable[[Pair], Awaitable[T]]) -> T:
+    async def main() -> T:
+        pair = Pair()
+        try:
+            return await scenario(pair)
+        finally:
+            await pair.close()
+
+    return run_virtual(main())
+
+
+def test_a_lone_controller_leads_at_once_and_keeps_the_lease() -> None:
+    async def scenario(pair: Pair) -> None:
+        a = pair.controller("a")
+        pair.start("a")
+        await pair.until(0.5)
+        state = a.state()
+        assert (state.role, state.leader, state.store_silent_s) == (Role.LEADER, "a", None)
+        first = state.token
+        await pair.until(60.5)
+        state = a.state()
+        assert state.role is Role.LEADER and state.token == first
+        assert state.lease_age_s == pytest.approx(0.5)  # renewed at 60
+        assert pair.changes["a"] == [(0.0, Role.LEADER)]
+
+    virtual(scenario)
+
+
+def test_the_standby_takes_over_when_the_leaders_lease_ends() -> None:
+    """The leader dies at 9 (its last renewal was sent at 8): its lease ends at 14, and the
+    standby, campaigning every 2 s, wins at 14; the dead one would have fenced at 13."""
+
+    async def scenario(pair: Pair) -> None:
+        a, b = pair.controller("a"), pair.controller("b")
+        pair.start("a")
+        await pair.until(0.1)
+        pair.start("b")
+        await pair.until(9)
+        assert (a.role, b.role, b.state().leader) == (Role.LEADER, Role.STANDBY, "a")
+        pair.stop("a")
+        await pair.until(12.99)
+        assert a.may_act() and b.role is Role.STANDBY
+        await pair.until(13)
+        assert not a.may_act() and a.role is Role.FENCED  # from the clock, its loop is dead
+        await pair.until(20)
+        assert pair.changes["b"] == [(0.1, Role.STANDBY), (14.1, Role.LEADER)]
+        assert b.state().token != a.state().token
+
+    virtual(scenario)
+
+
+def test_a_leader_that_cannot_renew_fences_itself_at_ttl_minus_margin() -> None:
+    async def scenario(pair: Pair) -> None:
+        a = pair.controller("a")
+        pair.start("a")
+        await pair.until(5)
+        pair.stores["a"].mode = "down"  # renewals at 6 and 8 fail
+        await pair.until(8.999)
+        assert a.may_act()
+        assert a.state().store_silent_s == pytest.approx(2.999)
+        await pair.until(9)
+        assert not a.may_act()
+        await pair.until(9.5)
+        pair.stores["a"].mode = "ok"  # too late: the lease ended at 10 before the next try
+        await pair.until(30)
+        assert pair.changes["a"] == [
+            (0.0, Role.LEADER),
+            (9.0, Role.FENCED),
+            (11.0, Role.STANDBY),  # the renewal at 11 found the lease gone
+            (13.0, Role.LEADER),  # a new campaign, a new term
+        ]
+
+    virtual(scenario)
+
+
+def test_a_renewal_that_lands_before_the_lease_ends_makes_it_leader_again() -> None:
+    async def scenario(pair: Pair) -> None:
+        a = pair.controller("a")
+        pair.start("a")
+        await pair.until(5)
+        pair.stores["a"].mode = "down"
+        await pair.until(8.5)
+        token = a.state().token
+        pair.stores["a"].mode = "ok"
+        await pair.until(12)
+        assert pair.changes["a"] == [(0.0, Role.LEADER), (9.0, Role.FENCED), (9.0, Role.LEADER)]
+        assert a.state().token == token  # the same term: its lease never ended
+
+    virtual(scenario)
+
+
+def test_a_store_that_hangs_does_not_delay_the_fence() -> None:
+    async def scenario(pair: Pair) -> None:
+        a = pair.controller("a")
+        pair.start("a")
+        await pair.until(5)
+        pair.stores["a"].mode = "hang"
+        await pair.until(12)
+        assert pair.changes["a"] == [(0.0, Role.LEADER), (9.0, Role.FENCED)]
+        assert a.state().store_silent_s is not None
+
+    virtual(scenario)
+
+
+def test_a_paused_leader_that_wakes_after_the_takeover_starts_nothing() -> None:
+    async def scenario(pair: Pair) -> None:
+        a, b = pair.controller("a"), pair.controller("b")
+        pair.start("a")
+        await pair.until(0.1)
+        pair.start("b")
+        await pair.until(1)
+        pair.stop("a")  # SIGSTOP: its last renewal was sent at 0
+        await pair.until(7)
+        assert b.role is Role.LEADER  # won at 6.1, once a's lease ended at 6
+        assert await a.claim_step(RUN, STEP) is False  # SIGCONT: the clock says no at once
+        with pytest.raises(LeadershipLost):
+            await a.record_step(RUN, STEP, StepState.RUNNING)
+        assert await b.claim_step(RUN, STEP) is True
+        marks = (await pair.stores["b"].inner.snapshot()).steps_of(RUN)
+        assert {s: (m.state, m.by) for s, m in marks.items()} == {STEP: (StepState.RUNNING, "b")}
+
+    virtual(scenario)
+
+
+def test_a_step_is_claimed_while_the_store_answers_and_refused_past_the_fence() -> None:
+    async def scenario(pair: Pair) -> None:
+        a = pair.controller("a")
+        pair.start("a")
+        await pair.until(5)
+        assert await a.claim_step(RUN, StepId("s1")) is True
+        pair.stores["a"].mode = "down"
+        assert await a.claim_step(RUN, StepId("s2")) is False  # retried until the fence
+        assert 9.0 <= pair.now < 9.0 + RETRY_WRITE_S + 1e-9
+        pair.stores["a"].mode = "ok"
+        assert set((await pair.stores["a"].inner.snapshot()).steps_of(RUN)) == {StepId("s1")}
+
+    virtual(scenario)
+
+
+def test_with_the_store_silent_a_needed_action_goes_on_alone_after_the_limit() -> None:
+    """The rule: never missing a shutdown outranks never acting twice."""
+
+    async def scenario(pair: Pair) -> None:
+        b = pair.controller("b")
+        pair.stores["b"].mode = "down"  # the store is gone for everyone
+        pair.start("b")
+        assert b.silence_limit_s == TTL + TTL / 3
+        await pair.until(7.99)
+        assert b.act_without_store("shutdown needed") is False  # a blip is waited out
+        assert b.role is Role.STANDBY
+        await pair.until(8)
+        assert b.act_without_store("shutdown needed") is True
+        assert b.role is Role.ALONE and b.may_act()
+        assert await b.claim_step(RUN, STEP) is True  # nothing written: the journal keeps it
+        await b.record_step(RUN, STEP, StepState.DONE)
+        assert pair.changes["b"][-1] == (8.0, Role.ALONE)
+
+    virtual(scenario)
+
+
+def test_a_handover_lets_the_other_win_without_waiting_for_the_lease() -> None:
+    async def scenario(pair: Pair) -> None:
+        a, _ = pair.controller("a"), pair.controller("b")
+        pair.start("a")
+        await pair.until(0.1)
+        pair.start("b")
+        await pair.until(3)
+        await a.hand_over()
+        await pair.until(20)
+        assert pair.changes["b"] == [(0.1, Role.STANDBY), (4.1, Role.LEADER)]  # next campaign
+        assert pair.changes["a"] == [(0.0, Role.LEADER), (3.0, Role.STANDBY)]
+        assert a.state().leader == "b"
+
+    virtual(scenario)
+
+
+def test_finishing_alone_leaves_a_notice_no_standby_can_miss() -> None:
+    async def scenario(pair: Pair) -> None:
+        a, b = pair.controller("a"), pair.controller("b")
+        pair.start("a")
+        await pair.until(0.1)
+        pair.start("b")
+        await pair.until(3)
+        assert await b.finish_alone("the store's machines stop next") is False  # not leading
+        assert await a.finish_alone("the store's machines stop next") is True
+        seen = await pair.stores["b"].inner.snapshot()
+        assert seen.alone is not None and (seen.alone.by, seen.alone.reason) == (
+            "a",
+            "the store's machines stop next",
+        )
+        await a.record_step(RUN, STEP, StepState.RUNNING)  # alone: the journal only
+        assert (await pair.stores["b"].inner.snapshot()).steps == {}
+        assert a.role is Role.ALONE
+
+    virtual(scenario)
+
+
+def test_the_margin_must_leave_room_for_a_renewal() -> None:
+    async def scenario(pair: Pair) -> None:
+        with pytest.raises(ValueError):
+            Leadership(
+                MemoryStore("hq", pair.site),
+                Candidate("a"),
+                ttl_s=4,
+                fence_margin_s=2,
+                clock=pair.clock,
+            )
+
+    virtual(scenario)

@@ -1,0 +1,138 @@
+"""The web page's guards without a browser: who a cookie names, what a forged or old one
+gets, the slowed logins, the proxy's header, and a web: section that would expose the page."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from upsguard.config.web import WebConfig
+from upsguard.controller.web.auth import (
+    Keys,
+    LoginThrottle,
+    PasswordCheck,
+    Sessions,
+    csrf_ok,
+    hash_password,
+    trusted_proxy,
+)
+
+ANA_HASH = hash_password("op-secret")
+
+
+def config(**extra: Any) -> WebConfig:
+    users = [
+        {"name": "ana", "role": "operator", "password_hash": ANA_HASH},
+        {"name": "noc", "role": "viewer", "password_hash": ANA_HASH},
+    ]
+    return WebConfig.model_validate({"users": users, **extra})
+
+
+def test_a_session_names_its_user_with_the_role_the_site_file_gives_now() -> None:
+    sessions = Sessions(config(), Keys(b"k" * 32))
+    cookie = sessions.issue("ana", now=1000.0)
+    user = sessions.user(cookie, now=1001.0)
+    assert user is not None and (user.name, user.role, user.may_act) == ("ana", "operator", True)
+    assert csrf_ok(user, user.csrf) and not csrf_ok(user, "") and not csrf_ok(user, "x" * 32)
+    demoted = config(users=[{"name": "ana", "role": "viewer", "password_hash": ANA_HASH}])
+    again = Sessions(demoted, Keys(b"k" * 32)).user(cookie, now=1001.0)
+    assert again is not None and not again.may_act  # the role is the file's, not the cookie's
+    gone = config(users=[{"name": "noc", "password_hash": ANA_HASH}])
+    assert Sessions(gone, Keys(b"k" * 32)).user(cookie, now=1001.0) is None
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        lambda c: c[:-2] + ("AA" if not c.endswith("AA") else "BB"),  # signature changed
+        lambda c: "eyJ1Ijoibm9jIn0" + c[c.index(".") :],  # payload changed
+        lambda c: c.replace(".", ""),
+        lambda c: "",
+        lambda c: "a.b.c",
+        lambda c: "%%%." + c.split(".")[1],
+    ],
+)
+def test_a_forged_cookie_names_nobody(forge: Any) -> None:
+    sessions = Sessions(config(), Keys(b"k" * 32))
+    cookie = sessions.issue("ana")
+    assert sessions.user(forge(cookie)) is None
+
+
+def test_a_cookie_of_another_key_or_past_its_lifetime_names_nobody() -> None:
+    cfg = config(session_lifetime="1h")
+    cookie = Sessions(cfg, Keys(b"k" * 32)).issue("ana", now=0.0)
+    assert Sessions(cfg, Keys(b"other" * 8)).user(cookie, now=1.0) is None  # a restart
+    assert Sessions(cfg, Keys(b"k" * 32)).user(cookie, now=3601.0) is None
+
+
+def test_failed_logins_wait_longer_each_time_and_a_success_forgets_them() -> None:
+    throttle = LoginThrottle()
+    keys = ("address 10.0.0.9", "user ana")
+    assert throttle.wait_s(keys, 0.0) == 0.0
+    delays = [throttle.failed(keys, 0.0) for _ in range(5)]
+    assert delays == [0.5, 1.0, 2.0, 4.0, 8.0]
+    assert throttle.wait_s(keys, 1.0) == 7.0
+    assert throttle.wait_s(("address 10.0.0.9", "user noc"), 1.0) == 7.0  # same address
+    assert throttle.wait_s(("address 10.0.0.7", "user ana"), 1.0) == 7.0  # same user
+    assert throttle.wait_s(("address 10.0.0.7", "user noc"), 1.0) == 0.0
+    assert max(throttle.failed(keys, 0.0) for _ in range(20)) == 60.0  # capped
+    throttle.succeeded(keys)
+    assert throttle.wait_s(keys, 1.0) == 0.0
+
+
+def test_passwords_are_checked_against_their_hash_and_a_wrong_name_is_no_shortcut() -> None:
+    check = PasswordCheck(config())
+
+    async def tries() -> list[bool]:
+        return [
+            await check.verify("ana", "op-secret"),
+            await check.verify("ana", "op-secreT"),
+            await check.verify("mallory", "op-secret"),
+        ]
+
+    assert asyncio.run(tries()) == [True, False, False]
+    assert "op-secret" not in ANA_HASH and ANA_HASH.startswith("$argon2id$")
+
+
+def test_the_proxy_header_is_trusted_only_from_the_proxy() -> None:
+    cfg = config(proxy={"trusted": ["127.0.0.1/32", "fd00::/8"]})
+    assert trusted_proxy(cfg, "127.0.0.1") and trusted_proxy(cfg, "fd00::5")
+    assert not trusted_proxy(cfg, "127.0.0.2") and not trusted_proxy(cfg, None)
+    assert not trusted_proxy(config(), "127.0.0.1")  # no proxy configured
+    user = Sessions(cfg, Keys(b"k" * 32)).proxied("noc")
+    assert user is not None and user.role == "viewer" and user.via_proxy
+    assert Sessions(cfg, Keys(b"k" * 32)).proxied("mallory") is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ({"listen": "0.0.0.0"}, "not loopback: give tls"),
+        ({"users": []}, "at least 1 item"),
+        ({"users": [{"name": "ana"}]}, "has no password_hash"),
+        ({"users": [{"name": "ana", "password_hash": "plain-text"}]}, "should match pattern"),
+        (
+            {"users": [{"name": "a", "password_hash": ANA_HASH}] * 2},
+            "user 'a' is named twice",
+        ),
+    ],
+)
+def test_a_web_section_that_would_expose_the_page_is_refused(
+    extra: dict[str, Any], says: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ValidationError, match=says):
+        config(**extra)
+
+
+def test_any_address_with_tls_and_proxy_only_users_with_a_proxy_are_accepted(
+    tmp_path: Path,
+) -> None:
+    tls = {"certificate_file": str(tmp_path / "c.pem"), "key_file": str(tmp_path / "k.pem")}
+    cfg = config(listen="0.0.0.0", tls=tls)
+    assert cfg.cookies_secure
+    proxied = config(users=[{"name": "ana"}], proxy={"trusted": ["127.0.0.1"]})
+    assert not proxied.cookies_secure and proxied.user("ana") is not None
