@@ -8,6 +8,7 @@ the one just finished).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,6 +18,9 @@ from upsguard.models import (
     CacheMode,
     Direction,
     Phase,
+    PowerState,
+    ResourceId,
+    ResourceKind,
     RunId,
     StepId,
     StepState,
@@ -25,6 +29,8 @@ from upsguard.models import (
 )
 from upsguard.runs import RunOutcome, RunSpec
 from upsguard.selftest import TestState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +113,8 @@ class StepStarted(Event):
     run: RunId
     step: StepId
     action: str
+    resource: ResourceId | None = None
+    """The resource the step acts on (a group's member steps name their group)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +125,38 @@ class StepFinished(Event):
     detail: str
     attempts: int = 1
     fallback_used: bool = False
+    resource: ResourceId | None = None
+    already_there: bool = False
+    """Every target was in the wanted state already: nothing was asked of the platform (a
+    VM already off, a resumed step re-checking what was done before)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TargetAsked(Event):
+    """A platform accepted a step's request for one target (to stop it, or to power it on).
+    It is under way until the target is seen in the state asked for; journaled, so that a
+    restarted controller waits for it instead of asking again."""
+
+    run: RunId
+    step: StepId
+    platform: str
+    target: str
+    target_kind: ResourceKind
+    wanted: PowerState
+
+
+@dataclass(frozen=True, slots=True)
+class RunWidened(Event):
+    """A running shutdown's scope grew (another feed's trigger): the same run, more steps."""
+
+    spec: RunSpec
+    steps: int
+    reason: str
+    """Why it grew: the trigger of the feeds it covers now."""
+
+    @property
+    def run(self) -> RunId:
+        return self.spec.id
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +175,8 @@ class CacheModeChanged(Event):
     mode: CacheMode
     ok: bool
     detail: str = ""
+    owed: bool = False
+    """upsguard took the target out of write-back: it returns it once the outage is over."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +306,9 @@ def describe(event: Event) -> str | None:
             return f"{spec.kind} runbook {verb} ({steps} steps{feeds}): {spec.reason}  [{spec.id}]"
         case RunFinished(spec=spec, outcome=outcome, detail=detail):
             return f"{spec.kind} runbook {outcome}: {detail}"
+        case RunWidened(spec=spec, steps=steps, reason=reason):
+            feeds = ", ".join(spec.feeds) if spec.feeds else "every feed"
+            return f"{spec.kind} runbook widened to {feeds} ({steps} steps): {reason}  [{spec.id}]"
         case StepWaiting(step=step, reason=reason):
             return f"  waiting  {step}: {reason}"
         case PointOfNoReturn(step=step):
@@ -366,7 +411,11 @@ EventSink = Callable[[Event], None]
 
 
 class EventBus:
-    """Fans one event out to every subscriber, in subscription order."""
+    """Fans one event out to every subscriber, in subscription order.
+
+    A subscriber that raises is that subscriber's bug, logged: it never keeps the others
+    from hearing the event, nor fails the step or the decision that told it.
+    """
 
     def __init__(self) -> None:
         self._sinks: list[EventSink] = []
@@ -376,4 +425,7 @@ class EventBus:
 
     def __call__(self, event: Event) -> None:
         for sink in self._sinks:
-            sink(event)
+            try:
+                sink(event)
+            except Exception:
+                log.exception("%s failed on %s", getattr(sink, "__qualname__", sink), event.kind)

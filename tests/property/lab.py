@@ -62,6 +62,8 @@ from upsguard.simulation.world import RETURN_DELAY_S, PowerWorld
 
 T = TypeVar("T")
 
+LAB = "lab:"
+"""The names of the test's own tasks."""
 ANSWER_WITHIN_S = 600.0
 """A person's command (trigger, abort, a restart) answers within this much virtual time."""
 RESTART_S = 2.0
@@ -146,12 +148,26 @@ class GatedBus:
             self._heard(event)
 
 
+class Life:
+    """Whether a controller process still lives. A killed one reaches nothing more: its
+    calls to the world's platforms, caches and UPSes never come back (as after ``kill -9``,
+    whatever its tasks would have done next)."""
+
+    def __init__(self) -> None:
+        self.alive = True
+
+    async def check(self) -> None:
+        if not self.alive:
+            await asyncio.get_running_loop().create_future()
+
+
 class LabPlatform:
     """A world's platform lent to one controller process: it outlives the process, so
     opening and closing it is nothing."""
 
-    def __init__(self, inner: SimulatedPlatform) -> None:
+    def __init__(self, inner: SimulatedPlatform, life: Life) -> None:
         self._inner = inner
+        self._life = life
         self.name = inner.name
 
     async def open(self) -> None:
@@ -161,51 +177,86 @@ class LabPlatform:
         return None
 
     async def resolve(self, resource: Any, *, direct: bool = False) -> list[Target]:
+        await self._life.check()
         return await self._inner.resolve(resource, direct=direct)
 
     async def power_state(self, target: Target) -> PowerState:
+        await self._life.check()
         return await self._inner.power_state(target)
 
     async def stop(self, target: Target, method: StopMethod) -> None:
+        await self._life.check()
         await self._inner.stop(target, method)
 
     async def start(self, target: Target) -> None:
+        await self._life.check()
         await self._inner.start(target)
 
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
+        await self._life.check()
         return await self._inner.wait_for(target, state, timeout)
 
     async def healthy(self, target: Target) -> bool:
+        await self._life.check()
         return await self._inner.healthy(target)
 
     async def in_flight(self, target: Target, state: PowerState) -> str | None:
+        await self._life.check()
         return await self._inner.in_flight(target, state)
 
 
-class LabCache:
-    """A world's cache lent to one controller process, which may refuse to flip (a fault the
-    test injects: the provider's own error, as a real one raises it)."""
+@dataclass
+class WorldCache:
+    """A cache of the world, and the fault the test injects into it: a provider that refuses
+    to change the mode (with the provider's own kind of error)."""
 
-    def __init__(self, inner: SimulatedCache) -> None:
-        self.inner = inner
-        self.refuse = False
+    inner: SimulatedCache
+    refuse: bool = False
+
+
+class LabCache:
+    """A world's cache lent to one controller process."""
+
+    def __init__(self, cache: WorldCache, life: Life) -> None:
+        self._cache = cache
+        self._life = life
 
     async def targets(self) -> list[CacheTarget]:
-        return await self.inner.targets()
+        await self._life.check()
+        return await self._cache.inner.targets()
 
     async def read(self, target: CacheTarget) -> CacheState:
-        return await self.inner.read(target)
+        await self._life.check()
+        return await self._cache.inner.read(target)
 
     async def set_mode(self, target: CacheTarget, mode: CacheMode) -> None:
-        if self.refuse:
+        await self._life.check()
+        if self._cache.refuse:
             raise PermanentError(f"cache {target.name}: the provider refused {mode} (injected)")
-        await self.inner.set_mode(target, mode)
+        await self._cache.inner.set_mode(target, mode)
 
     async def flush(self, target: CacheTarget) -> None:
-        await self.inner.flush(target)
+        await self._life.check()
+        await self._cache.inner.flush(target)
 
     async def close(self) -> None:
         return None
+
+
+class LabUps(SimulatedUps):
+    """A world's UPS as one controller process reads and commands it."""
+
+    def __init__(self, config: Any, clock: Any, world: PowerWorld, life: Life) -> None:
+        super().__init__(config, clock, world)
+        self._life = life
+
+    async def read(self) -> Any:
+        await self._life.check()
+        return await super().read()
+
+    async def command(self, name: str) -> None:
+        await self._life.check()
+        await super().command(name)
 
 
 @dataclass
@@ -215,6 +266,7 @@ class Process:
     number: int
     service: Service
     bus: GatedBus
+    life: Life
     stop: asyncio.Event
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -245,7 +297,7 @@ class OutageLab:
             for name in sorted({r.platform for r in self.site.resources if r.platform})
         }
         self.caches = {
-            c.name: LabCache(SimulatedCache(c, self.clock))
+            c.name: WorldCache(SimulatedCache(c, self.clock))
             for c in self.site.caches
             if isinstance(c, SimulatedCacheSettings)
         }
@@ -279,7 +331,19 @@ class OutageLab:
     def run(self, coro: Coroutine[Any, Any, T], within_s: float = ANSWER_WITHIN_S) -> T:
         """Run ``coro`` on the virtual clock; one that takes longer than ``within_s`` of it is
         stuck (a person's command that never answers), which the run reports."""
-        return self.loop.run_until_complete(_answers(coro, within_s))
+        return self.loop.run_until_complete(self._lab_task(_answers(coro, within_s)))
+
+    def _lab_task(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """The test's own doing (never a controller's: a kill leaves it alone)."""
+        return self.loop.create_task(coro, name=f"{LAB} {getattr(coro, '__name__', '')}")
+
+    def change(self, world_change: Callable[[], object]) -> None:
+        """A change of the world, made on the loop (the platforms schedule what follows)."""
+
+        async def now() -> None:
+            world_change()
+
+        self.run(now())
 
     def wait(self, seconds: float) -> None:
         self.run(asyncio.sleep(seconds), within_s=seconds + 1)
@@ -306,11 +370,12 @@ class OutageLab:
         if self.process is not None:
             return
         self._count += 1
-        service = Service(self.site, self.clock, plugins=self._plugins)
+        life = Life()
+        service = Service(self.site, self.clock, plugins=lambda s, c: self._plugins(s, c, life))
         number = self._count
         bus = GatedBus(service.bus, lambda event: self._heard(number, event))
         service.bus = bus  # type: ignore[assignment]  # the gate forwards to the real bus
-        self.process = process = Process(number, service, bus, asyncio.Event())
+        self.process = process = Process(number, service, bus, life, asyncio.Event())
         self.starts.append(self.now)
         await service.open()
         process.tasks = service.watch(process.stop)
@@ -336,23 +401,26 @@ class OutageLab:
             return
         self.process = None
         process.stop.set()
-        if killed:
+        if killed:  # at once: nothing it says is heard, nothing it does reaches the world
             process.bus.open = False
+            process.life.alive = False
+            tasks = [t for t in asyncio.all_tasks() if not t.get_name().startswith(LAB)]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            process.service.journal.close()
+            process.service.lock.release()
+            return
         for task in process.tasks:
             task.cancel()
         await asyncio.gather(*process.tasks, return_exceptions=True)
-        if killed:
-            await process.service.controller.interrupt()  # its tasks end; nothing is heard
-            process.service.journal.close()
-            process.service.lock.release()
-        else:
-            await process.service.close()
+        await process.service.close()
 
-    def _plugins(self, site: SiteConfig, clock: Any) -> SitePlugins:
+    def _plugins(self, site: SiteConfig, clock: Any, life: Life) -> SitePlugins:
         return SitePlugins(
-            sources={u.name: SimulatedUps(u, clock, self.power) for u in site.ups},
-            platforms={name: LabPlatform(p) for name, p in self.platforms.items()},  # type: ignore[misc]
-            caches=dict(self.caches),  # type: ignore[arg-type]
+            sources={u.name: LabUps(u, clock, self.power, life) for u in site.ups},
+            platforms={name: LabPlatform(p, life) for name, p in self.platforms.items()},  # type: ignore[misc]
+            caches={name: LabCache(c, life) for name, c in self.caches.items()},
         )
 
     # -- the world -----------------------------------------------------------------------------
@@ -392,9 +460,9 @@ class OutageLab:
         if rid != self.own:
             return
         if state is PowerState.OFF and self.process is not None:  # its power went: no SIGTERM
-            self.loop.create_task(self.kill())
+            self._lab_task(self.kill())
         elif state is PowerState.ON and self.process is None:
-            self.loop.create_task(self._boot())
+            self._lab_task(self._boot())
 
     async def _boot(self) -> None:
         await asyncio.sleep(RESTART_S)
@@ -467,8 +535,8 @@ class OutageLab:
         if journaled is not None and journaled is not phase:
             return f"the journal says phase {journaled}, the controller {phase}"
         status = service.status()
-        if status["phase"] != phase.value:
-            return f"status says phase {status['phase']}, the controller {phase}"
+        if status.phase is not phase:
+            return f"status says phase {status.phase}, the controller {phase}"
         running = {
             r.id for r in service.journal.runs(limit=10, with_steps=False) if r.state == "running"
         }
@@ -476,6 +544,9 @@ class OutageLab:
         ledger = {active.spec.id} if active is not None else set()
         if running != ledger:
             return f"the journal has running runs {sorted(running)}, the ledger {sorted(ledger)}"
+        shown = {status.run.id} if status.run is not None else set()
+        if shown - ledger:
+            return f"status shows run {sorted(shown)}, the ledger {sorted(ledger)}"
         return None
 
     # -- the end: the mains come back for good -------------------------------------------------
@@ -486,7 +557,7 @@ class OutageLab:
         everything up and every cache in write-back. A failure the controller recorded (a
         startup that failed, a site a person shut down) asks the person to start the site
         once, as the CLI tells them to."""
-        self._clear_faults()
+        self.change(self._clear_faults)
         self.run(self._release())
         for person_started in (False, True):
             deadline = self.now + self._bound()
@@ -577,7 +648,8 @@ class OutageLab:
             StepState.FAILED,
             StepState.SKIPPED,
         ):
-            self._excused.add(self._resource_of[event.step])
+            assert event.resource is not None
+            self._excused.add(event.resource)
 
     def _requested(self, request: Request) -> None:
         process = self.process.number if self.process is not None else 0
@@ -597,7 +669,7 @@ class OutageLab:
         self.seen.append(seen)
 
     def _poweroff_stops_service(self) -> None:
-        self.loop.create_task(self.sigterm())
+        self._lab_task(self.sigterm())
 
     def _check_twice(self, seen: Seen) -> None:
         """No step acts twice on its target: a request while the same one is under way, or
@@ -672,7 +744,7 @@ class Stuck(AssertionError):
 
 
 async def _answers(coro: Coroutine[Any, Any, T], within_s: float) -> T:
-    task = asyncio.ensure_future(coro)
+    task = asyncio.get_running_loop().create_task(coro, name=f"{LAB} answer")
     done, _ = await asyncio.wait([task], timeout=within_s)
     if not done:
         stacks = []

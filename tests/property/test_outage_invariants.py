@@ -27,7 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from tests.property.lab import OutageLab
 from upsguard.errors import UpsguardError
-from upsguard.models import LinkState, ResourceId, UpsName
+from upsguard.models import CacheName, LinkState, ResourceId, UpsName
 from upsguard.plugins.platforms.simulated import Behaviour, Hang
 
 UPSES = [UpsName("ua"), UpsName("ub")]
@@ -66,19 +66,19 @@ class OutageMachine(RuleBasedStateMachine):
 
     @rule(ups=st.sampled_from(UPSES), on=st.booleans())
     def mains(self, ups: UpsName, on: bool) -> None:
-        self.lab.power.set_mains([ups], on)
+        self.lab.change(lambda: self.lab.power.set_mains([ups], on))
 
     @rule(ups=st.sampled_from(UPSES), link=st.sampled_from(list(LinkState)))
     def contact(self, ups: UpsName, link: LinkState) -> None:
-        self.lab.power.set_link([ups], link)
+        self.lab.change(lambda: self.lab.power.set_link([ups], link))
 
     @rule(ups=st.sampled_from(UPSES), on=st.booleans())
     def self_test(self, ups: UpsName, on: bool) -> None:
-        self.lab.power.set_self_test([ups], on)
+        self.lab.change(lambda: self.lab.power.set_self_test([ups], on))
 
     @rule(ups=st.sampled_from(UPSES), on=st.booleans())
     def fsd(self, ups: UpsName, on: bool) -> None:
-        self.lab.power.set_fsd([ups], on)
+        self.lab.change(lambda: self.lab.power.set_fsd([ups], on))
 
     @rule(ups=st.sampled_from(UPSES), charge=st.sampled_from([60, 35, 15, 8, 3]))
     def battery_older_than_its_model(self, ups: UpsName, charge: int) -> None:
@@ -137,11 +137,11 @@ class OutageMachine(RuleBasedStateMachine):
 
     @rule(nbytes=st.sampled_from([0, 64 << 20, 3 << 30]))
     def guests_write(self, nbytes: int) -> None:
-        self.lab.caches["flash"].inner.write(nbytes)  # type: ignore[index]
+        self.lab.caches[CacheName("flash")].inner.write(nbytes)
 
     @rule(refuse=st.booleans())
     def cache_refuses_to_flip(self, refuse: bool) -> None:
-        self.lab.caches["flash"].refuse = refuse  # type: ignore[index]
+        self.lab.caches[CacheName("flash")].refuse = refuse
 
     # -- the controller itself ----------------------------------------------------------------
 

@@ -86,8 +86,9 @@ class EndOfOutage:
         (every UPS powering it took a load cycle), else why it stays up."""
         feeds = self._site.feeds_powering(own.id)
         at_risk = {f.name for f in view.at_risk} if view is not None else set()
-        own_feeds = {feed_name(f, i) for i, f in enumerate(self._site.effective_feeds())
-                     if f in feeds}
+        own_feeds = {
+            feed_name(f, i) for i, f in enumerate(self._site.effective_feeds()) if f in feeds
+        }
         if not own_feeds & at_risk:
             why = f"the mains are there: upsguard stays up on {own.id} to start the site again"
             self._events(Notice(self._clock.now(), why))

@@ -11,17 +11,18 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
+from upsguard.engine.actions import TargetKey, UnderWay
 from upsguard.engine.destage import DestageGate, DestageWatch
 from upsguard.engine.end_of_outage import EndOfOutage
 from upsguard.engine.executor import Executor, RunResult
 from upsguard.engine.ledger import RunLedger
 from upsguard.engine.news import PowerNews
-from upsguard.errors import TemporaryError, UpsguardError
+from upsguard.errors import TemporaryError
 from upsguard.events import (
     EventSink,
     Notice,
@@ -29,11 +30,10 @@ from upsguard.events import (
     ReadingTaken,
 )
 from upsguard.models import (
-    CacheMode,
+    CacheName,
     Direction,
     Phase,
     PlatformName,
-    PowerState,
     ResourceId,
     RunId,
     StepId,
@@ -120,7 +120,9 @@ class OutageController:
         self.executor: Executor | None = None
         self._task: asyncio.Task[RunResult] | None = None
         self.view: PowerView | None = None
-        self._in_flight: list[Step] = []
+        self._under_way: dict[TargetKey, UnderWay] = {}
+        """Requests of runs that ended (cancelled, aborted, superseded) not seen to land: the
+        next run's steps wait for them instead of asking again."""
         self._news = PowerNews(self.feeds, clock, events)
         self._end = EndOfOutage(site, sources, clock, events)
         self._acting = asyncio.Lock()
@@ -151,7 +153,24 @@ class OutageController:
                     log.exception("%s failed", decision.act.value)
                     message = f"{decision.act.value} failed: {type(exc).__name__}: {exc}"
                     self._events(Notice(self._clock.now(), message, level="error"))
+            await self._keep_caches(view)
         return view
+
+    async def _keep_caches(self, view: PowerView) -> None:
+        """Level-triggered like the runs: on battery the caches at risk stay in write-through
+        (one that refused is asked again), and back to normal what upsguard took out of
+        write-back goes back (likewise) once no run needs it clean (a person's partial
+        shutdown flips what gates its hosts)."""
+        phase = self.engine.phase
+        if phase in (Phase.ON_BATTERY, Phase.SHEDDING, Phase.SHUTTING_DOWN) and view.on_battery:
+            feeds = tuple(f.name for f in view.at_risk)
+            await self.caches.write_through(self._caches_of(feeds))
+        elif phase is Phase.NORMAL and self.caches.owed and not self.busy:
+            await self.caches.restore()
+
+    def _caches_of(self, feeds: tuple[str, ...] | None) -> list[CacheName]:
+        """The caches in the data path of what the feeds power (all of them: every cache)."""
+        return self.caches.names if feeds is None else list(self.plan_for(feeds).caches)
 
     def _read_caches(self, view: PowerView) -> None:
         """On battery, the caches' dirty data decides when the shutdown must start: read them
@@ -236,18 +255,9 @@ class OutageController:
         if decision.act in (Act.START_SHUTDOWN, Act.START_SHEDDING, Act.START_STARTUP):
             await self._fresh_plans()
         if decision.act is Act.CACHES_WRITE_THROUGH:
-            at_risk = (
-                self.caches.names
-                if decision.feeds is None
-                else self.plan_for(decision.feeds).caches
-            )
-            flip = [c for c in at_risk if c not in self.caches.flipped_at]
-            if flip:
-                await self.caches.set_mode(CacheMode.WRITE_THROUGH, flip)
+            await self.caches.write_through(self._caches_of(decision.feeds))
         elif decision.act is Act.CACHES_WRITE_BACK:
-            flipped = list(self.caches.flipped_at)
-            if flipped:
-                await self.caches.set_mode(CacheMode.WRITE_BACK, flipped)
+            await self.caches.restore()
         elif decision.act is Act.START_SHEDDING:
             scope = self.scope(decision.feeds)
             shed = {
@@ -259,17 +269,26 @@ class OutageController:
                 )
                 await self._start(self.planner.plan(Direction.SHUTDOWN, shed), spec)
         elif decision.act is Act.START_SHUTDOWN:
-            plan = self.plan_for(decision.feeds)
-            scope = self.scope(decision.feeds)
-            spec = self.ledger.new_spec(
-                RunKind.SHUTDOWN, RunOrigin.POLICY, decision.reason, scope, decision.feeds
-            )
-            await self._start(plan, spec)
+            await self._shut_down(decision.feeds, decision.reason)
         elif decision.act in (Act.CANCEL_SHUTDOWN, Act.CANCEL_STARTUP):
             await self._stop_run(RunOutcome.CANCELLED)
         elif decision.act is Act.START_STARTUP:
             spec = self.ledger.new_spec(RunKind.STARTUP, RunOrigin.POLICY, decision.reason)
             await self._start(self.planner.plan(Direction.STARTUP), spec)
+
+    async def _shut_down(self, feeds: tuple[str, ...] | None, reason: str) -> None:
+        """Shut the feeds down. A policy's shutdown already running for other feeds grows to
+        cover these too: nothing it has running or done is cancelled or asked again."""
+        plan = self.plan_for(feeds)
+        scope = self.scope(feeds)
+        executor = self.executor
+        running = executor is not None and self.busy and executor.spec.kind is RunKind.SHUTDOWN
+        if running and executor is not None and executor.spec.origin is RunOrigin.POLICY:
+            only = tuple(sorted(scope)) if scope is not None else None
+            executor.widen(plan, replace(executor.spec, only=only, feeds=feeds), reason)
+            return
+        spec = self.ledger.new_spec(RunKind.SHUTDOWN, RunOrigin.POLICY, reason, scope, feeds)
+        await self._start(plan, spec)
 
     async def _fresh_plans(self) -> None:
         """Where the VMs are now decides which hosts wait on which cache: ask once more."""
@@ -303,39 +322,13 @@ class OutageController:
             resumed=resumed,
             before_step=self._before_step,
             dry_run=self._dry_run,
+            under_way=self._take_under_way(),
         )
         self.executor = executor
         executor.begin()
-        settle, self._in_flight = self._in_flight, []
-        prelude = None
-        if settle and plan.direction is Direction.STARTUP:
-            prelude = functools.partial(self._settle, settle)
-        self._task = asyncio.create_task(executor.run(prelude), name=spec.id)
+        self._task = asyncio.create_task(executor.run(), name=spec.id)
         self._task.add_done_callback(functools.partial(self._run_done, executor))
         return spec.id
-
-    async def _settle(self, steps: list[Step]) -> None:
-        """A shutdown already asked for cannot be taken back: let it land before starting again,
-        or the startup would find a VM still up that goes off a moment later."""
-        names = ", ".join(s.resource for s in steps)
-        message = f"waiting for the shutdowns already under way ({names}) before starting again"
-        self._events(Notice(self._clock.now(), message))
-        await asyncio.gather(*(self._settle_one(step) for step in steps))
-
-    async def _settle_one(self, step: Step) -> None:
-        platform = self.platforms.get(PlatformName(step.platform or ""))
-        if platform is None or step.settings is None:
-            return
-        settings = step.settings
-        try:
-            targets = list(step.targets) or await platform.resolve(
-                settings.resource, direct=step.direct
-            )
-            await asyncio.gather(
-                *(platform.wait_for(t, PowerState.OFF, settings.timeout_s) for t in targets)
-            )
-        except UpsguardError as exc:
-            log.warning("%s: could not wait for its shutdown to land: %s", step.id, exc)
 
     async def _before_step(self, step: Step) -> str | None:
         """The controller's own machine goes down last, and takes upsguard with it: only
@@ -343,6 +336,8 @@ class OutageController:
         of the end of an outage go out before its step, or they never would."""
         executor = self.executor
         if step.settings is None or not step.settings.resource.runs_upsguard or executor is None:
+            return None
+        if executor.plan.direction is not Direction.SHUTDOWN:
             return None
         stopped = {s.resource for s in executor.plan.steps}
         stay = await self._end.own_machine(
@@ -355,6 +350,8 @@ class OutageController:
         (unless the controller's own machine's step did already)."""
         if task.cancelled() or task.exception() is not None:
             return
+        if self._task is task:  # ended by itself: what never landed is waited for next
+            self._under_way.update(executor.under_way)
         result = task.result()
         spec = result.run
         ended = result.outcome in (RunOutcome.DONE, RunOutcome.FAILED)
@@ -362,19 +359,24 @@ class OutageController:
             stopped = {s.resource for s in executor.plan.steps}
             asyncio.get_running_loop().create_task(self._end.tell_ups(spec, stopped, self.view))
 
+    def _take_under_way(self) -> dict[TargetKey, UnderWay]:
+        taken, self._under_way = self._under_way, {}
+        return taken
+
     async def _stop_run(self, outcome: RunOutcome) -> RunResult | None:
-        """Stop the run in progress, ending it with ``outcome``; its shutdowns in flight are
-        remembered so a startup that follows lets them land first."""
+        """Stop the run in progress, ending it with ``outcome``; its requests not seen to
+        land go to the next run, whose steps wait for them (a startup lets a shutdown land
+        first) instead of asking again."""
         task, self._task = self._task, None
         executor = self.executor
         if task is None or task.done() or executor is None:
             return None
-        if executor.plan.direction is Direction.SHUTDOWN:
-            by_id = executor.plan.by_id()
-            self._in_flight = [by_id[s] for s in sorted(executor.running)]
         executor.stop(outcome)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        # a run cancelled before its task began never ran its own ending: say it here
+        self.ledger.finished(executor.spec.id, outcome, "stopped before its first step")
+        self._under_way.update(executor.under_way)
         return executor.result
 
     # -- manual overrides and resume (the service calls these) ------------------------------
@@ -425,8 +427,7 @@ class OutageController:
             return await self._start(self.planner.plan(direction, chosen), spec)
         if direction is Direction.SHUTDOWN:
             self.engine.force(Phase.SHUTTING_DOWN, spec.reason)
-            if self.caches.names:
-                await self.caches.set_mode(CacheMode.WRITE_THROUGH)
+            await self.caches.write_through()
             return await self._start(self.shutdown_plan, spec)
         if self.engine.phase is not Phase.RECOVERING:
             self.engine.force(Phase.RECOVERING, spec.reason)
@@ -451,10 +452,16 @@ class OutageController:
             )
         return run
 
+    def asked_before(self, requests: Collection[UnderWay]) -> None:
+        """Requests a controller before this one made that may still be landing (from the
+        journal): the next run's steps wait for them rather than asking again."""
+        self._under_way.update({request.key: request for request in requests})
+
     async def resume(self, spec: RunSpec, done: Collection[StepId]) -> RunId:
         """Finish a run a dead or stopped controller left: the steps in ``done`` are not run
-        again; every other step first reads its target's real state, and waits for a task
-        of its platform still under way rather than asking again."""
+        again; every other step first reads its target's real state, and waits for a request
+        of it under way (``asked_before`` the restart, or a task its platform lists) rather
+        than asking again."""
         if spec.kind is RunKind.SHUTDOWN and spec.only is None:
             plan = self.shutdown_plan
         else:

@@ -27,7 +27,6 @@ start the site again. Everything else waits for the startup runbook.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
@@ -182,7 +181,8 @@ class PowerWorld:
         self.advance()
         self._changes += 1
         sign = 1.0 if state is PowerState.ON else -1.0
-        self._on[rid] = min(1.0, max(0.0, self._on[rid] + sign * fraction))
+        on = min(1.0, max(0.0, self._on[rid] + sign * fraction))
+        self._on[rid] = 0.0 if on < 1e-9 else on  # thirds of a group add up to 1 - 1e-16
         self._add_load(rid, sign * self._watts[rid] * fraction, self._supplies[rid])
 
     def set_mains(self, names: Iterable[UpsName] | None, on: bool) -> None:
@@ -205,7 +205,7 @@ class PowerWorld:
             returns = command in LOAD_CYCLE_COMMANDS
             if returns:
                 self._cycling.add(ups)
-            asyncio.get_running_loop().call_later(delay_s, self._cut, ups, returns)
+            self._clock.loop.call_later(delay_s, self._cut, ups, returns)
 
     def cycling(self, ups: UpsName) -> bool:
         """The UPS was told a load cycle and has not brought its output back yet: it will."""
@@ -226,7 +226,7 @@ class PowerWorld:
                 self._return_later(ups)
 
     def _return_later(self, ups: UpsName) -> None:
-        asyncio.get_running_loop().call_later(RETURN_DELAY_S, self._output_back, ups)
+        self._clock.loop.call_later(RETURN_DELAY_S, self._output_back, ups)
 
     def _output_back(self, ups: UpsName) -> None:
         """The load cycle's return, unless the mains left again (it waits for them)."""
