@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from upsguard.decisions import Reckoning
 from upsguard.findings import Finding, Verdict, counts
 from upsguard.models import (
     CacheMode,
@@ -29,6 +30,7 @@ from upsguard.models import (
 )
 from upsguard.runs import RunOutcome, RunSpec
 from upsguard.selftest import TestState
+from upsguard.units import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,9 @@ class PhaseChanged(Event):
     old: Phase
     new: Phase
     reason: str
+    figures: Reckoning | None = None
+    """The condition that moved the phase, with its figures (None for a person's act, power
+    back, a finished run)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,9 +215,8 @@ class RiskAccepted(Event):
 
     @property
     def what(self) -> str:
-        return (
-            f"going on with cache {self.cache} still dirty ({_size(self.dirty_bytes)}): {self.why}"
-        )
+        held = format_bytes(self.dirty_bytes)
+        return f"going on with cache {self.cache} still dirty ({held}): {self.why}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,21 +368,12 @@ def _checkup_line(event: CheckupDone) -> str:
 
 
 def _destage_line(cache: str, dirty: int | None, rate: float | None, eta: float | None) -> str:
-    left = "dirty data unknown" if dirty is None else f"{_size(dirty)} dirty"
+    left = "dirty data unknown" if dirty is None else f"{format_bytes(dirty)} dirty"
     if not rate or rate <= 0 or eta is None:
         return f"cache {cache} destaging: {left}, rate not measured yet"
     minutes, seconds = divmod(round(eta), 60)
     took = f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
-    return f"cache {cache} destaging: {left} at {_size(rate)}/s, about {took} left"
-
-
-def _size(value: float) -> str:
-    """Bytes in binary units, one decimal (core modules format their own numbers)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    return f"cache {cache} destaging: {left} at {format_bytes(rate)}/s, about {took} left"
 
 
 def level(event: Event) -> str:

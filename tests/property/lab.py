@@ -511,7 +511,7 @@ class OutageLab:
             for f in view.at_risk
             if f.runtime_s is not None
             and f.at_risk_for_s >= debounce
-            and f.runtime_s < plan.get(f.name, 0.0) + margin
+            and f.runtime_s < plan[f.name].total_s + margin
         }
         self._due = {name: self._due.get(name, self.now) for name in due}
         for name, since in self._due.items():
@@ -519,7 +519,7 @@ class OutageLab:
                 feed = due[name]
                 return (
                     f"T+{self.now:.0f}s: feed {name} on battery with {feed.runtime_s:.0f}s of "
-                    f"runtime, below plan {plan.get(name, 0.0):.0f}s + margin {margin:.0f}s, "
+                    f"runtime, below plan {plan[name].total_s:.0f}s + margin {margin:.0f}s, "
                     f"since T+{since:.0f}s, and no shutdown runs or ran for it"
                 )
         return None

@@ -250,22 +250,27 @@ class DestageWatch:
         return status
 
     def eta_s(self, names: Iterable[CacheName] | None = None) -> float:
-        """The longest time the named caches' targets need to be clean. Dirty data whose
-        drain rate is not measured yet (still write-back, or one reading so far) counts at
-        the cache's ``worst_case_rate``, or as its whole ``destage_timeout``: never as
-        nothing, or the runtime trigger would start the shutdown too late."""
+        """The longest time the named caches' targets need to be clean (see ``eta``)."""
+        return self.eta(names)[0]
+
+    def eta(self, names: Iterable[CacheName] | None = None) -> tuple[float, bool]:
+        """The longest time the named caches' targets need to be clean, and whether that
+        figure is measured. Dirty data whose drain rate is not measured yet (still
+        write-back, or one reading so far) counts at the cache's ``worst_case_rate``, or as
+        its whole ``destage_timeout``: never as nothing, or the runtime trigger would start
+        the shutdown too late."""
         chosen = set(names) if names is not None else set(self.names)
         etas = [self._eta(s) for s in self.status.values() if s.cache in chosen and not s.clean]
-        return max(etas, default=0.0)
+        return max(etas, default=(0.0, True))
 
-    def _eta(self, status: CacheStatus) -> float:
+    def _eta(self, status: CacheStatus) -> tuple[float, bool]:
         if status.eta_s is not None:
-            return status.eta_s
+            return status.eta_s, True
         settings = self._settings[status.cache]
         dirty = status.state.dirty_bytes if status.state is not None else None
         if dirty is not None and settings.worst_case_rate:
-            return dirty / settings.worst_case_rate
-        return settings.destage_timeout.total_seconds()
+            return dirty / settings.worst_case_rate, False
+        return settings.destage_timeout.total_seconds(), False
 
     async def wait_clean(
         self,

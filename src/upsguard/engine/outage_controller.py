@@ -16,6 +16,7 @@ from typing import Any
 
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
+from upsguard.decisions import PlanTime, Reckoning
 from upsguard.engine.actions import TargetKey, UnderWay
 from upsguard.engine.destage import DestageGate, DestageWatch
 from upsguard.engine.end_of_outage import EndOfOutage
@@ -205,14 +206,14 @@ class OutageController:
             min_charge_pct=min(charges) if charges else None,
         )
 
-    def plan_seconds(self) -> dict[str, float]:
+    def plan_seconds(self) -> dict[str, PlanTime]:
         """Per feed, what its shutdown would take from now: the plan of what it powers (and
         what needs that), plus the destage still ahead in its data path."""
         out = {}
         for name in self.feeds:
             plan = self.plan_for((name,))
-            eta = self.caches.eta_s(plan.caches) if self.caches.status else 0.0
-            out[name] = plan.estimate_s + (eta or 0.0)
+            eta, measured = self.caches.eta(plan.caches) if self.caches.status else (0.0, True)
+            out[name] = PlanTime(plan.estimate_s, eta, measured)
         return out
 
     def use_planner(self, planner: Planner) -> None:
@@ -468,8 +469,10 @@ class OutageController:
             plan = self.planner.plan(spec.direction, set(spec.only) if spec.only else None)
         return await self._start(plan, spec, already_done=done, resumed=True)
 
-    def _phase_changed(self, old: Phase, new: Phase, reason: str) -> None:
-        self._events(PhaseChanged(self._clock.now(), old, new, reason))
+    def _phase_changed(
+        self, old: Phase, new: Phase, reason: str, figures: Reckoning | None
+    ) -> None:
+        self._events(PhaseChanged(self._clock.now(), old, new, reason, figures))
 
     async def interrupt(self) -> None:
         """The service is stopping: the run in progress ends ``interrupted``, its running
