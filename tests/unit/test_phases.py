@@ -135,7 +135,6 @@ def test_a_decision_says_the_figures_it_was_made_on() -> None:
     start = next(d for d in decided if d.act is Act.START_SHUTDOWN)
     assert start.figures is not None and start.figures.value == 780.0
     assert start.reason == (
-        "runtime < plan + 5m: runtime 13m < plan 8m05s + destage 10m (not measured yet) "
-        "+ margin 5m"
+        "runtime < plan + 5m: runtime 13m < plan 8m05s + destage 10m (not measured yet) + margin 5m"
     )
     assert changes == [(Phase.SHUTTING_DOWN, start.reason)]

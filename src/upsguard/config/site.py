@@ -38,6 +38,11 @@ class FeedConfig(Model):
     powers: list[ResourceId] = Field(default_factory=list)
 
 
+def feed_name(feed: FeedConfig, index: int) -> str:
+    """A feed's name: its own, or one made of its place and UPSes."""
+    return feed.name or f"feed{index}:" + "+".join(feed.ups)
+
+
 class Contact(Model):
     """Someone to call during an outage; printed in the run book."""
 

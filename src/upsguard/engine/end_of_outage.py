@@ -65,6 +65,10 @@ class EndOfOutage:
         self._configs = {u.name: u for u in site.ups}
         self._feeds = {feed_name(f, i): f for i, f in enumerate(site.effective_feeds())}
         self._told: dict[RunId, dict[UpsName, bool]] = {}
+        own = next((r for r in site.resources if r.runs_upsguard), None)
+        self._own_ups = (
+            {u for f in site.feeds_powering(own.id) for u in f.ups} if own is not None else set()
+        )
 
     async def tell_ups(
         self, spec: RunSpec, stopped: Collection[ResourceId], view: PowerView | None
@@ -97,6 +101,7 @@ class EndOfOutage:
         told = await self._tell(spec, self._run_ups(spec) | needed, stopped)
         missing = sorted(u for u in needed if not told.get(u, False))
         if not missing:
+            self._say_unguarded(own, stopped)
             return None
         why = (
             f"nothing would bring power back to {own.id} (no load cycle from UPS "
@@ -104,6 +109,23 @@ class EndOfOutage:
         )
         self._events(Notice(self._clock.now(), why, level="error"))
         return StayUp(why, mains_back=False)
+
+    def _say_unguarded(self, own: ResourceConfig, stopped: Collection[ResourceId]) -> None:
+        """What upsguard leaves running when it stops itself (its feed went, another feed
+        holds): said before, as the alert it is; nothing will shut those down."""
+        left = [
+            r
+            for r in self._site.resources
+            if r.stops and not r.runs_upsguard and r.id not in stopped
+        ]
+        hardware = sorted(r.id for r in left if r.kind.is_hardware)
+        if left:
+            named = ", ".join(hardware) or ", ".join(sorted(r.id for r in left))
+            message = (
+                f"upsguard stops its own machine {own.id} while {named} run on: from now on "
+                "nothing guards them (see validate's warning on its feed)"
+            )
+            self._events(Notice(self._clock.now(), message, level="error"))
 
     def _run_ups(self, spec: RunSpec) -> set[UpsName]:
         """The UPSes whose every feed the run covers."""
@@ -130,6 +152,17 @@ class EndOfOutage:
         source = self._sources.get(ups)
         command = config.at_shutdown_end.command if config is not None else None
         if command is None or source is None:
+            return False
+        if (
+            ups in self._own_ups
+            and config is not None
+            and not config.at_shutdown_end.brings_power_back
+        ):
+            message = (
+                f"UPS {ups}: {command} not sent: it powers the machine running upsguard and "
+                "would cut it for good (a load cycle, shutdown.return, brings power back)"
+            )
+            self._events(Notice(self._clock.now(), message, level="warning"))
             return False
         harmed = self._still_running(ups, cut, set(stopped))
         if harmed:

@@ -185,6 +185,10 @@ class PowerWorld:
         self._on[rid] = 0.0 if on < 1e-9 else on  # thirds of a group add up to 1 - 1e-16
         self._add_load(rid, sign * self._watts[rid] * fraction, self._supplies[rid])
 
+    def is_on(self, resource: ResourceId) -> bool:
+        """Some of the resource is on (a group's members go down one by one)."""
+        return self._on.get(resource, 0.0) > 0
+
     def set_mains(self, names: Iterable[UpsName] | None, on: bool) -> None:
         self.advance()
         for name in names or list(self.mains):
@@ -206,6 +210,11 @@ class PowerWorld:
             if returns:
                 self._cycling.add(ups)
             self._clock.loop.call_later(delay_s, self._cut, ups, returns)
+
+    def powers_again(self, ups: UpsName) -> bool:
+        """The UPS's output is off now and comes back by itself: a load cycle, or an empty
+        battery (back with the mains)."""
+        return ups in self._cycling or self.dead.get(ups) == "ran empty"
 
     def cycling(self, ups: UpsName) -> bool:
         """The UPS was told a load cycle and has not brought its output back yet: it will."""
