@@ -29,7 +29,7 @@ import contextlib
 import logging
 import sqlite3
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,8 @@ from upsguard.runs import RunRecord
 log = logging.getLogger(__name__)
 
 
+MAINS_NEVER_LOST = datetime.min.replace(tzinfo=UTC)
+"""What ``mains_back_since`` says of a journal that never saw an outage."""
 MAX_PENDING = 100_000
 """Events kept in memory while the file cannot be written; past this, readings go first."""
 
@@ -483,13 +485,16 @@ class Journal:
     # -- reading back ----------------------------------------------------------------------------
 
     def mains_back_since(self) -> datetime | None:
-        """When every feed was last seen back on mains (None while one is on battery), so
-        that the startup policy's ``online_for`` survives a restart."""
+        """When every feed was last seen back on mains (None while one is on battery;
+        ``MAINS_NEVER_LOST`` when no outage was ever journaled), so that the startup
+        policy's ``online_for`` survives a restart."""
         row = self.db.execute(
             "SELECT kind, at FROM events WHERE kind IN ('OnBattery', 'PowerRestored')"
             " ORDER BY id DESC LIMIT 1"
         ).fetchone()
-        return parse_iso(row[1]) if row is not None and row[0] == "PowerRestored" else None
+        if row is None:
+            return MAINS_NEVER_LOST
+        return parse_iso(row[1]) if row[0] == "PowerRestored" else None
 
     def last_phase(self) -> Phase | None:
         row = self.db.execute("SELECT new FROM phases ORDER BY id DESC LIMIT 1").fetchone()

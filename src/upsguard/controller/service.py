@@ -70,9 +70,11 @@ class Service:
         site: SiteConfig,
         clock: Clock | None = None,
         plugins: PluginBuilder = build_plugins,
+        log_events: bool = True,
     ) -> None:
         """``plugins`` builds what the service acts through: the registry's classes, or the
-        tests' simulated world."""
+        tests' simulated world. ``log_events``: False when the caller prints every event
+        itself (``trigger`` without a service), or each would be said twice."""
         self.site = site
         self.clock: Clock = clock or SystemClock()
         self._build_plugins = plugins
@@ -89,7 +91,8 @@ class Service:
             on_line=self.stream.added,
         )
         self.bus.subscribe(self.journal.record)
-        self.bus.subscribe(_log_event)
+        if log_events:
+            self.bus.subscribe(_log_event)
         self.metrics = Metrics()
         self.bus.subscribe(self.metrics.observe)
         self.notifier = Notifier(site.service.notify, site.site)
