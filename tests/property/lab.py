@@ -32,7 +32,6 @@ from upsguard.config.platforms import SimulatedPlatformSettings
 from upsguard.config.scenario import parse_scenario
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import parse_yaml
-from upsguard.config.ups import LOAD_CYCLE_COMMANDS
 from upsguard.controller.service import Service
 from upsguard.errors import PermanentError
 from upsguard.events import Event, EventSink, RiskAccepted, RunStarted, StepFinished
@@ -119,10 +118,6 @@ name: the lab
 recharge: 1h
 """
 RECHARGE_S = 3600.0
-
-
-def lab_site(journal: Path) -> SiteConfig:
-    return validate(SiteConfig, parse_yaml(SITE.format(journal=journal), "lab.yaml"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,11 +272,9 @@ class OutageLab:
         asyncio.set_event_loop(self.loop)
         self.clock = LoopClock(self.loop, ORIGIN)
         journal = tmp / "lab.sqlite"
-        self.site = (
-            lab_site(journal)
-            if site_text is None
-            else validate(SiteConfig, parse_yaml(site_text.format(journal=journal), "lab.yaml"))
-        )
+        self.site_path = tmp / "lab.yaml"
+        self.site_path.write_text((site_text or SITE).format(journal=journal))
+        self.site = validate(SiteConfig, parse_yaml(self.site_path.read_text(), "lab.yaml"))
         self.planner = Planner(self.site)
         self.shutdown = self.planner.plan(Direction.SHUTDOWN)
         self.startup = self.planner.plan(Direction.STARTUP)
@@ -371,7 +364,12 @@ class OutageLab:
             return
         self._count += 1
         life = Life()
-        service = Service(self.site, self.clock, plugins=lambda s, c: self._plugins(s, c, life))
+        service = Service(
+            self.site,
+            self.clock,
+            plugins=lambda s, c: self._plugins(s, c, life),
+            site_path=self.site_path,
+        )
         number = self._count
         bus = GatedBus(service.bus, lambda event: self._heard(number, event))
         service.bus = bus  # type: ignore[assignment]  # the gate forwards to the real bus
@@ -785,4 +783,4 @@ def _said(seen: Seen) -> str:
     return f"T+{seen.at_s:.0f}s process {seen.process}: {what} of {seen.request.target.name}"
 
 
-__all__ = ["LOAD_CYCLE_COMMANDS", "OutageLab", "Seen", "lab_site"]
+__all__ = ["OutageLab", "Seen"]

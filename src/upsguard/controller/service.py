@@ -15,15 +15,18 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from upsguard.clock import Clock, SystemClock
 from upsguard.config.checks import site_warnings
+from upsguard.config.loading import load_site
 from upsguard.config.site import SiteConfig
 from upsguard.controller.journal import Journal
 from upsguard.controller.learned import learned_durations
@@ -42,6 +45,7 @@ from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import PermanentError, UpsguardError
 from upsguard.events import Event, EventBus, Notice, describe, level
 from upsguard.models import PlatformName
+from upsguard.plugins import registry
 from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.registry import SitePlugins, build_plugins
 from upsguard.plugins.ups.base import UpsSource
@@ -71,10 +75,12 @@ class Service:
         clock: Clock | None = None,
         plugins: PluginBuilder = build_plugins,
         log_events: bool = True,
+        site_path: Path | None = None,
     ) -> None:
         """``plugins`` builds what the service acts through: the registry's classes, or the
         tests' simulated world. ``log_events``: False when the caller prints every event
-        itself (``trigger`` without a service), or each would be said twice."""
+        itself (``trigger`` without a service), or each would be said twice.
+        ``site_path``: the site file, read again on ``SIGHUP`` (``request_reload``)."""
         self.site = site
         self.clock: Clock = clock or SystemClock()
         self._build_plugins = plugins
@@ -112,6 +118,10 @@ class Service:
         self._poll_lock = asyncio.Lock()
         self._inventory_problem: str | None = None
         self._news = asyncio.Event()
+        self.site_path = site_path
+        self._hangup = asyncio.Event()
+        self._waiting_site: SiteConfig | None = None
+        self._news_tasks: list[asyncio.Task[None]] = []
         self._schedule: Schedule | None = None
 
     def _wake(self, event: Event) -> None:
@@ -217,6 +227,8 @@ class Service:
         """One poll; an unexpected error is logged and the next poll tries again."""
         try:
             await self.controller.tick()
+            if self._waiting_site is not None and not self.controller.busy:
+                await self._swap(self._waiting_site)
             self.last_tick_error = None
         except Exception as exc:  # the service must keep watching the power
             if str(exc) != self.last_tick_error:
@@ -248,6 +260,85 @@ class Service:
         except Exception as exc:  # one UPS's channel never stops the others or the polls
             message = f"UPS {source.name}: not listening for its news: {exc} (polled as usual)"
             self.bus(Notice(self.clock.now(), message, level="warning"))
+
+    def _listen_for_news(self) -> None:
+        """One task per UPS listening for its news (again, after a reload)."""
+        for task in self._news_tasks:
+            task.cancel()
+        self._news_tasks = [
+            asyncio.create_task(self._watch_news(source), name=f"news of {name}")
+            for name, source in self.controller.sources.items()
+        ]
+
+    # -- SIGHUP: the site file again ----------------------------------------------------
+
+    def request_reload(self) -> None:
+        """``SIGHUP``: read the site file again (at once; applied as ``reload`` says)."""
+        self._hangup.set()
+
+    async def _reload_on_hangup(self) -> None:
+        while True:
+            await self._hangup.wait()
+            self._hangup.clear()
+            await self.reload()
+
+    async def reload(self) -> None:
+        """Read the site file again. A file with a mistake changes nothing: the one in force
+        stays, and the mistake is an alert. A good one is journaled and takes effect at once,
+        or, while a run is in progress, once it has ended (a run keeps the plan it started
+        with). The journal, the socket, metrics and the web page keep their settings until
+        the next start."""
+        if self.site_path is None:
+            return
+        now = self.clock.now
+        try:
+            site = load_site(self.site_path, registry.names)
+        except UpsguardError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            message = f"site file {self.site_path} not reloaded, the one in force stays: {first}"
+            self.bus(Notice(now(), message, level="error"))
+            return
+        if self.controller.busy:
+            self._waiting_site = site
+            run = self.controller.executor.run_id if self.controller.executor else "?"
+            message = f"site file {self.site_path} read again: it takes effect once run {run} ends"
+            self.bus(Notice(now(), message))
+            return
+        await self._swap(site)
+
+    async def _swap(self, site: SiteConfig) -> None:
+        """Take ``site`` in force: new plugins and plans, the same runs, phase and hold."""
+        self._waiting_site = None
+        old = self.controller
+        plugins = self._build_plugins(site, self.clock)
+        for source in old.sources.values():
+            await _quietly(source.close())
+        for platform in self.platforms.values():
+            await _quietly(platform.close())
+        self.site = site
+        self.platforms = plugins.platforms
+        self._opened = set()
+        await self.open_platforms()
+        caches = DestageWatch(site, plugins.caches, self.clock, self.bus)
+        controller = OutageController(
+            site,
+            sources=plugins.sources,
+            platforms=self.platforms,
+            caches=caches,
+            clock=self.clock,
+            events=self.bus,
+            planner=await self.planner(),
+            ledger=old.ledger,
+            replan=self.planner,
+        )
+        controller.take_over(old)
+        self._controller = controller
+        self._overrides = Overrides(site, controller, self.bus, self.clock)
+        self.metrics.attach(controller)
+        if self._news_tasks:
+            self._listen_for_news()
+        message = f"site file {self.site_path} reloaded: {len(site.resources)} resources"
+        self.bus(Notice(self.clock.now(), message, level="warning"))
 
     async def refresh_caches(self) -> None:
         """Keep the caches' mode and dirty bytes current for status and metrics (a destage
@@ -336,11 +427,9 @@ class Service:
                 _every(REPLAN_EVERY_S, self._refresh_plans, stop, first=False), name="plans"
             ),
             asyncio.create_task(self._poll_on_news(), name="news"),
-            *(
-                asyncio.create_task(self._watch_news(source), name=f"news of {name}")
-                for name, source in self.controller.sources.items()
-            ),
+            asyncio.create_task(self._reload_on_hangup(), name="reload"),
         ]
+        self._listen_for_news()
         if self.site.caches:
             tasks.append(
                 asyncio.create_task(_every(30.0, self.refresh_caches, stop), name="caches")
@@ -376,8 +465,11 @@ class Service:
         self.lock.release()
 
 
-async def run_service(site: SiteConfig, stop: asyncio.Event) -> None:
-    service = Service(site)
+async def run_service(site: SiteConfig, stop: asyncio.Event, path: Path | None = None) -> None:
+    """``upsguard run``: until ``stop``; ``SIGHUP`` reads the site file at ``path`` again."""
+    service = Service(site, site_path=path)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGHUP, service.request_reload)
     try:
         await service.open()
         await service.serve(stop)

@@ -453,6 +453,16 @@ class OutageController:
             )
         return run
 
+    def take_over(self, before: OutageController) -> None:
+        """Carry on from a controller of an older site file (``SIGHUP``): its phase, hold and
+        timers, the caches it owes write-back, its requests not landed yet. The ledger is
+        handed over at construction; readings and plans start afresh from the new file."""
+        self.engine = replace(
+            before.engine, policies=self.site.policies, on_change=self._phase_changed
+        )
+        self.caches.owe(before.caches.owed)
+        self._under_way.update(before._under_way)
+
     def asked_before(self, requests: Collection[UnderWay]) -> None:
         """Requests a controller before this one made that may still be landing (from the
         journal): the next run's steps wait for them rather than asking again."""
