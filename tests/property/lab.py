@@ -388,6 +388,25 @@ class OutageLab:
         if self.process is not None:
             await self._end(self.process, killed=False)
 
+    async def reload(self, good: bool) -> None:
+        """The site file changes and the service is told (SIGHUP): a good change moves the
+        required margin by a minute; a bad one breaks a resource (then the good file is put
+        back, as a person would before the next start)."""
+        if self.process is None:
+            return
+        text = self.site_path.read_text()
+        if good:
+            margin = (
+                "required_margin: 6m" if "required_margin: 5m" in text else "required_margin: 5m"
+            )
+            changed = text.replace("required_margin: 6m", "@").replace("required_margin: 5m", "@")
+            self.site_path.write_text(changed.replace("@", margin))
+            await self.process.service.reload()
+            return
+        self.site_path.write_text(text.replace("kind: vm,", "kind: vmm,", 1))
+        await self.process.service.reload()
+        self.site_path.write_text(text)
+
     async def restart(self, killed: bool) -> None:
         await (self.kill() if killed else self.sigterm())
         await asyncio.sleep(RESTART_S)
@@ -397,9 +416,9 @@ class OutageLab:
     async def _end(self, process: Process, killed: bool) -> None:
         if self.process is not process:
             return
-        self.process = None
         process.stop.set()
         if killed:  # at once: nothing it says is heard, nothing it does reaches the world
+            self.process = None
             process.bus.open = False
             process.life.alive = False
             tasks = [t for t in asyncio.all_tasks() if not t.get_name().startswith(LAB)]
@@ -409,10 +428,13 @@ class OutageLab:
             process.service.journal.close()
             process.service.lock.release()
             return
+        # SIGTERM, as serve() stops: the run is interrupted first, then the rest
+        await process.service.controller.interrupt()
         for task in process.tasks:
             task.cancel()
         await asyncio.gather(*process.tasks, return_exceptions=True)
         await process.service.close()
+        self.process = None
 
     def _plugins(self, site: SiteConfig, clock: Any, life: Life) -> SitePlugins:
         return SitePlugins(

@@ -42,12 +42,15 @@ FAULTS = {
     "slow to stop": Behaviour(stop_s=240.0),
 }
 WHO = "lab"
+SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
+"""Where each example's journal lives: in memory where the machine has it (thousands of
+journals are written and thrown away)."""
 
 
 class OutageMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.tmp = Path(tempfile.mkdtemp(prefix="upsguard-lab-"))
+        self.tmp = Path(tempfile.mkdtemp(prefix="upsguard-lab-", dir=SCRATCH))
         self.lab = OutageLab(self.tmp)
 
     def teardown(self) -> None:
@@ -144,6 +147,14 @@ class OutageMachine(RuleBasedStateMachine):
         self.lab.caches[CacheName("flash")].refuse = refuse
 
     # -- the controller itself ----------------------------------------------------------------
+
+    @precondition(alive)
+    @rule(good=st.booleans())
+    def site_file_read_again(self, good: bool) -> None:
+        """SIGHUP: a good file (another margin) is taken in force, now or once the run in
+        progress ends; one with a mistake changes nothing."""
+        assert self.lab.process is not None
+        self.lab.run(self.lab.reload(good))
 
     @precondition(alive)
     @rule()

@@ -19,7 +19,7 @@ from upsguard.events import (
     StepWaiting,
     TargetAsked,
 )
-from upsguard.models import StepState
+from upsguard.models import LinkState, StepState
 
 Step = tuple[str, dict[str, Any]]
 
@@ -175,3 +175,34 @@ def test_a_startup_after_an_abort_waits_only_for_what_is_under_way() -> None:
     db = next(at for at, e in said if isinstance(e, StepStarted) and e.step == "start:db")
     assert [e for _, e in said if isinstance(e, StepWaiting) and e.step == "start:db"] == []
     assert db - began < 600  # not its guest_timeout of 10 minutes for nothing
+
+
+def test_a_stopping_service_starts_no_step() -> None:
+    """SIGTERM in the middle of a startup: the run went on starting steps while the service
+    closed its API and tasks, before it was told to stop."""
+    replay(
+        step("trigger", direction="shutdown", only=[]),
+        step("time_passes", seconds=60),
+        step("abort"),
+        step("time_passes", seconds=30),
+        step("trigger", direction="startup", only=[]),
+        step("sigterm"),
+    )
+
+
+def test_a_power_on_journaled_before_a_restart_is_not_waited_for_once_the_power_undid_it() -> None:
+    """An aborted startup's power-on of lab1 landed, then its UPS ran empty; after the reboot
+    the new controller took the journaled power-on for one still under way and waited its
+    whole timeout for it instead of asking (the platform listed nothing under way)."""
+    replay(
+        step("trigger", direction="shutdown", only=[]),
+        step("abort"),
+        step("time_passes", seconds=30),
+        step("battery_older_than_its_model", ups="ub", charge=3),
+        step("contact", link=LinkState.STALE, ups="ua"),
+        step("self_test", on=True, ups="ub"),
+        step("trigger", direction="startup", only=[]),
+        step("contact", link=LinkState.OK, ups="ub"),
+        step("abort"),
+        step("time_passes", seconds=300),
+    )

@@ -406,6 +406,7 @@ class Service:
             await stop.wait()
         finally:
             _sd_notify("STOPPING=1")
+            await self.controller.interrupt()  # first: no step starts once told to stop
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

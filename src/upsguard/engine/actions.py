@@ -287,14 +287,21 @@ class StepRunner:
 
     async def _found(self, platform: Platform, target: Target, wanted: PowerState) -> str | None:
         """A request for ``wanted`` under way already: one this controller asked (in this run
-        or one before it), or one the platform lists in a resumed run."""
+        or one before it), one journaled before a restart, or one the platform lists in a
+        resumed run."""
         earlier = self.under_way.get(key_of(target))
-        # a guest shutdown asked before a restart is asked again: harmless, and waiting for
-        # one that was lost would cost battery; a host, a device, a power-on never twice
-        again = earlier is not None and earlier.guest_shutdown and earlier.before_restart
-        if earlier is not None and earlier.wanted is wanted and not again:
+        if earlier is None or earlier.wanted is not wanted:
+            return await self._under_way(platform, target, wanted)
+        if not earlier.before_restart:
             return earlier.said()
-        return await self._under_way(platform, target, wanted)
+        if earlier.guest_shutdown:
+            # asked again: harmless, and waiting for one that was lost would cost battery
+            return await self._under_way(platform, target, wanted)
+        listed = await self._listed(platform, target, wanted)
+        if listed is False:  # the platform lists nothing: it landed, or the power undid it
+            self.under_way.pop(key_of(target), None)
+            return None
+        return earlier.said() if listed is None else f"{listed}, under way before the restart"
 
     async def _let_shutdown_land(
         self, step: StepId, platform: Platform, target: Target, timeout: float
@@ -305,14 +312,7 @@ class StepRunner:
         earlier = self.under_way.get(key_of(target))
         if earlier is None or earlier.wanted is not PowerState.OFF:
             return
-        going = True
-        if isinstance(platform, InFlightTasks):
-            try:
-                async with asyncio.timeout(CALL_TIMEOUT_S):
-                    going = await platform.in_flight(target, PowerState.OFF) is not None
-            except (UpsguardError, TimeoutError):
-                going = True  # cannot tell: wait for it as if it were
-        if going:
+        if await self._listed(platform, target, PowerState.OFF) is not False:  # or cannot tell
             if self._on_wait is not None:
                 self._on_wait(step, f"letting {earlier.said()} land first ({target.name})")
             await platform.wait_for(target, PowerState.OFF, timeout)
@@ -321,19 +321,29 @@ class StepRunner:
     async def _under_way(self, platform: Platform, target: Target, state: PowerState) -> str | None:
         """In a resumed run, the platform's own task still taking ``target`` to ``state``.
         Tasks that cannot be read are no reason to leave a target running: the step asks."""
-        if not self._resumed or not isinstance(platform, InFlightTasks):
+        if not self._resumed:
+            return None
+        listed = await self._listed(platform, target, state)
+        return f"{listed}, under way before the restart" if isinstance(listed, str) else None
+
+    async def _listed(
+        self, platform: Platform, target: Target, state: PowerState
+    ) -> str | bool | None:
+        """The platform's own task taking ``target`` to ``state`` (its line); False when the
+        platform lists its tasks and none is; None when it cannot tell."""
+        if not isinstance(platform, InFlightTasks):
             return None
         try:
             async with asyncio.timeout(CALL_TIMEOUT_S):
                 found = await platform.in_flight(target, state)
         except (UpsguardError, TimeoutError) as exc:
             why = str(exc) or "no answer"
-            log.warning("%s: its tasks under way could not be read (%s): asking", target.name, why)
+            log.warning("%s: its tasks under way could not be read (%s)", target.name, why)
             return None
         if found is None:
-            return None
+            return False
         log.info("%s: %s is still under way from before the restart", target.name, found)
-        return f"{found}, under way before the restart"
+        return found
 
     async def _power_on(self, settings: StepSettings, platform: Platform, target: Target) -> None:
         if settings.power_on_via is None:

@@ -9,9 +9,10 @@ the sites that need it. Third parties add theirs through the
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Literal
 
 from upsguard.clock import Clock
@@ -60,11 +61,18 @@ def load(family: Family, name: str) -> Any:
     spec = BUILTIN[family].get(name)
     if spec is not None:
         return _import(spec, family, name)
-    for entry in entry_points(group="upsguard.plugins"):
+    for entry in _installed():
         if entry.name == f"{family}.{name}":
             return entry.load()
     known = ", ".join(sorted(BUILTIN[family]))
     raise PluginNotFound(f"no {family} plugin named '{name}' (built in: {known})")
+
+
+@functools.cache
+def _installed() -> tuple[EntryPoint, ...]:
+    """The plugins installed through entry points, read once per process: reading them
+    scans every installed distribution, and a site file read again (SIGHUP) asks anew."""
+    return tuple(entry_points(group="upsguard.plugins"))
 
 
 def names(family: str) -> list[str]:
@@ -72,7 +80,7 @@ def names(family: str) -> list[str]:
     prefix = f"{family}."
     installed = [
         e.name.removeprefix(prefix)
-        for e in entry_points(group="upsguard.plugins")
+        for e in _installed()
         if e.name.startswith(prefix)
     ]
     return sorted({*BUILTIN.get(family, {}), *installed})
