@@ -189,6 +189,8 @@ QUICK = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+AT_LENGTH = settings(QUICK, max_examples=5_000)
+"""Two halves of 10,000, so that two workers of the full lane share them."""
 
 TestOutageInvariants = OutageMachine.TestCase
 TestOutageInvariants.settings = QUICK
@@ -196,4 +198,9 @@ TestOutageInvariants.settings = QUICK
 
 @pytest.mark.slow
 class TestOutageInvariantsAtLength(OutageMachine.TestCase):  # type: ignore[name-defined,misc]
-    settings = settings(QUICK, max_examples=10_000)
+    settings = AT_LENGTH
+
+
+@pytest.mark.slow
+class TestOutageInvariantsAtLengthAgain(OutageMachine.TestCase):  # type: ignore[name-defined,misc]
+    settings = AT_LENGTH
