@@ -19,6 +19,7 @@ the path back before the controller's own machine stops. What breaks a rule is k
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from upsguard.config.scenario import parse_scenario
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import parse_yaml
 from upsguard.controller.service import Service
+from upsguard.engine.outage_controller import REPLAN_WITHIN_S, RunBusy
 from upsguard.errors import PermanentError
 from upsguard.events import Event, EventSink, RiskAccepted, RunStarted, StepFinished
 from upsguard.models import (
@@ -510,7 +512,8 @@ class OutageLab:
         """On battery with runtime below the plan plus margin, a shutdown is running or done,
         unless a hold above the floor is in force. A feed gets two polls to be seen (the
         controller reads every poll, and the check may fall between a reading and its
-        decision) after its debounce."""
+        decision) after its debounce, and the time a run may wait for fresh inventory from a
+        platform that does not answer (``REPLAN_WITHIN_S``, not at the floor)."""
         process = self.process
         controller = process.service.controller if process is not None else None
         view = controller.view if controller is not None else None
@@ -535,7 +538,8 @@ class OutageLab:
         }
         self._due = {name: self._due.get(name, self.now) for name in due}
         for name, since in self._due.items():
-            if self.now - since >= 2 * poll and not _shutdown_covers(controller, name):
+            allowed = 2 * poll + (0.0 if engine.at_floor else REPLAN_WITHIN_S)
+            if self.now - since >= allowed and not _shutdown_covers(controller, name):
                 feed = due[name]
                 return (
                     f"T+{self.now:.0f}s: feed {name} on battery with {feed.runtime_s:.0f}s of "
@@ -632,7 +636,8 @@ class OutageLab:
         overrides = self.process.service.overrides
         controller = self.process.service.controller
         await controller.wait_idle()
-        await overrides.trigger("lab", "startup", [], "start the site after the outage")
+        with contextlib.suppress(RunBusy):  # the policy's own startup began meanwhile
+            await overrides.trigger("lab", "startup", [], "start the site after the outage")
 
     def _bound(self) -> float:
         """How long the site may take to be back, from now, summing what must happen one

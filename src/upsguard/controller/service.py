@@ -57,8 +57,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-INVENTORY_WITHIN_S = 60.0
-"""How long the platforms may take to list their VMs before plans are made without."""
+INVENTORY_WITHIN_S = 10.0
+"""How long the platforms may take to list their VMs before plans are made without: a
+controller starting in an outage must not stay blind behind a vCenter that hangs (the plans
+are made again from fresh inventory every ``REPLAN_EVERY_S``, and before each run)."""
 REPLAN_EVERY_S = 300.0
 """VMs move (vMotion, DRS): plans are made again from fresh inventory this often."""
 event_log = logging.getLogger("upsguard.events")

@@ -292,8 +292,9 @@ class OutageController:
         await self._start(plan, spec)
 
     async def _fresh_plans(self) -> None:
-        """Where the VMs are now decides which hosts wait on which cache: ask once more."""
-        if self._replan is None:
+        """Where the VMs are now decides which hosts wait on which cache: ask once more,
+        unless the battery is at the critical floor (nothing waits there)."""
+        if self._replan is None or self.engine.at_floor:
             return
         try:
             async with asyncio.timeout(REPLAN_WITHIN_S):
