@@ -206,3 +206,45 @@ def test_a_power_on_journaled_before_a_restart_is_not_waited_for_once_the_power_
         step("abort"),
         step("time_passes", seconds=300),
     )
+
+
+def test_at_the_critical_floor_a_shutdown_a_person_aborted_starts_again_at_once() -> None:
+    """A person aborted the shutdown at the critical floor (where a hold yields); the next
+    one waited for fresh inventory from a vCenter that did not answer before it began."""
+    replay(
+        step("platform_hangs", platform="vc", seconds=300),
+        step("battery_older_than_its_model", ups="ub", charge=8),
+        step("mains", ups="ub", on=False),
+        step("sigterm"),
+        step("abort"),
+        step("abort"),
+    )
+
+
+def test_what_a_run_that_just_ended_left_under_way_goes_to_the_next() -> None:
+    """A run that ended by itself the moment the next began had not yet handed over what it
+    had under way: the next asked again."""
+    replay(
+        step("trigger", direction="shutdown", only=["db"]),
+        step("abort"),
+        step("trigger", direction="startup", only=["lab1"]),
+        step("trigger", direction="shutdown", only=[]),
+        step("trigger", direction="shutdown", only=["db"]),
+    )
+
+
+def test_a_shutdown_lets_a_power_on_under_way_land_first() -> None:
+    """An aborted startup left h3 powering on; the shutdown that followed read it off,
+    called it done, and h3 booted after it; the next startup then asked it again."""
+    replay(
+        step("trigger", direction="shutdown", only=[]),
+        step("time_passes", seconds=60),
+        step("abort"),
+        step("time_passes", seconds=30),
+        step("trigger", direction="startup", only=[]),
+        step("abort"),
+        step("trigger", direction="shutdown", only=[]),
+        step("abort"),
+        step("trigger", direction="startup", only=[]),
+        step("abort"),
+    )

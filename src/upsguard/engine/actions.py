@@ -7,8 +7,8 @@ state it asked for, and a step that finds its target's request under way (from a
 was cancelled, aborted or superseded, or journaled before a restart) waits for it instead
 of asking again. In a resumed run it also asks a platform that lists its tasks
 (``InFlightTasks``) whether a request is still under way (a host shutting down still reads
-on). A startup step whose target's shutdown is under way lets it land first, or the site
-would find a VM up that goes off a moment later.
+on). A step whose target has the opposite request under way lets it land first: a startup
+would find a VM up that goes off a moment later, and a shutdown a host off that boots.
 """
 
 from __future__ import annotations
@@ -189,6 +189,7 @@ class StepRunner:
         self, step: StepId, settings: StepSettings, platform: Platform, target: Target
     ) -> TargetResult:
         grace = settings.timeout_s
+        await self._let_land(step, platform, target, PowerState.ON, grace)
         try:
             asked = await ask(lambda: self._ask_to_stop(step, platform, target), settings.retries)
             if not asked.needed:
@@ -231,7 +232,7 @@ class StepRunner:
         self, step: StepId, settings: StepSettings, platform: Platform, target: Target
     ) -> TargetResult:
         timeout = settings.timeout_s
-        await self._let_shutdown_land(step, platform, target, timeout)
+        await self._let_land(step, platform, target, PowerState.OFF, timeout)
         state = await ask(lambda: platform.power_state(target), settings.retries)
         asked = ALREADY_THERE
         if state is not PowerState.ON:
@@ -261,7 +262,7 @@ class StepRunner:
         """Read the state, then ask for a graceful stop unless its request is under way
         already: one request allowance covers them, and a retry reads the state again."""
         if await platform.power_state(target) is PowerState.OFF:
-            self.under_way.pop(key_of(target), None)
+            self._reached(target, PowerState.OFF)
             return ALREADY_THERE
         under_way = await self._found(platform, target, PowerState.OFF)
         if under_way is None:
@@ -282,8 +283,15 @@ class StepRunner:
         """Wait for the target to reach ``wanted``; once it has, its request has landed."""
         reached = await platform.wait_for(target, wanted, timeout)
         if reached:
-            self.under_way.pop(key_of(target), None)
+            self._reached(target, wanted)
         return reached
+
+    def _reached(self, target: Target, state: PowerState) -> None:
+        """The target is in ``state``: a request for it has landed (one for the other state
+        may still be on its way, and stays waited for)."""
+        earlier = self.under_way.get(key_of(target))
+        if earlier is not None and earlier.wanted is state:
+            del self.under_way[key_of(target)]
 
     async def _found(self, platform: Platform, target: Target, wanted: PowerState) -> str | None:
         """A request for ``wanted`` under way already: one this controller asked (in this run
@@ -303,19 +311,20 @@ class StepRunner:
             return None
         return earlier.said() if listed is None else f"{listed}, under way before the restart"
 
-    async def _let_shutdown_land(
-        self, step: StepId, platform: Platform, target: Target, timeout: float
+    async def _let_land(
+        self, step: StepId, platform: Platform, target: Target, state: PowerState, timeout: float
     ) -> None:
-        """A startup step whose target's shutdown is under way (its run was cancelled) waits
-        for it to land: a shutdown asked for cannot be taken back. A platform that lists its
-        tasks may say it is no longer under way (a guest that ignored it)."""
+        """A step whose target has a request for ``state`` under way (the other way: its run
+        was cancelled) lets it land first: a shutdown asked for cannot be taken back, nor can
+        a power-on (a host booting is shut down once it is up, not called off). A platform
+        that lists its tasks may say it is no longer under way (a guest that ignored it)."""
         earlier = self.under_way.get(key_of(target))
-        if earlier is None or earlier.wanted is not PowerState.OFF:
+        if earlier is None or earlier.wanted is not state:
             return
-        if await self._listed(platform, target, PowerState.OFF) is not False:  # or cannot tell
+        if await self._listed(platform, target, state) is not False:  # or cannot tell
             if self._on_wait is not None:
                 self._on_wait(step, f"letting {earlier.said()} land first ({target.name})")
-            await platform.wait_for(target, PowerState.OFF, timeout)
+            await platform.wait_for(target, state, timeout)
         self.under_way.pop(key_of(target), None)
 
     async def _under_way(self, platform: Platform, target: Target, state: PowerState) -> str | None:

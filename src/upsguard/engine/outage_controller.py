@@ -352,8 +352,6 @@ class OutageController:
         (unless the controller's own machine's step did already)."""
         if task.cancelled() or task.exception() is not None:
             return
-        if self._task is task:  # ended by itself: what never landed is waited for next
-            self._under_way.update(executor.under_way)
         result = task.result()
         spec = result.run
         ended = result.outcome in (RunOutcome.DONE, RunOutcome.FAILED)
@@ -362,6 +360,10 @@ class OutageController:
             asyncio.get_running_loop().create_task(self._end.tell_ups(spec, stopped, self.view))
 
     def _take_under_way(self) -> dict[TargetKey, UnderWay]:
+        """What the run before left under way (stopped, or ended by itself a moment ago),
+        and what a controller before this one journaled: the next run waits for it."""
+        if self.executor is not None:
+            self._under_way.update(self.executor.under_way)
         taken, self._under_way = self._under_way, {}
         return taken
 
@@ -378,7 +380,6 @@ class OutageController:
         await asyncio.gather(task, return_exceptions=True)
         # a run cancelled before its task began never ran its own ending: say it here
         self.ledger.finished(executor.spec.id, outcome, "stopped before its first step")
-        self._under_way.update(executor.under_way)
         return executor.result
 
     # -- manual overrides and resume (the service calls these) ------------------------------
@@ -462,7 +463,7 @@ class OutageController:
             before.engine, policies=self.site.policies, on_change=self._phase_changed
         )
         self.caches.owe(before.caches.owed)
-        self._under_way.update(before._under_way)
+        self._under_way.update(before._take_under_way())
 
     def asked_before(self, requests: Collection[UnderWay]) -> None:
         """Requests a controller before this one made that may still be landing (from the
