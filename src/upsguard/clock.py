@@ -56,6 +56,11 @@ class LoopClock:
     def monotonic(self) -> float:
         return self._loop.time() - self._start
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop whose time this clock tells (what a simulated world schedules on)."""
+        return self._loop
+
     def seconds_since_start(self) -> float:
         return self._loop.time() - self._start
 

@@ -8,15 +8,20 @@ the one just finished).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from upsguard.decisions import Reckoning
 from upsguard.findings import Finding, Verdict, counts
 from upsguard.models import (
     CacheMode,
     Direction,
     Phase,
+    PowerState,
+    ResourceId,
+    ResourceKind,
     RunId,
     StepId,
     StepState,
@@ -25,6 +30,9 @@ from upsguard.models import (
 )
 from upsguard.runs import RunOutcome, RunSpec
 from upsguard.selftest import TestState
+from upsguard.units import format_bytes
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +69,9 @@ class PhaseChanged(Event):
     old: Phase
     new: Phase
     reason: str
+    figures: Reckoning | None = None
+    """The condition that moved the phase, with its figures (None for a person's act, power
+    back, a finished run)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +118,8 @@ class StepStarted(Event):
     run: RunId
     step: StepId
     action: str
+    resource: ResourceId | None = None
+    """The resource the step acts on (a group's member steps name their group)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +130,38 @@ class StepFinished(Event):
     detail: str
     attempts: int = 1
     fallback_used: bool = False
+    resource: ResourceId | None = None
+    already_there: bool = False
+    """Every target was in the wanted state already: nothing was asked of the platform (a
+    VM already off, a resumed step re-checking what was done before)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TargetAsked(Event):
+    """A platform accepted a step's request for one target (to stop it, or to power it on).
+    It is under way until the target is seen in the state asked for; journaled, so that a
+    restarted controller waits for it instead of asking again."""
+
+    run: RunId
+    step: StepId
+    platform: str
+    target: str
+    target_kind: ResourceKind
+    wanted: PowerState
+
+
+@dataclass(frozen=True, slots=True)
+class RunWidened(Event):
+    """A running shutdown's scope grew (another feed's trigger): the same run, more steps."""
+
+    spec: RunSpec
+    steps: int
+    reason: str
+    """Why it grew: the trigger of the feeds it covers now."""
+
+    @property
+    def run(self) -> RunId:
+        return self.spec.id
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +180,8 @@ class CacheModeChanged(Event):
     mode: CacheMode
     ok: bool
     detail: str = ""
+    owed: bool = False
+    """upsguard took the target out of write-back: it returns it once the outage is over."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,9 +204,31 @@ class DestageProgress(Event):
 
 @dataclass(frozen=True, slots=True)
 class RiskAccepted(Event):
-    """upsguard went on although data may be lost; always journaled and logged."""
+    """upsguard went on with a cache still dirty, although data may be lost; always journaled,
+    logged and notified."""
 
-    what: str
+    cache: str
+    dirty_bytes: int
+    """What the cache held when the risk was taken (0 when its provider cannot tell)."""
+    why: str
+    """What let go: the critical floor, or the cache's destage timeout."""
+
+    @property
+    def what(self) -> str:
+        held = format_bytes(self.dirty_bytes)
+        return f"going on with cache {self.cache} still dirty ({held}): {self.why}"
+
+
+@dataclass(frozen=True, slots=True)
+class UpsCommandSent(Event):
+    """An instant command sent to a UPS at the end of a shutdown, and whether it took it."""
+
+    ups: str
+    command: str
+    ok: bool
+    detail: str = ""
+    """Why it failed (the UPS's or the source's own words); empty when it took it."""
+    run: RunId | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +310,9 @@ def describe(event: Event) -> str | None:
             return f"{spec.kind} runbook {verb} ({steps} steps{feeds}): {spec.reason}  [{spec.id}]"
         case RunFinished(spec=spec, outcome=outcome, detail=detail):
             return f"{spec.kind} runbook {outcome}: {detail}"
+        case RunWidened(spec=spec, steps=steps, reason=reason):
+            feeds = ", ".join(spec.feeds) if spec.feeds else "every feed"
+            return f"{spec.kind} runbook widened to {feeds} ({steps} steps): {reason}  [{spec.id}]"
         case StepWaiting(step=step, reason=reason):
             return f"  waiting  {step}: {reason}"
         case PointOfNoReturn(step=step):
@@ -256,8 +328,10 @@ def describe(event: Event) -> str | None:
             return f"feed {feed} on battery: {detail}"
         case PowerRestored(feed=feed):
             return f"feed {feed} on mains again"
-        case RiskAccepted(what=what):
-            return f"RISK: {what}"
+        case RiskAccepted():
+            return f"RISK: {event.what}"
+        case UpsCommandSent(ups=ups, command=command, ok=ok, detail=detail):
+            return f"UPS {ups}: sent {command}" if ok else f"UPS {ups}: {command} failed: {detail}"
         case OverrideApplied(who=who, action=action, reason=reason, detail=detail):
             text = f"override: {action} by {who}" + (f": {reason}" if reason else "")
             return text + (f" ({detail})" if detail else "")
@@ -294,21 +368,12 @@ def _checkup_line(event: CheckupDone) -> str:
 
 
 def _destage_line(cache: str, dirty: int | None, rate: float | None, eta: float | None) -> str:
-    left = "dirty data unknown" if dirty is None else f"{_size(dirty)} dirty"
+    left = "dirty data unknown" if dirty is None else f"{format_bytes(dirty)} dirty"
     if not rate or rate <= 0 or eta is None:
         return f"cache {cache} destaging: {left}, rate not measured yet"
     minutes, seconds = divmod(round(eta), 60)
     took = f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
-    return f"cache {cache} destaging: {left} at {_size(rate)}/s, about {took} left"
-
-
-def _size(value: float) -> str:
-    """Bytes in binary units, one decimal (core modules format their own numbers)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    return f"cache {cache} destaging: {left} at {format_bytes(rate)}/s, about {took} left"
 
 
 def level(event: Event) -> str:
@@ -323,6 +388,8 @@ def level(event: Event) -> str:
         return "warning"
     if isinstance(event, CacheModeChanged) and not event.ok:
         return "warning"
+    if isinstance(event, UpsCommandSent) and not event.ok:
+        return "error"
     if isinstance(event, OnBattery):
         return "warning"
     if isinstance(event, CheckupDone) and event.broke:
@@ -339,7 +406,11 @@ EventSink = Callable[[Event], None]
 
 
 class EventBus:
-    """Fans one event out to every subscriber, in subscription order."""
+    """Fans one event out to every subscriber, in subscription order.
+
+    A subscriber that raises is that subscriber's bug, logged: it never keeps the others
+    from hearing the event, nor fails the step or the decision that told it.
+    """
 
     def __init__(self) -> None:
         self._sinks: list[EventSink] = []
@@ -349,4 +420,7 @@ class EventBus:
 
     def __call__(self, event: Event) -> None:
         for sink in self._sinks:
-            sink(event)
+            try:
+                sink(event)
+            except Exception:
+                log.exception("%s failed on %s", getattr(sink, "__qualname__", sink), event.kind)

@@ -228,3 +228,5 @@ class StepOutcome:
     detail: str
     attempts: int = 1
     fallback_used: bool = False
+    already_there: bool = False
+    """Every target was in the wanted state already: nothing was asked of the platform."""

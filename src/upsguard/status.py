@@ -102,6 +102,11 @@ class Trigger(_Model):
         description="when it will hold at the present drain; None when that cannot be told "
         "(a flag, or no drain measured yet)",
     )
+    figures: str = Field(
+        "",
+        description="the figures it stands on: 'runtime 13m >= plan 8m05s + destage 10m "
+        "(not measured yet) + margin 5m'",
+    )
 
 
 class Countdown(_Model):

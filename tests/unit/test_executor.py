@@ -11,8 +11,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.runs import executor_for, outcomes_by_step
 from tests.sites import simple_site, site_from
 from upsguard.clock import LoopClock, run_virtual
@@ -21,17 +19,11 @@ from upsguard.config.site import SiteConfig
 from upsguard.engine.executor import RunResult
 from upsguard.engine.slots import Slots
 from upsguard.errors import PlatformUnreachable
-from upsguard.events import Event, PointOfNoReturn, StepFinished, StepStarted
-from upsguard.models import (
-    PlatformName,
-    PowerState,
-    ResourceId,
-    StepState,
-    StopMethod,
-    Target,
-)
+from upsguard.events import Event, PointOfNoReturn, RunFinished, StepFinished, StepStarted
+from upsguard.models import PlatformName, PowerState, ResourceId, StepState, StopMethod, Target
 from upsguard.plugins.platforms.simulated import Behaviour, Fleet, SimulatedPlatform
 from upsguard.runbooks.planner import Planner
+from upsguard.runs import RunOutcome
 
 
 class FlakyPlatform(SimulatedPlatform):
@@ -196,16 +188,20 @@ def test_vsphere_without_tools_skip_leaves_the_vm_running(tmp_path: Path) -> Non
     assert outcome.detail == "db: VMware Tools not running; left running"
 
 
-def test_a_failing_event_sink_ends_the_run_with_its_error_instead_of_hanging(
+def test_a_failing_event_sink_ends_the_run_failed_and_said_instead_of_hanging(
     tmp_path: Path,
 ) -> None:
+    """A bug under the executor (here an event sink that raises) ends the run ``failed``,
+    with the error in its detail and the ledger told: never a run left running for ever."""
     site = site_from(tmp_path, simple_site())
+    heard: list[Event] = []
 
     def sink(event: Event) -> None:
+        heard.append(event)
         if isinstance(event, StepFinished) and event.step == "stop:app":
             raise OSError("journal: disk full")
 
-    async def main() -> None:
+    async def main() -> RunResult:
         clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
         fleet = Fleet()
         platforms = {
@@ -214,10 +210,16 @@ def test_a_failing_event_sink_ends_the_run_with_its_error_instead_of_hanging(
             if isinstance(s, SimulatedPlatformSettings)
         }
         plan = Planner(site).plan("shutdown")
-        await executor_for(plan, platforms, clock, sink).run()
+        return await executor_for(plan, platforms, clock, sink).run()
 
-    with pytest.raises(OSError, match="disk full"):
-        run_virtual(main())
+    result = run_virtual(main())
+    assert result.outcome is RunOutcome.FAILED
+    ended = [e for e in heard if isinstance(e, RunFinished)]
+    assert [(e.outcome, e.detail) for e in ended] == [
+        (RunOutcome.FAILED, "internal error: OSError: journal: disk full")
+    ]
+    started = [e.step for e in heard if isinstance(e, StepStarted)]
+    assert "stop:db" not in started  # what waits on the step the bug hit never starts
 
 
 def test_platform_slots_go_first_come_first_served_and_a_cancelled_waiter_passes_its_turn() -> None:

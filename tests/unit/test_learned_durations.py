@@ -74,10 +74,11 @@ class RunWriter:
         *,
         kind: RunKind = RunKind.SHUTDOWN,
         origin: RunOrigin = RunOrigin.POLICY,
-        details: dict[str, str] | None = None,
+        already: frozenset[str] = frozenset(),
         states: dict[str, StepState] | None = None,
     ) -> str:
-        """One run whose steps (id -> seconds) run one after the other."""
+        """One run whose steps (id -> seconds) run one after the other; those in ``already``
+        found their targets there (as the executor says of a VM already off)."""
         self.count += 1
         start = T0 + timedelta(hours=self.count)
         run = RunId(f"{kind}-{self.count}")
@@ -86,11 +87,17 @@ class RunWriter:
         record(RunStarted(start, spec, len(steps)))
         at = start
         for step, seconds in steps.items():
-            record(StepStarted(at, run, StepId(step), "guest_shutdown"))
+            resource = ResourceId(step.partition(":")[2].partition("/")[0])
+            record(StepStarted(at, run, StepId(step), "guest_shutdown", resource))
             at += timedelta(seconds=seconds)
             state = (states or {}).get(step, StepState.DONE)
-            detail = (details or {}).get(step, f"{step} shut down")
-            record(StepFinished(at, run, StepId(step), state, detail))
+            there = step in already
+            detail = f"{resource} already off" if there else f"{step} shut down"
+            record(
+                StepFinished(
+                    at, run, StepId(step), state, detail, resource=resource, already_there=there
+                )
+            )
         record(RunFinished(at, spec, RunOutcome.DONE, "done"))
         return run
 
@@ -124,7 +131,7 @@ def test_median_and_p90_per_resource_and_direction_from_real_runs_and_drills(
 def test_steps_that_had_nothing_to_do_or_did_not_finish_teach_nothing(journal: Journal) -> None:
     runs = RunWriter(journal)
     runs.run({"stop:db": 40.0})
-    runs.run({"stop:db": 0.5}, details={"stop:db": "db already off"})
+    runs.run({"stop:db": 0.5}, already=frozenset({"stop:db"}))
     runs.run({"stop:db": 300.0}, states={"stop:db": StepState.FAILED})
     runs.run({"stop:db": 600.0}, states={"stop:db": StepState.INTERRUPTED})
 
@@ -186,12 +193,14 @@ def test_plan_cli_learns_from_the_sites_journal_unless_told_configured(
     assert "p90" not in capsys.readouterr().out
 
     journal = Journal(tmp_path / "journal.sqlite")
-    RunWriter(journal).run({"stop:db": 30.0, "stop:app": 12.0})
+    runs = RunWriter(journal)
+    for _ in range(3):
+        runs.run({"stop:db": 300.0, "stop:app": 12.0})
     journal.close()
 
     assert main(["plan", "shutdown", "-c", str(path)]) == 0
     learned = capsys.readouterr().out
-    assert "stop:db" in learned and "(p90 of 1 run)" in learned
+    assert "stop:db" in learned and "(p90 of 3 runs)" in learned
     assert main(["plan", "shutdown", "-c", str(path), "--durations", "configured"]) == 0
     assert "p90" not in capsys.readouterr().out
 
@@ -245,3 +254,49 @@ def test_a_journal_the_user_may_not_look_at_plans_with_configured_and_says_why(
         f"upsguard: journal {private / 'journal.sqlite'}: cannot look at it (Permission denied):"
         " check the permissions of its directory, or run as a user of the site's socket_group"
     )
+
+
+def test_one_quick_drill_does_not_shrink_the_plan_the_runtime_trigger_counts_on(
+    tmp_path: Path, journal: Journal
+) -> None:
+    """A drill whose steps were quick once taught a p90 of a single run, with no floor, and
+    cut the plan from minutes to seconds: the runtime trigger would then fire too late."""
+    site = site_from(tmp_path, site_data(tmp_path / "journal.sqlite"))
+    configured = Planner(site).plan(Direction.SHUTDOWN)
+    runs = RunWriter(journal)
+    runs.run({"stop:db": 2.0, "stop:app": 1.0, "stop:h1": 3.0, "stop:nas": 1.0})
+
+    one_run = Planner(site, durations=learned_durations(journal)).plan(Direction.SHUTDOWN)
+    assert one_run.estimate_s == configured.estimate_s  # one run teaches nothing yet
+
+    for _ in range(2):
+        runs.run({"stop:db": 2.0, "stop:app": 1.0, "stop:h1": 3.0, "stop:nas": 1.0})
+    three = Planner(site, durations=learned_durations(journal)).plan(Direction.SHUTDOWN)
+    assert three.estimate_s == configured.estimate_s  # quicker runs never lower it by default
+    db = three.step(StepId("stop:db"))
+    assert db.learned is not None and db.configured_s == 40.0 and db.estimate_s == 40.0
+    assert "learned below the configured 40s" in render.plan_text(three)
+
+
+def test_a_site_may_let_learned_figures_lower_the_plan_down_to_its_floor(tmp_path: Path) -> None:
+    data = site_data(tmp_path / "journal.sqlite")
+    data["policies"] = {"learning": {"may_lower_to_pct": 50}}
+    site = site_from(tmp_path, data)
+    journal = Journal(tmp_path / "journal.sqlite")
+    runs = RunWriter(journal)
+    for seconds in (10.0, 30.0, 35.0):
+        runs.run({"stop:db": seconds})
+    plan = Planner(site, durations=learned_durations(journal)).plan(Direction.SHUTDOWN)
+    journal.close()
+    db = plan.step(StepId("stop:db"))
+    assert db.learned is not None and 30.0 < db.learned.p90_s < 35.0
+    assert db.estimate_s == db.learned.p90_s  # above half of the configured 40s: trusted
+    assert db.configured_s == 40.0
+
+    journal = Journal(tmp_path / "quick.sqlite")  # three quick runs, and nothing else
+    quick = RunWriter(journal)
+    for _ in range(3):
+        quick.run({"stop:db": 1.0})
+    lower = Planner(site, durations=learned_durations(journal)).plan(Direction.SHUTDOWN)
+    journal.close()
+    assert lower.step(StepId("stop:db")).estimate_s == 20.0  # held at half of 40s

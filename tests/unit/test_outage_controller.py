@@ -148,7 +148,10 @@ def test_ups_lost_on_battery_keeps_counting_down_and_shuts_down() -> None:
     loop = run_virtual(go())
     # last known runtime 840 s at t=60; the plan takes 80 s: runtime < 200 s near t=700
     started = [e for e in h.kinds(PhaseChanged) if e.new is Phase.SHUTTING_DOWN]
-    assert len(started) == 1 and started[0].reason == "runtime < plan + 2m"
+    assert len(started) == 1
+    figures = started[0].figures
+    assert figures is not None and figures.condition == "runtime < plan + 2m"
+    assert started[0].reason == f"runtime < plan + 2m: {figures.figures()}"
     at = (started[0].at - datetime(2026, 1, 1, tzinfo=UTC)).total_seconds()
     assert 600 < at < 760
     assert Phase.RECOVERING not in [e.new for e in h.kinds(PhaseChanged)]

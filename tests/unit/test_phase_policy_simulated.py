@@ -118,8 +118,10 @@ def test_power_back_before_the_point_of_no_return_cancels_and_restarts_in_order(
     assert texts(report, "PointOfNoReturn") == []
     cancelled = [t for t in texts(report, "RunFinished") if "cancelled" in t]
     assert cancelled, report.timeline
-    notices = texts(report, "Notice")
-    assert "waiting for the shutdowns already under way (db) before starting again" in notices
+    waits = texts(report, "StepWaiting")
+    assert any(
+        w.startswith("  waiting  start:db: letting the shutdown asked by run") for w in waits
+    )
     started = [t.split()[1] for t in texts(report, "StepStarted") if "start:" in t]
     assert started.index("start:db") < started.index("start:web")
     # db's guest shutdown was under way when the run was cancelled: it is started again

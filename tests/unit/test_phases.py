@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from upsguard.config.policies import PoliciesConfig
+from upsguard.decisions import PlanTime
 from upsguard.models import Phase
 from upsguard.policies.phases import Act, Decision, PhaseEngine, PowerView
 from upsguard.policies.power import FeedReading
 from upsguard.runs import SiteRuns
+
+PLAN_60 = {"f": PlanTime(60)}
+PLAN_600 = {"f": PlanTime(600)}
 
 
 def view(
@@ -49,17 +53,17 @@ def phase(eng: PhaseEngine) -> Phase:
 
 def test_on_battery_only_after_the_debounce() -> None:
     eng = engine()
-    assert eng.evaluate(view(0, True), SiteRuns(), {"f": 600}) == []
-    assert eng.evaluate(view(5, True), SiteRuns(), {"f": 600}) == []
-    assert acts(eng.evaluate(view(10, True), SiteRuns(), {"f": 600})) == [Act.CACHES_WRITE_THROUGH]
+    assert eng.evaluate(view(0, True), SiteRuns(), PLAN_600) == []
+    assert eng.evaluate(view(5, True), SiteRuns(), PLAN_600) == []
+    assert acts(eng.evaluate(view(10, True), SiteRuns(), PLAN_600)) == [Act.CACHES_WRITE_THROUGH]
     assert eng.phase is Phase.ON_BATTERY
 
 
 def test_a_blip_resets_the_debounce() -> None:
     eng = engine()
-    eng.evaluate(view(0, True), SiteRuns(), {"f": 600})
-    eng.evaluate(view(5, False), SiteRuns(), {"f": 600})
-    assert eng.evaluate(view(10, True, since=10), SiteRuns(), {"f": 600}) == []
+    eng.evaluate(view(0, True), SiteRuns(), PLAN_600)
+    eng.evaluate(view(5, False), SiteRuns(), PLAN_600)
+    assert eng.evaluate(view(10, True, since=10), SiteRuns(), PLAN_600) == []
     assert eng.phase is Phase.NORMAL
 
 
@@ -67,56 +71,75 @@ def test_the_debounce_counts_on_the_feeds_clock_not_the_engines() -> None:
     """A feed at risk for 30 s (a restart, a link grace that ran first) is past a 10 s
     debounce on the engine's first look: one clock, as documented."""
     eng = engine()
-    decided = eng.evaluate(view(100, True, since=70), SiteRuns(), {"f": 600})
+    decided = eng.evaluate(view(100, True, since=70), SiteRuns(), PLAN_600)
     assert acts(decided) == [Act.CACHES_WRITE_THROUGH] and eng.phase is Phase.ON_BATTERY
 
 
 def test_low_battery_skips_the_debounce_and_shuts_down() -> None:
     eng = engine()
-    decided = acts(eng.evaluate(view(0, True, low=True), SiteRuns(), {"f": 600}))
+    decided = acts(eng.evaluate(view(0, True, low=True), SiteRuns(), PLAN_600))
     assert Act.START_SHUTDOWN in decided
     assert eng.phase is Phase.SHUTTING_DOWN
 
 
 def test_runtime_against_plan_plus_margin() -> None:
     eng = engine(shutdown={"when_any": ["runtime < plan + 5m"]})
-    eng.evaluate(view(0, True, runtime=2000), SiteRuns(), {"f": 600})
+    eng.evaluate(view(0, True, runtime=2000), SiteRuns(), PLAN_600)
     assert Act.START_SHUTDOWN not in acts(
-        eng.evaluate(view(10, True, runtime=901), SiteRuns(), {"f": 600})
+        eng.evaluate(view(10, True, runtime=901), SiteRuns(), PLAN_600)
     )
-    decided = eng.evaluate(view(15, True, runtime=899), SiteRuns(), {"f": 600})
+    decided = eng.evaluate(view(15, True, runtime=899), SiteRuns(), PLAN_600)
     assert Act.START_SHUTDOWN in acts(decided)
 
 
 def test_hold_defers_shutdown_until_the_floor() -> None:
     eng = engine(shutdown={"when_any": ["runtime < 10m"]}, critical_floor={"charge_below": 10})
     eng.held = "maintenance window"
-    eng.evaluate(view(0, True, runtime=300, charge=40), SiteRuns(), {"f": 60})
-    held = eng.evaluate(view(10, True, runtime=300, charge=40), SiteRuns(), {"f": 60})
+    eng.evaluate(view(0, True, runtime=300, charge=40), SiteRuns(), PLAN_60)
+    held = eng.evaluate(view(10, True, runtime=300, charge=40), SiteRuns(), PLAN_60)
     assert Act.START_SHUTDOWN not in acts(held)
     assert eng.phase is Phase.ON_BATTERY
-    decided = eng.evaluate(view(20, True, runtime=200, charge=9), SiteRuns(), {"f": 60})
+    decided = eng.evaluate(view(20, True, runtime=200, charge=9), SiteRuns(), PLAN_60)
     assert Act.START_SHUTDOWN in acts(decided)
     assert eng.at_floor
 
 
 def test_power_must_stay_back_before_recovering() -> None:
     eng = engine(power_returns={"online_for": "30s"})
-    eng.evaluate(view(0, True), SiteRuns(), {"f": 600})
-    eng.evaluate(view(10, True), SiteRuns(), {"f": 600})
-    eng.evaluate(view(20, False), SiteRuns(), {"f": 600})
+    eng.evaluate(view(0, True), SiteRuns(), PLAN_600)
+    eng.evaluate(view(10, True), SiteRuns(), PLAN_600)
+    eng.evaluate(view(20, False), SiteRuns(), PLAN_600)
     assert eng.phase is Phase.ON_BATTERY
-    eng.evaluate(view(50, False), SiteRuns(), {"f": 600})
+    eng.evaluate(view(50, False), SiteRuns(), PLAN_600)
     assert phase(eng) is Phase.RECOVERING
 
 
 def test_caches_go_back_only_above_the_charge_threshold() -> None:
     eng = engine(power_returns={"online_for": "0s"}, startup={"online_for": "0s"})
-    eng.evaluate(view(0, True), SiteRuns(), {"f": 600})
-    eng.evaluate(view(10, True), SiteRuns(), {"f": 600})
-    eng.evaluate(view(20, False, charge=40), SiteRuns(), {"f": 600})
+    eng.evaluate(view(0, True), SiteRuns(), PLAN_600)
+    eng.evaluate(view(10, True), SiteRuns(), PLAN_600)
+    eng.evaluate(view(20, False, charge=40), SiteRuns(), PLAN_600)
     assert eng.phase is Phase.RECOVERING
-    assert eng.evaluate(view(30, False, charge=45), SiteRuns(), {"f": 600}) == []
-    decided = eng.evaluate(view(40, False, charge=55), SiteRuns(), {"f": 600})
+    assert eng.evaluate(view(30, False, charge=45), SiteRuns(), PLAN_600) == []
+    decided = eng.evaluate(view(40, False, charge=55), SiteRuns(), PLAN_600)
     assert acts(decided) == [Act.CACHES_WRITE_BACK]
     assert phase(eng) is Phase.NORMAL
+
+
+def test_a_decision_says_the_figures_it_was_made_on() -> None:
+    """'runtime < plan + 5m' fired, and only the code showed why: a destage not measured
+    yet counted as its whole destage_timeout. Now the reason says so."""
+    changes: list[tuple[Phase, str]] = []
+    eng = PhaseEngine(
+        PoliciesConfig.model_validate({"shutdown": {"when_any": ["runtime < plan + 5m"]}}),
+        on_change=lambda old, new, reason, figures: changes.append((new, reason)),
+        phase=Phase.ON_BATTERY,
+    )
+    plan = {"f": PlanTime(485.0, destage_s=600.0, destage_measured=False)}
+    decided = eng.evaluate(view(100, True, runtime=780), SiteRuns(), plan)
+    start = next(d for d in decided if d.act is Act.START_SHUTDOWN)
+    assert start.figures is not None and start.figures.value == 780.0
+    assert start.reason == (
+        "runtime < plan + 5m: runtime 13m < plan 8m05s + destage 10m (not measured yet) + margin 5m"
+    )
+    assert changes == [(Phase.SHUTTING_DOWN, start.reason)]

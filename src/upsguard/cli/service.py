@@ -134,15 +134,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         logging.getLogger().setLevel(logging.INFO)
     if args.verbose < 2:
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
-    return run_async(_serve(site))
+    return run_async(_serve(site, args.config))
 
 
-async def _serve(site: SiteConfig) -> int:
+async def _serve(site: SiteConfig, path: Path) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await run_service(site, stop)
+    await run_service(site, stop, path)  # SIGHUP: the site file again
     return 0
 
 

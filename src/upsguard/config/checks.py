@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 from upsguard.config.ha_checks import ha_problems, ha_warnings
+from upsguard.config.own_machine import weaker_feeds, without_a_way_back
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import Suggestions, suggest
 from upsguard.config.types import format_duration, shorten
@@ -88,7 +89,15 @@ def site_warnings(site: SiteConfig) -> list[Problem]:
         *_nut_in_clear(site),
         *_files_missing(site),
         *ha_warnings(site),
+        *_weaker_feeds(site),
+        *((("ups", i, "at_shutdown_end"), why) for i, why in without_a_way_back(site)),
     ]
+
+
+def _weaker_feeds(site: SiteConfig) -> Iterator[Problem]:
+    position = {r.id: i for i, r in enumerate(site.resources)}
+    for weaker in weaker_feeds(site):
+        yield ("resources", position[weaker.own]), weaker.said()
 
 
 def _files_missing(site: SiteConfig) -> Iterator[Problem]:

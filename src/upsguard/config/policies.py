@@ -62,6 +62,26 @@ class CriticalFloor(Model):
     runtime_below: Duration = timedelta(seconds=90)
 
 
+class LearningPolicy(Model):
+    """How far the plan trusts step durations learned from past runs (the journal).
+
+    The runtime trigger (``runtime < plan + margin``) counts on the plan: a plan that shrinks
+    on thin evidence starts the shutdown too late. A learned figure counts only once enough
+    runs did the step, and it may raise the plan freely but lower it below the configured
+    estimate only as far as ``may_lower_to_pct`` allows (off by default)."""
+
+    min_runs: int = Field(
+        3, ge=1, le=1000, description="a learned figure counts once this many runs did the step"
+    )
+    may_lower_to_pct: float = Field(
+        100.0,
+        ge=0,
+        le=100,
+        description="how far below its configured estimate a learned figure may bring a step "
+        "(percent of the estimate; 100: never below it)",
+    )
+
+
 class PoliciesConfig(Model):
     poll_interval: Interval = Field(
         timedelta(seconds=1),
@@ -75,6 +95,7 @@ class PoliciesConfig(Model):
     startup: StartupPolicy = StartupPolicy()
     required_margin: Duration = timedelta(minutes=5)
     critical_floor: CriticalFloor = CriticalFloor()
+    learning: LearningPolicy = LearningPolicy()
     on_lost_contact_while_on_line: Literal["alert", "treat_as_outage"] = Field(
         "alert",
         description="a UPS last seen on mains that stops answering: an alert only (counted as "

@@ -38,6 +38,11 @@ class FeedConfig(Model):
     powers: list[ResourceId] = Field(default_factory=list)
 
 
+def feed_name(feed: FeedConfig, index: int) -> str:
+    """A feed's name: its own, or one made of its place and UPSes."""
+    return feed.name or f"feed{index}:" + "+".join(feed.ups)
+
+
 class Contact(Model):
     """Someone to call during an outage; printed in the run book."""
 
@@ -147,6 +152,20 @@ class SiteConfig(Model):
 
     def feeds_of(self, rid: ResourceId) -> list[FeedConfig]:
         return list(self._feeds_by_resource.get(rid, ()))
+
+    def feeds_powering(self, rid: ResourceId) -> list[FeedConfig]:
+        """The feeds a resource hangs on: its own, or those of the hosts it runs on (where
+        the site file places it; a VM of unknown placement may be on any host of its
+        platform). Empty when nothing says."""
+        feeds = self.feeds_of(rid)
+        if feeds:
+            return feeds
+        res = self.resource_index()[rid]
+        hosts = list(res.runs_on)
+        if not hosts and res.kind in (ResourceKind.VM, ResourceKind.VM_GROUP) and res.platform:
+            hosts = [h.id for h in self.hosts_of_platform(res.platform)]
+        found = {id(f): f for host in hosts for f in self.feeds_of(host)}
+        return list(found.values())
 
     def hosts_of_platform(self, platform: str) -> list[ResourceConfig]:
         return [r for r in self.resources if r.kind is ResourceKind.HOST and r.platform == platform]

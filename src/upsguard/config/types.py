@@ -20,6 +20,9 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer, WithJsonSchema
 
 from upsguard.config.reading import read_text
+from upsguard.units import format_bytes, format_duration
+
+__all__ = ["format_bytes", "format_duration"]  # where the rest of config/ finds them
 from upsguard.errors import ConfigError
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
@@ -101,23 +104,6 @@ def duration_phrase(limit: timedelta) -> str:
     return format_duration(limit)
 
 
-@functools.lru_cache(maxsize=4096)
-def format_duration(value: timedelta | float) -> str:
-    """Short human form: ``45s``, ``12m30s``, ``2h05m``. Cached: plans and timelines of big
-    sites repeat the same few durations thousands of times."""
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    sign = "-" if seconds < 0 else ""
-    seconds = abs(seconds)
-    if seconds < 60:
-        whole = seconds >= 10 or seconds == int(seconds)
-        return f"{sign}{seconds:.0f}s" if whole else f"{sign}{seconds:.1f}s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{sign}{minutes}m{secs:02d}s" if secs else f"{sign}{minutes}m"
-    hours, minutes = divmod(minutes, 60)
-    return f"{sign}{hours}h{minutes:02d}m"
-
-
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGTP]?)(i?)B?$", re.IGNORECASE)
 _POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
 
@@ -151,17 +137,6 @@ def parse_rate(value: Any) -> float:
     if isinstance(value, str) and value.strip().endswith("/s"):
         return float(parse_bytes(value.strip()[:-2]))
     return float(parse_bytes(value))
-
-
-def format_bytes(value: float | None) -> str:
-    if value is None:
-        return "?"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
 
 
 #: Linux's limits (``NAME_MAX``, ``PATH_MAX`` less its NUL): a longer path fails only when

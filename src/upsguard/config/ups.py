@@ -186,6 +186,11 @@ class RuntimeAt(Model):
     load_watts: float = Field(gt=0, le=MAX_UPS_WATTS)
 
 
+LOAD_CYCLE_COMMANDS = frozenset({"shutdown.return", "shutdown.reboot", "shutdown.reboot.graceful"})
+"""NUT instant commands after which the UPS cuts its output and brings it back by itself,
+mains or not: the path back for a site whose controller stops its own machine."""
+
+
 class UpsCommandPolicy(Model):
     """What to tell the UPS once everything is down (NUT instant commands)."""
 
@@ -193,6 +198,11 @@ class UpsCommandPolicy(Model):
         None, description="NUT instant command, e.g. shutdown.return or load.off.delay"
     )
     delay: Duration = timedelta(seconds=120)
+
+    @property
+    def brings_power_back(self) -> bool:
+        """The command cycles the UPS's output: power comes back without a person."""
+        return self.command in LOAD_CYCLE_COMMANDS
 
 
 class UpsConfig(Model):

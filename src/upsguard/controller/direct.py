@@ -3,7 +3,9 @@
 Reads come from the journal (and one fresh poll of each UPS for ``status``);
 ``hold``/``release`` are journaled and taken up by the service at its next
 start; ``trigger`` builds the same ``Service`` in this process (journal,
-plugins, resume of an interrupted run first) and runs the plan to its end;
+plugins, resume of an interrupted run first), runs the plan to its end and polls once, so
+the journaled phase moves on from the run as the service's would (a finished shutdown is
+``down``, a finished startup ``normal``);
 ``abort`` closes unfinished runs so the next start does not resume them.
 """
 
@@ -90,7 +92,7 @@ async def trigger(
     show: Callable[[str], None],
 ) -> int:
     """Run the plan here and now; returns 0 when every step ended well."""
-    svc = Service(site)
+    svc = Service(site, log_events=False)
 
     def printer(event: Event) -> None:
         text = describe(event)
@@ -105,6 +107,7 @@ async def trigger(
             await svc.controller.wait_idle()
         answer = await svc.overrides.trigger(who, direction, only, reason)
         result = await svc.controller.wait_idle()
+        await svc.poll_now()  # the phase moves on from the run's end, as the service's would
         ok = result is not None and result.run.id == answer["run"]
         return 0 if ok and result is not None and result.outcome is RunOutcome.DONE else 1
     finally:

@@ -29,7 +29,7 @@ import contextlib
 import logging
 import sqlite3
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from upsguard.controller.rows import (
     OverrideRow,
     PhaseRow,
     ReadingRow,
+    RequestRow,
     RunRow,
     StepRow,
     iso,
@@ -59,17 +60,21 @@ from upsguard.events import (
     ReadingTaken,
     RunFinished,
     RunStarted,
+    RunWidened,
     StepFinished,
     StepStarted,
+    TargetAsked,
     describe,
     level,
 )
-from upsguard.models import LinkState, Phase, StepState, UpsReading
+from upsguard.models import CacheMode, LinkState, Phase, StepState, UpsReading
 from upsguard.runs import RunRecord
 
 log = logging.getLogger(__name__)
 
 
+MAINS_NEVER_LOST = datetime.min.replace(tzinfo=UTC)
+"""What ``mains_back_since`` says of a journal that never saw an outage."""
 MAX_PENDING = 100_000
 """Events kept in memory while the file cannot be written; past this, readings go first."""
 
@@ -247,6 +252,23 @@ class Journal:
             self._run_started(event)
         elif isinstance(event, RunFinished):
             self._run_finished(event)
+        elif isinstance(event, RunWidened):
+            spec = event.spec
+            self.db.execute(
+                "UPDATE runs SET only = ?, feeds = ? WHERE id = ?",
+                (RunRow.list_text(spec.only), RunRow.list_text(spec.feeds), spec.id),
+            )
+        elif isinstance(event, TargetAsked):
+            self._insert(
+                "requests",
+                at=iso(event.at),
+                run=event.run,
+                step=event.step,
+                platform=event.platform,
+                target=event.target,
+                target_kind=event.target_kind.value,
+                wanted=event.wanted.value,
+            )
         elif isinstance(event, PointOfNoReturn):
             self.db.execute(
                 "UPDATE runs SET point_of_no_return = ? WHERE id = ?", (event.step, event.run)
@@ -277,6 +299,7 @@ class Journal:
                 mode=event.mode.value,
                 ok=int(event.ok),
                 detail=event.detail,
+                owed=int(event.owed),
             )
         self._event_line(event)
 
@@ -359,7 +382,12 @@ class Journal:
 
     def _step_started(self, event: StepStarted) -> None:
         self._new_attempt(
-            event.run, event.step, event.action, event.at, state=StepState.RUNNING.value
+            event.run,
+            event.step,
+            event.action,
+            event.at,
+            state=StepState.RUNNING.value,
+            resource=event.resource,
         )
 
     def _step_finished(self, event: StepFinished) -> None:
@@ -375,16 +403,19 @@ class Journal:
             "detail": event.detail,
             "tries": event.attempts,
             "fallback_used": int(event.fallback_used),
+            "already_there": int(event.already_there),
         }
         if row is not None:
             self.db.execute(
-                "UPDATE steps SET ended = ?, state = ?, detail = ?, tries = ?, fallback_used = ?"
-                " WHERE id = ?",
+                "UPDATE steps SET ended = ?, state = ?, detail = ?, tries = ?, fallback_used = ?,"
+                " already_there = ? WHERE id = ?",
                 (*ended.values(), row[0]),
             )
         elif state not in (StepState.INTERRUPTED, StepState.ABANDONED):
             # never started: a row says why (skipped, cancelled); nothing to resume from it
-            self._new_attempt(event.run, event.step, "-", event.at, **ended)
+            self._new_attempt(
+                event.run, event.step, "-", event.at, resource=event.resource, **ended
+            )
 
     def _new_attempt(self, run: str, step: str, action: str, at: datetime, **columns: Any) -> None:
         """A row for the next attempt of a step (attempts count from 1 per run and step)."""
@@ -417,6 +448,32 @@ class Journal:
         """The newest runs as the run ledger holds them, oldest first."""
         return [row.record() for row in reversed(self.runs(limit=limit, with_steps=False))]
 
+    def owed_caches(self) -> list[str]:
+        """The caches upsguard took out of write-back and has not returned yet."""
+        owed: dict[str, bool] = {}
+        for cache, mode, was_owed in self.db.execute(
+            "SELECT cache, mode, owed FROM cache_ops WHERE ok = 1 ORDER BY id"
+        ):
+            if mode == CacheMode.WRITE_BACK.value:
+                owed[cache] = False
+            elif was_owed:
+                owed[cache] = True
+        return sorted(cache for cache, due in owed.items() if due)
+
+    def pending_requests(self, since: datetime) -> list[RequestRow]:
+        """The newest request of each target, made since ``since``, whose step did not end
+        done in its run: it may still be landing."""
+        rows = self.db.execute(
+            "SELECT r.at, r.run, r.step, r.platform, r.target, r.target_kind, r.wanted"
+            " FROM requests r WHERE r.id IN"
+            " (SELECT MAX(id) FROM requests GROUP BY platform, target) AND r.at >= ?"
+            " AND NOT EXISTS (SELECT 1 FROM steps s"
+            " WHERE s.run = r.run AND s.step = r.step AND s.state = 'done')"
+            " ORDER BY r.id",
+            (iso(since),),
+        ).fetchall()
+        return [RequestRow(*r) for r in rows]
+
     def close_run(self, run: str, at: datetime, state: str, detail: str) -> None:
         self._safely(
             lambda: self.db.execute(
@@ -428,13 +485,16 @@ class Journal:
     # -- reading back ----------------------------------------------------------------------------
 
     def mains_back_since(self) -> datetime | None:
-        """When every feed was last seen back on mains (None while one is on battery), so
-        that the startup policy's ``online_for`` survives a restart."""
+        """When every feed was last seen back on mains (None while one is on battery;
+        ``MAINS_NEVER_LOST`` when no outage was ever journaled), so that the startup
+        policy's ``online_for`` survives a restart."""
         row = self.db.execute(
             "SELECT kind, at FROM events WHERE kind IN ('OnBattery', 'PowerRestored')"
             " ORDER BY id DESC LIMIT 1"
         ).fetchone()
-        return parse_iso(row[1]) if row is not None and row[0] == "PowerRestored" else None
+        if row is None:
+            return MAINS_NEVER_LOST
+        return parse_iso(row[1]) if row[0] == "PowerRestored" else None
 
     def last_phase(self) -> Phase | None:
         row = self.db.execute("SELECT new FROM phases ORDER BY id DESC LIMIT 1").fetchone()
@@ -470,8 +530,8 @@ class Journal:
 
     def steps(self, run: str) -> list[StepRow]:
         rows = self.db.execute(
-            "SELECT run, step, action, attempt, started, ended, state, detail, tries, fallback_used"
-            " FROM steps WHERE run = ? ORDER BY id",
+            "SELECT run, step, action, attempt, started, ended, state, detail, tries,"
+            " fallback_used, resource, already_there FROM steps WHERE run = ? ORDER BY id",
             (run,),
         ).fetchall()
         return [_step_row(r) for r in rows]
@@ -484,12 +544,13 @@ class Journal:
         where = "AND r.started < ?" if before is not None else ""
         rows = self.db.execute(
             "SELECT s.run, s.step, s.action, s.attempt, s.started, s.ended, s.state, s.detail,"
-            " s.tries, s.fallback_used, r.direction FROM steps s JOIN runs r ON r.id = s.run"
+            " s.tries, s.fallback_used, s.resource, s.already_there, r.direction"
+            " FROM steps s JOIN runs r ON r.id = s.run"
             f" WHERE s.state = 'done' AND s.ended IS NOT NULL AND s.action != '-' {where}"
             " ORDER BY r.started DESC, r.rowid DESC, s.id",
             () if before is None else (before,),
         ).fetchall()
-        return [(_step_row(r[:10]), r[10]) for r in rows]
+        return [(_step_row(r[:12]), r[12]) for r in rows]
 
     def readings_between(self, start: str, end: str) -> list[ReadingRow]:
         """Readings from ``start`` to ``end`` (ISO times), oldest first."""
@@ -587,6 +648,8 @@ def _step_row(r: tuple[Any, ...]) -> StepRow:
         detail=r[7],
         tries=r[8],
         fallback_used=bool(r[9]),
+        resource=r[10],
+        already_there=bool(r[11]),
     )
 
 

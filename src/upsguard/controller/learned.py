@@ -40,8 +40,6 @@ LEARN_FROM_RUNS = 10
 """How many of the newest runs that did a resource's step count: old enough runs describe
 hardware and guests that may have changed since."""
 
-ALREADY = (" already off", " already up")
-
 Key = tuple[ResourceId, Direction]
 
 
@@ -60,11 +58,10 @@ def learned_durations(
 def _learn(rows: list[tuple[StepRow, str]], runs: int) -> dict[Key, LearnedDuration]:
     samples: dict[tuple[Key, bool], dict[str, list[float]]] = defaultdict(dict)
     for step, direction in rows:
-        if step.ended is None or any(step.detail.endswith(a) for a in ALREADY):
+        if step.ended is None or step.already_there or step.resource is None:
             continue
-        resource, member = _resource_of(step.step)
-        if resource is None:
-            continue
+        resource = ResourceId(step.resource)
+        member = _is_member(step)
         per_run = samples[((resource, Direction(direction)), member)]
         if step.run not in per_run and len(per_run) >= runs:
             continue  # older than the newest ``runs`` runs of this step
@@ -91,13 +88,11 @@ def p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10, method="inclusive")[-1]
 
 
-def _resource_of(step: str) -> tuple[ResourceId | None, bool]:
-    """``stop:web/web-01`` -> (web, member); ``start:db`` -> (db, not a member)."""
-    _, sep, node = step.partition(":")
-    if not sep or not node or ":" in node:  # barriers: ``stop:vc:vms-of-unknown-placement``
-        return None, False
-    resource, slash, _ = node.partition("/")
-    return ResourceId(resource), bool(slash)
+def _is_member(step: StepRow) -> bool:
+    """One VM of a group expanded from live inventory: its step is not named after the
+    resource alone (``stop:web/web-01`` against ``stop:web``)."""
+    _, _, node = step.step.partition(":")
+    return node != step.resource
 
 
 def learned_or_none(path: str | Path) -> dict[Key, LearnedDuration] | None:

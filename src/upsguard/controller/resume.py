@@ -13,13 +13,26 @@ that was cut short is finished, not repeated.
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timedelta
 
 from upsguard.clock import Clock
 from upsguard.controller.journal import Journal
 from upsguard.controller.rows import RunRow
+from upsguard.engine.actions import UnderWay
 from upsguard.engine.outage_controller import OutageController
 from upsguard.events import EventSink, Notice
-from upsguard.models import CacheMode, CacheName, Phase, StepId, StepState
+from upsguard.models import (
+    CacheMode,
+    CacheName,
+    Phase,
+    PlatformName,
+    PowerState,
+    ResourceKind,
+    RunId,
+    StepId,
+    StepState,
+    Target,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +60,8 @@ async def reap_and_resume(
     held = journal.hold()
     if held is not None:
         controller.engine.hold(held.reason)
+    controller.caches.owe(CacheName(c) for c in journal.owed_caches())
+    controller.asked_before(_asked_before(journal, clock.now()))
     if controller.engine.phase in FLIPPED_PHASES:
         await _caches_write_through(controller, clock, events)
     if newest is None:
@@ -89,6 +104,23 @@ async def _resume(
     log.warning(message)
     events(Notice(clock.now(), message, level="warning"))
     return await controller.resume(run.record().spec, done)
+
+
+REQUESTS_LAND_WITHIN = timedelta(hours=1)
+"""A request older than this has landed or never will: it is not waited for again."""
+
+
+def _asked_before(journal: Journal, now: datetime) -> list[UnderWay]:
+    """The requests platforms accepted before the restart that may still be landing: the
+    steps that find one wait for it (see ``engine.actions``)."""
+    out = []
+    for row in journal.pending_requests(now - REQUESTS_LAND_WITHIN):
+        target = Target(PlatformName(row.platform), ResourceKind(row.target_kind), row.target)
+        request = UnderWay(
+            RunId(row.run), StepId(row.step), target, PowerState(row.wanted), before_restart=True
+        )
+        out.append(request)
+    return out
 
 
 async def _caches_write_through(

@@ -66,6 +66,10 @@ class StepRow(Row):
     detail: str
     tries: int
     fallback_used: bool
+    resource: str | None = None
+    """The resource the step acts on (a group's members name their group)."""
+    already_there: bool = False
+    """Every target was in the wanted state already: nothing was asked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +130,19 @@ class CacheOpRow(Row):
     mode: str
     ok: bool
     detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRow(Row):
+    """A request a platform accepted for one target of a step."""
+
+    at: str
+    run: str
+    step: str
+    platform: str
+    target: str
+    target_kind: str
+    wanted: str
 
 
 @dataclass(frozen=True, slots=True)

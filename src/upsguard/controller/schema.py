@@ -129,6 +129,35 @@ MIGRATIONS: tuple[str, ...] = (
         runtime_observed REAL
     );
     """,
+    # 3 -> 4: facts the engine reads back after a restart, as typed columns: a step's
+    # resource and whether it found its targets there already; what upsguard owes a cache
+    # (taken out of write-back); the requests platforms accepted (never asked twice). Old
+    # rows of steps get their resource from their id (``stop:web/web-01`` is web's) and
+    # "already there" from the words the old engine wrote: read once, here, never again.
+    """
+    ALTER TABLE steps ADD COLUMN resource TEXT;
+    ALTER TABLE steps ADD COLUMN already_there INTEGER NOT NULL DEFAULT 0;
+    UPDATE steps SET resource = CASE
+        WHEN instr(substr(step, instr(step, ':') + 1), '/') > 0
+        THEN substr(substr(step, instr(step, ':') + 1), 1,
+                    instr(substr(step, instr(step, ':') + 1), '/') - 1)
+        ELSE substr(step, instr(step, ':') + 1) END;
+    UPDATE steps SET already_there = 1
+        WHERE state = 'done' AND (detail LIKE '% already off' OR detail LIKE '% already up');
+    ALTER TABLE cache_ops ADD COLUMN owed INTEGER NOT NULL DEFAULT 0;
+    UPDATE cache_ops SET owed = 1 WHERE ok = 1 AND mode = 'write-through';
+    CREATE TABLE requests (
+        id INTEGER PRIMARY KEY,
+        at TEXT NOT NULL,
+        run TEXT NOT NULL,
+        step TEXT NOT NULL,
+        platform TEXT NOT NULL,
+        target TEXT NOT NULL,
+        target_kind TEXT NOT NULL,
+        wanted TEXT NOT NULL
+    );
+    CREATE INDEX requests_run ON requests(run);
+    """,
 )
 
 VERSION = len(MIGRATIONS)

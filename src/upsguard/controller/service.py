@@ -15,15 +15,18 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from upsguard.clock import Clock, SystemClock
 from upsguard.config.checks import site_warnings
+from upsguard.config.loading import load_site
 from upsguard.config.site import SiteConfig
 from upsguard.controller.journal import Journal
 from upsguard.controller.learned import learned_durations
@@ -42,8 +45,9 @@ from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import PermanentError, UpsguardError
 from upsguard.events import Event, EventBus, Notice, describe, level
 from upsguard.models import PlatformName
+from upsguard.plugins import registry
 from upsguard.plugins.platforms.base import Platform
-from upsguard.plugins.registry import build_cache_providers, build_platforms, build_ups_sources
+from upsguard.plugins.registry import SitePlugins, build_plugins
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.runbooks.planner import Planner
 from upsguard.status import SiteStatus
@@ -53,19 +57,35 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-INVENTORY_WITHIN_S = 60.0
-"""How long the platforms may take to list their VMs before plans are made without."""
+INVENTORY_WITHIN_S = 10.0
+"""How long the platforms may take to list their VMs before plans are made without: a
+controller starting in an outage must not stay blind behind a vCenter that hangs (the plans
+are made again from fresh inventory every ``REPLAN_EVERY_S``, and before each run)."""
 REPLAN_EVERY_S = 300.0
 """VMs move (vMotion, DRS): plans are made again from fresh inventory this often."""
 event_log = logging.getLogger("upsguard.events")
+
+PluginBuilder = Callable[[SiteConfig, Clock], SitePlugins]
 
 
 class Service:
     """Everything a running controller holds; ``open`` builds it, ``close`` lets it go."""
 
-    def __init__(self, site: SiteConfig, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        site: SiteConfig,
+        clock: Clock | None = None,
+        plugins: PluginBuilder = build_plugins,
+        log_events: bool = True,
+        site_path: Path | None = None,
+    ) -> None:
+        """``plugins`` builds what the service acts through: the registry's classes, or the
+        tests' simulated world. ``log_events``: False when the caller prints every event
+        itself (``trigger`` without a service), or each would be said twice.
+        ``site_path``: the site file, read again on ``SIGHUP`` (``request_reload``)."""
         self.site = site
         self.clock: Clock = clock or SystemClock()
+        self._build_plugins = plugins
         self.bus = EventBus()
         self.lock = JournalLock(site.journal)
         self.lock.acquire()
@@ -79,7 +99,8 @@ class Service:
             on_line=self.stream.added,
         )
         self.bus.subscribe(self.journal.record)
-        self.bus.subscribe(_log_event)
+        if log_events:
+            self.bus.subscribe(_log_event)
         self.metrics = Metrics()
         self.bus.subscribe(self.metrics.observe)
         self.notifier = Notifier(site.service.notify, site.site)
@@ -99,6 +120,10 @@ class Service:
         self._poll_lock = asyncio.Lock()
         self._inventory_problem: str | None = None
         self._news = asyncio.Event()
+        self.site_path = site_path
+        self._hangup = asyncio.Event()
+        self._waiting_site: SiteConfig | None = None
+        self._news_tasks: list[asyncio.Task[None]] = []
         self._schedule: Schedule | None = None
 
     def _wake(self, event: Event) -> None:
@@ -140,14 +165,13 @@ class Service:
 
     async def open(self, resume: bool = True) -> None:
         """Build the plugins and the outage controller, then finish what a crash left."""
-        sources = build_ups_sources(self.site, self.clock)
-        self.platforms = build_platforms(self.site, self.clock)
+        plugins = self._build_plugins(self.site, self.clock)
+        self.platforms = plugins.platforms
         await self.open_platforms()
-        providers = build_cache_providers(self.site, self.clock)
-        caches = DestageWatch(self.site, providers, self.clock, self.bus)
+        caches = DestageWatch(self.site, plugins.caches, self.clock, self.bus)
         self._controller = OutageController(
             self.site,
-            sources=sources,
+            sources=plugins.sources,
             platforms=self.platforms,
             caches=caches,
             clock=self.clock,
@@ -205,6 +229,8 @@ class Service:
         """One poll; an unexpected error is logged and the next poll tries again."""
         try:
             await self.controller.tick()
+            if self._waiting_site is not None and not self.controller.busy:
+                await self._swap(self._waiting_site)
             self.last_tick_error = None
         except Exception as exc:  # the service must keep watching the power
             if str(exc) != self.last_tick_error:
@@ -236,6 +262,85 @@ class Service:
         except Exception as exc:  # one UPS's channel never stops the others or the polls
             message = f"UPS {source.name}: not listening for its news: {exc} (polled as usual)"
             self.bus(Notice(self.clock.now(), message, level="warning"))
+
+    def _listen_for_news(self) -> None:
+        """One task per UPS listening for its news (again, after a reload)."""
+        for task in self._news_tasks:
+            task.cancel()
+        self._news_tasks = [
+            asyncio.create_task(self._watch_news(source), name=f"news of {name}")
+            for name, source in self.controller.sources.items()
+        ]
+
+    # -- SIGHUP: the site file again ----------------------------------------------------
+
+    def request_reload(self) -> None:
+        """``SIGHUP``: read the site file again (at once; applied as ``reload`` says)."""
+        self._hangup.set()
+
+    async def _reload_on_hangup(self) -> None:
+        while True:
+            await self._hangup.wait()
+            self._hangup.clear()
+            await self.reload()
+
+    async def reload(self) -> None:
+        """Read the site file again. A file with a mistake changes nothing: the one in force
+        stays, and the mistake is an alert. A good one is journaled and takes effect at once,
+        or, while a run is in progress, once it has ended (a run keeps the plan it started
+        with). The journal, the socket, metrics and the web page keep their settings until
+        the next start."""
+        if self.site_path is None:
+            return
+        now = self.clock.now
+        try:
+            site = load_site(self.site_path, registry.names)
+        except UpsguardError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            message = f"site file {self.site_path} not reloaded, the one in force stays: {first}"
+            self.bus(Notice(now(), message, level="error"))
+            return
+        if self.controller.busy:
+            self._waiting_site = site
+            run = self.controller.executor.run_id if self.controller.executor else "?"
+            message = f"site file {self.site_path} read again: it takes effect once run {run} ends"
+            self.bus(Notice(now(), message))
+            return
+        await self._swap(site)
+
+    async def _swap(self, site: SiteConfig) -> None:
+        """Take ``site`` in force: new plugins and plans, the same runs, phase and hold."""
+        self._waiting_site = None
+        old = self.controller
+        plugins = self._build_plugins(site, self.clock)
+        for source in old.sources.values():
+            await _quietly(source.close())
+        for platform in self.platforms.values():
+            await _quietly(platform.close())
+        self.site = site
+        self.platforms = plugins.platforms
+        self._opened = set()
+        await self.open_platforms()
+        caches = DestageWatch(site, plugins.caches, self.clock, self.bus)
+        controller = OutageController(
+            site,
+            sources=plugins.sources,
+            platforms=self.platforms,
+            caches=caches,
+            clock=self.clock,
+            events=self.bus,
+            planner=await self.planner(),
+            ledger=old.ledger,
+            replan=self.planner,
+        )
+        controller.take_over(old)
+        self._controller = controller
+        self._overrides = Overrides(site, controller, self.bus, self.clock)
+        self.metrics.attach(controller)
+        if self._news_tasks:
+            self._listen_for_news()
+        message = f"site file {self.site_path} reloaded: {len(site.resources)} resources"
+        self.bus(Notice(self.clock.now(), message, level="warning"))
 
     async def refresh_caches(self) -> None:
         """Keep the caches' mode and dirty bytes current for status and metrics (a destage
@@ -294,23 +399,7 @@ class Service:
         page = await self._start_web()
         sched = self.calendar()
         sched.start()
-        tasks = [
-            asyncio.create_task(self.watch_power(stop), name="power watch"),
-            asyncio.create_task(_every(60.0, self.open_platforms, stop), name="platforms"),
-            asyncio.create_task(_every(15.0, self._retry_journal, stop), name="journal"),
-            asyncio.create_task(
-                _every(REPLAN_EVERY_S, self._refresh_plans, stop, first=False), name="plans"
-            ),
-            asyncio.create_task(self._poll_on_news(), name="news"),
-            *(
-                asyncio.create_task(self._watch_news(source), name=f"news of {name}")
-                for name, source in self.controller.sources.items()
-            ),
-        ]
-        if self.site.caches:
-            tasks.append(
-                asyncio.create_task(_every(30.0, self.refresh_caches, stop), name="caches")
-            )
+        tasks = self.watch(stop)
         _sd_notify("READY=1")
         self.bus(Notice(self.clock.now(), f"upsguard serving site {self.site.site}"))
         for loc, message in site_warnings(self.site):  # what validate warned of, at every start
@@ -319,6 +408,7 @@ class Service:
             await stop.wait()
         finally:
             _sd_notify("STOPPING=1")
+            await self.controller.interrupt()  # first: no step starts once told to stop
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -327,6 +417,27 @@ class Service:
             if page is not None:
                 await page.stop()
             self.metrics.stop()
+
+    def watch(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
+        """The service's own tasks on the monotonic clock, until ``stop``: the power watch,
+        platforms that failed to open, the journal's retry, fresh plans, the UPSes' news and
+        the caches' figures."""
+        tasks = [
+            asyncio.create_task(self.watch_power(stop), name="power watch"),
+            asyncio.create_task(_every(60.0, self.open_platforms, stop), name="platforms"),
+            asyncio.create_task(_every(15.0, self._retry_journal, stop), name="journal"),
+            asyncio.create_task(
+                _every(REPLAN_EVERY_S, self._refresh_plans, stop, first=False), name="plans"
+            ),
+            asyncio.create_task(self._poll_on_news(), name="news"),
+            asyncio.create_task(self._reload_on_hangup(), name="reload"),
+        ]
+        self._listen_for_news()
+        if self.site.caches:
+            tasks.append(
+                asyncio.create_task(_every(30.0, self.refresh_caches, stop), name="caches")
+            )
+        return tasks
 
     async def _start_web(self) -> WebServer | None:
         """The live page, when the site file asks for one. It is for people watching: one
@@ -357,8 +468,11 @@ class Service:
         self.lock.release()
 
 
-async def run_service(site: SiteConfig, stop: asyncio.Event) -> None:
-    service = Service(site)
+async def run_service(site: SiteConfig, stop: asyncio.Event, path: Path | None = None) -> None:
+    """``upsguard run``: until ``stop``; ``SIGHUP`` reads the site file at ``path`` again."""
+    service = Service(site, site_path=path)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGHUP, service.request_reload)
     try:
         await service.open()
         await service.serve(stop)

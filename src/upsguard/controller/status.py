@@ -15,10 +15,12 @@ from datetime import UTC, datetime
 from upsguard.config.site import SiteConfig
 from upsguard.controller.journal import Journal
 from upsguard.controller.rows import OverrideRow, StepRow, parse_iso
+from upsguard.decisions import NO_PLAN, PlanTime
 from upsguard.engine.outage_controller import OutageController
 from upsguard.models import Direction, LinkState, Phase, StepState, UpsName
 from upsguard.policies.phases import condition_inputs
 from upsguard.policies.power import FeedReading, feed_name, read_feeds
+from upsguard.policies.reckoning import reckon
 from upsguard.policies.watch import UpsWatch
 from upsguard.runbooks.plan import Plan
 from upsguard.status import (
@@ -201,7 +203,7 @@ def ups_status(watches: Mapping[UpsName, UpsWatch]) -> list[UpsStatus]:
 
 
 def feeds_status(
-    site: SiteConfig, feeds: Sequence[FeedReading], plan_s: Mapping[str, float]
+    site: SiteConfig, feeds: Sequence[FeedReading], plan_s: Mapping[str, PlanTime]
 ) -> list[FeedStatus]:
     configs = {feed_name(c, i): c for i, c in enumerate(site.effective_feeds())}
     return [
@@ -218,7 +220,7 @@ def feeds_status(
             low_battery=f.low_battery,
             lost=f.lost,
             at_risk_for_s=f.at_risk_for_s,
-            plan_s=plan_s.get(f.name),
+            plan_s=plan_s[f.name].total_s if f.name in plan_s else None,
         )
         for f in feeds  # none before the first poll
     ]
@@ -228,7 +230,7 @@ def countdown(
     site: SiteConfig,
     controller: OutageController,
     run: RunStatus | None,
-    plan_s: Mapping[str, float],
+    plan_s: Mapping[str, PlanTime],
 ) -> Countdown | None:
     """Runtime left against what the shutdown still needs, and when each trigger fires."""
     view = controller.view
@@ -238,7 +240,7 @@ def countdown(
     if run is not None and run.direction is Direction.SHUTDOWN:
         plan_left: float | None = run.left_s
     elif at_risk:
-        plan_left = max(plan_s.get(f.name, 0.0) for f in at_risk)
+        plan_left = max(plan_s.get(f.name, NO_PLAN).total_s for f in at_risk)
     else:
         plan_left = controller.shutdown_plan.estimate_s + controller.caches.eta_s()
     runtime = view.runtime_s()
@@ -250,29 +252,36 @@ def countdown(
         plan_left_s=plan_left,
         margin_s=margin,
         spare_s=spare,
-        triggers=[t for f in at_risk for t in triggers(site, f, plan_s.get(f.name, 0.0))],
+        triggers=[t for f in at_risk for t in triggers(site, f, plan_s.get(f.name, NO_PLAN))],
     )
 
 
-def triggers(site: SiteConfig, feed: FeedReading, plan_s: float) -> list[Trigger]:
-    """Each shutdown condition for one feed at risk: whether it holds, and when it will at
-    the present drain (runtime falls a second a second; charge at the measured rate)."""
+def triggers(site: SiteConfig, feed: FeedReading, plan: PlanTime) -> list[Trigger]:
+    """Each shutdown condition for one feed at risk: whether it holds, with its figures,
+    and when it will at the present drain (runtime falls a second a second; charge at the
+    measured rate)."""
     values, flags = condition_inputs(feed)
     out = []
     for condition in site.policies.shutdown.when_any:
-        holds = condition.holds(values, flags, plan_s)
-        fires_in: float | None = 0.0 if holds else None
-        value = values.get(condition.metric or "")
-        if not holds and value is not None and condition.op in ("<", "<="):
-            limit = condition.threshold + (plan_s if condition.plus_plan else 0.0)
-            if condition.metric == "runtime":
+        judged = reckon(condition, feed.name, values, flags, plan)
+        fires_in: float | None = 0.0 if judged.holds else None
+        value, limit = judged.value, judged.limit
+        if not judged.holds and value is not None and limit is not None:
+            if condition.metric == "runtime" and condition.op in ("<", "<="):
                 fires_in = value - limit
-            elif condition.metric == "charge" and values.get("depletion"):
-                fires_in = (value - limit) / (values["depletion"] or 1.0) * 60.0
-        elif not holds and value is not None and condition.metric == "on_battery_for":
-            fires_in = condition.threshold - value
+            elif condition.metric == "charge" and condition.op in ("<", "<="):
+                rate = values.get("depletion")
+                fires_in = (value - limit) / rate * 60.0 if rate else None
+            elif condition.metric == "on_battery_for":
+                fires_in = limit - value
         out.append(
-            Trigger(condition=condition.text, feed=feed.name, holds=holds, fires_in_s=fires_in)
+            Trigger(
+                condition=condition.text,
+                feed=feed.name,
+                holds=judged.holds,
+                fires_in_s=fires_in,
+                figures=judged.figures(),
+            )
         )
     return out
 

@@ -1,10 +1,14 @@
 """What one step does to each of its targets: check, act, wait, fall back, retry.
 
-Every step is idempotent: it reads the target's state first (a VM already
-off is done), so a step that a crash interrupted can run again safely. In a
-resumed run it also asks a platform that lists its tasks (``InFlightTasks``)
-whether the request is still under way (a host shutting down still reads on),
-and waits for that task instead of asking a second time.
+Every step is idempotent: it reads the target's state first (a VM already off is done),
+so a step that a crash interrupted can run again safely. Nor does it ask twice: each
+request a platform accepted is *under way* (``UnderWay``) until the target is seen in the
+state it asked for, and a step that finds its target's request under way (from a run that
+was cancelled, aborted or superseded, or journaled before a restart) waits for it instead
+of asking again. In a resumed run it also asks a platform that lists its tasks
+(``InFlightTasks``) whether a request is still under way (a host shutting down still reads
+on). A step whose target has the opposite request under way lets it land first: a startup
+would find a VM up that goes off a moment later, and a shutdown a host off that boots.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -28,6 +32,9 @@ from upsguard.models import (
     Direction,
     PlatformName,
     PowerState,
+    ResourceKind,
+    RunId,
+    StepId,
     StepOutcome,
     StepState,
     StopMethod,
@@ -41,11 +48,46 @@ log = logging.getLogger(__name__)
 HARD_OFF_WAIT_S = 60.0
 
 
+TargetKey = tuple[PlatformName, str]
+"""A target as its platform names it, whatever its other fields (a direct path, its host)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnderWay:
+    """A request a platform accepted whose target has not been seen in the state it asked
+    for yet: it may still land, so it is waited for, never asked again."""
+
+    run: RunId
+    step: StepId
+    target: Target
+    wanted: PowerState
+    before_restart: bool = False
+    """Asked by a controller before this one (from the journal)."""
+
+    @property
+    def guest_shutdown(self) -> bool:
+        return self.target.kind is ResourceKind.VM and self.wanted is PowerState.OFF
+
+    @property
+    def key(self) -> TargetKey:
+        return key_of(self.target)
+
+    def said(self) -> str:
+        verb = "power-on" if self.wanted is PowerState.ON else "shutdown"
+        return f"the {verb} asked by run {self.run}"
+
+
+def key_of(target: Target) -> TargetKey:
+    return (target.platform, target.name)
+
+
+RequestListener = Callable[[UnderWay], None]
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """What a step found before it waits: nothing to ask (already there), a request made
-    now, or the platform's own task still under way from before a restart (waited for,
-    not repeated)."""
+    now, or a request already under way (waited for, not repeated)."""
 
     needed: bool = True
     under_way: str | None = None
@@ -54,7 +96,7 @@ class Request:
         """The words the step's detail adds."""
         if self.under_way is None:
             return ""
-        return f" (waited for {self.under_way}, under way before the restart)"
+        return f" (waited for {self.under_way})"
 
 
 ALREADY_THERE = Request(needed=False)
@@ -67,6 +109,7 @@ class TargetResult:
     detail: str
     attempts: int = 1
     fallback_used: bool = False
+    already_there: bool = False
 
 
 class StepRunner:
@@ -81,15 +124,28 @@ class StepRunner:
         slots: Mapping[PlatformName, Slots],
         network_probes: bool = True,
         resumed: bool = False,
+        *,
+        run: RunId,
+        under_way: Mapping[TargetKey, UnderWay] | None = None,
+        on_request: RequestListener | None = None,
+        on_wait: Callable[[StepId, str], None] | None = None,
     ) -> None:
         """``network_probes``: False in a dry run (health checks ask the platform only).
-        ``resumed``: the run was cut short before; tasks still under way are waited for."""
+        ``resumed``: the run was cut short before; tasks still under way are waited for.
+        ``under_way``: requests accepted before this run and not seen to land (waited for).
+        ``on_request``: hears each request a platform accepts (the journal keeps it).
+        ``on_wait``: hears a step waiting for a request of a run before it to land."""
         self._network_probes = network_probes
         self._resumed = resumed
         self._platforms = platforms
         self._clock = clock
         self._direction = direction
         self._slots = slots
+        self._run = run
+        self.under_way: dict[TargetKey, UnderWay] = dict(under_way or {})
+        """Requests accepted and not seen to land, this run's and those it took over."""
+        self._on_request = on_request
+        self._on_wait = on_wait
 
     async def run(self, step: Step, started: datetime) -> StepOutcome:
         settings = step.settings
@@ -121,8 +177,8 @@ class StepRunner:
         try:
             async with slot or contextlib.nullcontext():
                 if self._direction is Direction.SHUTDOWN:
-                    return await self._stop(settings, platform, target)
-                return await self._start(settings, platform, target)
+                    return await self._stop(step.id, settings, platform, target)
+                return await self._start(step.id, settings, platform, target)
         except UpsguardError as exc:
             return TargetResult(target, StepState.FAILED, f"{target.name}: {exc}")
         except Exception as exc:  # a plugin bug must not stop the other steps at 3 a.m.
@@ -130,24 +186,27 @@ class StepRunner:
             return TargetResult(target, StepState.FAILED, f"{target.name}: internal error: {exc!r}")
 
     async def _stop(
-        self, settings: StepSettings, platform: Platform, target: Target
+        self, step: StepId, settings: StepSettings, platform: Platform, target: Target
     ) -> TargetResult:
         grace = settings.timeout_s
+        await self._let_land(step, platform, target, PowerState.ON, grace)
         try:
-            asked = await ask(lambda: self._ask_to_stop(platform, target), settings.retries)
+            asked = await ask(lambda: self._ask_to_stop(step, platform, target), settings.retries)
             if not asked.needed:
-                return TargetResult(target, StepState.DONE, f"{target.name} already off")
-            if await platform.wait_for(target, PowerState.OFF, grace):
+                detail = f"{target.name} already off"
+                return TargetResult(target, StepState.DONE, detail, already_there=True)
+            if await self._landed(platform, target, PowerState.OFF, grace):
                 detail = f"{target.name} shut down{asked.said()}"
                 return TargetResult(target, StepState.DONE, detail)
             why = f"still on after {format_duration(grace)}{asked.said()}"
         except GracefulUnavailable as exc:
             fallback = settings.fallback_without_graceful
-            return await self._fallback(settings, platform, target, str(exc), fallback)
-        return await self._fallback(settings, platform, target, why, settings.fallback)
+            return await self._fallback(step, settings, platform, target, str(exc), fallback)
+        return await self._fallback(step, settings, platform, target, why, settings.fallback)
 
     async def _fallback(
         self,
+        step: StepId,
         settings: StepSettings,
         platform: Platform,
         target: Target,
@@ -156,28 +215,33 @@ class StepRunner:
     ) -> TargetResult:
         why = why if why.startswith(f"{target.name}:") else f"{target.name}: {why}"
         if fallback == "skip":
+            self.under_way.pop(key_of(target), None)  # given up on: no longer waited for
             log.warning("%s; left running (fallback: skip)", why)
             return TargetResult(target, StepState.SKIPPED, f"{why}; left running")
         if fallback == "fail":
+            self.under_way.pop(key_of(target), None)
             return TargetResult(target, StepState.FAILED, why)
         await ask(lambda: platform.stop(target, StopMethod.HARD), settings.retries)
-        if await platform.wait_for(target, PowerState.OFF, HARD_OFF_WAIT_S):
+        self._asked(step, target, PowerState.OFF)
+        if await self._landed(platform, target, PowerState.OFF, HARD_OFF_WAIT_S):
             detail = f"{why}; powered off"
             return TargetResult(target, StepState.DONE, detail, fallback_used=True)
         return TargetResult(target, StepState.FAILED, f"{why}; power-off failed")
 
     async def _start(
-        self, settings: StepSettings, platform: Platform, target: Target
+        self, step: StepId, settings: StepSettings, platform: Platform, target: Target
     ) -> TargetResult:
         timeout = settings.timeout_s
+        await self._let_land(step, platform, target, PowerState.OFF, timeout)
         state = await ask(lambda: platform.power_state(target), settings.retries)
         asked = ALREADY_THERE
         if state is not PowerState.ON:
-            found = await self._under_way(platform, target, PowerState.ON)
+            found = await self._found(platform, target, PowerState.ON)
             if found is None:
                 await self._power_on(settings, platform, target)
+                self._asked(step, target, PowerState.ON)
             asked = Request(under_way=found)
-            if not await platform.wait_for(target, PowerState.ON, timeout):
+            if not await self._landed(platform, target, PowerState.ON, timeout):
                 return TargetResult(
                     target,
                     StepState.FAILED,
@@ -189,33 +253,105 @@ class StepRunner:
             )
         except StepTimeout as exc:
             return TargetResult(target, StepState.FAILED, str(exc))
-        done = "up" if state is not PowerState.ON else "already up"
-        return TargetResult(target, StepState.DONE, f"{target.name} {done}{asked.said()}")
+        already = state is PowerState.ON
+        done = "already up" if already else "up"
+        detail = f"{target.name} {done}{asked.said()}"
+        return TargetResult(target, StepState.DONE, detail, already_there=already)
 
-    async def _ask_to_stop(self, platform: Platform, target: Target) -> Request:
-        """Read the state, then ask for a graceful stop unless a resumed step finds its task
-        under way: one request allowance covers them, and a retry reads the state again."""
+    async def _ask_to_stop(self, step: StepId, platform: Platform, target: Target) -> Request:
+        """Read the state, then ask for a graceful stop unless its request is under way
+        already: one request allowance covers them, and a retry reads the state again."""
         if await platform.power_state(target) is PowerState.OFF:
+            self._reached(target, PowerState.OFF)
             return ALREADY_THERE
-        under_way = await self._under_way(platform, target, PowerState.OFF)
+        under_way = await self._found(platform, target, PowerState.OFF)
         if under_way is None:
             await platform.stop(target, StopMethod.GRACEFUL)
+            self._asked(step, target, PowerState.OFF)
         return Request(under_way=under_way)
+
+    def _asked(self, step: StepId, target: Target, wanted: PowerState) -> None:
+        """A platform accepted a request: it is under way until seen to land."""
+        request = UnderWay(self._run, step, target, wanted)
+        self.under_way[request.key] = request
+        if self._on_request is not None:
+            self._on_request(request)
+
+    async def _landed(
+        self, platform: Platform, target: Target, wanted: PowerState, timeout: float
+    ) -> bool:
+        """Wait for the target to reach ``wanted``; once it has, its request has landed."""
+        reached = await platform.wait_for(target, wanted, timeout)
+        if reached:
+            self._reached(target, wanted)
+        return reached
+
+    def _reached(self, target: Target, state: PowerState) -> None:
+        """The target is in ``state``: a request for it has landed (one for the other state
+        may still be on its way, and stays waited for)."""
+        earlier = self.under_way.get(key_of(target))
+        if earlier is not None and earlier.wanted is state:
+            del self.under_way[key_of(target)]
+
+    async def _found(self, platform: Platform, target: Target, wanted: PowerState) -> str | None:
+        """A request for ``wanted`` under way already: one this controller asked (in this run
+        or one before it), one journaled before a restart, or one the platform lists in a
+        resumed run."""
+        earlier = self.under_way.get(key_of(target))
+        if earlier is None or earlier.wanted is not wanted:
+            return await self._under_way(platform, target, wanted)
+        if not earlier.before_restart:
+            return earlier.said()
+        if earlier.guest_shutdown:
+            # asked again: harmless, and waiting for one that was lost would cost battery
+            return await self._under_way(platform, target, wanted)
+        listed = await self._listed(platform, target, wanted)
+        if listed is False:  # the platform lists nothing: it landed, or the power undid it
+            self.under_way.pop(key_of(target), None)
+            return None
+        return earlier.said() if listed is None else f"{listed}, under way before the restart"
+
+    async def _let_land(
+        self, step: StepId, platform: Platform, target: Target, state: PowerState, timeout: float
+    ) -> None:
+        """A step whose target has a request for ``state`` under way (the other way: its run
+        was cancelled) lets it land first: a shutdown asked for cannot be taken back, nor can
+        a power-on (a host booting is shut down once it is up, not called off). A platform
+        that lists its tasks may say it is no longer under way (a guest that ignored it)."""
+        earlier = self.under_way.get(key_of(target))
+        if earlier is None or earlier.wanted is not state:
+            return
+        if await self._listed(platform, target, state) is not False:  # or cannot tell
+            if self._on_wait is not None:
+                self._on_wait(step, f"letting {earlier.said()} land first ({target.name})")
+            await platform.wait_for(target, state, timeout)
+        self.under_way.pop(key_of(target), None)
 
     async def _under_way(self, platform: Platform, target: Target, state: PowerState) -> str | None:
         """In a resumed run, the platform's own task still taking ``target`` to ``state``.
         Tasks that cannot be read are no reason to leave a target running: the step asks."""
-        if not self._resumed or not isinstance(platform, InFlightTasks):
+        if not self._resumed:
+            return None
+        listed = await self._listed(platform, target, state)
+        return f"{listed}, under way before the restart" if isinstance(listed, str) else None
+
+    async def _listed(
+        self, platform: Platform, target: Target, state: PowerState
+    ) -> str | bool | None:
+        """The platform's own task taking ``target`` to ``state`` (its line); False when the
+        platform lists its tasks and none is; None when it cannot tell."""
+        if not isinstance(platform, InFlightTasks):
             return None
         try:
             async with asyncio.timeout(CALL_TIMEOUT_S):
                 found = await platform.in_flight(target, state)
         except (UpsguardError, TimeoutError) as exc:
             why = str(exc) or "no answer"
-            log.warning("%s: its tasks under way could not be read (%s): asking", target.name, why)
+            log.warning("%s: its tasks under way could not be read (%s)", target.name, why)
             return None
-        if found is not None:
-            log.info("%s: %s is still under way from before the restart", target.name, found)
+        if found is None:
+            return False
+        log.info("%s: %s is still under way from before the restart", target.name, found)
         return found
 
     async def _power_on(self, settings: StepSettings, platform: Platform, target: Target) -> None:
@@ -236,7 +372,14 @@ def _combine(
     if len(results) == 1:
         only = results[0]
         return StepOutcome(
-            step.id, only.state, started, ended, only.detail, only.attempts, only.fallback_used
+            step.id,
+            only.state,
+            started,
+            ended,
+            only.detail,
+            only.attempts,
+            only.fallback_used,
+            only.already_there,
         )
     failed = [r for r in results if r.state is StepState.FAILED]
     skipped = [r for r in results if r.state is StepState.SKIPPED]
@@ -250,4 +393,5 @@ def _combine(
         detail += f", {len(skipped)} left running"
     if failed:
         detail += "; " + "; ".join(r.detail for r in failed[:3])
-    return StepOutcome(step.id, state, started, ended, detail, 1, fallback)
+    already = all(r.already_there for r in results)
+    return StepOutcome(step.id, state, started, ended, detail, 1, fallback, already)

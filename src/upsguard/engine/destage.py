@@ -1,5 +1,11 @@
 """Flipping caches and watching their dirty data drain: rate, ETA, and the gate steps wait on.
 
+On battery the caches in the data path go to write-through (``write_through``); one that
+refused is asked again every ``RETRY_S`` while the outage lasts. Once the outage is over the
+caches upsguard took out of write-back go back to it (``restore``), and only those: a cache
+a person keeps in write-through stays so. What upsguard owes is journaled
+(``CacheModeChanged.owed``), so a restarted controller still returns it (``owe``).
+
 No host or storage step starts while a cache in its data path is still dirty,
 unless the battery is at the critical floor, or the cache's ``on_timeout`` is
 ``continue`` and its ``destage_timeout`` has passed; both are journaled as the
@@ -10,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
-from upsguard.config.types import format_bytes, format_duration
+from upsguard.config.types import format_duration
 from upsguard.errors import UpsguardError
 from upsguard.events import (
     CacheClean,
@@ -32,6 +38,8 @@ from upsguard.runbooks.plan import Step
 
 log = logging.getLogger(__name__)
 RATE_WINDOW_S = 60.0
+RETRY_S = 30.0
+"""How often a cache that refused to change mode is asked again."""
 PROGRESS_EVERY_S = 30.0
 """How often a cache a step waits on is told about (``DestageProgress``): a line every
 half minute shows a destage as it happens without drowning a long one in lines."""
@@ -97,6 +105,12 @@ class DestageWatch:
         self._history: dict[tuple[CacheName, str], _History] = {}
         self.status: dict[tuple[CacheName, str], CacheStatus] = {}
         self.flipped_at: dict[CacheName, float] = {}
+        """When each cache upsguard switched to write-through got there (its drain's clock)."""
+        self.owed: set[CacheName] = set()
+        """Caches upsguard took out of write-back: they go back once the outage is over."""
+        self._asked_at: dict[CacheName, float] = {}
+        self._waited_on: Counter[CacheName] = Counter()
+        """Caches steps wait on to be clean now: never put back in write-back under them."""
         self._lock = asyncio.Lock()
         self._polled_at = float("-inf")
         self._told: dict[CacheName, float] = {}
@@ -119,33 +133,87 @@ class DestageWatch:
         results = await asyncio.gather(*(self._set_cache(c, mode) for c in chosen))
         return [r for group in results for r in group]
 
+    async def write_through(self, names: Iterable[CacheName] | None = None) -> None:
+        """The outage's flip: each named cache not in write-through yet goes there (one that
+        refused is asked again, at most every ``RETRY_S``)."""
+        now = self._clock.monotonic()
+        chosen = self.names if names is None else list(names)
+        due = [
+            c
+            for c in chosen
+            if c not in self.flipped_at and now - self._asked_at.get(c, -RETRY_S) >= RETRY_S
+        ]
+        if due:
+            await self.set_mode(CacheMode.WRITE_THROUGH, due)
+
+    async def restore(self) -> None:
+        """The outage is over: what upsguard took out of write-back goes back (one that
+        refuses is asked again, at most every ``RETRY_S``), and every drain's clock stops;
+        a cache a step waits on stays in write-through until that step is done with it."""
+        now = self._clock.monotonic()
+        for cache in [c for c in self.flipped_at if not self._waited_on[c]]:
+            del self.flipped_at[cache]
+        due = [
+            c
+            for c in sorted(self.owed)
+            if not self._waited_on[c] and now - self._asked_at.get(c, -RETRY_S) >= RETRY_S
+        ]
+        if due:
+            await self.set_mode(CacheMode.WRITE_BACK, due)
+
+    def owe(self, names: Iterable[CacheName]) -> None:
+        """Caches a controller before this one took out of write-back (from the journal)."""
+        self.owed.update(n for n in names if n in self._providers)
+
     async def _set_cache(self, cache: CacheName, mode: CacheMode) -> list[ModeResult]:
+        self._asked_at[cache] = self._clock.monotonic()
         try:
             targets = await self.targets(cache)
         except Exception as exc:  # one cache's failure (a bad key, a plugin bug) is its own
             why = _why(exc, cache)
             self._events(CacheModeChanged(self._clock.now(), cache, "*", mode, False, why))
             return [ModeResult(cache, "*", False, why)]
-        if mode is CacheMode.WRITE_THROUGH:
-            if cache not in self.flipped_at:  # the drain starts now: older readings say nothing
-                for key in [k for k in self._history if k[0] == cache]:
-                    del self._history[key]
-            self.flipped_at.setdefault(cache, self._clock.monotonic())
-        else:
-            self.flipped_at.pop(cache, None)
-        return list(await asyncio.gather(*(self._set_target(cache, t, mode) for t in targets)))
+        if mode is CacheMode.WRITE_THROUGH and cache not in self.flipped_at:
+            for key in [k for k in self._history if k[0] == cache]:
+                del self._history[key]  # the drain starts now: older readings say nothing
+        results = list(await asyncio.gather(*(self._set_target(cache, t, mode) for t in targets)))
+        if all(r.ok for r in results):
+            if mode is CacheMode.WRITE_THROUGH:
+                self.flipped_at.setdefault(cache, self._clock.monotonic())
+            elif mode is CacheMode.WRITE_BACK:
+                self.owed.discard(cache)
+                self.flipped_at.pop(cache, None)
+        return results
+
+    def _in_write_back(self, cache: CacheName, target: CacheTarget) -> bool:
+        """The target was in write-back when last read (or has not been read): a flip to
+        write-through puts upsguard in its debt."""
+        status = self.status.get((cache, target.name))
+        mode = status.state.mode if status is not None and status.state is not None else None
+        return mode is None or mode is CacheMode.WRITE_BACK
 
     async def _set_target(
         self, cache: CacheName, target: CacheTarget, mode: CacheMode
     ) -> ModeResult:
+        owed = mode is CacheMode.WRITE_THROUGH and self._in_write_back(cache, target)
         try:
             await self._providers[cache].set_mode(target, mode)
         except Exception as exc:
             result = ModeResult(cache, target.name, False, _why(exc, cache))
         else:
             result = ModeResult(cache, target.name, True, f"{target.name}: {mode.value}")
+            if owed:
+                self.owed.add(cache)
         self._events(
-            CacheModeChanged(self._clock.now(), cache, target.name, mode, result.ok, result.detail)
+            CacheModeChanged(
+                self._clock.now(),
+                cache,
+                target.name,
+                mode,
+                result.ok,
+                result.detail,
+                owed=owed and result.ok,
+            )
         )
         return result
 
@@ -182,22 +250,27 @@ class DestageWatch:
         return status
 
     def eta_s(self, names: Iterable[CacheName] | None = None) -> float:
-        """The longest time the named caches' targets need to be clean. Dirty data whose
-        drain rate is not measured yet (still write-back, or one reading so far) counts at
-        the cache's ``worst_case_rate``, or as its whole ``destage_timeout``: never as
-        nothing, or the runtime trigger would start the shutdown too late."""
+        """The longest time the named caches' targets need to be clean (see ``eta``)."""
+        return self.eta(names)[0]
+
+    def eta(self, names: Iterable[CacheName] | None = None) -> tuple[float, bool]:
+        """The longest time the named caches' targets need to be clean, and whether that
+        figure is measured. Dirty data whose drain rate is not measured yet (still
+        write-back, or one reading so far) counts at the cache's ``worst_case_rate``, or as
+        its whole ``destage_timeout``: never as nothing, or the runtime trigger would start
+        the shutdown too late."""
         chosen = set(names) if names is not None else set(self.names)
         etas = [self._eta(s) for s in self.status.values() if s.cache in chosen and not s.clean]
-        return max(etas, default=0.0)
+        return max(etas, default=(0.0, True))
 
-    def _eta(self, status: CacheStatus) -> float:
+    def _eta(self, status: CacheStatus) -> tuple[float, bool]:
         if status.eta_s is not None:
-            return status.eta_s
+            return status.eta_s, True
         settings = self._settings[status.cache]
         dirty = status.state.dirty_bytes if status.state is not None else None
         if dirty is not None and settings.worst_case_rate:
-            return dirty / settings.worst_case_rate
-        return settings.destage_timeout.total_seconds()
+            return dirty / settings.worst_case_rate, False
+        return settings.destage_timeout.total_seconds(), False
 
     async def wait_clean(
         self,
@@ -205,12 +278,27 @@ class DestageWatch:
         floor: Callable[[], bool] = lambda: False,
         progress: Callable[[list[CacheStatus]], None] | None = None,
     ) -> bool:
-        """Wait until every named cache is clean; False when the floor or a timeout let go first."""
-        waiting = set(names)
+        """Wait until every named cache is clean; False when the floor or a timeout let go first.
+        A cache nothing put in write-through yet goes there (a person's ``trigger --only`` of
+        a host on mains): left in write-back it would never be clean."""
+        chosen = frozenset(names)
+        self._waited_on.update(chosen)
+        try:
+            return await self._wait_clean(set(chosen), floor, progress)
+        finally:
+            self._waited_on.subtract(chosen)
+
+    async def _wait_clean(
+        self,
+        waiting: set[CacheName],
+        floor: Callable[[], bool],
+        progress: Callable[[list[CacheStatus]], None] | None,
+    ) -> bool:
         started = self._clock.monotonic()
         warned: set[CacheName] = set()
         while True:
             round_started = self._clock.monotonic()
+            await self.write_through(waiting)  # a cache that refused is asked again
             statuses = await self._fresh(waiting)
             if progress is not None:
                 progress(statuses)
@@ -298,9 +386,9 @@ class DestageWatch:
                 for s in self.status.values()
                 if s.cache == name and s.state is not None
             )
-            what = f"going on with cache {name} still dirty ({format_bytes(dirty)}): {why}"
-            log.error(what)
-            self._events(RiskAccepted(self._clock.now(), what))
+            risk = RiskAccepted(self._clock.now(), name, dirty, why)
+            log.error(risk.what)
+            self._events(risk)
 
 
 def _why(exc: Exception, cache: CacheName) -> str:

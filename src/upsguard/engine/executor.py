@@ -8,7 +8,13 @@ life (started, point of no return, finished) is told to the run ledger, which ow
 
 Stopping a run (``stop``) cancels its running steps: on a power-back cancel or an abort
 they end ``cancelled``; when the service itself stops they end ``interrupted`` and no
-step that waits on them starts, so the next start re-checks them in order.
+step that waits on them starts, so the next start re-checks them in order. The requests its
+steps had sent that have not landed yet (``under_way``) go to the run that follows, whose
+steps wait for them rather than asking again.
+
+A run's scope may grow while it runs (``widen``: a second feed's trigger): the steps it has
+running or done go on as they are, and the new ones start as soon as what they wait for is
+finished.
 """
 
 from __future__ import annotations
@@ -17,14 +23,14 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from upsguard.clock import Clock
-from upsguard.engine.actions import StepRunner
+from upsguard.engine.actions import StepRunner, TargetKey, UnderWay
 from upsguard.engine.ledger import RunLedger
 from upsguard.engine.slots import Slots
-from upsguard.events import EventSink, StepFinished, StepStarted, StepWaiting
+from upsguard.events import EventSink, StepFinished, StepStarted, StepWaiting, TargetAsked
 from upsguard.models import Direction, PlatformName, StepId, StepOutcome, StepState
 from upsguard.plugins.platforms.base import Platform
 from upsguard.runbooks.plan import Action, Plan, Step
@@ -66,14 +72,17 @@ class Executor:
         cache_gate: CacheGate | None = None,
         already_done: Collection[StepId] = (),
         resumed: bool = False,
-        before_step: Callable[[Step], Awaitable[None]] | None = None,
+        before_step: Callable[[Step], Awaitable[str | None]] | None = None,
         dry_run: bool = False,
+        under_way: Mapping[TargetKey, UnderWay] | None = None,
     ) -> None:
         """``already_done``: steps a resumed run finished before (done or skipped).
         ``resumed``: the run was cut short before; its steps look for the platform's own
         tasks still under way and wait for them instead of asking again.
-        ``before_step``: awaited just before a step acts (after its cache gate).
-        ``dry_run``: the simulator's run; health checks do not probe the network."""
+        ``before_step``: awaited just before a step acts (after its cache gate); a reason it
+        returns skips the step (upsguard's own machine staying up).
+        ``dry_run``: the simulator's run; health checks do not probe the network.
+        ``under_way``: requests of runs before this one that have not landed yet."""
         self.plan = plan
         self.spec = spec
         self._clock = clock
@@ -83,7 +92,16 @@ class Executor:
         self._before_step = before_step
         slots = {PlatformName(p): Slots(n) for p, n in plan.limits.items()}
         self._runner = StepRunner(
-            platforms, clock, plan.direction, slots, network_probes=not dry_run, resumed=resumed
+            platforms,
+            clock,
+            plan.direction,
+            slots,
+            network_probes=not dry_run,
+            resumed=resumed,
+            run=spec.id,
+            under_way=under_way,
+            on_request=self._asked,
+            on_wait=self._waits,
         )
         self.result = RunResult(spec)
         self._steps = plan.by_id()
@@ -106,6 +124,51 @@ class Executor:
         record = self._ledger.get(self.spec.id)
         return record.point_of_no_return if record is not None else None
 
+    @property
+    def under_way(self) -> dict[TargetKey, UnderWay]:
+        """Requests accepted (by this run's steps, or taken over from runs before) that have
+        not been seen to land."""
+        return dict(self._runner.under_way)
+
+    def _asked(self, request: UnderWay) -> None:
+        target = request.target
+        self._events(
+            TargetAsked(
+                self._clock.now(),
+                request.run,
+                request.step,
+                target.platform,
+                target.name,
+                target.kind,
+                request.wanted,
+            )
+        )
+
+    def _waits(self, step: StepId, reason: str) -> None:
+        self._events(StepWaiting(self._clock.now(), self.spec.id, step, reason))
+
+    def widen(self, plan: Plan, spec: RunSpec, reason: str) -> None:
+        """The run's scope grew: carry ``plan`` out from here. Steps finished, running or
+        waiting for their turn go on as they are (none is cancelled, none asked twice); the
+        new ones start as soon as what they wait for is finished."""
+        known = plan.by_id()
+        kept = [s for s in self.plan.steps if s.id not in known]  # a step the new plan lost
+        self.plan = replace(plan, steps=(*plan.steps, *kept))
+        self.spec = spec
+        self._steps = self.plan.by_id()
+        self._dependents = self.plan.dependents()
+        finished = set(self.result.outcomes) | self._already
+        self._missing = {
+            s.id: sum(1 for w in s.waits_for if w not in finished) for s in self.plan.steps
+        }
+        self._ledger.widened(spec, len(self.plan.steps), reason)
+        if self._all_finished is None or self._stopping is not None:
+            return  # not begun yet (its start launches what is ready), or ending
+        for step in self.plan.steps:
+            ready = self._missing[step.id] == 0
+            if ready and step.id not in finished and step.id not in self._tasks:
+                self._launch(step.id)
+
     def stop(self, outcome: RunOutcome) -> None:
         """Say how the run ends when its task is cancelled next: ``cancelled``, ``aborted`` or
         ``interrupted``. Cancelling the task without this ends it ``cancelled``."""
@@ -118,14 +181,11 @@ class Executor:
             self._begun = True
             self._ledger.started(self.spec, len(self.plan.steps))
 
-    async def run(self, prelude: Callable[[], Awaitable[None]] | None = None) -> RunResult:
-        """Carry the plan out; ``prelude`` is awaited first, as part of the run (a startup
-        lets the shutdowns already under way land)."""
+    async def run(self) -> RunResult:
+        """Carry the plan out."""
         self.begin()
         self._all_finished = asyncio.get_running_loop().create_future()
         try:
-            if prelude is not None:
-                await prelude()
             for sid in self._already:
                 for dep in self._dependents[sid]:
                     self._missing[dep] -= 1
@@ -135,12 +195,19 @@ class Executor:
             self._check_all_finished()
             await self._all_finished
             outcome = RunOutcome.FAILED if self.result.failed else RunOutcome.DONE
+            detail = self._summary()
         except asyncio.CancelledError:
             outcome = self._stopping or RunOutcome.CANCELLED
             self._stopping = outcome
             await self._stop_all(outcome)
+            detail = self._summary()
+        except Exception as exc:  # a bug: the run ends failed, said and journaled, never hidden
+            log.exception("run %s failed unexpectedly", self.spec.id)
+            self._stopping = RunOutcome.FAILED
+            await self._stop_all(RunOutcome.FAILED)
+            outcome, detail = RunOutcome.FAILED, f"internal error: {type(exc).__name__}: {exc}"
         self.result.outcome = outcome
-        self._ledger.finished(self.spec.id, outcome, self._summary())
+        self._ledger.finished(self.spec.id, outcome, detail)
         return self.result
 
     def _launch(self, sid: StepId) -> None:
@@ -185,7 +252,10 @@ class Executor:
             if step.caches and self._gate is not None:
                 await self._gate_caches(step, self._gate)
             if self._before_step is not None:
-                await self._before_step(step)
+                why = await self._before_step(step)
+                if why is not None:
+                    self._finish(self._skipped(step, why))
+                    return
             self._mark_point_of_no_return(step)
             self._finish(await self._perform(step))
         except asyncio.CancelledError:
@@ -226,7 +296,7 @@ class Executor:
         if step.action is Action.BARRIER:
             return StepOutcome(step.id, StepState.DONE, started, started, "barrier passed")
         self.running.add(step.id)
-        self._events(StepStarted(started, self.spec.id, step.id, step.action))
+        self._events(StepStarted(started, self.spec.id, step.id, step.action, step.resource))
         try:
             return await self._runner.run(step, started)
         finally:
@@ -251,6 +321,8 @@ class Executor:
                 outcome.detail,
                 outcome.attempts,
                 outcome.fallback_used,
+                self._steps[outcome.step].resource,
+                outcome.already_there,
             )
         )
         self._release_dependents(outcome.step)

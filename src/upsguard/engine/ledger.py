@@ -1,11 +1,11 @@
 """The run ledger: the one owner of every run's life.
 
-Every change of a run goes through here (started, point of no return, finished), and
-each change is announced as an event (``RunStarted``, ``PointOfNoReturn``,
-``RunFinished``) that the journal, log, metrics and notifier consume. The phase engine
-reads ``site()``; status and metrics read ``active``. On start the service restores the
-ledger from the journal (``restore``), so a restarted controller knows the runs of the
-one before it.
+Every change of a run goes through here (started, widened, point of no return, finished),
+and each change is announced as an event (``RunStarted``, ``RunWidened``,
+``PointOfNoReturn``, ``RunFinished``) that the journal, log, metrics and notifier
+consume. The phase engine reads ``site()``; status and metrics read ``active``. On start
+the service restores the ledger from the journal (``restore``), so a restarted controller
+knows the runs of the one before it.
 
 The records live in memory; a shared store for a standby controller would replace
 ``_records`` (load on ``restore``, write on each change) and nothing else.
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from upsguard.clock import Clock
-from upsguard.events import EventSink, PointOfNoReturn, RunFinished, RunStarted
+from upsguard.events import EventSink, PointOfNoReturn, RunFinished, RunStarted, RunWidened
 from upsguard.models import ResourceId, RunId, StepId
 from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunRecord, RunSpec, SiteRuns
 
@@ -71,6 +71,13 @@ class RunLedger:
         resumed = self._records.pop(spec.id, None) is not None  # a resumed run is the newest
         self._put(RunRecord(spec))
         self._events(RunStarted(self._clock.now(), spec, steps, resumed))
+
+    def widened(self, spec: RunSpec, steps: int, reason: str) -> None:
+        """A running run's scope grew (its feeds and resources): same id, same start."""
+        record = self._records[spec.id]
+        if record.active:
+            self._put(replace(record, spec=spec))
+            self._events(RunWidened(self._clock.now(), spec, steps, reason))
 
     def point_of_no_return(self, run: RunId, step: StepId) -> None:
         record = self._records[run]

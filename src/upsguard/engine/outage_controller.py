@@ -11,16 +11,19 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
+from upsguard.decisions import PlanTime, Reckoning
+from upsguard.engine.actions import TargetKey, UnderWay
 from upsguard.engine.destage import DestageGate, DestageWatch
+from upsguard.engine.end_of_outage import EndOfOutage
 from upsguard.engine.executor import Executor, RunResult
 from upsguard.engine.ledger import RunLedger
 from upsguard.engine.news import PowerNews
-from upsguard.errors import TemporaryError, UpsguardError
+from upsguard.errors import TemporaryError
 from upsguard.events import (
     EventSink,
     Notice,
@@ -28,11 +31,10 @@ from upsguard.events import (
     ReadingTaken,
 )
 from upsguard.models import (
-    CacheMode,
+    CacheName,
     Direction,
     Phase,
     PlatformName,
-    PowerState,
     ResourceId,
     RunId,
     StepId,
@@ -119,9 +121,14 @@ class OutageController:
         self.executor: Executor | None = None
         self._task: asyncio.Task[RunResult] | None = None
         self.view: PowerView | None = None
-        self._in_flight: list[Step] = []
+        self._under_way: dict[TargetKey, UnderWay] = {}
+        """Requests of runs that ended (cancelled, aborted, superseded) not seen to land: the
+        next run's steps wait for them instead of asking again."""
         self._news = PowerNews(self.feeds, clock, events)
-        self._ups_told: set[RunId] = set()
+        self._end = EndOfOutage(site, sources, clock, events)
+        self._acting = asyncio.Lock()
+        """Held while runs are started or stopped: a policy's decision and a person's
+        override never interleave (one would abandon the run the other just began)."""
         self._cache_reading: asyncio.Task[Any] | None = None
 
     # -- each poll ---------------------------------------------------------------------
@@ -139,14 +146,32 @@ class OutageController:
         self._news.feeds(view)
         self.view = view
         self._read_caches(view)
-        for decision in self.engine.evaluate(view, self.ledger.site(), self.plan_seconds()):
-            try:
-                await self._apply(decision)
-            except Exception as exc:  # one decision's failure never stops the others
-                log.exception("%s failed", decision.act.value)
-                message = f"{decision.act.value} failed: {type(exc).__name__}: {exc}"
-                self._events(Notice(self._clock.now(), message, level="error"))
+        async with self._acting:
+            for decision in self.engine.evaluate(view, self.ledger.site(), self.plan_seconds()):
+                try:
+                    await self._apply(decision)
+                except Exception as exc:  # one decision's failure never stops the others
+                    log.exception("%s failed", decision.act.value)
+                    message = f"{decision.act.value} failed: {type(exc).__name__}: {exc}"
+                    self._events(Notice(self._clock.now(), message, level="error"))
+            await self._keep_caches(view)
         return view
+
+    async def _keep_caches(self, view: PowerView) -> None:
+        """Level-triggered like the runs: on battery the caches at risk stay in write-through
+        (one that refused is asked again), and back to normal what upsguard took out of
+        write-back goes back (likewise) once no run needs it clean (a person's partial
+        shutdown flips what gates its hosts)."""
+        phase = self.engine.phase
+        if phase in (Phase.ON_BATTERY, Phase.SHEDDING, Phase.SHUTTING_DOWN) and view.on_battery:
+            feeds = tuple(f.name for f in view.at_risk)
+            await self.caches.write_through(self._caches_of(feeds))
+        elif phase is Phase.NORMAL and self.caches.owed and not self.busy:
+            await self.caches.restore()
+
+    def _caches_of(self, feeds: tuple[str, ...] | None) -> list[CacheName]:
+        """The caches in the data path of what the feeds power (all of them: every cache)."""
+        return self.caches.names if feeds is None else list(self.plan_for(feeds).caches)
 
     def _read_caches(self, view: PowerView) -> None:
         """On battery, the caches' dirty data decides when the shutdown must start: read them
@@ -181,14 +206,14 @@ class OutageController:
             min_charge_pct=min(charges) if charges else None,
         )
 
-    def plan_seconds(self) -> dict[str, float]:
+    def plan_seconds(self) -> dict[str, PlanTime]:
         """Per feed, what its shutdown would take from now: the plan of what it powers (and
         what needs that), plus the destage still ahead in its data path."""
         out = {}
         for name in self.feeds:
             plan = self.plan_for((name,))
-            eta = self.caches.eta_s(plan.caches) if self.caches.status else 0.0
-            out[name] = plan.estimate_s + (eta or 0.0)
+            eta, measured = self.caches.eta(plan.caches) if self.caches.status else (0.0, True)
+            out[name] = PlanTime(plan.estimate_s, eta, measured)
         return out
 
     def use_planner(self, planner: Planner) -> None:
@@ -231,18 +256,9 @@ class OutageController:
         if decision.act in (Act.START_SHUTDOWN, Act.START_SHEDDING, Act.START_STARTUP):
             await self._fresh_plans()
         if decision.act is Act.CACHES_WRITE_THROUGH:
-            at_risk = (
-                self.caches.names
-                if decision.feeds is None
-                else self.plan_for(decision.feeds).caches
-            )
-            flip = [c for c in at_risk if c not in self.caches.flipped_at]
-            if flip:
-                await self.caches.set_mode(CacheMode.WRITE_THROUGH, flip)
+            await self.caches.write_through(self._caches_of(decision.feeds))
         elif decision.act is Act.CACHES_WRITE_BACK:
-            flipped = list(self.caches.flipped_at)
-            if flipped:
-                await self.caches.set_mode(CacheMode.WRITE_BACK, flipped)
+            await self.caches.restore()
         elif decision.act is Act.START_SHEDDING:
             scope = self.scope(decision.feeds)
             shed = {
@@ -254,21 +270,31 @@ class OutageController:
                 )
                 await self._start(self.planner.plan(Direction.SHUTDOWN, shed), spec)
         elif decision.act is Act.START_SHUTDOWN:
-            plan = self.plan_for(decision.feeds)
-            scope = self.scope(decision.feeds)
-            spec = self.ledger.new_spec(
-                RunKind.SHUTDOWN, RunOrigin.POLICY, decision.reason, scope, decision.feeds
-            )
-            await self._start(plan, spec)
+            await self._shut_down(decision.feeds, decision.reason)
         elif decision.act in (Act.CANCEL_SHUTDOWN, Act.CANCEL_STARTUP):
             await self._stop_run(RunOutcome.CANCELLED)
         elif decision.act is Act.START_STARTUP:
             spec = self.ledger.new_spec(RunKind.STARTUP, RunOrigin.POLICY, decision.reason)
             await self._start(self.planner.plan(Direction.STARTUP), spec)
 
+    async def _shut_down(self, feeds: tuple[str, ...] | None, reason: str) -> None:
+        """Shut the feeds down. A policy's shutdown already running for other feeds grows to
+        cover these too: nothing it has running or done is cancelled or asked again."""
+        plan = self.plan_for(feeds)
+        scope = self.scope(feeds)
+        executor = self.executor
+        running = executor is not None and self.busy and executor.spec.kind is RunKind.SHUTDOWN
+        if running and executor is not None and executor.spec.origin is RunOrigin.POLICY:
+            only = tuple(sorted(scope)) if scope is not None else None
+            executor.widen(plan, replace(executor.spec, only=only, feeds=feeds), reason)
+            return
+        spec = self.ledger.new_spec(RunKind.SHUTDOWN, RunOrigin.POLICY, reason, scope, feeds)
+        await self._start(plan, spec)
+
     async def _fresh_plans(self) -> None:
-        """Where the VMs are now decides which hosts wait on which cache: ask once more."""
-        if self._replan is None:
+        """Where the VMs are now decides which hosts wait on which cache: ask once more,
+        unless the battery is at the critical floor (nothing waits there)."""
+        if self._replan is None or self.engine.at_floor:
             return
         try:
             async with asyncio.timeout(REPLAN_WITHIN_S):
@@ -298,98 +324,63 @@ class OutageController:
             resumed=resumed,
             before_step=self._before_step,
             dry_run=self._dry_run,
+            under_way=self._take_under_way(),
         )
         self.executor = executor
         executor.begin()
-        settle, self._in_flight = self._in_flight, []
-        prelude = None
-        if settle and plan.direction is Direction.STARTUP:
-            prelude = functools.partial(self._settle, settle)
-        self._task = asyncio.create_task(executor.run(prelude), name=spec.id)
-        self._task.add_done_callback(self._run_done)
+        self._task = asyncio.create_task(executor.run(), name=spec.id)
+        self._task.add_done_callback(functools.partial(self._run_done, executor))
         return spec.id
 
-    async def _settle(self, steps: list[Step]) -> None:
-        """A shutdown already asked for cannot be taken back: let it land before starting again,
-        or the startup would find a VM still up that goes off a moment later."""
-        names = ", ".join(s.resource for s in steps)
-        message = f"waiting for the shutdowns already under way ({names}) before starting again"
-        self._events(Notice(self._clock.now(), message))
-        await asyncio.gather(*(self._settle_one(step) for step in steps))
+    async def _before_step(self, step: Step) -> str | None:
+        """The controller's own machine goes down last, and takes upsguard with it: only
+        once something will bring it back (see ``engine.end_of_outage``); the UPS commands
+        of the end of an outage go out before its step, or they never would."""
+        executor = self.executor
+        if step.settings is None or not step.settings.resource.runs_upsguard or executor is None:
+            return None
+        if executor.plan.direction is not Direction.SHUTDOWN:
+            return None
+        stopped = {s.resource for s in executor.plan.steps}
+        stay = await self._end.own_machine(
+            executor.spec, step.settings.resource, stopped, self.view
+        )
+        return stay.reason if stay is not None else None
 
-    async def _settle_one(self, step: Step) -> None:
-        platform = self.platforms.get(PlatformName(step.platform or ""))
-        if platform is None or step.settings is None:
-            return
-        settings = step.settings
-        try:
-            targets = list(step.targets) or await platform.resolve(
-                settings.resource, direct=step.direct
-            )
-            await asyncio.gather(
-                *(platform.wait_for(t, PowerState.OFF, settings.timeout_s) for t in targets)
-            )
-        except UpsguardError as exc:
-            log.warning("%s: could not wait for its shutdown to land: %s", step.id, exc)
-
-    async def _before_step(self, step: Step) -> None:
-        """The controller's own machine goes down last, and takes upsguard with it: the UPS
-        commands of the end of an outage go out before its step, or they never would."""
-        if step.settings is not None and step.settings.resource.runs_upsguard and self.executor:
-            await self._end_of_outage(self.executor.spec)
-
-    def _run_done(self, task: asyncio.Task[RunResult]) -> None:
-        """A whole-site shutdown that ended by itself: tell the UPSes what the site file says
+    def _run_done(self, executor: Executor, task: asyncio.Task[RunResult]) -> None:
+        """A shutdown that ended by itself on battery: tell the UPSes what the site file says
         (unless the controller's own machine's step did already)."""
         if task.cancelled() or task.exception() is not None:
             return
         result = task.result()
-        if result.outcome in (RunOutcome.DONE, RunOutcome.FAILED):
-            asyncio.get_running_loop().create_task(self._end_of_outage(result.run))
+        spec = result.run
+        ended = result.outcome in (RunOutcome.DONE, RunOutcome.FAILED)
+        if ended and spec.kind is RunKind.SHUTDOWN and spec.concerns_the_site:
+            stopped = {s.resource for s in executor.plan.steps}
+            asyncio.get_running_loop().create_task(self._end.tell_ups(spec, stopped, self.view))
 
-    async def _end_of_outage(self, spec: RunSpec) -> None:
-        """Once per outage shutdown on battery (not after a maintenance stop), to the UPSes
-        of the feeds it was for."""
-        if spec.id in self._ups_told:
-            return
-        if spec.kind is not RunKind.SHUTDOWN or not spec.concerns_the_site:
-            return
-        if self.view is None or not self.view.on_battery:
-            return
-        self._ups_told.add(spec.id)
-        feeds = self.feeds.values() if spec.feeds is None else [self.feeds[f] for f in spec.feeds]
-        await self._ups_commands({u for feed in feeds for u in feed.ups})
+    def _take_under_way(self) -> dict[TargetKey, UnderWay]:
+        """What the run before left under way (stopped, or ended by itself a moment ago),
+        and what a controller before this one journaled: the next run waits for it."""
+        if self.executor is not None:
+            self._under_way.update(self.executor.under_way)
+        taken, self._under_way = self._under_way, {}
+        return taken
 
     async def _stop_run(self, outcome: RunOutcome) -> RunResult | None:
-        """Stop the run in progress, ending it with ``outcome``; its shutdowns in flight are
-        remembered so a startup that follows lets them land first."""
+        """Stop the run in progress, ending it with ``outcome``; its requests not seen to
+        land go to the next run, whose steps wait for them (a startup lets a shutdown land
+        first) instead of asking again."""
         task, self._task = self._task, None
         executor = self.executor
         if task is None or task.done() or executor is None:
             return None
-        if executor.plan.direction is Direction.SHUTDOWN:
-            by_id = executor.plan.by_id()
-            self._in_flight = [by_id[s] for s in sorted(executor.running)]
         executor.stop(outcome)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        # a run cancelled before its task began never ran its own ending: say it here
+        self.ledger.finished(executor.spec.id, outcome, "stopped before its first step")
         return executor.result
-
-    async def _ups_commands(self, upses: set[UpsName]) -> None:
-        """Everything is down: tell each UPS what the site file says (e.g. shutdown.return)."""
-        for ups in self.site.ups:
-            command = ups.at_shutdown_end.command
-            if command is None or ups.name not in self.sources or ups.name not in upses:
-                continue
-            try:
-                await self.sources[ups.name].command(command)
-                self._events(Notice(self._clock.now(), f"UPS {ups.name}: sent {command}"))
-            except Exception as exc:  # the run is over; report, never crash
-                self._events(
-                    Notice(
-                        self._clock.now(), f"UPS {ups.name}: {command} failed: {exc}", level="error"
-                    )
-                )
 
     # -- manual overrides and resume (the service calls these) ------------------------------
 
@@ -422,6 +413,12 @@ class OutageController:
         self, direction: Direction, only: Collection[ResourceId] | None, reason: str
     ) -> RunId:
         """A run asked for by a person; the whole site, or only some resources."""
+        async with self._acting:
+            return await self._trigger(direction, only, reason)
+
+    async def _trigger(
+        self, direction: Direction, only: Collection[ResourceId] | None, reason: str
+    ) -> RunId:
         if self.busy and self.executor is not None:
             raise RunBusy(
                 f"run {self.executor.run_id} is in progress: wait for it or 'upsguard abort' first"
@@ -433,8 +430,7 @@ class OutageController:
             return await self._start(self.planner.plan(direction, chosen), spec)
         if direction is Direction.SHUTDOWN:
             self.engine.force(Phase.SHUTTING_DOWN, spec.reason)
-            if self.caches.names:
-                await self.caches.set_mode(CacheMode.WRITE_THROUGH)
+            await self.caches.write_through()
             return await self._start(self.shutdown_plan, spec)
         if self.engine.phase is not Phase.RECOVERING:
             self.engine.force(Phase.RECOVERING, spec.reason)
@@ -443,6 +439,10 @@ class OutageController:
     async def abort(self) -> RunId | None:
         """Cancel the run in progress (it ends ``aborted``); returns its id (None when
         nothing ran)."""
+        async with self._acting:
+            return await self._abort()
+
+    async def _abort(self) -> RunId | None:
         if not self.busy or self.executor is None:
             return None
         run = self.executor.spec.id
@@ -455,18 +455,36 @@ class OutageController:
             )
         return run
 
+    def take_over(self, before: OutageController) -> None:
+        """Carry on from a controller of an older site file (``SIGHUP``): its phase, hold and
+        timers, the caches it owes write-back, its requests not landed yet. The ledger is
+        handed over at construction; readings and plans start afresh from the new file."""
+        self.engine = replace(
+            before.engine, policies=self.site.policies, on_change=self._phase_changed
+        )
+        self.caches.owe(before.caches.owed)
+        self._under_way.update(before._take_under_way())
+
+    def asked_before(self, requests: Collection[UnderWay]) -> None:
+        """Requests a controller before this one made that may still be landing (from the
+        journal): the next run's steps wait for them rather than asking again."""
+        self._under_way.update({request.key: request for request in requests})
+
     async def resume(self, spec: RunSpec, done: Collection[StepId]) -> RunId:
         """Finish a run a dead or stopped controller left: the steps in ``done`` are not run
-        again; every other step first reads its target's real state, and waits for a task
-        of its platform still under way rather than asking again."""
+        again; every other step first reads its target's real state, and waits for a request
+        of it under way (``asked_before`` the restart, or a task its platform lists) rather
+        than asking again."""
         if spec.kind is RunKind.SHUTDOWN and spec.only is None:
             plan = self.shutdown_plan
         else:
             plan = self.planner.plan(spec.direction, set(spec.only) if spec.only else None)
         return await self._start(plan, spec, already_done=done, resumed=True)
 
-    def _phase_changed(self, old: Phase, new: Phase, reason: str) -> None:
-        self._events(PhaseChanged(self._clock.now(), old, new, reason))
+    def _phase_changed(
+        self, old: Phase, new: Phase, reason: str, figures: Reckoning | None
+    ) -> None:
+        self._events(PhaseChanged(self._clock.now(), old, new, reason, figures))
 
     async def interrupt(self) -> None:
         """The service is stopping: the run in progress ends ``interrupted``, its running

@@ -9,8 +9,10 @@ the sites that need it. Third parties add theirs through the
 
 from __future__ import annotations
 
+import functools
 import importlib
-from importlib.metadata import entry_points
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Literal
 
 from upsguard.clock import Clock
@@ -59,21 +61,24 @@ def load(family: Family, name: str) -> Any:
     spec = BUILTIN[family].get(name)
     if spec is not None:
         return _import(spec, family, name)
-    for entry in entry_points(group="upsguard.plugins"):
+    for entry in _installed():
         if entry.name == f"{family}.{name}":
             return entry.load()
     known = ", ".join(sorted(BUILTIN[family]))
     raise PluginNotFound(f"no {family} plugin named '{name}' (built in: {known})")
 
 
+@functools.cache
+def _installed() -> tuple[EntryPoint, ...]:
+    """The plugins installed through entry points, read once per process: reading them
+    scans every installed distribution, and a site file read again (SIGHUP) asks anew."""
+    return tuple(entry_points(group="upsguard.plugins"))
+
+
 def names(family: str) -> list[str]:
     """Every plugin name of a family: built in, and installed through entry points."""
     prefix = f"{family}."
-    installed = [
-        e.name.removeprefix(prefix)
-        for e in entry_points(group="upsguard.plugins")
-        if e.name.startswith(prefix)
-    ]
+    installed = [e.name.removeprefix(prefix) for e in _installed() if e.name.startswith(prefix)]
     return sorted({*BUILTIN.get(family, {}), *installed})
 
 
@@ -128,3 +133,21 @@ def build_cache_providers(site: SiteConfig, clock: Clock) -> dict[CacheName, Cac
         cls = load("cache", cache.provider)
         providers[cache.name] = cls(cache, clock)
     return providers
+
+
+@dataclass(frozen=True, slots=True)
+class SitePlugins:
+    """Everything a controller acts through: its UPS sources, platforms and cache providers."""
+
+    sources: dict[UpsName, UpsSource]
+    platforms: dict[PlatformName, Platform]
+    caches: dict[CacheName, CacheProvider]
+
+
+def build_plugins(site: SiteConfig, clock: Clock) -> SitePlugins:
+    """The site's plugins, each from the class its entry names."""
+    return SitePlugins(
+        build_ups_sources(site, clock),
+        build_platforms(site, clock),
+        build_cache_providers(site, clock),
+    )

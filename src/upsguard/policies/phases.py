@@ -29,8 +29,10 @@ from dataclasses import dataclass
 
 from upsguard.config.policies import PoliciesConfig
 from upsguard.config.types import format_duration
+from upsguard.decisions import NO_PLAN, PlanTime, Reckoning
 from upsguard.models import Phase
 from upsguard.policies.power import FeedReading
+from upsguard.policies.reckoning import reckon
 from upsguard.runs import SiteRuns
 
 
@@ -50,6 +52,8 @@ class Decision:
     reason: str
     feeds: tuple[str, ...] | None = None
     """The feeds the act is for; None for the whole site."""
+    figures: Reckoning | None = None
+    """The condition that made it, with the figures it was judged on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +111,8 @@ def condition_inputs(feed: FeedReading) -> tuple[Values, set[str]]:
     return _worst([feed])
 
 
-PhaseListener = Callable[[Phase, Phase, str], None]
-PlanSeconds = Mapping[str, float]
+PhaseListener = Callable[[Phase, Phase, str, Reckoning | None], None]
+PlanSeconds = Mapping[str, PlanTime]
 """Per feed: how long its shutdown would take from now (its plan, and destage ahead)."""
 
 
@@ -182,10 +186,10 @@ class PhaseEngine:
             runtime is not None and runtime < floor.runtime_below.total_seconds()
         )
 
-    def _move(self, new: Phase, reason: str) -> None:
+    def _move(self, new: Phase, reason: str, figures: Reckoning | None = None) -> None:
         old, self.phase = self.phase, new
         if self.on_change is not None:
-            self.on_change(old, new, reason)
+            self.on_change(old, new, reason, figures)
 
     def _allowed(self) -> bool:
         """A hold defers automatic runbooks, down to the critical floor."""
@@ -208,44 +212,62 @@ class PhaseEngine:
 
     def _shutdown_triggers(
         self, feeds: list[FeedReading], plan_s: PlanSeconds
-    ) -> list[tuple[FeedReading, str]]:
-        """The feeds whose own triggers hold now (or that are at the critical floor)."""
+    ) -> list[tuple[FeedReading, Reckoning]]:
+        """The feeds whose own triggers hold now (or that are at the critical floor), each
+        with the figures of the first trigger that holds."""
         found = []
         for feed in feeds:
             values, flags = _worst([feed])
-            plan = plan_s.get(feed.name, 0.0)
-            hit = next(
-                (c for c in self.policies.shutdown.when_any if c.holds(values, flags, plan)),
-                None,
+            plan = plan_s.get(feed.name, NO_PLAN)
+            judged = (
+                reckon(c, feed.name, values, flags, plan) for c in self.policies.shutdown.when_any
             )
+            hit = next((r for r in judged if r.holds), None)
             if hit is not None:
-                found.append((feed, hit.text))
+                found.append((feed, hit))
             elif self._floor(feed):
-                found.append((feed, "critical floor"))
+                found.append((feed, self._floor_reckoning(feed)))
         return found
+
+    def _floor_reckoning(self, feed: FeedReading) -> Reckoning:
+        floor = self.policies.critical_floor
+        if feed.charge_pct is not None and feed.charge_pct < floor.charge_below:
+            return Reckoning(
+                "critical floor",
+                feed.name,
+                True,
+                metric="charge",
+                value=feed.charge_pct,
+                limit=floor.charge_below,
+            )
+        limit = floor.runtime_below.total_seconds()
+        return Reckoning(
+            "critical floor", feed.name, True, metric="runtime", value=feed.runtime_s, limit=limit
+        )
 
     def _start_shutdown(
         self,
         view: PowerView,
-        triggered: list[tuple[FeedReading, str]],
+        triggered: list[tuple[FeedReading, Reckoning]],
         covered: tuple[str, ...] | None,
         out: list[Decision],
     ) -> None:
         """Shut down the feeds that triggered (with those a shutdown covers already)."""
         feeds = [f for f, _ in triggered]
-        reason = self._named(view, triggered[0][1], feeds)
+        figures = triggered[0][1]
+        reason = self._named(view, _said(figures), feeds)
         if self.held is not None and self.at_floor:
             reason = f"critical floor reached during a hold ({self.held}): {reason}"
         names = sorted({*(covered or ()), *(f.name for f in feeds)})
         scope = None if len(names) == len(view.feeds) else tuple(names)
         if self.phase is not Phase.SHUTTING_DOWN:
-            self._move(Phase.SHUTTING_DOWN, reason)
+            self._move(Phase.SHUTTING_DOWN, reason, figures)
         out.append(Decision(Act.CACHES_WRITE_THROUGH, "shutting down", scope))
-        out.append(Decision(Act.START_SHUTDOWN, reason, scope))
+        out.append(Decision(Act.START_SHUTDOWN, reason, scope, figures))
 
     def _uncovered_triggers(
         self, view: PowerView, runs: SiteRuns, plan_s: PlanSeconds
-    ) -> list[tuple[FeedReading, str]]:
+    ) -> list[tuple[FeedReading, Reckoning]]:
         """Feeds at risk that no shutdown covers and whose triggers hold."""
         covered = runs.shutdown_feeds
         if covered is None:
@@ -287,13 +309,15 @@ class PhaseEngine:
         shedding = self.policies.shedding
         if self.phase is Phase.ON_BATTERY and shedding is not None and self._allowed():
             values, flags = _worst(view.at_risk)
-            site_plan = max(plan_s.values(), default=0.0)
-            shed = next((c for c in shedding.when_any if c.holds(values, flags, site_plan)), None)
+            site_plan = max(plan_s.values(), key=lambda p: p.total_s, default=NO_PLAN)
+            names = ", ".join(f.name for f in view.at_risk)
+            judged = (reckon(c, names, values, flags, site_plan) for c in shedding.when_any)
+            shed = next((r for r in judged if r.holds), None)
             if shed is not None:
-                self._move(Phase.SHEDDING, shed.text)
+                self._move(Phase.SHEDDING, _said(shed), shed)
                 feeds = tuple(f.name for f in view.at_risk)
                 scope = None if len(feeds) == len(view.feeds) else feeds
-                out.append(Decision(Act.START_SHEDDING, shed.text, scope))
+                out.append(Decision(Act.START_SHEDDING, _said(shed), scope, shed))
 
     def _shutting_down(
         self, view: PowerView, runs: SiteRuns, plan_s: PlanSeconds, out: list[Decision]
@@ -378,3 +402,9 @@ class PhaseEngine:
                     Decision(Act.CACHES_WRITE_BACK, f"charge above {startup.charge_above:.0f} %")
                 )
             self._move(Phase.NORMAL, "recovered")
+
+
+def _said(figures: Reckoning) -> str:
+    """A decision's reason: its condition, and the figures when they say more."""
+    said = figures.figures()
+    return figures.condition if said == figures.condition else f"{figures.condition}: {said}"

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from upsguard.config.site import FeedConfig
+from upsguard.config.site import feed_name as feed_name  # the name policies give a feed
 from upsguard.models import LinkState, UpsFlag, UpsName, UpsReading
 
 MAINS_PRESENT_V = 80.0
@@ -125,10 +126,6 @@ def self_test(reading: UpsReading) -> bool:
 def on_mains(reading: UpsReading) -> bool:
     """Live and supplied from mains: on line, or on battery only for a self-test."""
     return reading.link is LinkState.OK and (reading.on_line or self_test(reading))
-
-
-def feed_name(feed: FeedConfig, index: int) -> str:
-    return feed.name or f"feed{index}:" + "+".join(feed.ups)
 
 
 def read_feed(

@@ -78,6 +78,18 @@ class ResourceGraph:
                     stack.append(user)
         return found
 
+    def needs_of(self, nodes: Iterable[NodeId]) -> set[NodeId]:
+        """``nodes`` and every node they need running, transitively: what must be up before
+        they start."""
+        found = set(nodes)
+        stack = list(found)
+        while stack:
+            for needed in self.needs[stack.pop()]:
+                if needed not in found:
+                    found.add(needed)
+                    stack.append(needed)
+        return found
+
     def before(self) -> dict[NodeId, set[NodeId]]:
         """The reverse map: for each node, the nodes that must stop before it. Kept until the
         graph changes, as both plans of a site ask for it; callers only read it."""

@@ -110,8 +110,13 @@ class Step:
     caches: tuple[CacheName, ...] = ()
     direct: bool = False
     estimate_source: str = EstimateSource.DEFAULT.value
-    """Where ``estimate_s`` came from: ``p90 of 4 runs``, ``estimate``, ``platform``,
-    ``default`` (barriers: ``default``, they take no time)."""
+    """Where ``estimate_s`` came from, in words: ``p90 of 4 runs``, ``estimate``,
+    ``platform``, ``default`` (barriers: ``default``, they take no time)."""
+    learned: LearnedDuration | None = None
+    """The learned figure the estimate counts on, if any."""
+    configured_s: float | None = None
+    """The configured estimate, when a learned figure is below it (the plan says so; the
+    estimate is held at ``policies.learning.may_lower_to_pct`` of it)."""
 
     @property
     def is_point_of_no_return(self) -> bool:

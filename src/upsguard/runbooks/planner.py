@@ -75,7 +75,8 @@ class Planner:
         self._plans: dict[tuple[Direction, frozenset[ResourceId] | None], Plan] = {}
 
     def plan(self, direction: Direction | str, only: set[ResourceId] | None = None) -> Plan:
-        """The ordered plan; ``only`` limits it to some resources and what needs them.
+        """The ordered plan; ``only`` limits it to some resources, and what needs them (a
+        shutdown stops that first) or what they need (a startup starts that first).
         Plans are immutable: each is made once and handed out again."""
         key = (Direction(direction), frozenset(only) if only is not None else None)
         if key not in self._plans:
@@ -152,13 +153,12 @@ def _select_nodes(
                 left = sorted({graph.nodes[n].resource for n in below if n in keep})
                 keep -= below
     if only is not None:
-        keep &= _with_predecessors(graph, only)
+        chosen = [n.id for n in graph.nodes.values() if n.resource in only]
+        if direction is Direction.SHUTDOWN:
+            keep &= graph.needed_by(chosen)  # what needs them stops first
+        else:
+            keep &= graph.needs_of(chosen)  # what they need starts first
     return keep, left
-
-
-def _with_predecessors(graph: ResourceGraph, only: set[ResourceId]) -> set[NodeId]:
-    """The nodes of ``only`` and every node that needs one of them (it must stop first)."""
-    return graph.needed_by(n.id for n in graph.nodes.values() if n.resource in only)
 
 
 def _reversed(edges: dict[NodeId, set[NodeId]]) -> dict[NodeId, set[NodeId]]:
@@ -283,10 +283,10 @@ class _StepMaker:
         count = (
             len(node.targets) if node.targets and node.kind is ResourceKind.VM_GROUP else node.count
         )
-        figure = self._learned(res, node) or self._estimate(res)
-        seconds = figure.seconds
-        if count > 1 and not figure.whole_step:
-            seconds *= math.ceil(count / self._limit(res.platform))
+        rounds = math.ceil(count / self._limit(res.platform)) if count > 1 else 1
+        configured = self._estimate(res)
+        figure, configured_s = self._trusted(self._learned(res, node), configured, rounds)
+        seconds = figure.step_seconds(rounds)
         return Step(
             id=sid,
             resource=node.resource,
@@ -302,6 +302,8 @@ class _StepMaker:
             caches=tuple(self._gated.get(node.id, ())),
             direct=direct,
             estimate_source=figure.source,
+            learned=figure.learned,
+            configured_s=configured_s,
         )
 
     def _settings_of(self, res: ResourceConfig) -> StepSettings:
@@ -364,18 +366,36 @@ class _StepMaker:
             self._limits[platform] = self._site.platform(platform).max_parallel
         return self._limits[platform]
 
+    def _trusted(
+        self, learned: _Figure | None, configured: _Figure, rounds: int
+    ) -> tuple[_Figure, float | None]:
+        """The figure the step counts on: a learned one, unless it is below the configured
+        estimate further than the site file allows (then held there); and the configured
+        estimate when the learned one is below it."""
+        if learned is None:
+            return configured, None
+        learned_s, configured_s = learned.step_seconds(rounds), configured.step_seconds(rounds)
+        if learned_s >= configured_s:
+            return learned, None
+        floor_s = configured_s * self._site.policies.learning.may_lower_to_pct / 100
+        if learned_s >= floor_s:
+            return learned, configured_s
+        held = f"{learned.source}: {format_duration(learned_s)}, held at {format_duration(floor_s)}"
+        return _Figure(floor_s, held, whole_step=True, learned=learned.learned), configured_s
+
     def _learned(self, res: ResourceConfig, node: Node) -> _Figure | None:
         """What past runs took, when they took it in the shape of this step: a figure learned
         from single members fits a member or each round of a group; one learned from whole
-        group steps fits only a whole group."""
+        group steps fits only a whole group. A figure counts once enough runs taught it
+        (``policies.learning.min_runs``)."""
         learned: LearnedDuration | None = self._durations.get((res.id, self._direction))
-        if learned is None:
+        if learned is None or learned.runs < self._site.policies.learning.min_runs:
             return None
         member = node.id != res.id  # one VM of a group expanded from inventory
         if member and not learned.per_member:
             return None
         whole = res.kind is ResourceKind.VM_GROUP and not member and not learned.per_member
-        return _Figure(learned.p90_s, learned.source, whole_step=whole)
+        return _Figure(learned.p90_s, learned.source, whole_step=whole, learned=learned)
 
     def _estimate(self, res: ResourceConfig) -> _Figure:
         given = res.estimate.stop if self._direction is Direction.SHUTDOWN else res.estimate.start
@@ -406,6 +426,11 @@ class _Figure:
     source: str
     whole_step: bool = False
     """Already covers every member of a group (learned from whole-group steps)."""
+    learned: LearnedDuration | None = None
+
+    def step_seconds(self, rounds: int) -> float:
+        """The whole step: a member's figure counts once per round of members."""
+        return self.seconds if self.whole_step else self.seconds * rounds
 
 
 _SHUTDOWN_ACTION = {

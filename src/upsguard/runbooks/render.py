@@ -49,6 +49,8 @@ def _step_extras(step: Step) -> str:
         parts.append("after caches clean: " + ", ".join(step.caches))
     if step.is_point_of_no_return and step.id.startswith("stop:"):
         parts.append("point of no return")
+    if step.configured_s is not None:
+        parts.append(f"learned below the configured {format_duration(step.configured_s)}")
     return "; ".join(parts)
 
 
@@ -76,6 +78,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
                 "waits_for": list(s.waits_for),
                 "estimate_s": s.estimate_s,
                 "estimate_source": s.estimate_source,
+                "learned_s": s.learned.p90_s if s.learned is not None else None,
+                "configured_s": s.configured_s,
                 "count": s.members,
                 "caches": list(s.caches),
                 "direct": s.direct,
@@ -94,7 +98,7 @@ def _source_counts(plan: Plan) -> dict[str, int]:
     for step in plan.steps:
         if step.action is Action.BARRIER:
             continue
-        key = "learned" if step.estimate_source.startswith("p90") else step.estimate_source
+        key = "learned" if step.learned is not None else step.estimate_source
         counts[key] = counts.get(key, 0) + 1
     return counts
 

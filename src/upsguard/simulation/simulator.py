@@ -23,13 +23,23 @@ from upsguard.engine.destage import DestageWatch
 from upsguard.engine.outage_controller import OutageController
 from upsguard.events import (
     Event,
+    PhaseChanged,
     RiskAccepted,
     RunFinished,
     RunStarted,
     StepFinished,
     describe,
 )
-from upsguard.models import CacheName, Direction, Phase, PlatformName, StepState, UpsName
+from upsguard.models import (
+    CacheName,
+    Direction,
+    Phase,
+    PlatformName,
+    PowerState,
+    ResourceId,
+    StepState,
+    UpsName,
+)
 from upsguard.plugins.caches.base import CacheProvider
 from upsguard.plugins.caches.simulated import SimulatedCache
 from upsguard.plugins.platforms.simulated import Fleet, Hang, SimulatedPlatform
@@ -41,6 +51,7 @@ from upsguard.runbooks.planner import Planner
 from upsguard.runs import RunKind, RunOutcome
 from upsguard.simulation import script
 from upsguard.simulation.durations import planned_behaviour
+from upsguard.simulation.own_machine import ControllerMachine, Unguarded
 from upsguard.simulation.verdict import EndOfShutdown, ShutdownWatch, describe_end
 from upsguard.simulation.world import PowerWorld
 
@@ -77,6 +88,12 @@ class SimulationReport:
     final_phase: str = Phase.NORMAL.value
     cache_samples: list[CacheSample] = field(default_factory=list)
     """Each cache's dirty data while the caches drain (the drain curves of a retrospective)."""
+    back_at_s: float | None = None
+    """When the site was back to normal after a shutdown."""
+    stays_down: str | None = None
+    """Why the site does not come back (upsguard's machine off, and nothing powers it on)."""
+    unguarded: list[Unguarded] = field(default_factory=list)
+    """Hardware left running while upsguard's machine was off."""
 
     @property
     def exit_code(self) -> int:
@@ -121,6 +138,7 @@ class Simulation:
         """The engine reads the runtime once a poll: a trigger at ``plan + margin`` keeps the
         margin to within one poll, and the verdict allows that much."""
         self._last_dirty: dict[str, int | None] = {}
+        self._lost_mains: set[UpsName] = set()
 
     async def run(self) -> SimulationReport:
         loop = asyncio.get_running_loop()
@@ -128,7 +146,13 @@ class Simulation:
         protected = {s.resource for s in self._planner.plan(Direction.SHUTDOWN).steps}
         self.world = PowerWorld(self.site, self.scenario, self.clock, protected)
         self._shutdowns = ShutdownWatch(self.site, self.world)
+        hardware = {
+            s.resource for s in self._planner.plan(Direction.SHUTDOWN).steps if s.kind.is_hardware
+        }
+        self.own = ControllerMachine(self.site, self.clock, self.world, hardware, self._note)
         self.platforms = self._platforms()
+        self.world.power_cut = self._power_cut
+        self.world.power_back = self._boot
         self._providers = self._caches()
         outage = OutageController(
             self.site,
@@ -161,7 +185,7 @@ class Simulation:
                     fail="start",
                     why="nothing can power it on: no power_on_via and no startup command",
                 )
-        fleet = Fleet(self.world.power_changed, behaviour)
+        fleet = Fleet(self._power_changed, behaviour)
         out: dict[PlatformName, SimulatedPlatform] = {}
         for name in sorted(used_platform_names(self.site)):
             settings = self._simulated_settings(name)
@@ -169,6 +193,27 @@ class Simulation:
                 PlatformName(name), settings, self.clock, fleet, self._hang(name)
             )
         return out
+
+    def _power_changed(self, rid: ResourceId, fraction: float, state: PowerState) -> None:
+        self.world.power_changed(rid, fraction, state)
+        self.own.power_changed(rid, state)
+
+    def _power_cut(self, resources: tuple[ResourceId, ...]) -> None:
+        """A UPS's output went: what it alone powered is off (the platforms share a fleet)."""
+        self._note(self.clock.monotonic(), f"power cut: {', '.join(resources)} off", "power")
+        for platform in list(self.platforms.values())[:1]:
+            for rid in resources:
+                platform.power_lost(rid)
+
+    def _boot(self, resources: tuple[ResourceId, ...]) -> None:
+        """Power is back to upsguard's machine: its firmware powers it on."""
+        self.own.booting = True
+        for rid in resources:
+            res = self.site.resource_index()[rid]
+            platform = self.platforms.get(PlatformName(res.platform or ""))
+            if platform is not None:
+                settings = self._simulated_settings(platform.name)
+                platform.boot(rid, settings.host_power_on.total_seconds())
 
     def _hang(self, name: str) -> Hang | None:
         given = self.scenario.platforms.get(name)
@@ -227,6 +272,8 @@ class Simulation:
 
     def _mains(self, ups: list[UpsName] | None, on: bool) -> None:
         self.world.set_mains(ups, on)
+        if not on:
+            self._lost_mains.update(ups or list(self.world.mains))
         if on:
             self._shutdowns.mains_back(ups or list(self.world.mains), self.clock.monotonic())
 
@@ -236,6 +283,11 @@ class Simulation:
         poll = self._poll_s
         horizon = self.scenario.horizon.total_seconds()
         while self.clock.monotonic() < horizon:
+            if not self.own.up:  # nothing acts while upsguard's machine is off
+                if self._ran_out(outage) or self._stays_down():
+                    return
+                await asyncio.sleep(poll)
+                continue
             view = await outage.tick()
             self._watch_runtime(view.on_battery, view.runtime_s())
             if outage.caches.flipped_at:
@@ -265,6 +317,18 @@ class Simulation:
                 if self._last_dirty.get(key, -1) != dirty:
                     self._last_dirty[key] = dirty
                     self.report.cache_samples.append(CacheSample(key, at, dirty))
+
+    def _stays_down(self) -> bool:
+        """upsguard's machine is off and nothing will bring its power back."""
+        own = self.own.own
+        if own is None or self.own.booting:
+            return False
+        if any(self.world.powers_again(u) for u in self.world.ups_of(own)):
+            return False
+        self.report.stays_down = (
+            f"upsguard's machine {own} is off and no UPS load cycle brings its power back"
+        )
+        return True
 
     def _settled(self, outage: OutageController) -> bool:
         """Nothing more will happen: back to normal, or down with no power to come back."""
@@ -311,6 +375,9 @@ class Simulation:
             self._shutdowns.started(event.spec)
         if isinstance(event, RunFinished) and event.spec.kind is RunKind.SHUTDOWN:
             self._shutdown_finished(event)
+        after_a_shutdown = self.report.shutdown_finished_at_s is not None
+        if isinstance(event, PhaseChanged) and event.new is Phase.NORMAL and after_a_shutdown:
+            self.report.back_at_s = self.clock.monotonic()
         text = describe(event)
         if text is not None:
             self._note(self.clock.monotonic(), text, event.kind)
@@ -366,9 +433,22 @@ class Simulation:
             rep.verdict = (
                 f"no full shutdown needed; at worst {format_duration(margin)} of battery was left"
             )
+        elif self._lost_mains:
+            names = ", ".join(sorted(self._lost_mains))
+            rep.verdict = f"no feed was at risk: {names} lost the mains, another UPS held"
         else:
             rep.verdict = "the site never ran on battery"
+        rep.unguarded = self.own.unguarded
+        if rep.stays_down is not None:
+            rep.verdict += f"; the site stays down: {rep.stays_down}"
+        elif rep.back_at_s is not None:
+            rep.verdict += f"; the site is back at T+{format_duration(rep.back_at_s)}"
         problems = []
+        for left in rep.unguarded:
+            problems.append(
+                f"unguarded from T+{format_duration(left.from_s)}: {', '.join(left.resources)} "
+                "ran on while upsguard's machine was off"
+            )
         if margin is not None and margin < required - self._poll_s:
             problems.append(f"less than the required margin of {format_duration(required)}")
         if rep.failed_steps:

@@ -15,24 +15,32 @@ running out; a switch that goes dark after the shutdown is not.
 What a UPS *says* can differ from what it does, as in the scenario: it may stop answering
 (``lost``), answer with old values (``stale``), run a self-test (``CAL``), carry FSD from a
 NUT primary, or overstate its runtime.
+
+A UPS carries out its instant commands as NUT describes them: ``load.off`` cuts the output
+now; ``load.off.delay`` and ``shutdown.stayoff`` after the UPS entry's delay, for good; a
+load cycle (``shutdown.return``, ``shutdown.reboot``) after the delay, and brings the output
+back once the mains are there (after ``RETURN_DELAY_S``), mains back already or not. What
+loses power goes off (``power_cut``); when power comes back, the machine running upsguard
+boots (``power_back``): its firmware must power it on with the mains, or nothing would
+start the site again. Everything else waits for the startup runbook.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from upsguard.clock import LoopClock
 from upsguard.config.resources import ResourceConfig
 from upsguard.config.scenario import Scenario, runtime_at_missing
 from upsguard.config.site import SiteConfig
+from upsguard.config.ups import LOAD_CYCLE_COMMANDS
 from upsguard.errors import ConfigError, TemporaryError
 from upsguard.models import (
     LinkState,
     PowerState,
     ResourceId,
-    ResourceKind,
     UpsFlag,
     UpsName,
     UpsReading,
@@ -40,6 +48,9 @@ from upsguard.models import (
 from upsguard.simulation.battery import Battery
 
 MAINS_V = 230.0
+RETURN_DELAY_S = 30.0
+"""How long a UPS whose output a load cycle cut waits for steady mains before it powers its
+outlets again (NUT's ``ondelay``; usbhid-ups's default)."""
 
 Supply = tuple[tuple[UpsName, ...], int]
 """One feed of a resource: its UPSes and how many of them must deliver."""
@@ -53,6 +64,18 @@ class PowerLoss:
     ups: UpsName
     why: str
     resources: tuple[ResourceId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UpsCommand:
+    """An instant command a UPS received."""
+
+    at_s: float
+    ups: UpsName
+    command: str
+
+
+PowerChange = Callable[[tuple[ResourceId, ...]], None]
 
 
 class NoAnswer(TemporaryError):
@@ -84,7 +107,7 @@ class PowerWorld:
         self._all_ups = tuple(u.name for u in site.ups)
         self._protected = frozenset(protected)
         self._changes = 0  # counts moves of the clock and of the load, for snapshot()
-        self._by_hosts: dict[tuple[ResourceId, ...], tuple[Supply, ...]] = {}
+        self._by_feeds: dict[tuple[int, ...], tuple[Supply, ...]] = {}
         self._supplies = {r.id: self._supplies_of(r) for r in site.resources}
         self._watts = {r.id: r.watts for r in site.resources}
         self._on = {r.id: 1.0 for r in site.resources}
@@ -94,6 +117,14 @@ class PowerWorld:
         self._last = clock.monotonic()
         self.depleted_at: dict[UpsName, float] = {}
         self.losses: list[PowerLoss] = []
+        self.commands: list[UpsCommand] = []
+        self.power_cut: PowerChange | None = None
+        """Hears the resources that lost power (they are off now)."""
+        self.power_back: PowerChange | None = None
+        """Hears the machines that boot when their power returns (upsguard's own)."""
+        self._returning: set[UpsName] = set()
+        self._cycling: set[UpsName] = set()
+        self._boots = frozenset(r.id for r in site.resources if r.runs_upsguard)
         self._snapshot: tuple[int, dict[UpsName, tuple[float, float]]] | None = None
 
     @staticmethod
@@ -114,22 +145,15 @@ class PowerWorld:
         )
 
     def _supplies_of(self, res: ResourceConfig) -> tuple[Supply, ...]:
-        """The feeds a resource hangs on: its own, or those of the hosts it runs on (worked
-        out once per set of hosts; VMs of unknown placement may be on any host of their
-        platform); without either, each UPS alone, as the engine counts it."""
-        feeds = self._site.feeds_of(res.id)
-        if feeds:
-            return tuple((tuple(f.ups), f.min_supplies) for f in feeds)
-        hosts = tuple(res.runs_on)
-        if not hosts and res.kind in (ResourceKind.VM, ResourceKind.VM_GROUP) and res.platform:
-            hosts = tuple(h.id for h in self._site.hosts_of_platform(res.platform))
-        if not hosts:
+        """The feeds a resource hangs on (worked out once per set of them); without any,
+        each UPS alone, as the engine counts it."""
+        feeds = self._site.feeds_powering(res.id)
+        if not feeds:
             return _each_alone(self._all_ups)
-        if hosts not in self._by_hosts:
-            host_feeds = [f for host in hosts for f in self._site.feeds_of(host)]
-            supplies = tuple((tuple(f.ups), f.min_supplies) for f in host_feeds)
-            self._by_hosts[hosts] = supplies or _each_alone(self._all_ups)
-        return self._by_hosts[hosts]
+        key = tuple(sorted({id(f) for f in feeds}))
+        if key not in self._by_feeds:
+            self._by_feeds[key] = tuple((tuple(f.ups), f.min_supplies) for f in feeds)
+        return self._by_feeds[key]
 
     def _live(self, supplies: tuple[Supply, ...]) -> tuple[UpsName, ...]:
         """The live UPSes among a resource's feeds, each once, in a stable order."""
@@ -157,20 +181,78 @@ class PowerWorld:
         self.advance()
         self._changes += 1
         sign = 1.0 if state is PowerState.ON else -1.0
-        self._on[rid] = min(1.0, max(0.0, self._on[rid] + sign * fraction))
+        on = min(1.0, max(0.0, self._on[rid] + sign * fraction))
+        self._on[rid] = 0.0 if on < 1e-9 else on  # thirds of a group add up to 1 - 1e-16
         self._add_load(rid, sign * self._watts[rid] * fraction, self._supplies[rid])
+
+    def is_on(self, resource: ResourceId) -> bool:
+        """Some of the resource is on (a group's members go down one by one)."""
+        return self._on.get(resource, 0.0) > 0
 
     def set_mains(self, names: Iterable[UpsName] | None, on: bool) -> None:
         self.advance()
-        revived = False
         for name in names or list(self.mains):
             self.mains[name] = on
             if on and self.dead.get(name) == "ran empty":  # it comes back with the mains
-                del self.dead[name]
                 self.depleted_at.pop(name, None)
-                revived = True
-        if revived:
-            self._recount()
+                self._revive(name)
+            elif on and name in self._returning:
+                self._return_later(name)
+
+    def command(self, ups: UpsName, command: str, delay_s: float) -> None:
+        """An instant command, carried out as the module docstring says."""
+        now = self._clock.monotonic()
+        self.commands.append(UpsCommand(now, ups, command))
+        if command == "load.off":
+            self._cut(ups, returns=False)
+        elif command in LOAD_CYCLE_COMMANDS or command in ("load.off.delay", "shutdown.stayoff"):
+            returns = command in LOAD_CYCLE_COMMANDS
+            if returns:
+                self._cycling.add(ups)
+            self._clock.loop.call_later(delay_s, self._cut, ups, returns)
+
+    def powers_again(self, ups: UpsName) -> bool:
+        """The UPS's output is off now and comes back by itself: a load cycle, or an empty
+        battery (back with the mains)."""
+        return ups in self._cycling or self.dead.get(ups) == "ran empty"
+
+    def cycling(self, ups: UpsName) -> bool:
+        """The UPS was told a load cycle and has not brought its output back yet: it will."""
+        return ups in self._cycling
+
+    def ups_of(self, resource: ResourceId) -> tuple[UpsName, ...]:
+        """Every UPS that powers a resource, through its feeds or its hosts' feeds."""
+        return _union(self._supplies[resource])
+
+    def _cut(self, ups: UpsName, returns: bool) -> None:
+        self.advance()
+        if self.dead.get(ups) == "ran empty":  # already dark: the cycle returns with the mains
+            self.dead[ups] = "switched off by a command"
+        self._die(ups, "switched off by a command", self._clock.monotonic())
+        if returns:
+            self._returning.add(ups)
+            if self.mains[ups]:
+                self._return_later(ups)
+
+    def _return_later(self, ups: UpsName) -> None:
+        self._clock.loop.call_later(RETURN_DELAY_S, self._output_back, ups)
+
+    def _output_back(self, ups: UpsName) -> None:
+        """The load cycle's return, unless the mains left again (it waits for them)."""
+        if ups in self._returning and self.mains[ups]:
+            self._returning.discard(ups)
+            self._cycling.discard(ups)
+            self._revive(ups)
+
+    def _revive(self, name: UpsName) -> None:
+        """A dead UPS powers its outlets again: the loads move back, and the machine running
+        upsguard boots."""
+        self.advance()
+        del self.dead[name]
+        self._recount()
+        booted = tuple(sorted(r for r in self._boots if self._powered(self._supplies[r])))
+        if booted and self.power_back is not None:
+            self.power_back(booted)
 
     def set_link(self, names: Iterable[UpsName] | None, link: LinkState) -> None:
         """The scenario's contact with a UPS (what it says, not what it does)."""
@@ -222,15 +304,16 @@ class PowerWorld:
             return
         self.dead[name] = why
         self._recount()
-        lost = tuple(
-            sorted(
-                rid
-                for rid, supplies in self._supplies.items()
-                if rid in self._protected and self._on[rid] > 0 and not self._powered(supplies)
-            )
+        dark = sorted(
+            rid
+            for rid, supplies in self._supplies.items()
+            if self._on[rid] > 0 and not self._powered(supplies)
         )
+        lost = tuple(rid for rid in dark if rid in self._protected)
         if lost:
             self.losses.append(PowerLoss(at, name, why, lost))
+        if dark and self.power_cut is not None:
+            self.power_cut(tuple(dark))
 
     def _powered(self, supplies: tuple[Supply, ...]) -> bool:
         return all(sum(1 for u in ups if u not in self.dead) >= needed for ups, needed in supplies)

@@ -1,4 +1,5 @@
-"""A cache that exists only in the simulator and the demo: dirty data drains at a set rate."""
+"""A cache that exists only in the simulator and the demo: dirty data drains at a set rate
+once the cache is out of write-back, and guests' writes add to it while it is in write-back."""
 
 from __future__ import annotations
 
@@ -33,8 +34,22 @@ class SimulatedCache:
         drained = self._rate * (self._clock.monotonic() - self._since)
         return max(0.0, self._dirty - drained)
 
+    def write(self, nbytes: int) -> None:
+        """Guests wrote ``nbytes`` through the cache: dirty data while it is in write-back;
+        in any other mode the writes go through to the backing store."""
+        if self._mode is CacheMode.WRITE_BACK:
+            self._dirty += nbytes
+
+    @property
+    def mode(self) -> CacheMode:
+        return self._mode
+
+    def dirty_bytes(self) -> int:
+        """The dirty data now, without a provider's read (for a test watching the world)."""
+        return int(self._dirty_now())
+
     async def read(self, target: CacheTarget) -> CacheState:
-        dirty = int(self._dirty_now())
+        dirty = self.dirty_bytes()
         clean = dirty == 0 and not self._mode.accepts_dirty_data
         return CacheState(target, self._clock.now(), self._mode, dirty, clean)
 

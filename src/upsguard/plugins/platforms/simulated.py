@@ -5,7 +5,14 @@ scenario's per-resource behaviour); a platform may hang for a while (``Hang``): 
 answers no request until the hang is over. Power states live in a ``Fleet`` that
 several simulated platforms can share, so a host powered on through its
 simulated BMC is seen on by its simulated vCenter; the fleet's ``listener``
-hears every change, so the simulator's battery model sees the load follow.
+hears every change, so the simulator's battery model sees the load follow, and its
+``on_request`` hears every request the moment the platform accepts it (what the outage
+invariants count).
+
+A request is accepted at once, like vSphere's tasks, unless the behaviour gives it a
+``request_s``: then it runs that long first, like a command platform's ``ssh host
+poweroff`` run to its end, and a request cancelled before it ends never lands. The
+platform lists its requests under way (``InFlightTasks``), as vSphere and Proxmox do.
 """
 
 from __future__ import annotations
@@ -25,6 +32,24 @@ PowerListener = Callable[[ResourceId, float, PowerState], None]
 
 
 @dataclass(frozen=True, slots=True)
+class Request:
+    """A request a simulated platform accepted: what it will do to which target."""
+
+    platform: PlatformName
+    target: Target
+    resource: ResourceId
+    method: StopMethod | None
+    """How it stops the target; None for a power-on."""
+
+    @property
+    def wanted(self) -> PowerState:
+        return PowerState.ON if self.method is None else PowerState.OFF
+
+
+RequestListener = Callable[[Request], None]
+
+
+@dataclass(frozen=True, slots=True)
 class Behaviour:
     """How one resource misbehaves in a scenario."""
 
@@ -34,6 +59,8 @@ class Behaviour:
     fail: str | None = None  # "stop" | "start": the platform refuses
     why: str = "scenario"  # said with the refusal
     no_tools: bool = False
+    request_s: float = 0.0
+    """How long a request runs before the platform accepts it (a command run to its end)."""
 
 
 _AS_CONFIGURED = Behaviour()
@@ -57,6 +84,7 @@ class Fleet:
         behaviour: dict[ResourceId, Behaviour] | None = None,
     ) -> None:
         self.listener = listener
+        self.on_request: RequestListener | None = None
         self.behaviour = behaviour or {}
         self.state: dict[str, PowerState] = {}
         self.owner: dict[str, tuple[ResourceId, float]] = {}
@@ -65,6 +93,11 @@ class Fleet:
         self.due: dict[float, tuple[asyncio.TimerHandle, list[str]]] = {}
         """One loop timer per moment changes land, not per target: 200 VMs asked to stop
         together all turn off together, and 5,000 timers would each cost a heap push."""
+
+    def going_to(self, name: str) -> PowerState | None:
+        """The state a target is on its way to: a request accepted that has not landed yet."""
+        pending = self.pending.get(name)
+        return pending[1] if pending is not None else None
 
 
 class SimulatedPlatform:
@@ -77,7 +110,8 @@ class SimulatedPlatform:
         hang: Hang | None = None,
     ) -> None:
         self.name = name
-        self._hang = hang
+        self.hang = hang
+        """When the platform answers no request; a scenario (or a test) may change it."""
         self._s = settings
         self._clock = clock
         fleet = fleet or Fleet()
@@ -99,7 +133,7 @@ class SimulatedPlatform:
     async def _answer(self) -> None:
         """Return when the platform answers: at once, or once its hang is over (never, for
         a hang without an end; the caller's own timeout ends the wait)."""
-        hang = self._hang
+        hang = self.hang
         now = self._clock.monotonic()
         if hang is None or now < hang.start_s:
             return
@@ -135,15 +169,26 @@ class SimulatedPlatform:
         act = self._behaviour.get(rid, _AS_CONFIGURED)
         if act.fail == "stop":
             raise PermanentError(f"{target.name}: the platform refused the shutdown ({act.why})")
+        graceful_vm = method is StopMethod.GRACEFUL and target.kind is ResourceKind.VM
+        if graceful_vm and (act.no_tools or not self._s.tools_running):
+            raise GracefulUnavailable(f"{target.name}: VMware Tools not running")
+        await self._run_request(act)
+        self._accepted(Request(self.name, target, rid, method))
         if method is StopMethod.HARD:
             self._schedule(target.name, PowerState.OFF, self._s.hard_power_off.total_seconds())
             return
-        if target.kind is ResourceKind.VM and (act.no_tools or not self._s.tools_running):
-            raise GracefulUnavailable(f"{target.name}: VMware Tools not running")
         if act.hang:
             return
         delay = act.stop_s if act.stop_s is not None else self._stop_delay(target.kind)
         self._schedule(target.name, PowerState.OFF, delay)
+
+    async def _run_request(self, act: Behaviour) -> None:
+        if act.request_s > 0:
+            await asyncio.sleep(act.request_s)
+
+    def _accepted(self, request: Request) -> None:
+        if self.fleet.on_request is not None:
+            self.fleet.on_request(request)
 
     def _stop_delay(self, kind: ResourceKind) -> float:
         if kind is ResourceKind.VM:
@@ -158,6 +203,8 @@ class SimulatedPlatform:
         act = self._behaviour.get(rid, _AS_CONFIGURED)
         if act.fail == "start":
             raise PermanentError(f"{target.name}: the platform refused the power-on ({act.why})")
+        await self._run_request(act)
+        self._accepted(Request(self.name, target, rid, None))
         on: timedelta = (
             self._s.host_power_on if target.kind is ResourceKind.HOST else self._s.power_on
         )
@@ -167,7 +214,7 @@ class SimulatedPlatform:
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        if self._hang is not None:  # waiting is asking too: a hung platform answers late
+        if self.hang is not None:  # waiting is asking too: a hung platform answers late
             try:
                 async with asyncio.timeout_at(deadline):
                     await self._answer()
@@ -190,15 +237,33 @@ class SimulatedPlatform:
         pending = self._pending.get(name)
         return pending is not None and pending[1] is state and pending[0] <= deadline
 
+    async def in_flight(self, target: Target, state: PowerState) -> str | None:
+        """A request accepted before and not landed yet that takes ``target`` to ``state``."""
+        await self._answer()
+        pending = self._pending.get(target.name)
+        if pending is None or pending[1] is not state:
+            return None
+        verb = "power-on" if state is PowerState.ON else "shutdown"
+        return f"the {verb} of {target.name}"
+
     async def healthy(self, target: Target) -> bool:
         await self._answer()
         return self._state.get(target.name, PowerState.ON) is PowerState.ON
 
     def power_lost(self, resource: ResourceId) -> None:
-        """The UPS feeding this resource ran empty: everything of it is off, now."""
-        for name, (rid, _) in self._owner.items():
-            if rid == resource:
-                self._set(name, PowerState.OFF)
+        """The UPS feeding this resource ran empty or cut its output: everything of it is
+        off, now, and what was on its way is lost with the power."""
+        for name in self._names_of(resource):
+            self._set(name, PowerState.OFF)
+
+    def boot(self, resource: ResourceId, after_s: float) -> None:
+        """Power came back to a machine whose firmware powers it on with the mains: it is on
+        after ``after_s`` (no request of upsguard's: nothing is counted)."""
+        for name in self._names_of(resource):
+            self._schedule(name, PowerState.ON, after_s)
+
+    def _names_of(self, resource: ResourceId) -> list[str]:
+        return [name for name, (rid, _) in self._owner.items() if rid == resource]
 
     def _schedule(self, name: str, state: PowerState, delay: float) -> None:
         if self._pending.pop(name, None) is not None:

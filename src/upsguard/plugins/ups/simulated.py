@@ -10,15 +10,21 @@ from collections.abc import Callable
 from typing import Protocol
 
 from upsguard.clock import Clock
-from upsguard.config.ups import UpsConfig
+from upsguard.config.ups import LOAD_CYCLE_COMMANDS, UpsConfig
 from upsguard.errors import PermanentError
 from upsguard.models import UpsFlag, UpsName, UpsReading
+
+KNOWN_COMMANDS = LOAD_CYCLE_COMMANDS | {"shutdown.stayoff", "load.off.delay", "load.off"}
 
 
 class PowerSupply(Protocol):
     def reading(self, ups: UpsName) -> UpsReading:
         """The UPS's state now, as a real UPS would report it: a reading with ``link=stale``
         when its data is old; raises ``UpsguardError`` when it does not answer at all."""
+        ...
+
+    def command(self, ups: UpsName, command: str, delay_s: float) -> None:
+        """Carry out an instant command (a load cycle cuts the output after ``delay_s``)."""
         ...
 
 
@@ -42,9 +48,13 @@ class SimulatedUps:
         )
 
     async def command(self, name: str) -> None:
-        if name not in ("shutdown.return", "shutdown.stayoff", "load.off.delay", "load.off"):
+        if name not in KNOWN_COMMANDS:
             raise PermanentError(f"UPS {self.name}: unknown instant command '{name}'")
         self.commands.append(name)
+        if self.power is not None:
+            policy = self._config.at_shutdown_end
+            delay = policy.delay.total_seconds() if name == policy.command else 0.0
+            self.power.command(self.name, name, delay)
 
     async def watch_for_news(self, news: Callable[[], None]) -> None:
         return None  # the simulator's polls see every change

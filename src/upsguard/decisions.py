@@ -1,0 +1,79 @@
+"""The figures a decision is made on, kept with it (core: the events carry them).
+
+"runtime < plan + 5m" firing with 32 minutes of runtime left says nothing by itself: only
+the figures do ("runtime 13m < plan 8m05s + destage 10m (not measured yet) + margin 5m").
+A condition judged over one feed is a ``Reckoning``: the condition, the value, the limit and
+what the limit was made of. The phase engine decides on it, the decision's reason says it
+in words, and the log, the journal, ``status`` and the report all carry the same figures.
+``policies.reckoning.reckon`` judges a condition into one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from upsguard.units import format_duration
+
+_NEGATION = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+_UNITS = {"runtime": "s", "on_battery_for": "s", "charge": "%", "depletion": "%/min"}
+
+
+@dataclass(frozen=True, slots=True)
+class PlanTime:
+    """How long a feed's shutdown would take from now: its plan, and the destage ahead."""
+
+    plan_s: float
+    destage_s: float = 0.0
+    destage_measured: bool = True
+    """False while a dirty cache's drain rate is not measured yet: its destage is counted at
+    its ``worst_case_rate``, or as its whole ``destage_timeout``."""
+
+    @property
+    def total_s(self) -> float:
+        return self.plan_s + self.destage_s
+
+
+NO_PLAN = PlanTime(0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Reckoning:
+    """One condition judged over one feed, with its figures."""
+
+    condition: str
+    feed: str
+    holds: bool
+    metric: str | None = None
+    """What a comparison compares (None for a flag: ``low_battery``, ``fsd``)."""
+    op: str = "<"
+    value: float | None = None
+    limit: float | None = None
+    plan: PlanTime | None = None
+    """What the limit counted of the plan (``runtime < plan + 5m``)."""
+    offset_s: float = 0.0
+    """The rest of such a limit: the margin after ``plan +``."""
+
+    def figures(self) -> str:
+        """The figures in words: ``runtime 13m < plan 8m05s + destage 10m (not measured
+        yet) + margin 5m``; for a flag, the flag."""
+        if self.metric is None or self.value is None or self.limit is None:
+            return self.condition
+        op = self.op if self.holds else _NEGATION[self.op]
+        left = f"{self.metric} {_amount(self.metric, self.value)}"
+        if self.plan is None:
+            return f"{left} {op} {_amount(self.metric, self.limit)}"
+        limit = f"plan {format_duration(self.plan.plan_s)}"
+        if self.plan.destage_s > 0:
+            measured = "" if self.plan.destage_measured else " (not measured yet)"
+            limit += f" + destage {format_duration(self.plan.destage_s)}{measured}"
+        if self.offset_s > 0:
+            limit += f" + margin {format_duration(self.offset_s)}"
+        elif self.offset_s < 0:
+            limit += f" - {format_duration(-self.offset_s)}"
+        return f"{left} {op} {limit}"
+
+
+def _amount(metric: str, value: float) -> str:
+    if _UNITS.get(metric) == "s":
+        return format_duration(value)
+    return f"{value:.1f} {_UNITS.get(metric, '')}".rstrip()

@@ -1,0 +1,201 @@
+"""The end of an outage shutdown: what the UPSes are told, and the site's way back.
+
+Once a shutdown on battery has stopped everything, each UPS is told what its entry's
+``at_shutdown_end`` says. NUT's answer to the power race is a load cycle
+(``shutdown.return``): the UPS cuts its output after a delay and brings it back by itself,
+whether the mains returned meanwhile or not, so the machines that power on with the mains
+boot again.
+
+The machine running upsguard goes down last, and only when something will bring it back:
+
+- the mains are there (they came back past the point of no return, or a person shut the
+  site down on mains): upsguard does not stop its own machine; it stays up and starts the
+  site again (or waits for ``upsguard trigger startup``);
+- on battery, every UPS powering it took a load cycle: it stops, and boots when the UPS
+  powers its outlets again;
+- otherwise (no load cycle configured, the UPS refused it, or cutting that UPS would take
+  down what still runs) it stays up while the battery lasts: a machine that loses its power
+  hard boots when the UPS comes back, while one halted on a UPS that never cycles would
+  never start again.
+
+A UPS is told only when cutting its output harms nothing still running: every feed it
+belongs to either keeps enough other UPSes, or powers nothing but what the run stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from upsguard.clock import Clock
+from upsguard.config.resources import ResourceConfig
+from upsguard.config.site import FeedConfig, SiteConfig
+from upsguard.events import EventSink, Notice, UpsCommandSent
+from upsguard.models import ResourceId, RunId, UpsName
+from upsguard.plugins.ups.base import UpsSource
+from upsguard.policies.phases import PowerView
+from upsguard.policies.power import feed_name
+from upsguard.runs import RunSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StayUp:
+    """Why upsguard does not stop its own machine (its step ends skipped with this)."""
+
+    reason: str
+    mains_back: bool
+    """The mains are there: upsguard starts the site again itself."""
+
+
+class EndOfOutage:
+    def __init__(
+        self,
+        site: SiteConfig,
+        sources: Mapping[UpsName, UpsSource],
+        clock: Clock,
+        events: EventSink,
+    ) -> None:
+        self._site = site
+        self._sources = sources
+        self._clock = clock
+        self._events = events
+        self._configs = {u.name: u for u in site.ups}
+        self._feeds = {feed_name(f, i): f for i, f in enumerate(site.effective_feeds())}
+        self._told: dict[RunId, dict[UpsName, bool]] = {}
+        own = next((r for r in site.resources if r.runs_upsguard), None)
+        self._own_ups = (
+            {u for f in site.feeds_powering(own.id) for u in f.ups} if own is not None else set()
+        )
+
+    async def tell_ups(
+        self, spec: RunSpec, stopped: Collection[ResourceId], view: PowerView | None
+    ) -> None:
+        """Once a whole shutdown ended on battery: tell the UPSes of its feeds (those whose
+        every feed the run covered, and whose cut harms nothing still running)."""
+        if view is None or not view.on_battery:
+            return
+        await self._tell(spec, self._run_ups(spec), stopped)
+
+    async def own_machine(
+        self,
+        spec: RunSpec,
+        own: ResourceConfig,
+        stopped: Collection[ResourceId],
+        view: PowerView | None,
+    ) -> StayUp | None:
+        """Just before the step that stops upsguard's own machine: None when it may stop
+        (every UPS powering it took a load cycle), else why it stays up."""
+        feeds = self._site.feeds_powering(own.id)
+        at_risk = {f.name for f in view.at_risk} if view is not None else set()
+        own_feeds = {
+            feed_name(f, i) for i, f in enumerate(self._site.effective_feeds()) if f in feeds
+        }
+        if not own_feeds & at_risk:
+            why = f"the mains are there: upsguard stays up on {own.id} to start the site again"
+            self._events(Notice(self._clock.now(), why))
+            return StayUp(why, mains_back=True)
+        needed = {u for f in feeds for u in f.ups}
+        told = await self._tell(spec, self._run_ups(spec) | needed, stopped)
+        missing = sorted(u for u in needed if not told.get(u, False))
+        if not missing:
+            self._say_unguarded(own, stopped)
+            return None
+        why = (
+            f"nothing would bring power back to {own.id} (no load cycle from UPS "
+            f"{', '.join(missing)}): upsguard stays up while the battery lasts"
+        )
+        self._events(Notice(self._clock.now(), why, level="error"))
+        return StayUp(why, mains_back=False)
+
+    def _say_unguarded(self, own: ResourceConfig, stopped: Collection[ResourceId]) -> None:
+        """What upsguard leaves running when it stops itself (its feed went, another feed
+        holds): said before, as the alert it is; nothing will shut those down."""
+        left = [
+            r
+            for r in self._site.resources
+            if r.stops and not r.runs_upsguard and r.id not in stopped
+        ]
+        hardware = sorted(r.id for r in left if r.kind.is_hardware)
+        if left:
+            named = ", ".join(hardware) or ", ".join(sorted(r.id for r in left))
+            message = (
+                f"upsguard stops its own machine {own.id} while {named} run on: from now on "
+                "nothing guards them (see validate's warning on its feed)"
+            )
+            self._events(Notice(self._clock.now(), message, level="error"))
+
+    def _run_ups(self, spec: RunSpec) -> set[UpsName]:
+        """The UPSes whose every feed the run covers."""
+        covered = set(self._feeds) if spec.feeds is None else set(spec.feeds)
+        return {
+            u
+            for u in self._configs
+            if all(name in covered for name, f in self._feeds.items() if u in f.ups)
+        }
+
+    async def _tell(
+        self, spec: RunSpec, upses: set[UpsName], stopped: Collection[ResourceId]
+    ) -> dict[UpsName, bool]:
+        """Send each UPS its end command, once per run; which of them took a load cycle."""
+        told = self._told.setdefault(spec.id, {})
+        for ups in sorted(upses - told.keys()):
+            told[ups] = await self._tell_one(spec, ups, stopped, upses)
+        return told
+
+    async def _tell_one(
+        self, spec: RunSpec, ups: UpsName, stopped: Collection[ResourceId], cut: set[UpsName]
+    ) -> bool:
+        config = self._configs.get(ups)
+        source = self._sources.get(ups)
+        command = config.at_shutdown_end.command if config is not None else None
+        if command is None or source is None:
+            return False
+        if (
+            ups in self._own_ups
+            and config is not None
+            and not config.at_shutdown_end.brings_power_back
+        ):
+            message = (
+                f"UPS {ups}: {command} not sent: it powers the machine running upsguard and "
+                "would cut it for good (a load cycle, shutdown.return, brings power back)"
+            )
+            self._events(Notice(self._clock.now(), message, level="warning"))
+            return False
+        harmed = self._still_running(ups, cut, set(stopped))
+        if harmed:
+            message = (
+                f"UPS {ups}: {command} not sent: it would cut {', '.join(harmed)}, still running"
+            )
+            self._events(Notice(self._clock.now(), message, level="warning"))
+            return False
+        try:
+            await source.command(command)
+        except Exception as exc:  # the run is over; report, never crash
+            detail = str(exc) if str(exc) else type(exc).__name__
+            self._events(UpsCommandSent(self._clock.now(), ups, command, False, detail, spec.id))
+            return False
+        self._events(UpsCommandSent(self._clock.now(), ups, command, True, "", spec.id))
+        return config is not None and config.at_shutdown_end.brings_power_back
+
+    def _still_running(
+        self, ups: UpsName, cut: set[UpsName], stopped: set[ResourceId]
+    ) -> list[ResourceId]:
+        """What cutting ``ups`` (with the others in ``cut``) would take down that still runs."""
+        out: list[ResourceId] = []
+        for feed in self._feeds.values():
+            if ups not in feed.ups or len(set(feed.ups) - cut) >= feed.min_supplies:
+                continue
+            out += [r for r in self._powered_by(feed) if r not in stopped and r not in out]
+        return sorted(out)
+
+    def _powered_by(self, feed: FeedConfig) -> list[ResourceId]:
+        """Everything the feed powers that upsguard would stop: its resources and the VMs
+        on them."""
+        return [
+            r.id
+            for r in self._site.resources
+            if r.stops and not r.runs_upsguard and feed in self._site.feeds_powering(r.id)
+        ]

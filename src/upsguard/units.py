@@ -1,0 +1,36 @@
+"""How upsguard writes durations and sizes for people: one way everywhere, from the plan to
+the journal's lines (core, so that events and the figures of decisions use it too)."""
+
+from __future__ import annotations
+
+import functools
+from datetime import timedelta
+
+
+@functools.lru_cache(maxsize=4096)
+def format_duration(value: timedelta | float) -> str:
+    """Short human form: ``45s``, ``12m30s``, ``2h05m``. Cached: plans and timelines of big
+    sites repeat the same few durations thousands of times."""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    if seconds < 60:
+        whole = seconds >= 10 or seconds == int(seconds)
+        return f"{sign}{seconds:.0f}s" if whole else f"{sign}{seconds:.1f}s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{sign}{minutes}m{secs:02d}s" if secs else f"{sign}{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    return f"{sign}{hours}h{minutes:02d}m"
+
+
+def format_bytes(value: float | None) -> str:
+    """Binary units, one decimal: ``512 B``, ``1.5 GiB``; ``?`` when unknown."""
+    if value is None:
+        return "?"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"

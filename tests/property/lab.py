@@ -1,0 +1,814 @@
+"""A site on the virtual clock, for the outage invariants.
+
+The world is the simulator's own: mains and batteries per UPS (``PowerWorld``, which also
+carries out the UPS's instant commands: a load cycle cuts the output and brings it back),
+simulated platforms sharing one fleet of power states, simulated caches. In it runs the
+real service (``controller.service.Service``: journal, resume, overrides, the outage
+controller, executor and ledger that ``upsguard run`` uses) as a *process* that the test
+can kill (``kill -9``: it says nothing more, its journal rows stay as they were), stop
+(SIGTERM) and start again from its journal. The machine running upsguard is a resource of
+the site: asking it to stop stops the service (systemd does, on ``poweroff``), and once it
+is off nothing acts until the UPS cycles its power and it boots again.
+
+Every request a platform accepts is checked the moment it is made (``Request``): its
+order against what depends on it, the caches in its data path, whether it acts twice, and
+the path back before the controller's own machine stops. What breaks a rule is kept in
+``violations``; the state machine asserts it is empty after every step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from upsguard.clock import LoopClock, VirtualTimeLoop
+from upsguard.config.caches import SimulatedCacheSettings
+from upsguard.config.loading import validate
+from upsguard.config.platforms import SimulatedPlatformSettings
+from upsguard.config.scenario import parse_scenario
+from upsguard.config.site import SiteConfig
+from upsguard.config.source import parse_yaml
+from upsguard.controller.service import Service
+from upsguard.engine.outage_controller import REPLAN_WITHIN_S, RunBusy
+from upsguard.errors import PermanentError
+from upsguard.events import Event, EventSink, RiskAccepted, RunStarted, StepFinished
+from upsguard.models import (
+    CacheMode,
+    CacheName,
+    CacheState,
+    CacheTarget,
+    Direction,
+    LinkState,
+    PlatformName,
+    PowerState,
+    ResourceId,
+    StepState,
+    StopMethod,
+    Target,
+    UpsName,
+)
+from upsguard.plugins.caches.simulated import SimulatedCache
+from upsguard.plugins.platforms.simulated import Behaviour, Fleet, Request, SimulatedPlatform
+from upsguard.plugins.registry import SitePlugins
+from upsguard.plugins.ups.simulated import SimulatedUps
+from upsguard.runbooks.planner import Planner
+from upsguard.runs import RunKind, RunOutcome
+from upsguard.simulation.simulator import ORIGIN
+from upsguard.simulation.world import RETURN_DELAY_S, PowerWorld
+
+T = TypeVar("T")
+
+LAB = "lab:"
+"""The names of the test's own tasks."""
+ANSWER_WITHIN_S = 600.0
+"""A person's command (trigger, abort, a restart) answers within this much virtual time."""
+RESTART_S = 2.0
+"""How long systemd takes to start the service again (``RestartSec``); run ids are made of
+the clock, so a new process never starts at the instant the old one died."""
+SIGTERM_AFTER_S = 1.0
+"""How soon ``systemctl poweroff`` stops the service once the controller asked for it."""
+
+SITE = """
+site: lab
+journal: {journal}
+ups:
+  - {{name: ua, simulated: {{}}, runtime_at: {{minutes: 30, load_watts: 600}}, other_load_watts: 20,
+     at_shutdown_end: {{command: shutdown.return, delay: 2m}}}}
+  - {{name: ub, simulated: {{}}, runtime_at: {{minutes: 25, load_watts: 600}},
+     at_shutdown_end: {{command: shutdown.return, delay: 2m}}}}
+feeds:
+  - {{name: main, ups: [ua, ub], min_supplies: 1, powers: [h1, h2, nas, sw, mgmt]}}
+  - {{name: lab, ups: [ub], powers: [h3]}}
+platforms:
+  vc: {{type: simulated, guest_shutdown: 30s, host_shutdown: 1m, power_on: 20s,
+        host_power_on: 1m, max_parallel: 4}}
+  dev: {{type: simulated, device_shutdown: 40s, power_on: 30s}}
+  own: {{type: simulated, host_shutdown: 30s, host_power_on: 1m}}
+caches:
+  - {{name: flash, provider: simulated, carries: [db], dirty: 2GiB, destage_rate: 20MiB/s,
+     destage_timeout: 5m, poll_interval: 5s}}
+resources:
+  - {{id: db, kind: vm, platform: vc, runs_on: [h1], watts: 40, guest_timeout: 10m}}
+  - {{id: app, kind: vm, platform: vc, runs_on: [h2], watts: 40, depends_on: [db]}}
+  - {{id: web, kind: vm_group, platform: vc, select: {{name: "web-*"}}, count: 2, runs_on: [h2],
+     watts: 30, depends_on: [app], shed: true}}
+  - {{id: lab1, kind: vm, platform: vc, runs_on: [h3], watts: 20}}
+  - {{id: h1, kind: host, platform: vc, watts: 100, depends_on: [nas]}}
+  - {{id: h2, kind: host, platform: vc, watts: 100, depends_on: [nas]}}
+  - {{id: h3, kind: host, platform: vc, watts: 80}}
+  - {{id: nas, kind: storage, platform: dev, watts: 50, depends_on: [sw]}}
+  - {{id: mgmt, kind: host, platform: own, runs_upsguard: true, watts: 10, depends_on: [sw]}}
+  - {{id: sw, kind: switch, watts: 20}}
+policies:
+  poll_interval: 5s
+  on_battery: {{after: 10s}}
+  shedding: {{when_any: ["on_battery_for > 3m"]}}
+  shutdown: {{when_any: [low_battery, fsd, "runtime < plan + 5m"]}}
+  power_returns: {{before_point_of_no_return: cancel, online_for: 30s}}
+  startup: {{online_for: 2m, charge_above: 30}}
+  required_margin: 5m
+  critical_floor: {{charge_below: 10}}
+"""
+
+SCENARIO = """
+name: the lab
+recharge: 1h
+"""
+RECHARGE_S = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """A request a platform accepted, and which controller process made it."""
+
+    at_s: float
+    process: int
+    request: Request
+
+
+class GatedBus:
+    """One process's event bus: once the process is killed, nothing it says is heard."""
+
+    def __init__(self, inner: EventSink, heard: Callable[[Event], None]) -> None:
+        self._inner = inner
+        self._heard = heard
+        self.open = True
+
+    def __call__(self, event: Event) -> None:
+        if self.open:
+            self._inner(event)
+            self._heard(event)
+
+
+class Life:
+    """Whether a controller process still lives. A killed one reaches nothing more: its
+    calls to the world's platforms, caches and UPSes never come back (as after ``kill -9``,
+    whatever its tasks would have done next)."""
+
+    def __init__(self) -> None:
+        self.alive = True
+
+    async def check(self) -> None:
+        if not self.alive:
+            await asyncio.get_running_loop().create_future()
+
+
+class LabPlatform:
+    """A world's platform lent to one controller process: it outlives the process, so
+    opening and closing it is nothing."""
+
+    def __init__(self, inner: SimulatedPlatform, life: Life) -> None:
+        self._inner = inner
+        self._life = life
+        self.name = inner.name
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def resolve(self, resource: Any, *, direct: bool = False) -> list[Target]:
+        await self._life.check()
+        return await self._inner.resolve(resource, direct=direct)
+
+    async def power_state(self, target: Target) -> PowerState:
+        await self._life.check()
+        return await self._inner.power_state(target)
+
+    async def stop(self, target: Target, method: StopMethod) -> None:
+        await self._life.check()
+        await self._inner.stop(target, method)
+
+    async def start(self, target: Target) -> None:
+        await self._life.check()
+        await self._inner.start(target)
+
+    async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
+        await self._life.check()
+        return await self._inner.wait_for(target, state, timeout)
+
+    async def healthy(self, target: Target) -> bool:
+        await self._life.check()
+        return await self._inner.healthy(target)
+
+    async def in_flight(self, target: Target, state: PowerState) -> str | None:
+        await self._life.check()
+        return await self._inner.in_flight(target, state)
+
+
+@dataclass
+class WorldCache:
+    """A cache of the world, and the fault the test injects into it: a provider that refuses
+    to change the mode (with the provider's own kind of error)."""
+
+    inner: SimulatedCache
+    refuse: bool = False
+
+
+class LabCache:
+    """A world's cache lent to one controller process."""
+
+    def __init__(self, cache: WorldCache, life: Life) -> None:
+        self._cache = cache
+        self._life = life
+        self.name = cache.inner.name
+
+    async def targets(self) -> list[CacheTarget]:
+        await self._life.check()
+        return await self._cache.inner.targets()
+
+    async def read(self, target: CacheTarget) -> CacheState:
+        await self._life.check()
+        return await self._cache.inner.read(target)
+
+    async def set_mode(self, target: CacheTarget, mode: CacheMode) -> None:
+        await self._life.check()
+        if self._cache.refuse:
+            raise PermanentError(f"cache {target.name}: the provider refused {mode} (injected)")
+        await self._cache.inner.set_mode(target, mode)
+
+    async def flush(self, target: CacheTarget) -> None:
+        await self._life.check()
+        await self._cache.inner.flush(target)
+
+    async def close(self) -> None:
+        return None
+
+
+class LabUps(SimulatedUps):
+    """A world's UPS as one controller process reads and commands it."""
+
+    def __init__(self, config: Any, clock: Any, world: PowerWorld, life: Life) -> None:
+        super().__init__(config, clock, world)
+        self._life = life
+
+    async def read(self) -> Any:
+        await self._life.check()
+        return await super().read()
+
+    async def command(self, name: str) -> None:
+        await self._life.check()
+        await super().command(name)
+
+
+@dataclass
+class Process:
+    """One ``upsguard run``: its service, its watch, and the gate a kill closes."""
+
+    number: int
+    service: Service
+    bus: GatedBus
+    life: Life
+    stop: asyncio.Event
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+class OutageLab:
+    def __init__(self, tmp: Path, site_text: str | None = None) -> None:
+        self.loop = VirtualTimeLoop()
+        asyncio.set_event_loop(self.loop)
+        self.clock = LoopClock(self.loop, ORIGIN)
+        journal = tmp / "lab.sqlite"
+        self.site_path = tmp / "lab.yaml"
+        self.site_path.write_text((site_text or SITE).format(journal=journal))
+        self.site = validate(SiteConfig, parse_yaml(self.site_path.read_text(), "lab.yaml"))
+        self.planner = Planner(self.site)
+        self.shutdown = self.planner.plan(Direction.SHUTDOWN)
+        self.startup = self.planner.plan(Direction.STARTUP)
+        scenario = parse_scenario(SCENARIO, self.site, "lab-scenario.yaml")
+        protected = {s.resource for s in self.shutdown.steps}
+        self.power = PowerWorld(self.site, scenario, self.clock, protected)
+        self.fleet = Fleet(self._power_changed, {})
+        self.fleet.on_request = self._requested
+        self.platforms = {
+            PlatformName(name): SimulatedPlatform(
+                PlatformName(name), self._simulated(name), self.clock, self.fleet
+            )
+            for name in sorted({r.platform for r in self.site.resources if r.platform})
+        }
+        self.caches = {
+            c.name: WorldCache(SimulatedCache(c, self.clock))
+            for c in self.site.caches
+            if isinstance(c, SimulatedCacheSettings)
+        }
+        self.power.power_cut = self._power_cut
+        self.power.power_back = self._power_back
+        self.own = next(r.id for r in self.site.resources if r.runs_upsguard)
+        self.process: Process | None = None
+        self._count = 0
+        self.violations: list[str] = []
+        self.seen: list[Seen] = []
+        self.events: list[tuple[int, float, Event]] = []
+        """What each process said: its number, when, the event."""
+        self.starts: list[float] = []
+        self._before = _before_steps(self.shutdown.steps)
+        self._needs = _before_steps(self.startup.steps)
+        self._gates = {s.resource: s.caches for s in self.shutdown.steps if s.caches}
+        self._resource_of = {
+            s.id: s.resource for p in (self.shutdown, self.startup) for s in p.steps
+        }
+        self._risk_since: dict[CacheName, float] = {}
+        self._run_started_at = 0.0
+        self._excused: set[ResourceId] = set()
+        self._due: dict[str, float] = {}
+        self._tracebacks = _Tracebacks(self.violations)
+        logging.getLogger("upsguard").addHandler(self._tracebacks)
+        self.run(self._resolve_all())
+        self.run(self.start())
+
+    # -- driving -------------------------------------------------------------------------
+
+    def run(self, coro: Coroutine[Any, Any, T], within_s: float = ANSWER_WITHIN_S) -> T:
+        """Run ``coro`` on the virtual clock; one that takes longer than ``within_s`` of it is
+        stuck (a person's command that never answers), which the run reports."""
+        return self.loop.run_until_complete(self._lab_task(_answers(coro, within_s)))
+
+    def _lab_task(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """The test's own doing (never a controller's: a kill leaves it alone)."""
+        return self.loop.create_task(coro, name=f"{LAB} {getattr(coro, '__name__', '')}")
+
+    def change(self, world_change: Callable[[], object]) -> None:
+        """A change of the world, made on the loop (the platforms schedule what follows)."""
+
+        async def now() -> None:
+            world_change()
+
+        self.run(now())
+
+    def wait(self, seconds: float) -> None:
+        self.run(asyncio.sleep(seconds), within_s=seconds + 1)
+
+    @property
+    def now(self) -> float:
+        return self.clock.monotonic()
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.run(self._end(self.process, killed=True))
+        logging.getLogger("upsguard").removeHandler(self._tracebacks)
+        tasks = asyncio.all_tasks(self.loop)
+        for task in tasks:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        self.loop.close()
+        asyncio.set_event_loop(None)
+
+    # -- the controller process --------------------------------------------------------------
+
+    async def start(self) -> None:
+        """``upsguard run`` starts: it opens its journal and resumes what it finds there."""
+        if self.process is not None:
+            return
+        self._count += 1
+        life = Life()
+        service = Service(
+            self.site,
+            self.clock,
+            plugins=lambda s, c: self._plugins(s, c, life),
+            site_path=self.site_path,
+        )
+        number = self._count
+        bus = GatedBus(service.bus, lambda event: self._heard(number, event))
+        service.bus = bus  # type: ignore[assignment]  # the gate forwards to the real bus
+        self.process = process = Process(number, service, bus, life, asyncio.Event())
+        self.starts.append(self.now)
+        await service.open()
+        process.tasks = service.watch(process.stop)
+
+    async def kill(self) -> None:
+        """``kill -9``: nothing more is heard of the process, its journal stays as it was."""
+        if self.process is not None:
+            await self._end(self.process, killed=True)
+
+    async def sigterm(self) -> None:
+        """SIGTERM: the service stops as ``upsguard run`` does, its run left interrupted."""
+        if self.process is not None:
+            await self._end(self.process, killed=False)
+
+    async def reload(self, good: bool) -> None:
+        """The site file changes and the service is told (SIGHUP): a good change moves the
+        required margin by a minute; a bad one breaks a resource (then the good file is put
+        back, as a person would before the next start)."""
+        if self.process is None:
+            return
+        text = self.site_path.read_text()
+        if good:
+            margin = (
+                "required_margin: 6m" if "required_margin: 5m" in text else "required_margin: 5m"
+            )
+            changed = text.replace("required_margin: 6m", "@").replace("required_margin: 5m", "@")
+            self.site_path.write_text(changed.replace("@", margin))
+            await self.process.service.reload()
+            return
+        self.site_path.write_text(text.replace("kind: vm,", "kind: vmm,", 1))
+        await self.process.service.reload()
+        self.site_path.write_text(text)
+
+    async def restart(self, killed: bool) -> None:
+        await (self.kill() if killed else self.sigterm())
+        await asyncio.sleep(RESTART_S)
+        if self._own_on():
+            await self.start()
+
+    async def _end(self, process: Process, killed: bool) -> None:
+        if self.process is not process:
+            return
+        process.stop.set()
+        if killed:  # at once: nothing it says is heard, nothing it does reaches the world
+            self.process = None
+            process.bus.open = False
+            process.life.alive = False
+            tasks = [t for t in asyncio.all_tasks() if not t.get_name().startswith(LAB)]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            process.service.journal.close()
+            process.service.lock.release()
+            return
+        # SIGTERM, as serve() stops: the run is interrupted first, then the rest
+        await process.service.controller.interrupt()
+        for task in process.tasks:
+            task.cancel()
+        await asyncio.gather(*process.tasks, return_exceptions=True)
+        await process.service.close()
+        self.process = None
+
+    def _plugins(self, site: SiteConfig, clock: Any, life: Life) -> SitePlugins:
+        return SitePlugins(
+            sources={u.name: LabUps(u, clock, self.power, life) for u in site.ups},
+            platforms={name: LabPlatform(p, life) for name, p in self.platforms.items()},
+            caches={name: LabCache(c, life) for name, c in self.caches.items()},
+        )
+
+    # -- the world -----------------------------------------------------------------------------
+
+    def _simulated(self, name: str) -> SimulatedPlatformSettings:
+        settings = self.site.platform(name)
+        assert isinstance(settings, SimulatedPlatformSettings)
+        return settings
+
+    async def _resolve_all(self) -> None:
+        """Every target exists in the fleet from the start (the world has its machines)."""
+        for res in self.site.resources:
+            if res.platform in self.platforms:
+                await self.platforms[PlatformName(res.platform)].resolve(res)
+
+    def platform_of(self, resource: ResourceId) -> SimulatedPlatform:
+        res = self.site.resource_index()[resource]
+        return self.platforms[PlatformName(res.platform or "")]
+
+    def targets_of(self, resource: ResourceId) -> list[str]:
+        return [name for name, (rid, _) in self.fleet.owner.items() if rid == resource]
+
+    def state(self, target: str) -> PowerState:
+        return self.fleet.state.get(target, PowerState.ON)
+
+    def all_in(self, resource: ResourceId, state: PowerState) -> bool:
+        return all(self.state(t) is state for t in self.targets_of(resource))
+
+    def _own_on(self) -> bool:
+        return self.all_in(self.own, PowerState.ON)
+
+    def behave(self, resource: ResourceId, behaviour: Behaviour) -> None:
+        self.fleet.behaviour[resource] = behaviour
+
+    def _power_changed(self, rid: ResourceId, fraction: float, state: PowerState) -> None:
+        self.power.power_changed(rid, fraction, state)
+        if rid != self.own:
+            return
+        if state is PowerState.OFF and self.process is not None:  # its power went: no SIGTERM
+            self._lab_task(self.kill())
+        elif state is PowerState.ON and self.process is None:
+            self._lab_task(self._boot())
+
+    async def _boot(self) -> None:
+        await asyncio.sleep(RESTART_S)
+        if self._own_on():
+            await self.start()
+
+    def _power_cut(self, resources: tuple[ResourceId, ...]) -> None:
+        platform = next(iter(self.platforms.values()))
+        for rid in resources:
+            platform.power_lost(rid)
+
+    def _power_back(self, resources: tuple[ResourceId, ...]) -> None:
+        for rid in resources:
+            platform = self.platform_of(rid)
+            platform.boot(rid, self._simulated(platform.name).host_power_on.total_seconds())
+
+    def will_cycle(self, ups: UpsName) -> bool:
+        """The UPS was told a load cycle since its output last came back: it will power its
+        outlets again by itself."""
+        return self.power.cycling(ups)
+
+    # -- the invariants after each step --------------------------------------------------------
+
+    def missed_shutdown(self) -> str | None:
+        """On battery with runtime below the plan plus margin, a shutdown is running or done,
+        unless a hold above the floor is in force. A feed gets two polls to be seen (the
+        controller reads every poll, and the check may fall between a reading and its
+        decision) after its debounce, and the time a run may wait for fresh inventory from a
+        platform that does not answer (``REPLAN_WITHIN_S``, not at the floor)."""
+        process = self.process
+        controller = process.service.controller if process is not None else None
+        view = controller.view if controller is not None else None
+        if controller is None or view is None:
+            self._due.clear()
+            return None
+        engine = controller.engine
+        if engine.held is not None and not engine.at_floor:
+            self._due.clear()
+            return None
+        policies = self.site.policies
+        poll = policies.poll_interval.total_seconds()
+        debounce = policies.on_battery.after.total_seconds() + poll
+        plan = controller.plan_seconds()
+        margin = policies.required_margin.total_seconds()
+        due = {
+            f.name: f
+            for f in view.at_risk
+            if f.runtime_s is not None
+            and f.at_risk_for_s >= debounce
+            and f.runtime_s < plan[f.name].total_s + margin
+        }
+        self._due = {name: self._due.get(name, self.now) for name in due}
+        for name, since in self._due.items():
+            allowed = 2 * poll + (0.0 if engine.at_floor else REPLAN_WITHIN_S)
+            if self.now - since >= allowed and not _shutdown_covers(controller, name):
+                feed = due[name]
+                return (
+                    f"T+{self.now:.0f}s: feed {name} on battery with {feed.runtime_s:.0f}s of "
+                    f"runtime, below plan {plan[name].total_s:.0f}s + margin {margin:.0f}s, "
+                    f"since T+{since:.0f}s, and no shutdown runs or ran for it"
+                )
+        return None
+
+    def story_differs(self) -> str | None:
+        """What the journal, ``status`` and the controller say is the same story."""
+        if self.process is None:
+            return None
+        service = self.process.service
+        controller = service.controller
+        phase = controller.engine.phase
+        journaled = service.journal.last_phase()
+        if journaled is not None and journaled is not phase:
+            return f"the journal says phase {journaled}, the controller {phase}"
+        status = service.status()
+        if status.phase is not phase:
+            return f"status says phase {status.phase}, the controller {phase}"
+        running = {
+            r.id for r in service.journal.runs(limit=10, with_steps=False) if r.state == "running"
+        }
+        active = controller.ledger.active
+        ledger = {active.spec.id} if active is not None else set()
+        if running != ledger:
+            return f"the journal has running runs {sorted(running)}, the ledger {sorted(ledger)}"
+        shown = {status.run.id} if status.run is not None else set()
+        if shown - ledger:
+            return f"status shows run {sorted(shown)}, the ledger {sorted(ledger)}"
+        return None
+
+    # -- the end: the mains come back for good -------------------------------------------------
+
+    def settle(self) -> list[str]:
+        """A person clears every fault and the mains come back for good: within a bound worked
+        out from the policies, the plans and the battery, the site must be ``normal`` with
+        everything up and every cache in write-back. A failure the controller recorded (a
+        startup that failed, a site a person shut down) asks the person to start the site
+        once, as the CLI tells them to."""
+        self.change(self._clear_faults)
+        self.run(self._release())
+        for person_started in (False, True):
+            deadline = self.now + self._bound()
+            while self.now < deadline and self.not_back():
+                self.wait(self.site.policies.poll_interval.total_seconds())
+            if not self.not_back() or person_started or self.violations:
+                break
+            if self.process is None:
+                break
+            self.run(self._person_starts_the_site())
+        return self.not_back() + self.violations
+
+    def not_back(self) -> list[str]:
+        """What is not as it was before the outage."""
+        out = []
+        if self.process is None:
+            out.append(
+                "the controller is not running"
+                + ("" if self._own_on() else f" ({self.own} is off)")
+            )
+        else:
+            phase = self.process.service.controller.engine.phase
+            if phase.value != "normal":
+                out.append(f"phase {phase}")
+        for res in self.site.resources:
+            if res.starts and not self.all_in(res.id, PowerState.ON):
+                off = [t for t in self.targets_of(res.id) if self.state(t) is not PowerState.ON]
+                out.append(f"{res.id} not up ({', '.join(off)})")
+        for name, cache in self.caches.items():
+            mode = cache.inner.mode
+            if mode is not CacheMode.WRITE_BACK:
+                out.append(f"cache {name} in {mode}")
+        return out
+
+    def _clear_faults(self) -> None:
+        self.fleet.behaviour.clear()
+        for platform in self.platforms.values():
+            platform.hang = None
+        for cache in self.caches.values():
+            cache.refuse = False
+        self.power.set_link(None, LinkState.OK)
+        self.power.set_self_test(None, False)
+        self.power.set_fsd(None, False)
+        self.power.set_mains(None, True)
+
+    async def _release(self) -> None:
+        if self.process is not None and self.process.service.controller.engine.held:
+            self.process.service.overrides.release("lab", "the outage is over")
+
+    async def _person_starts_the_site(self) -> None:
+        assert self.process is not None
+        overrides = self.process.service.overrides
+        controller = self.process.service.controller
+        await controller.wait_idle()
+        with contextlib.suppress(RunBusy):  # the policy's own startup began meanwhile
+            await overrides.trigger("lab", "startup", [], "start the site after the outage")
+
+    def _bound(self) -> float:
+        """How long the site may take to be back, from now, summing what must happen one
+        after the other (a generous sum: each part may overlap the next)."""
+        policies = self.site.policies
+        poll = policies.poll_interval.total_seconds()
+        own = self.site.resource_index()[self.own]
+        ups = self.site.ups[0].at_shutdown_end.delay.total_seconds()
+        boot = self._simulated(own.platform or "").host_power_on.total_seconds()
+        dead = ups + RETURN_DELAY_S + boot + 2 * RESTART_S if self.process is None else 0.0
+        lowest = min(b.charge_pct for b in self.power.batteries.values())
+        charge = max(0.0, policies.startup.charge_above + 1 - lowest) / 100 * RECHARGE_S
+        landing = max(self._simulated(p).host_shutdown.total_seconds() for p in self.platforms)
+        return (
+            dead
+            + policies.power_returns.online_for.total_seconds()
+            + max(policies.startup.online_for.total_seconds(), charge)
+            + landing
+            + self.startup.estimate_s
+            + 4 * poll
+            + 60.0
+        )
+
+    # -- what the rules check -----------------------------------------------------------------
+
+    def _heard(self, process: int, event: Event) -> None:
+        self.events.append((process, self.now, event))
+        if isinstance(event, RiskAccepted):
+            self._risk_since[CacheName(event.cache)] = self.now
+        elif isinstance(event, RunStarted):
+            self._run_started_at = self.now
+        elif isinstance(event, StepFinished) and event.state in (
+            StepState.FAILED,
+            StepState.SKIPPED,
+        ):
+            assert event.resource is not None
+            self._excused.add(event.resource)
+
+    def _requested(self, request: Request) -> None:
+        process = self.process.number if self.process is not None else 0
+        seen = Seen(self.now, process, request)
+        if process == 0:
+            self.violations.append(f"{_said(seen)} with no controller running")
+        self._check_twice(seen)
+        if request.method is None:
+            self._check_startup_order(seen)
+            self._excused.discard(request.resource)
+        else:
+            self._check_shutdown_order(seen)
+            self._check_caches(seen)
+            if request.resource == self.own:
+                self._check_path_back(seen)
+                self.loop.call_later(SIGTERM_AFTER_S, self._poweroff_stops_service)
+        self.seen.append(seen)
+
+    def _poweroff_stops_service(self) -> None:
+        self._lab_task(self.sigterm())
+
+    def _check_twice(self, seen: Seen) -> None:
+        """No step acts twice on its target: a request while the same one is under way, or
+        on a target already there. A guest shutdown asked again by a new process (after a
+        crash) is the one exception: harmless, and waiting instead would cost battery."""
+        request = seen.request
+        target = request.target.name
+        wanted = request.wanted
+        going = self.fleet.going_to(target)
+        there = going is None and self.state(target) is wanted
+        previous = next((s for s in reversed(self.seen) if s.request.target.name == target), None)
+        under_way = going is wanted and previous is not None and previous.request == request
+        if there:
+            self.violations.append(f"{_said(seen)}: {target} is {wanted} already")
+        elif under_way and previous is not None:
+            resent_guest = (
+                request.method is StopMethod.GRACEFUL
+                and request.target.kind.value == "vm"
+                and previous.process != seen.process
+            )
+            if not resent_guest:
+                self.violations.append(
+                    f"{_said(seen)}: asked twice (first at T+{previous.at_s:.0f}s by process "
+                    f"{previous.process})"
+                )
+
+    def _check_shutdown_order(self, seen: Seen) -> None:
+        """Nothing stops before what depends on it has stopped (or its failure is recorded)."""
+        for rid in self._before.get(seen.request.resource, ()):
+            if rid in self._excused or self.all_in(rid, PowerState.OFF):
+                continue
+            self.violations.append(f"{_said(seen)} while {rid}, which needs it, is still on")
+
+    def _check_startup_order(self, seen: Seen) -> None:
+        """Nothing starts before what it depends on is up."""
+        for rid in self._needs.get(seen.request.resource, ()):
+            if not self.all_in(rid, PowerState.ON):
+                self.violations.append(f"{_said(seen)} while {rid}, which it needs, is not up")
+
+    def _check_caches(self, seen: Seen) -> None:
+        """No host or storage stops while a cache in its data path is dirty, unless that
+        risk was recorded in this run."""
+        for cache in self._gates.get(seen.request.resource, ()):
+            dirty = self.caches[cache].inner.dirty_bytes()
+            accepted = self._risk_since.get(cache, -1.0) >= self._run_started_at
+            if dirty and not accepted:
+                self.violations.append(f"{_said(seen)} while cache {cache} holds {dirty} B dirty")
+
+    def _check_path_back(self, seen: Seen) -> None:
+        """The controller's own machine stops only once its UPSes will bring power back."""
+        for ups in self.power.ups_of(self.own):
+            if not self.will_cycle(ups):
+                self.violations.append(
+                    f"{_said(seen)}: nothing brings power back (UPS {ups} got no load cycle)"
+                )
+
+
+class _Tracebacks(logging.Handler):
+    """Any traceback logged by upsguard is a bug the run found."""
+
+    def __init__(self, violations: list[str]) -> None:
+        super().__init__(logging.ERROR)
+        self._violations = violations
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info:
+            self._violations.append(f"traceback logged: {record.getMessage()}")
+
+
+class Stuck(AssertionError):
+    """Something the test waited for never ended on the virtual clock."""
+
+
+async def _answers(coro: Coroutine[Any, Any, T], within_s: float) -> T:
+    task = asyncio.get_running_loop().create_task(coro, name=f"{LAB} answer")
+    done, _ = await asyncio.wait([task], timeout=within_s)
+    if not done:
+        stacks = []
+        for other in asyncio.all_tasks():
+            frames = other.get_stack(limit=3)
+            where = " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in reversed(frames))
+            stacks.append(f"  {other.get_name()}: {where}")
+        task.cancel()
+        raise Stuck(f"no answer within {within_s:.0f}s of virtual time:\n" + "\n".join(stacks))
+    return task.result()
+
+
+def _shutdown_covers(controller: Any, feed: str) -> bool:
+    """A shutdown of this outage (newer than the last startup) that covers the feed is
+    running, or ran to its end."""
+    for record in controller.ledger.newest_first():
+        spec = record.spec
+        if spec.kind is RunKind.STARTUP:
+            return False
+        covers = spec.feeds is None or feed in spec.feeds
+        ended_well = record.outcome in (RunOutcome.DONE, RunOutcome.FAILED)
+        if spec.kind is RunKind.SHUTDOWN and covers and (record.active or ended_well):
+            return True
+    return False
+
+
+def _before_steps(steps: Any) -> dict[ResourceId, set[ResourceId]]:
+    """Per resource, the resources whose steps its own step waits for."""
+    resource = {s.id: s.resource for s in steps}
+    out: dict[ResourceId, set[ResourceId]] = {}
+    for step in steps:
+        out.setdefault(step.resource, set()).update(resource[w] for w in step.waits_for)
+    return out
+
+
+def _said(seen: Seen) -> str:
+    what = "start" if seen.request.method is None else f"{seen.request.method} stop"
+    return f"T+{seen.at_s:.0f}s process {seen.process}: {what} of {seen.request.target.name}"
+
+
+__all__ = ["OutageLab", "Seen"]

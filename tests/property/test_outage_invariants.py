@@ -1,0 +1,210 @@
+"""The outage invariants (DESIGN.md, "Invariants"), checked by a state machine over the real
+service on the virtual clock.
+
+Hypothesis plays any interleaving of what happens in an outage: the mains of each UPS failing
+and returning, a UPS out of contact or stale, a self-test, FSD, a battery that is older than
+its model; a person holding, releasing, triggering and aborting; platforms refusing,
+hanging, answering late; caches getting dirty or refusing to flip; the controller killed
+(``kill -9``) or stopped and started again from its journal; and time passing. After every
+step the rules that must hold in every outage are checked (``OutageLab`` checks each
+request the moment a platform accepts it); at the end the mains come back for good and the
+site must return to ``normal`` with everything up and every cache back in write-back.
+
+A failing example is shrunk to a short story, printed as the steps hypothesis took.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from tests.property.lab import OutageLab
+from upsguard.errors import UpsguardError
+from upsguard.models import CacheName, LinkState, ResourceId, UpsName
+from upsguard.plugins.platforms.simulated import Behaviour, Hang
+
+UPSES = [UpsName("ua"), UpsName("ub")]
+RESOURCES = [ResourceId(r) for r in ("db", "app", "web", "lab1", "h1", "h2", "h3", "nas")]
+"""What faults are injected into: everything the controller stops but its own machine."""
+FAULTS = {
+    "as configured": Behaviour(),
+    "refuses to stop": Behaviour(fail="stop"),
+    "refuses to start": Behaviour(fail="start"),
+    "guest hangs": Behaviour(hang=True),
+    "slow request": Behaviour(request_s=40.0),
+    "slow to stop": Behaviour(stop_s=240.0),
+}
+WHO = "lab"
+SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
+"""Where each example's journal lives: in memory where the machine has it (thousands of
+journals are written and thrown away)."""
+
+
+class OutageMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = Path(tempfile.mkdtemp(prefix="upsguard-lab-", dir=SCRATCH))
+        self.lab = OutageLab(self.tmp)
+
+    def teardown(self) -> None:
+        try:
+            if not self.lab.violations:  # an example that broke a rule has failed already
+                left = self.lab.settle()
+                assert not left, "after the mains came back for good:\n" + "\n".join(left)
+        finally:
+            self.lab.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def alive(self) -> bool:
+        return self.lab.process is not None
+
+    # -- the power ---------------------------------------------------------------------------
+
+    @rule(ups=st.sampled_from(UPSES), on=st.booleans())
+    def mains(self, ups: UpsName, on: bool) -> None:
+        self.lab.change(lambda: self.lab.power.set_mains([ups], on))
+
+    @rule(ups=st.sampled_from(UPSES), link=st.sampled_from(list(LinkState)))
+    def contact(self, ups: UpsName, link: LinkState) -> None:
+        self.lab.change(lambda: self.lab.power.set_link([ups], link))
+
+    @rule(ups=st.sampled_from(UPSES), on=st.booleans())
+    def self_test(self, ups: UpsName, on: bool) -> None:
+        self.lab.change(lambda: self.lab.power.set_self_test([ups], on))
+
+    @rule(ups=st.sampled_from(UPSES), on=st.booleans())
+    def fsd(self, ups: UpsName, on: bool) -> None:
+        self.lab.change(lambda: self.lab.power.set_fsd([ups], on))
+
+    @rule(ups=st.sampled_from(UPSES), charge=st.sampled_from([60, 35, 15, 8, 3]))
+    def battery_older_than_its_model(self, ups: UpsName, charge: int) -> None:
+        battery = self.lab.power.batteries[ups]
+        battery.soc = min(battery.soc, charge / 100)
+
+    @rule(seconds=st.sampled_from([1, 5, 15, 30, 60, 120, 300, 900]))
+    def time_passes(self, seconds: int) -> None:
+        self.lab.wait(seconds)
+
+    # -- a person ---------------------------------------------------------------------------
+
+    @precondition(alive)
+    @rule()
+    def hold(self) -> None:
+        assert self.lab.process is not None
+        self.lab.process.service.overrides.hold(WHO, "maintenance")
+
+    @precondition(alive)
+    @rule()
+    def release(self) -> None:
+        assert self.lab.process is not None
+        self.lab.process.service.overrides.release(WHO)
+
+    @precondition(alive)
+    @rule(
+        direction=st.sampled_from(["shutdown", "startup"]),
+        only=st.lists(st.sampled_from(RESOURCES), max_size=2, unique=True),
+    )
+    def trigger(self, direction: str, only: list[ResourceId]) -> None:
+        assert self.lab.process is not None
+        overrides = self.lab.process.service.overrides
+        with contextlib.suppress(UpsguardError):  # a run in progress: the CLI says so
+            self.lab.run(overrides.trigger(WHO, direction, only, "drill"))
+
+    @precondition(alive)
+    @rule()
+    def abort(self) -> None:
+        assert self.lab.process is not None
+        self.lab.run(self.lab.process.service.overrides.abort(WHO, "stop it"))
+
+    # -- faults -------------------------------------------------------------------------------
+
+    @rule(resource=st.sampled_from(RESOURCES), fault=st.sampled_from(sorted(FAULTS)))
+    def platform_fault(self, resource: ResourceId, fault: str) -> None:
+        self.lab.behave(resource, FAULTS[fault])
+
+    @rule(
+        platform=st.sampled_from(["vc", "dev"]),
+        seconds=st.sampled_from([None, 30, 300]),
+    )
+    def platform_hangs(self, platform: str, seconds: int | None) -> None:
+        now = self.lab.now
+        hang = Hang(now, now + seconds) if seconds is not None else None
+        self.lab.platforms[platform].hang = hang  # type: ignore[index]
+
+    @rule(nbytes=st.sampled_from([0, 64 << 20, 3 << 30]))
+    def guests_write(self, nbytes: int) -> None:
+        self.lab.caches[CacheName("flash")].inner.write(nbytes)
+
+    @rule(refuse=st.booleans())
+    def cache_refuses_to_flip(self, refuse: bool) -> None:
+        self.lab.caches[CacheName("flash")].refuse = refuse
+
+    # -- the controller itself ----------------------------------------------------------------
+
+    @precondition(alive)
+    @rule(good=st.booleans())
+    def site_file_read_again(self, good: bool) -> None:
+        """SIGHUP: a good file (another margin) is taken in force, now or once the run in
+        progress ends; one with a mistake changes nothing."""
+        assert self.lab.process is not None
+        self.lab.run(self.lab.reload(good))
+
+    @precondition(alive)
+    @rule()
+    def kill_9(self) -> None:
+        self.lab.run(self.lab.restart(killed=True))
+
+    @precondition(alive)
+    @rule()
+    def sigterm(self) -> None:
+        self.lab.run(self.lab.restart(killed=False))
+
+    # -- the invariants -----------------------------------------------------------------------
+
+    @invariant()
+    def every_request_kept_the_rules(self) -> None:
+        assert not self.lab.violations, "\n".join(self.lab.violations)
+
+    @invariant()
+    def never_misses_a_shutdown(self) -> None:
+        missed = self.lab.missed_shutdown()
+        assert missed is None, missed
+
+    @invariant()
+    def journal_and_status_tell_the_same_story(self) -> None:
+        differ = self.lab.story_differs()
+        assert differ is None, differ
+
+
+QUICK = settings(
+    max_examples=200,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+"""Set here rather than by the lanes' profiles: a few hundred stories in the quick lane (an
+example takes a tenth of a second), 10,000 in the full one."""
+AT_LENGTH = settings(QUICK, max_examples=5_000)
+"""Two halves of 10,000, so that two workers of the full lane share them."""
+
+def test_the_outage_invariants_hold() -> None:
+    run_state_machine_as_test(OutageMachine, settings=QUICK)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("half", [1, 2])
+def test_the_outage_invariants_hold_at_length(half: int) -> None:
+    run_state_machine_as_test(OutageMachine, settings=AT_LENGTH)

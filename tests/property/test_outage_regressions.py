@@ -1,0 +1,250 @@
+"""The counterexamples the outage state machine found, each kept as the short story it shrank
+to, replayed step by step with every invariant checked after each step and the site's return
+checked at the end (``OutageMachine.teardown``).
+
+Each failed on the engine as it was before its fix; the test's docstring says what broke.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.property.test_outage_invariants import OutageMachine
+from upsguard.events import (
+    Event,
+    RunStarted,
+    RunWidened,
+    StepFinished,
+    StepStarted,
+    StepWaiting,
+    TargetAsked,
+)
+from upsguard.models import LinkState, StepState
+
+Step = tuple[str, dict[str, Any]]
+
+
+def replay(*steps: Step) -> OutageMachine:
+    """Play the steps as hypothesis would, checking the invariants after each, then let the
+    mains come back for good and check the site returns (the machine's teardown)."""
+    machine = OutageMachine()
+    try:
+        for name, arguments in steps:
+            getattr(machine, name)(**arguments)
+            machine.every_request_kept_the_rules()
+            machine.never_misses_a_shutdown()
+            machine.journal_and_status_tell_the_same_story()
+    finally:
+        machine.teardown()
+    return machine
+
+
+def heard(machine: OutageMachine) -> list[tuple[float, Event]]:
+    """What the controller processes said, each with its time on the virtual clock."""
+    return [(at, event) for _, at, event in machine.lab.events]
+
+
+def step(name: str, **arguments: Any) -> Step:
+    return name, arguments
+
+
+def test_a_persons_shutdown_and_the_policys_never_race() -> None:
+    """The policy's tick ran while ``trigger`` flipped the caches, started a shutdown of its
+    own, and the person's run then abandoned it: every guest shutdown asked twice."""
+    replay(step("trigger", direction="shutdown", only=[]))
+
+
+def test_a_shutdown_on_mains_never_strands_the_site() -> None:
+    """A person's whole-site shutdown on mains powered the controller's own machine off
+    with no UPS command: nothing could ever start the site again (defect 1's sibling)."""
+    replay(step("trigger", direction="shutdown", only=[]), step("time_passes", seconds=900))
+
+
+def test_a_shutdown_after_an_abort_waits_for_what_the_aborted_one_asked() -> None:
+    """The aborted run's guest shutdowns were under way; the next run asked them again."""
+    replay(
+        step("trigger", direction="shutdown", only=[]),
+        step("abort"),
+        step("trigger", direction="shutdown", only=[]),
+    )
+
+
+def test_a_kill_during_an_outage_leaves_no_cache_in_write_through_for_good() -> None:
+    """Defect 8: the restarted controller did not know which caches it had flipped, and the
+    site went back to normal with them in write-through."""
+    replay(step("trigger", direction="shutdown", only=[]), step("kill_9"))
+
+
+def test_a_restarted_controller_never_asks_a_host_to_stop_twice() -> None:
+    """After an abort and a kill -9 the new process, at the critical floor, asked the hosts
+    the aborted run had asked (their shutdowns still under way) to stop again."""
+    replay(
+        step("mains", ups="ub", on=False),
+        step("battery_older_than_its_model", ups="ua", charge=8),
+        step("mains", ups="ua", on=False),
+        step("time_passes", seconds=120),
+        step("abort"),
+        step("kill_9"),
+        step("time_passes", seconds=1),
+    )
+
+
+def test_a_persons_partial_shutdown_of_a_host_flips_the_cache_it_waits_on() -> None:
+    """``trigger shutdown --only h1`` on mains waited for ever on a cache nobody had put in
+    write-through: left in write-back it is never clean."""
+    replay(
+        step("trigger", direction="shutdown", only=["h1"]),
+        step("platform_hangs", platform="vc", seconds=30),
+        step("kill_9"),
+    )
+
+
+def test_the_outage_ending_never_puts_a_cache_back_under_a_step_waiting_on_it() -> None:
+    """The caches went back to write-back when the phase became normal, under a partial
+    shutdown's host step waiting for them to be clean: it waited for ever."""
+    replay(
+        step("trigger", direction="startup", only=[]),
+        step("trigger", direction="shutdown", only=["h1"]),
+    )
+
+
+def test_a_cache_that_refused_to_flip_is_asked_again() -> None:
+    """A refused flip was never asked again: the host steps waited for ever."""
+    replay(
+        step("cache_refuses_to_flip", refuse=True),
+        step("trigger", direction="shutdown", only=[]),
+        step("time_passes", seconds=120),
+    )
+
+
+def test_a_partial_startup_starts_what_its_resources_need_first() -> None:
+    """``trigger startup --only db`` started db while its host was still off."""
+    replay(
+        step("trigger", direction="shutdown", only=[]),
+        step("time_passes", seconds=300),
+        step("trigger", direction="startup", only=["db"]),
+    )
+
+
+def test_a_startup_after_a_restart_lets_a_guest_shutdown_land_first() -> None:
+    """After an abort and a kill -9, the startup found db still up (its shutdown landing),
+    called it up, and started app on it a moment before db went off."""
+    replay(
+        step("trigger", direction="shutdown", only=[]),
+        step("time_passes", seconds=60),
+        step("abort"),
+        step("kill_9"),
+        step("trigger", direction="startup", only=[]),
+    )
+
+
+def test_a_second_feeds_trigger_widens_the_running_shutdown() -> None:
+    """Defect 2: a later feed's trigger abandoned the running shutdown (its guest shutdowns
+    in flight cancelled) and started a whole-site run from scratch."""
+    machine = replay(
+        step("battery_older_than_its_model", ups="ub", charge=15),
+        step("mains", ups="ub", on=False),
+        step("time_passes", seconds=60),
+        step("battery_older_than_its_model", ups="ua", charge=15),
+        step("mains", ups="ua", on=False),
+        step("time_passes", seconds=300),
+    )
+    said = [e for _, e in heard(machine)]
+    assert [e.spec.feeds for e in said if isinstance(e, RunWidened)] == [None]
+    cancelled = [e for e in said if isinstance(e, StepFinished) and e.state is StepState.CANCELLED]
+    assert cancelled == []
+
+
+def test_a_startup_after_an_abort_waits_only_for_what_is_under_way() -> None:
+    """Defect 5: after abort then release, the startup waited its whole timeout for a guest
+    shutdown whose request had been killed with the step (a command's process): nothing was
+    under way."""
+    machine = replay(
+        step("platform_fault", resource="db", fault="slow request"),
+        step("trigger", direction="shutdown", only=["db"]),
+        step("time_passes", seconds=75),  # web and app are off; db's request runs (40 s)
+        step("abort"),
+        step("release"),
+        step("platform_fault", resource="db", fault="as configured"),
+        step("trigger", direction="startup", only=[]),
+    )
+    said = heard(machine)
+    asked = [e for _, e in said if isinstance(e, TargetAsked) and e.target == "db"]
+    assert asked == []  # the killed request never reached the platform
+    began = next(at for at, e in said if isinstance(e, RunStarted) and e.spec.kind == "startup")
+    db = next(at for at, e in said if isinstance(e, StepStarted) and e.step == "start:db")
+    assert [e for _, e in said if isinstance(e, StepWaiting) and e.step == "start:db"] == []
+    assert db - began < 600  # not its guest_timeout of 10 minutes for nothing
+
+
+def test_a_stopping_service_starts_no_step() -> None:
+    """SIGTERM in the middle of a startup: the run went on starting steps while the service
+    closed its API and tasks, before it was told to stop."""
+    replay(
+        step("trigger", direction="shutdown", only=[]),
+        step("time_passes", seconds=60),
+        step("abort"),
+        step("time_passes", seconds=30),
+        step("trigger", direction="startup", only=[]),
+        step("sigterm"),
+    )
+
+
+def test_a_power_on_journaled_before_a_restart_is_not_waited_for_once_the_power_undid_it() -> None:
+    """An aborted startup's power-on of lab1 landed, then its UPS ran empty; after the reboot
+    the new controller took the journaled power-on for one still under way and waited its
+    whole timeout for it instead of asking (the platform listed nothing under way)."""
+    replay(
+        step("trigger", direction="shutdown", only=[]),
+        step("abort"),
+        step("time_passes", seconds=30),
+        step("battery_older_than_its_model", ups="ub", charge=3),
+        step("contact", link=LinkState.STALE, ups="ua"),
+        step("self_test", on=True, ups="ub"),
+        step("trigger", direction="startup", only=[]),
+        step("contact", link=LinkState.OK, ups="ub"),
+        step("abort"),
+        step("time_passes", seconds=300),
+    )
+
+
+def test_at_the_critical_floor_a_shutdown_a_person_aborted_starts_again_at_once() -> None:
+    """A person aborted the shutdown at the critical floor (where a hold yields); the next
+    one waited for fresh inventory from a vCenter that did not answer before it began."""
+    replay(
+        step("platform_hangs", platform="vc", seconds=300),
+        step("battery_older_than_its_model", ups="ub", charge=8),
+        step("mains", ups="ub", on=False),
+        step("sigterm"),
+        step("abort"),
+        step("abort"),
+    )
+
+
+def test_what_a_run_that_just_ended_left_under_way_goes_to_the_next() -> None:
+    """A run that ended by itself the moment the next began had not yet handed over what it
+    had under way: the next asked again."""
+    replay(
+        step("trigger", direction="shutdown", only=["db"]),
+        step("abort"),
+        step("trigger", direction="startup", only=["lab1"]),
+        step("trigger", direction="shutdown", only=[]),
+        step("trigger", direction="shutdown", only=["db"]),
+    )
+
+
+def test_a_shutdown_lets_a_power_on_under_way_land_first() -> None:
+    """An aborted startup left h3 powering on; the shutdown that followed read it off,
+    called it done, and h3 booted after it; the next startup then asked it again."""
+    replay(
+        step("trigger", direction="shutdown", only=[]),
+        step("time_passes", seconds=60),
+        step("abort"),
+        step("time_passes", seconds=30),
+        step("trigger", direction="startup", only=[]),
+        step("abort"),
+        step("trigger", direction="shutdown", only=[]),
+        step("abort"),
+        step("trigger", direction="startup", only=[]),
+        step("abort"),
+    )

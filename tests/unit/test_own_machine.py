@@ -1,0 +1,134 @@
+"""upsguard's own machine: it goes down last, only once something will bring it back, and
+never on a weaker feed than what it guards without a warning.
+
+Defects these reproduce (each failed before its fix):
+- the homelab with the mains back past the point of no return: the controller powered its
+  own machine off with the mains on and no UPS command, and the site stayed down for good
+  (the simulator then showed a startup that could not happen);
+- the cluster example with the management box on ups-a alone: in 'one-ups-fails' the
+  controller powered itself off while the hosts ran on, unguarded, and validate, the verdict
+  and the service said nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.sites import EXAMPLES
+from upsguard.cli import main
+from upsguard.config import SiteConfig, load_site
+from upsguard.config.checks import site_warnings
+from upsguard.config.scenario import load_scenario, parse_scenario
+from upsguard.simulation.simulator import SimulationReport, simulate
+from upsguard.units import format_duration
+
+HOMELAB = EXAMPLES / "homelab.yaml"
+CLUSTER = EXAMPLES / "cluster.yaml"
+WEAK_MGMT = """  - {name: mgmt-a, ups: [ups-a], powers: [mgmt01]}"""
+
+
+def weak_cluster(tmp_path: Path) -> Path:
+    """The cluster example as it was: the management box on ups-a alone."""
+    text = CLUSTER.read_text()
+    start = text.index("  - {name: mgmt,")
+    end = text.index("\n", start)
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text[:start] + WEAK_MGMT + text[end:])
+    return path
+
+
+def line_of(path: Path, text: str) -> int:
+    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def lines(report: SimulationReport) -> list[str]:
+    return [m.text for m in report.timeline]
+
+
+def simulate_text(site: SiteConfig, scenario: str) -> SimulationReport:
+    return simulate(site, parse_scenario(scenario, site, "scenario.yaml"))
+
+
+def test_mains_back_past_the_point_of_no_return_upsguard_stays_up_and_starts_the_site() -> None:
+    site = load_site(HOMELAB)
+    report = simulate_text(site, "name: back after ponr\noutage: {at: 1m, duration: 12m}\n")
+    said = lines(report)
+    assert any(t.startswith("point of no return") for t in said)
+    own = [t for t in said if "stop:mgmt" in t]
+    assert own == [
+        "  skipped   stop:mgmt: the mains are there: upsguard stays up on mgmt to start the "
+        "site again"
+    ]
+    assert "upsguard's machine mgmt is off: nothing acts until it boots" not in said
+    assert report.ok and report.back_at_s is not None
+    assert report.verdict.endswith(f"the site is back at T+{format_duration(report.back_at_s)}")
+
+
+def test_on_battery_upsguard_stops_last_after_the_load_cycle_and_boots_with_the_power() -> None:
+    site = load_site(HOMELAB)
+    report = simulate_text(site, "name: long\noutage: {at: 1m, duration: 40m}\nhorizon: 4h\n")
+    said = lines(report)
+    cycle = said.index("UPS cp1500: sent shutdown.return")
+    assert said[cycle + 1] == "  start stop:mgmt (host_shutdown)"
+    off = said.index("upsguard's machine mgmt is off: nothing acts until it boots")
+    back = said.index("upsguard's machine mgmt boots: the controller takes up again")
+    between = said[off + 1 : back]
+    assert not [t for t in between if t.strip().startswith(("start ", "phase"))], between
+    assert report.ok and report.back_at_s is not None and report.back_at_s > 41 * 60
+
+
+def test_without_a_load_cycle_upsguard_stays_up_while_the_battery_lasts(tmp_path: Path) -> None:
+    text = HOMELAB.read_text().replace("command: shutdown.return", "command: load.off.delay")
+    path = tmp_path / "homelab.yaml"
+    path.write_text(text)
+    site = load_site(path)
+    report = simulate_text(site, "name: long\noutage: {at: 1m, duration: 40m}\nhorizon: 4h\n")
+    own = [t for t in lines(report) if "stop:mgmt" in t]
+    assert own == [
+        "  skipped   stop:mgmt: nothing would bring power back to mgmt (no load cycle from "
+        "UPS cp1500): upsguard stays up while the battery lasts"
+    ]
+    assert report.back_at_s is not None  # it saw the mains return and started the site
+
+
+def test_validate_warns_of_the_controller_on_a_weaker_feed_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate", "-c", str(weak_cluster(tmp_path))]) == 0
+    err = capsys.readouterr().err
+    weak = [line for line in err.splitlines() if "weaker than feed" in line]
+    assert weak == [
+        "upsguard: warning: resources[13]: mgmt01, the machine running upsguard, hangs on feed "
+        "mgmt-a, weaker than feed dual-psu (ups-a, ups-b; 1 needed): when ups-a fails, "
+        "upsguard goes down while dual-psu still powers esx01, esx02, esx03, nas01, and "
+        "nothing guards them; power mgmt01 from dual-psu's UPSes too (its 'powers' list) "
+        f"({tmp_path / 'cluster.yaml'}:{line_of(tmp_path / 'cluster.yaml', 'id: mgmt01')})"
+    ]
+
+
+def test_the_cluster_example_keeps_its_controller_on_both_ups() -> None:
+    warned = [m for _, m in site_warnings(load_site(CLUSTER)) if "weaker than feed" in m]
+    assert warned == []
+
+
+def test_the_verdict_says_from_when_the_site_is_unguarded_and_the_service_said_it_first(
+    tmp_path: Path,
+) -> None:
+    site = load_site(weak_cluster(tmp_path))
+    scenario = load_scenario(EXAMPLES / "scenarios" / "one-ups-fails.yaml", site)
+    report = simulate(site, scenario)
+    said = lines(report)
+    alert = (
+        "ERROR: upsguard stops its own machine mgmt01 while esx01, esx02, esx03, nas01 run on: "
+        "from now on nothing guards them (see validate's warning on its feed)"
+    )
+    off = "upsguard's machine mgmt01 is off: nothing acts until it boots"
+    assert said.index(alert) < said.index(off)
+    assert not report.ok
+    since = format_duration(report.unguarded[0].from_s)
+    assert report.verdict.endswith(
+        f"unguarded from T+{since}: esx01, esx02, esx03, nas01 ran on while upsguard's machine "
+        "was off"
+    )
