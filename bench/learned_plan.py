@@ -36,8 +36,8 @@ from upsguard.clock import SystemClock
 from upsguard.config.loading import load_site
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
-from upsguard.controller.journal import Journal
-from upsguard.controller.learned import learned_durations
+from upsguard.journal import Journal
+from upsguard.journal.learned import learned_durations
 from upsguard.models import Direction
 from upsguard.plugins.registry import build_platforms
 from upsguard.runbooks.plan import Plan

@@ -59,7 +59,7 @@ def disk(tmp_path: Path) -> Iterator[Disk]:
 
 def valid_journal(tmp: Path) -> bytes:
     """The bytes of a journal a service wrote."""
-    from upsguard.controller.journal import Journal
+    from upsguard.journal import Journal
 
     j = Journal(tmp / "scratch.sqlite")
     j.close()

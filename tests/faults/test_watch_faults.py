@@ -12,8 +12,8 @@ import yaml
 from tests.faults.lab import Lab, polls_pass
 from tests.peers.ports import free_port
 from tests.peers.service import write_site
-from upsguard.controller.journal import Journal
 from upsguard.events import PhaseChanged
+from upsguard.journal import Journal
 from upsguard.models import Phase
 
 pytestmark = [pytest.mark.nut, pytest.mark.timeout(240)]

@@ -24,8 +24,8 @@ import pytest
 from tests.faults.lab import ONLINE, Lab
 from tests.peers.guest import MIB, SLOW_OFFSET, Guest, GuestVm
 from tests.peers.guest_caches import KINDS, Bcache, Kind, Lvmcache, Writecache, ssh_settings
-from upsguard.controller.journal import Journal
 from upsguard.events import DestageProgress
+from upsguard.journal import Journal
 
 pytestmark = [pytest.mark.guest, pytest.mark.nut, pytest.mark.timeout(900)]
 

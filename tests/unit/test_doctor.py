@@ -17,8 +17,6 @@ from upsguard.cli import main
 from upsguard.clock import SystemClock
 from upsguard.config.checks_schedule import BatteryTestConfig, parse_at
 from upsguard.config.service import NotifySettings
-from upsguard.controller.journal import Journal
-from upsguard.controller.journal_checks import battery_tests, last_checkup
 from upsguard.controller.notify import Notifier
 from upsguard.doctor.changes import compare
 from upsguard.doctor.checkup import BoundedCheck, Selection, run_checkup
@@ -30,6 +28,8 @@ from upsguard.events import (
     level,
 )
 from upsguard.findings import Area, Finding, Verdict, fail, ok, warn
+from upsguard.journal import Journal
+from upsguard.journal.checkups import battery_tests, last_checkup
 from upsguard.models import UpsName
 from upsguard.selftest import TestState as SelfTest  # not a class of tests for pytest to collect
 from upsguard.selftest import from_nut

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from upsguard.controller.journal import Journal
-from upsguard.controller.schema import VERSION
 from upsguard.errors import PermanentError
 from upsguard.events import (
     CacheModeChanged,
@@ -23,6 +21,8 @@ from upsguard.events import (
     StepFinished,
     StepStarted,
 )
+from upsguard.journal import Journal
+from upsguard.journal.schema import VERSION
 from upsguard.models import (
     CacheMode,
     Phase,

@@ -18,9 +18,9 @@ import pytest
 
 from tests.sites import site_from
 from upsguard.cli import main
-from upsguard.controller.journal import Journal
-from upsguard.controller.learned import learned_durations
 from upsguard.events import RunFinished, RunStarted, StepFinished, StepStarted
+from upsguard.journal import Journal
+from upsguard.journal.learned import learned_durations
 from upsguard.models import Direction, ResourceId, RunId, StepId, StepState
 from upsguard.runbooks import render
 from upsguard.runbooks.planner import Planner

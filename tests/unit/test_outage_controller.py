@@ -14,12 +14,12 @@ from upsguard.config.loading import validate
 from upsguard.config.platforms import SimulatedPlatformSettings
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import parse_yaml
-from upsguard.controller.journal import Journal
-from upsguard.controller.resume import reap_and_resume
 from upsguard.engine.destage import DestageWatch
 from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import UpsUnreachable
 from upsguard.events import Event, EventBus, Notice, PhaseChanged, RunFinished, StepStarted
+from upsguard.journal import Journal
+from upsguard.journal.resume import reap_and_resume
 from upsguard.models import (
     Direction,
     Phase,

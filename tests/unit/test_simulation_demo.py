@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from upsguard.controller.journal import Journal
+from upsguard.journal import Journal
 from upsguard.simulation.demo import run_demo
 
 

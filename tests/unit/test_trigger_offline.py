@@ -13,7 +13,7 @@ import pytest
 
 from tests.sites import write_site
 from upsguard.cli import main
-from upsguard.controller.journal import Journal
+from upsguard.journal import Journal
 
 SITE = """
 site: offline

@@ -32,9 +32,9 @@ from upsguard.cli.common import (
 )
 from upsguard.config.site import SiteConfig
 from upsguard.controller import direct
-from upsguard.controller.journal import Journal
 from upsguard.controller.service import run_service
 from upsguard.errors import PermanentError, ServiceNotRunning, TemporaryError
+from upsguard.journal import Journal
 
 
 def register(commands: Subparsers) -> None:

@@ -47,13 +47,13 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from upsguard.controller.journal import Journal
 from upsguard.controller.overrides import Overrides
-from upsguard.controller.rows import EventRow
 from upsguard.controller.socket_group import group_id
-from upsguard.controller.stream import EventStream
 from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import PermanentError, TemporaryError, UpsguardError
+from upsguard.journal import Journal
+from upsguard.journal.rows import EventRow
+from upsguard.journal.stream import EventStream
 from upsguard.status import SiteStatus
 
 log = logging.getLogger(__name__)

@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 
 from upsguard.clock import SystemClock
 from upsguard.config.site import SiteConfig
-from upsguard.controller.journal import Journal
 from upsguard.controller.service import Service
 from upsguard.controller.status import offline_status
 from upsguard.events import Event, OverrideApplied, describe
+from upsguard.journal import Journal
 from upsguard.models import UpsName
 from upsguard.plugins.registry import build_ups_sources
 from upsguard.policies.watch import UpsWatch

@@ -28,22 +28,22 @@ from upsguard.clock import Clock, SystemClock
 from upsguard.config.checks import site_warnings
 from upsguard.config.loading import load_site
 from upsguard.config.site import SiteConfig
-from upsguard.controller.journal import Journal
-from upsguard.controller.learned import learned_durations
 from upsguard.controller.lock import JournalLock
 from upsguard.controller.metrics import Metrics
 from upsguard.controller.notify import Notifier
 from upsguard.controller.overrides import Overrides
-from upsguard.controller.resume import reap_and_resume
 from upsguard.controller.schedule import Schedule
 from upsguard.controller.socket_group import group_id
 from upsguard.controller.status import ServiceInfo, service_status
-from upsguard.controller.stream import EventStream
 from upsguard.engine.destage import DestageWatch
 from upsguard.engine.inventory import read_inventory
 from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import PermanentError, UpsguardError
 from upsguard.events import Event, EventBus, Notice, describe, level
+from upsguard.journal import Journal
+from upsguard.journal.learned import learned_durations
+from upsguard.journal.resume import reap_and_resume
+from upsguard.journal.stream import EventStream
 from upsguard.models import PlatformName
 from upsguard.plugins import registry
 from upsguard.plugins.platforms.base import Platform

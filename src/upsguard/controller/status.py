@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from upsguard.config.site import SiteConfig
-from upsguard.controller.journal import Journal
-from upsguard.controller.rows import OverrideRow, StepRow, parse_iso
 from upsguard.decisions import NO_PLAN, PlanTime
 from upsguard.engine.outage_controller import OutageController
+from upsguard.journal import Journal
+from upsguard.journal.rows import OverrideRow, StepRow, parse_iso
 from upsguard.models import Direction, LinkState, Phase, StepState, UpsName
 from upsguard.policies.phases import condition_inputs
 from upsguard.policies.power import FeedReading, feed_name, read_feeds

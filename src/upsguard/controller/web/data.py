@@ -17,11 +17,11 @@ from pathlib import Path
 from aiohttp import web
 
 from upsguard.config.site import SiteConfig
-from upsguard.controller.journal import Journal
 from upsguard.controller.status import plan_status
 from upsguard.controller.web.context import WebContext
 from upsguard.controller.web.history import METRICS, SPANS, ChartCache
 from upsguard.errors import UpsguardError
+from upsguard.journal import Journal
 from upsguard.models import Direction
 
 STATIC = Path(__file__).parent / "static"
@@ -128,7 +128,7 @@ def _hashes(html: str) -> str:
 def _report_html(site: SiteConfig, run_id: str) -> str:
     """``upsguard report RUN --format html``, without the battery model's fit (that is the
     simulation's, which the service does not load)."""
-    from upsguard.controller.story import pick_runs, story_from_journal
+    from upsguard.journal.retrospective import pick_runs, story_from_journal
     from upsguard.reports import render
 
     journal = Journal(site.journal)

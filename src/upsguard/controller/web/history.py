@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from upsguard.controller.journal import Journal
-from upsguard.controller.rows import ReadingRow, iso, parse_iso
+from upsguard.journal import Journal
+from upsguard.journal.rows import ReadingRow, iso, parse_iso
 
 SPANS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "90d": timedelta(days=90)}
 METRICS = {

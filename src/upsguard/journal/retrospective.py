@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from upsguard.config.site import SiteConfig
-from upsguard.controller.journal import Journal
-from upsguard.controller.learned import learned_durations
-from upsguard.controller.rows import EventRow, RunRow, StepRow, iso, parse_iso
 from upsguard.errors import PermanentError
+from upsguard.journal.learned import learned_durations
+from upsguard.journal.rows import EventRow, RunRow, StepRow, iso, parse_iso
+from upsguard.journal.store import Journal
 from upsguard.models import Phase
 from upsguard.reports.assemble import outlook, plan_for, run_story
 from upsguard.reports.story import (

@@ -27,10 +27,10 @@ from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
-from upsguard.controller.journal import Journal
-from upsguard.controller.journal_file import journal_exists
-from upsguard.controller.rows import StepRow, iso, parse_iso
 from upsguard.errors import PermanentError
+from upsguard.journal.file import journal_exists
+from upsguard.journal.rows import StepRow, iso, parse_iso
+from upsguard.journal.store import Journal
 from upsguard.models import Direction, ResourceId
 from upsguard.runbooks.plan import LearnedDuration
 

@@ -33,21 +33,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from upsguard.controller.journal_checks import write_battery_test, write_checkup
-from upsguard.controller.journal_file import Corrupt, move_aside, open_file, set_access
-from upsguard.controller.rows import (
-    CacheOpRow,
-    EventRow,
-    OverrideRow,
-    PhaseRow,
-    ReadingRow,
-    RequestRow,
-    RunRow,
-    StepRow,
-    iso,
-    parse_iso,
-)
-from upsguard.controller.schema import migrate
 from upsguard.errors import PermanentError
 from upsguard.events import (
     BatteryTestFinished,
@@ -67,6 +52,21 @@ from upsguard.events import (
     describe,
     level,
 )
+from upsguard.journal.checkups import write_battery_test, write_checkup
+from upsguard.journal.file import Corrupt, move_aside, open_file, set_access
+from upsguard.journal.rows import (
+    CacheOpRow,
+    EventRow,
+    OverrideRow,
+    PhaseRow,
+    ReadingRow,
+    RequestRow,
+    RunRow,
+    StepRow,
+    iso,
+    parse_iso,
+)
+from upsguard.journal.schema import migrate
 from upsguard.models import CacheMode, LinkState, Phase, StepState, UpsReading
 from upsguard.runs import RunRecord
 

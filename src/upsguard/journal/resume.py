@@ -16,11 +16,11 @@ import logging
 from datetime import datetime, timedelta
 
 from upsguard.clock import Clock
-from upsguard.controller.journal import Journal
-from upsguard.controller.rows import RunRow
 from upsguard.engine.actions import UnderWay
 from upsguard.engine.outage_controller import OutageController
 from upsguard.events import EventSink, Notice
+from upsguard.journal.rows import RunRow
+from upsguard.journal.store import Journal
 from upsguard.models import (
     CacheMode,
     CacheName,
