@@ -200,6 +200,7 @@ example takes a tenth of a second), 10,000 in the full one."""
 AT_LENGTH = settings(QUICK, max_examples=5_000)
 """Two halves of 10,000, so that two workers of the full lane share them."""
 
+
 def test_the_outage_invariants_hold() -> None:
     run_state_machine_as_test(OutageMachine, settings=QUICK)
 
