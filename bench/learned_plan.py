@@ -94,7 +94,7 @@ def set_durations(root: Path, rng: random.Random, spread: float) -> None:
 async def real_run(site: SiteConfig, plan: Plan, journal: Journal) -> float:
     platforms = build_platforms(site, SystemClock())
     started = time.monotonic()
-    result = await executor_for(plan, platforms, SystemClock(), journal.record).run()
+    result = await executor_for(plan, platforms, SystemClock(), journal.write.record).run()
     took = time.monotonic() - started
     failed = [s for s, o in result.outcomes.items() if o.state.value != "done"]
     if failed:

@@ -89,8 +89,8 @@ def test_a_site_left_shutting_down_without_a_run_starts_its_shutdown(
     from datetime import UTC, datetime
 
     now = datetime.now(UTC)
-    journal.record(PhaseChanged(now, Phase.NORMAL, Phase.ON_BATTERY, "on battery"))
-    journal.record(PhaseChanged(now, Phase.ON_BATTERY, Phase.SHUTTING_DOWN, "low_battery"))
+    journal.write.record(PhaseChanged(now, Phase.NORMAL, Phase.ON_BATTERY, "on battery"))
+    journal.write.record(PhaseChanged(now, Phase.ON_BATTERY, Phase.SHUTTING_DOWN, "low_battery"))
     journal.close()
     lab.outage()
     try:

@@ -147,7 +147,7 @@ def test_the_outage_loop_destages_real_caches_before_the_storage_goes_down(
             """A step waits on a cache that is still dirty: the journal says so."""
             journal = Journal(svc.journal)
             try:
-                rows = journal.events(limit=1000)
+                rows = journal.read.events(limit=1000)
             finally:
                 journal.close()
             return any(

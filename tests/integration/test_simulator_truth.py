@@ -162,8 +162,8 @@ def _spans(rows: Iterable[tuple[str, float, float]]) -> dict[str, tuple[float, f
 def seen_in_journal(path: Path) -> tuple[Seen, RunRow]:
     journal = Journal(path)
     try:
-        phases = journal.phases(limit=100)
-        (run,) = [r for r in journal.runs() if r.kind == RunKind.SHUTDOWN]
+        phases = journal.read.phases(limit=100)
+        (run,) = [r for r in journal.read.runs() if r.kind == RunKind.SHUTDOWN]
     finally:
         journal.close()
     origin = parse_iso(next(p.at for p in phases if p.new == Phase.ON_BATTERY))

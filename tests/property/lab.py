@@ -556,14 +556,16 @@ class OutageLab:
         service = self.process.service
         controller = service.controller
         phase = controller.engine.phase
-        journaled = service.journal.last_phase()
+        journaled = service.journal.read.last_phase()
         if journaled is not None and journaled is not phase:
             return f"the journal says phase {journaled}, the controller {phase}"
         status = service.status()
         if status.phase is not phase:
             return f"status says phase {status.phase}, the controller {phase}"
         running = {
-            r.id for r in service.journal.runs(limit=10, with_steps=False) if r.state == "running"
+            r.id
+            for r in service.journal.read.runs(limit=10, with_steps=False)
+            if r.state == "running"
         }
         active = controller.ledger.active
         ledger = {active.spec.id} if active is not None else set()

@@ -252,8 +252,8 @@ def test_the_journal_keeps_checkups_and_battery_tests(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.sqlite")
     try:
         assert last_checkup(journal.db) is None
-        journal.record(CheckupDone(at, findings, broke=(rights,), took_s=1.5))
-        journal.record(
+        journal.write.record(CheckupDone(at, findings, broke=(rights,), took_s=1.5))
+        journal.write.record(
             BatteryTestFinished(
                 at, UpsName("ups1"), "quick", at, SelfTest.PASSED, "Done and passed"
             )
@@ -266,7 +266,7 @@ def test_the_journal_keeps_checkups_and_battery_tests(tmp_path: Path) -> None:
             SelfTest.PASSED,
             "Done and passed",
         )
-        (line,) = [e.text for e in journal.events() if e.kind == "CheckupDone"]
+        (line,) = [e.text for e in journal.read.events() if e.kind == "CheckupDone"]
         assert line == (
             "checks: 1 ok, 0 warn, 1 fail; broke since the last checkup: "
             "ups ups1 rights fail: refused"

@@ -83,7 +83,7 @@ class RunWriter:
         start = T0 + timedelta(hours=self.count)
         run = RunId(f"{kind}-{self.count}")
         spec = RunSpec(run, kind, origin, "test", start)
-        record = self.journal.record
+        record = self.journal.write.record
         record(RunStarted(start, spec, len(steps)))
         at = start
         for step, seconds in steps.items():

@@ -113,7 +113,7 @@ class Harness:
         bus = self.bus = EventBus()
         bus.subscribe(self.events.append)
         if self.journal is not None:
-            bus.subscribe(self.journal.record)
+            bus.subscribe(self.journal.write.record)
         settings = s.platforms["sim"]
         assert isinstance(settings, SimulatedPlatformSettings)
         if self.platform is None:  # the real world outlives a controller
@@ -255,7 +255,7 @@ def test_a_run_cut_short_by_a_crash_is_resumed_without_repeating_done_steps(
     assert "stop:app" not in started  # done before the crash: not run again
     assert started == ["stop:db", "stop:h1"]
     assert [(e.spec.kind, e.outcome) for e in h.kinds(RunFinished)] == [("shutdown", "done")]
-    (run,) = journal.runs()
+    (run,) = journal.read.runs()
     assert (run.state, run.resumed) == ("done", 1)
     assert [(s.step, s.attempt, s.state) for s in run.steps] == [
         ("stop:app", 1, "done"),

@@ -33,7 +33,7 @@ service: {{socket: {tmp}/api.sock}}
 def journaled_phase(tmp_path: Path) -> str | None:
     journal = Journal(tmp_path / "journal.sqlite")
     try:
-        phase = journal.last_phase()
+        phase = journal.read.last_phase()
     finally:
         journal.close()
     return phase.value if phase is not None else None

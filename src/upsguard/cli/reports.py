@@ -138,7 +138,7 @@ def cmd_battery(args: argparse.Namespace) -> int:
     site = site_of(args)
     journal = open_existing(site)
     try:
-        rows = list(reversed(journal.readings(limit=100_000)))
+        rows = list(reversed(journal.read.readings(limit=100_000)))
         tests = battery_tests(journal.db, limit=50)
     finally:
         journal.close()

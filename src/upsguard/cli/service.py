@@ -238,9 +238,9 @@ def _journal_history(site: SiteConfig, limit: int) -> dict[str, Any]:
     journal = direct.open_journal(site)
     try:
         return {
-            "runs": [r.to_dict() for r in journal.runs(limit=limit)],
-            "phases": [p.to_dict() for p in journal.phases(limit=limit * 5)],
-            "overrides": [o.to_dict() for o in journal.overrides(limit=limit * 5)],
+            "runs": [r.to_dict() for r in journal.read.runs(limit=limit)],
+            "phases": [p.to_dict() for p in journal.read.phases(limit=limit * 5)],
+            "overrides": [o.to_dict() for o in journal.read.overrides(limit=limit * 5)],
         }
     finally:
         journal.close()
@@ -275,7 +275,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 def _journal_events(site: SiteConfig, after: int) -> list[dict[str, Any]]:
     journal = direct.open_journal(site)
     try:
-        return [e.to_dict() for e in journal.events(after=after)]
+        return [e.to_dict() for e in journal.read.events(after=after)]
     finally:
         journal.close()
 
@@ -290,9 +290,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         path = args.journal or Path(tmp) / "demo.sqlite"
         journal = Journal(path)
         try:
-            report = run_demo(speed=args.speed, observers=[journal.record])
-            runs = journal.runs(limit=10, with_steps=False)
-            events = len(journal.events(after=0, limit=100000))
+            report = run_demo(speed=args.speed, observers=[journal.write.record])
+            runs = journal.read.runs(limit=10, with_steps=False)
+            events = len(journal.read.events(after=0, limit=100000))
         finally:
             journal.close()
     print(

@@ -32,9 +32,9 @@ def simulated_report(
     with tempfile.TemporaryDirectory(prefix="upsguard-simulate-") as tmp:
         journal = Journal(Path(tmp) / "simulation.sqlite")
         try:
-            simulation = Simulation(site, scenario, planner, observers=[journal.record])
+            simulation = Simulation(site, scenario, planner, observers=[journal.write.record])
             outcome = run_virtual(simulation.run())
-            runs = journal.runs(limit=1000)
+            runs = journal.read.runs(limit=1000)
             title = f"Simulated outage: scenario {scenario.name}"
             story = story_from_journal(
                 journal,

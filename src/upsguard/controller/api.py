@@ -283,16 +283,16 @@ class ApiServer:
         limit = call.integer("limit", 10, 0, MAX_ROWS)
         journal = self.svc.journal
         return {
-            "runs": [r.to_dict() for r in journal.runs(limit=limit)],
-            "phases": [p.to_dict() for p in journal.phases(limit=limit * 5)],
-            "overrides": [o.to_dict() for o in journal.overrides(limit=limit * 5)],
-            "cache_ops": [c.to_dict() for c in journal.cache_ops(limit=limit * 5)],
+            "runs": [r.to_dict() for r in journal.read.runs(limit=limit)],
+            "phases": [p.to_dict() for p in journal.read.phases(limit=limit * 5)],
+            "overrides": [o.to_dict() for o in journal.read.overrides(limit=limit * 5)],
+            "cache_ops": [c.to_dict() for c in journal.read.cache_ops(limit=limit * 5)],
         }
 
     async def _events(self, call: Call) -> Any:
         after = call.integer("after", -20, -MAX_ROWS, LAST_ID)
         wait = min(call.seconds("wait", 0.0), MAX_WAIT_S)
-        rows = self.svc.journal.events(after=after)
+        rows = self.svc.journal.read.events(after=after)
         if not rows and wait > 0:
             rows = await self._events_to_come(after, wait)
         last = rows[-1].id if rows else max(after, 0)
@@ -310,7 +310,7 @@ class ApiServer:
         rows: list[EventRow] = []
         try:
             while not rows and await self._next_line(deadline - loop.time()):
-                rows = self.svc.journal.events(after=after)  # none yet if ``after`` is ahead
+                rows = self.svc.journal.read.events(after=after)  # none yet if ``after`` is ahead
         finally:
             self._waiting -= 1
         return rows

@@ -98,7 +98,7 @@ class Service:
             group_id=_socket_group_id(site.service.socket_group),
             on_line=self.stream.added,
         )
-        self.bus.subscribe(self.journal.record)
+        self.bus.subscribe(self.journal.write.record)
         if log_events:
             self.bus.subscribe(_log_event)
         self.metrics = Metrics()
@@ -355,7 +355,9 @@ class Service:
 
     async def housekeeping(self) -> None:
         """Async on purpose: the journal's connection belongs to the event loop's thread."""
-        pruned = self.journal.prune_readings(self.clock.now(), self.site.service.keep_readings)
+        pruned = self.journal.write.prune_readings(
+            self.clock.now(), self.site.service.keep_readings
+        )
         if pruned:
             log.info("journal: pruned %d old readings", pruned)
 

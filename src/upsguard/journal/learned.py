@@ -49,7 +49,7 @@ def learned_durations(
     """Median and p90 per resource and direction; ``before``: only from runs that started
     before then (what a run's own plan knew). Empty when the journal cannot be read."""
     try:
-        return _learn(journal.finished_steps(iso(before) if before else None), runs)
+        return _learn(journal.read.finished_steps(iso(before) if before else None), runs)
     except (sqlite3.Error, ValueError) as exc:  # a journal damaged or written by another build
         log.warning("journal %s: cannot learn durations from it: %s", journal.path, exc)
         return {}

@@ -71,7 +71,7 @@ class Data:
         run = request.match_info["run"]
         if executor is None or executor.spec.id != run:
             raise web.HTTPNotFound(text=f"run {run} is not the service's last run")
-        rows = {row.step: row for row in self._ctx.svc.journal.steps(run)}
+        rows = {row.step: row for row in self._ctx.svc.journal.read.steps(run)}
         plan = plan_status(executor.plan, rows, set(executor.running))
         return web.Response(text=plan.model_dump_json(), content_type="application/json")
 
@@ -82,7 +82,7 @@ class Data:
         words = query.get("q", "").lower()
         if level and level not in LEVELS:
             raise web.HTTPBadRequest(text=f"level is one of {', '.join(LEVELS)}")
-        rows = self._ctx.svc.journal.events(after=-EVENTS_SEARCHED)
+        rows = self._ctx.svc.journal.read.events(after=-EVENTS_SEARCHED)
         kinds = sorted({r.kind for r in rows})
         chosen = [
             r.to_dict()

@@ -49,10 +49,10 @@ def read_span(journal_path: Path, name: str, now: datetime) -> Span:
     start = now - SPANS[name]
     journal = Journal(journal_path)
     try:
-        readings = journal.readings_between(iso(start), iso(now))
+        readings = journal.read.readings_between(iso(start), iso(now))
         runs = [
             (parse_iso(r.started), f"{r.kind} {r.id}: {r.state}")
-            for r in journal.runs(limit=MAX_RUNS, with_steps=False)
+            for r in journal.read.runs(limit=MAX_RUNS, with_steps=False)
             if parse_iso(r.started) >= start
         ]
     finally:
