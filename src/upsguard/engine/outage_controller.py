@@ -22,7 +22,7 @@ from upsguard.engine.destage import DestageGate, DestageWatch
 from upsguard.engine.end_of_outage import EndOfOutage
 from upsguard.engine.executor import Executor, RunResult
 from upsguard.engine.ledger import RunLedger
-from upsguard.engine.news import PowerNews
+from upsguard.engine.power_notices import PowerNotices
 from upsguard.errors import TemporaryError
 from upsguard.events import (
     EventSink,
@@ -124,7 +124,7 @@ class OutageController:
         self._under_way: dict[TargetKey, UnderWay] = {}
         """Requests of runs that ended (cancelled, aborted, superseded) not seen to land: the
         next run's steps wait for them instead of asking again."""
-        self._news = PowerNews(self.feeds, clock, events)
+        self._news = PowerNotices(self.feeds, clock, events)
         self._end = EndOfOutage(site, sources, clock, events)
         self._acting = asyncio.Lock()
         """Held while runs are started or stopped: a policy's decision and a person's
