@@ -206,6 +206,7 @@ def test_the_outage_invariants_hold() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 5,000 stories of a tenth of a second, on a loaded worker
 @pytest.mark.parametrize("half", [1, 2])
 def test_the_outage_invariants_hold_at_length(half: int) -> None:
     run_state_machine_as_test(OutageMachine, settings=AT_LENGTH)
