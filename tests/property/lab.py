@@ -34,8 +34,8 @@ from upsguard.config.scenario import parse_scenario
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import parse_yaml
 from upsguard.controller.service import Service
-from upsguard.engine.outage_controller import REPLAN_WITHIN_S, RunBusy
-from upsguard.errors import PermanentError
+from upsguard.engine.outage_controller import REPLAN_WITHIN_S
+from upsguard.errors import PermanentError, RunBusy
 from upsguard.events import Event, EventSink, RiskAccepted, RunStarted, StepFinished
 from upsguard.models import (
     CacheMode,

@@ -50,7 +50,7 @@ from aiohttp import web
 from upsguard.controller.overrides import Overrides
 from upsguard.controller.socket_group import group_id
 from upsguard.engine.outage_controller import OutageController
-from upsguard.errors import PermanentError, TemporaryError, UpsguardError
+from upsguard.errors import ApiBusy, BadRequest, PermanentError, TemporaryError, UpsguardError
 from upsguard.journal import Journal
 from upsguard.journal.rows import EventRow
 from upsguard.journal.stream import EventStream
@@ -68,18 +68,6 @@ MAX_REASON = 500
 MAX_NAME = 200
 MAX_ROWS = 1000
 LAST_ID = 2**63 - 1  # SQLite's largest integer
-
-
-class BadRequest(PermanentError):
-    """The request itself is wrong; ``status`` is the HTTP status that says how."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class Busy(TemporaryError):
-    """The API is at one of its bounds; trying again shortly will do."""
 
 
 Route = Callable[["Call"], Awaitable[Any]]
@@ -264,7 +252,7 @@ class ApiServer:
             return 200, await route(call)
         except BadRequest as exc:
             return exc.status, {"error": str(exc)}
-        except Busy as exc:
+        except ApiBusy as exc:
             return 503, {"error": str(exc)}
         except TemporaryError as exc:
             return 409, {"error": str(exc)}
@@ -303,7 +291,7 @@ class ApiServer:
         seconds or when the API stops. Each line the journal adds wakes the wait, and only
         that: an empty answer makes the client ask again at once."""
         if self._waiting >= MAX_WAITERS:
-            raise Busy(f"the API has {MAX_WAITERS} long-polls waiting already; try again")
+            raise ApiBusy(f"the API has {MAX_WAITERS} long-polls waiting already; try again")
         self._waiting += 1
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout

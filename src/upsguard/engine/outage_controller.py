@@ -23,7 +23,7 @@ from upsguard.engine.end_of_outage import EndOfOutage
 from upsguard.engine.executor import Executor, RunResult
 from upsguard.engine.ledger import RunLedger
 from upsguard.engine.power_notices import PowerNotices
-from upsguard.errors import TemporaryError
+from upsguard.errors import RunBusy
 from upsguard.events import (
     EventSink,
     Notice,
@@ -55,10 +55,6 @@ log = logging.getLogger(__name__)
 
 REPLAN_WITHIN_S = 15.0
 """How long a run may wait for fresh inventory before it is planned (it goes on without)."""
-
-
-class RunBusy(TemporaryError):
-    """A manual run was asked for while another run is in progress."""
 
 
 @dataclass(frozen=True, slots=True)
