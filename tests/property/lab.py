@@ -594,7 +594,7 @@ class OutageLab:
                 break
             if self.process is None:
                 break
-            self.run(self._person_starts_the_site())
+            self.run(self._person_starts_the_site(), within_s=self._bound())
         return self.not_back() + self.violations
 
     def not_back(self) -> list[str]:
@@ -654,8 +654,16 @@ class OutageLab:
         lowest = min(b.charge_pct for b in self.power.batteries.values())
         charge = max(0.0, policies.startup.charge_above + 1 - lowest) / 100 * RECHARGE_S
         landing = max(self._simulated(p).host_shutdown.total_seconds() for p in self.platforms)
+        # a shutdown under way on mains waits for its caches to be clean, however long
+        destage = sum(
+            c.inner.dirty_bytes() / settings.destage_rate
+            for settings in self.site.caches
+            if isinstance(settings, SimulatedCacheSettings)
+            for c in [self.caches[settings.name]]
+        )
         return (
             dead
+            + destage
             + policies.power_returns.online_for.total_seconds()
             + max(policies.startup.online_for.total_seconds(), charge)
             + landing
