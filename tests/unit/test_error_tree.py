@@ -34,6 +34,7 @@ def test_every_upsguard_error_lives_in_errors_py_and_is_drawn_in_its_tree() -> N
 
 def _subclasses(cls: type) -> set[type]:
     out: set[type] = set()
+    sub: type
     for sub in cls.__subclasses__():
         out |= {sub, *_subclasses(sub)}
     return out
