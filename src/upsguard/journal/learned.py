@@ -55,14 +55,14 @@ def learned_durations(
         return {}
 
 
-def _learn(rows: list[tuple[StepRow, str]], runs: int) -> dict[Key, LearnedDuration]:
+def _learn(rows: list[tuple[StepRow, Direction]], runs: int) -> dict[Key, LearnedDuration]:
     samples: dict[tuple[Key, bool], dict[str, list[float]]] = defaultdict(dict)
     for step, direction in rows:
         if step.ended is None or step.already_there or step.resource is None:
             continue
         resource = ResourceId(step.resource)
         member = _is_member(step)
-        per_run = samples[((resource, Direction(direction)), member)]
+        per_run = samples[((resource, direction), member)]
         if step.run not in per_run and len(per_run) >= runs:
             continue  # older than the newest ``runs`` runs of this step
         seconds = (parse_iso(step.ended) - parse_iso(step.started)).total_seconds()

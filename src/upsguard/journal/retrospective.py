@@ -16,7 +16,7 @@ from upsguard.errors import PermanentError
 from upsguard.journal.learned import learned_durations
 from upsguard.journal.rows import EventRow, RunRow, StepRow, iso, parse_iso
 from upsguard.journal.store import Journal
-from upsguard.models import Phase
+from upsguard.models import LinkState, Phase
 from upsguard.reports.assemble import outlook, plan_for, run_story
 from upsguard.reports.story import (
     BatterySample,
@@ -108,9 +108,9 @@ def _outage_start(journal: Journal, run_start: datetime) -> datetime | None:
     for phase in journal.read.phases(limit=200):  # newest first
         if phase.at > before:
             continue
-        if phase.new == Phase.ON_BATTERY.value:
+        if phase.new is Phase.ON_BATTERY:
             return parse_iso(phase.at)
-        if phase.new == Phase.NORMAL.value:
+        if phase.new is Phase.NORMAL:
             return None
     return None
 
@@ -121,7 +121,7 @@ def _journal_span(journal: Journal) -> tuple[datetime, datetime]:
     events = journal.read.events(after=0, limit=1) + journal.read.events(after=-1)
     if not events:
         raise PermanentError(f"journal {journal.path}: nothing recorded yet, nothing to report")
-    start = next((p.at for p in phases if p.new != Phase.NORMAL.value), events[0].at)
+    start = next((p.at for p in phases if p.new is not Phase.NORMAL), events[0].at)
     return parse_iso(start), parse_iso(events[-1].at)
 
 
@@ -152,7 +152,7 @@ def _record(row: StepRow) -> StepRecord:
     return StepRecord(
         step=row.step,
         action=row.action,
-        started=parse_iso(row.started) if row.action != "-" else None,
+        started=parse_iso(row.started) if row.ran else None,
         ended=parse_iso(row.ended) if row.ended else None,
         state=row.state,
         detail=row.detail,
@@ -209,7 +209,7 @@ def _battery(journal: Journal, origin: datetime, window: tuple[str, str]) -> lis
             on_battery="OB" in r.status.split(),
         )
         for r in journal.read.readings_between(*window)
-        if r.link == "ok"
+        if r.link is LinkState.OK
     ]
 
 
