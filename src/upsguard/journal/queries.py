@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from upsguard.journal.payload import from_json
 from upsguard.journal.rows import (
     NEVER_STARTED,
     CacheOpRow,
@@ -28,6 +29,9 @@ from upsguard.runs import RunKind, RunOrigin, RunRecord, RunState
 MAINS_NEVER_LOST = datetime.min.replace(tzinfo=UTC)
 """What ``mains_back_since`` says of a journal that never saw an outage."""
 
+
+EVENT_COLUMNS = "id, at, kind, level, text, run, payload"
+"""What ``_event_row`` reads."""
 
 Connection = Callable[[], sqlite3.Connection]
 """The journal's connection now (the file's, or the memory copy while it cannot be written)."""
@@ -154,11 +158,10 @@ class JournalQueries:
     def events_between(self, start: str, end: str) -> list[EventRow]:
         """Events from ``start`` to ``end`` (ISO times), oldest first."""
         rows = self._rows(
-            "SELECT id, at, kind, level, text, run FROM events WHERE at >= ? AND at <= ?"
-            " ORDER BY id",
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE at >= ? AND at <= ? ORDER BY id",
             (start, end),
         )
-        return [EventRow(*r) for r in rows]
+        return [_event_row(r) for r in rows]
 
     def readings(self, limit: int = 100, ups: str | None = None) -> list[ReadingRow]:
         where, args = ("WHERE ups = ?", [ups]) if ups else ("", [])
@@ -187,17 +190,21 @@ class JournalQueries:
         """Events with an id above ``after``, oldest first; ``after=-N`` gives the last N."""
         if after < 0:
             rows = self._rows(
-                "SELECT id, at, kind, level, text, run FROM events ORDER BY id DESC LIMIT ?",
+                f"SELECT {EVENT_COLUMNS} FROM events ORDER BY id DESC LIMIT ?",
                 (-after,),
             )
             rows.reverse()
         else:
             rows = self._rows(
-                "SELECT id, at, kind, level, text, run FROM events WHERE id > ? ORDER BY id"
-                " LIMIT ?",
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE id > ? ORDER BY id LIMIT ?",
                 (after, limit),
             )
-        return [EventRow(*r) for r in rows]
+        return [_event_row(r) for r in rows]
+
+
+def _event_row(r: tuple[Any, ...]) -> EventRow:
+    row_id, at, kind, level, text, run, payload = r
+    return EventRow(row_id, at, kind, level, text, run, from_json(payload))
 
 
 def _reading_row(r: tuple[Any, ...]) -> ReadingRow:

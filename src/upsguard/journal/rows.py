@@ -179,4 +179,8 @@ class EventRow(Row):
     kind: str
     level: str
     text: str
+    """The line a person reads (``events.describe``); never parsed."""
     run: str | None
+    payload: dict[str, Any] | None = None
+    """The event's typed fields (``journal.payload``); None for an event journaled before
+    schema 5."""

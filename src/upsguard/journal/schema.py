@@ -158,6 +158,12 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX requests_run ON requests(run);
     """,
+    # 4 -> 5: each event's typed fields as JSON (``journal.payload``), what reports and
+    # learned figures read instead of the line of text. Events journaled before keep no
+    # payload (NULL): their facts are not read back out of their words.
+    """
+    ALTER TABLE events ADD COLUMN payload TEXT;
+    """,
 )
 
 VERSION = len(MIGRATIONS)

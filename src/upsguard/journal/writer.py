@@ -34,6 +34,7 @@ from upsguard.events import (
     level,
 )
 from upsguard.journal.checkups import write_battery_test, write_checkup
+from upsguard.journal.payload import fields_of, to_json
 from upsguard.journal.queries import Connection, JournalQueries
 from upsguard.journal.rows import NEVER_STARTED, EventRow, RunRow, iso
 from upsguard.models import LinkState, Phase, StepState, UpsReading
@@ -140,9 +141,12 @@ class JournalWriter:
             return
         run = getattr(event, "run", None)
         at, kind, grade, line = iso(event.at), event.kind, level(event), text.strip()
-        row_id = self._insert("events", at=at, kind=kind, level=grade, text=line, run=run)
+        fields = fields_of(event)
+        row_id = self._insert(
+            "events", at=at, kind=kind, level=grade, text=line, run=run, payload=to_json(fields)
+        )
         if self._on_line is not None:
-            self._on_line(EventRow(row_id, at, kind, grade, line, run))
+            self._on_line(EventRow(row_id, at, kind, grade, line, run, fields))
 
     def _insert(self, table: str, **values: object) -> int:
         names = ", ".join(values)
