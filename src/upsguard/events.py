@@ -120,6 +120,9 @@ class StepStarted(Event):
     action: str
     resource: ResourceId | None = None
     """The resource the step acts on (a group's member steps name their group)."""
+    member: bool = False
+    """The step acts on one VM of a group expanded from live inventory, not on the whole
+    resource (``runbooks.plan.Step.member``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,8 @@ class StepFinished(Event):
     already_there: bool = False
     """Every target was in the wanted state already: nothing was asked of the platform (a
     VM already off, a resumed step re-checking what was done before)."""
+    member: bool = False
+    """As ``StepStarted.member``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +300,10 @@ class BatteryTestFinished(Event):
     runtime_observed_s: float | None = None
 
 
+RISK_PREFIX = "RISK: "
+"""What a risk's line starts with, before ``RiskAccepted.what`` (a report shows the rest)."""
+
+
 def describe(event: Event) -> str | None:
     """The line a person reads for this event; None for events too frequent to list."""
     match event:  # the step events first: a big site makes thousands of them
@@ -329,7 +338,7 @@ def describe(event: Event) -> str | None:
         case PowerRestored(feed=feed):
             return f"feed {feed} on mains again"
         case RiskAccepted():
-            return f"RISK: {event.what}"
+            return RISK_PREFIX + event.what
         case UpsCommandSent(ups=ups, command=command, ok=ok, detail=detail):
             return f"UPS {ups}: sent {command}" if ok else f"UPS {ups}: {command} failed: {detail}"
         case OverrideApplied(who=who, action=action, reason=reason, detail=detail):

@@ -134,3 +134,47 @@ def test_values_json_cannot_hold_are_kept_plain() -> None:
     assert plain(frozenset({"b", "a"})) == ["a", "b"]
     assert plain(object) == str(object)  # kept as its text, never refused
     assert "at" not in fields_of(Notice(at(0), "x"))
+
+
+def test_the_cache_timeline_reads_the_cache_from_the_payload_not_the_words(
+    journal: Journal,
+) -> None:
+    journal.write.record(Notice(at(0), "the outage begins"))
+    journal.write.record(RiskAccepted(at(5), "nvme cache/1", 4096, "the critical floor"))
+    journal.write.record(CacheClean(at(9), "nvme cache/1", 9.0))
+    story = story_from_journal(journal, demo_site(), [], "no run", "journal")
+    assert [(c.cache, c.dirty_bytes) for c in story.caches] == [
+        ("nvme cache/1", None),  # a name the words of the line could not give back
+        ("nvme cache/1", 0),
+    ]
+
+
+def test_old_events_without_payload_leave_no_cache_moment_but_flips_stay(
+    schema4: Journal,
+) -> None:
+    runs = list(reversed(schema4.read.runs()))
+    story = story_from_journal(schema4, demo_site(), runs, "the demo", "journal")
+    assert [(c.cache, c.note) for c in story.caches] == [
+        ("esx01-flash", "esx01-flash -> write-through"),
+        ("esx01-flash", "esx01-flash -> write-back"),
+    ]
+
+
+def test_migration_marks_the_old_steps_of_group_members(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(SCHEMA4_DEMO.read_text())
+    with db:
+        db.execute(
+            "INSERT INTO steps (run, step, action, attempt, started, ended, state, detail,"
+            " resource) VALUES (?, 'stop:app/app-01', 'guest_shutdown', 1, ?, ?, 'done', '',"
+            " 'app')",
+            ("shutdown-20260101T000235.000Z-2", "2026-01-01T00:02:35.000Z", "2026-01-01T00:03:00Z"),
+        )
+    db.close()
+    j = Journal(path)
+    try:
+        steps = j.read.steps("shutdown-20260101T000235.000Z-2")
+        assert {s.step for s in steps if s.member} == {"stop:app/app-01"}
+    finally:
+        j.close()

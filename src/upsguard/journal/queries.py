@@ -125,7 +125,7 @@ class JournalQueries:
     def steps(self, run: str) -> list[StepRow]:
         rows = self._rows(
             "SELECT run, step, action, attempt, started, ended, state, detail, tries,"
-            " fallback_used, resource, already_there FROM steps WHERE run = ? ORDER BY id",
+            " fallback_used, resource, already_there, member FROM steps WHERE run = ? ORDER BY id",
             (run,),
         )
         return [_step_row(r) for r in rows]
@@ -138,13 +138,13 @@ class JournalQueries:
         where = "AND r.started < ?" if before is not None else ""
         rows = self._rows(
             "SELECT s.run, s.step, s.action, s.attempt, s.started, s.ended, s.state, s.detail,"
-            " s.tries, s.fallback_used, s.resource, s.already_there, r.direction"
+            " s.tries, s.fallback_used, s.resource, s.already_there, s.member, r.direction"
             " FROM steps s JOIN runs r ON r.id = s.run"
             f" WHERE s.state = ? AND s.ended IS NOT NULL AND s.action != ? {where}"
             " ORDER BY r.started DESC, r.rowid DESC, s.id",
             (StepState.DONE.value, NEVER_STARTED, *(() if before is None else (before,))),
         )
-        return [(_step_row(r[:12]), Direction(r[12])) for r in rows]
+        return [(_step_row(r[:13]), Direction(r[13])) for r in rows]
 
     def readings_between(self, start: str, end: str) -> list[ReadingRow]:
         """Readings from ``start`` to ``end`` (ISO times), oldest first."""
@@ -247,4 +247,5 @@ def _step_row(r: tuple[Any, ...]) -> StepRow:
         fallback_used=bool(r[9]),
         resource=r[10],
         already_there=bool(r[11]),
+        member=bool(r[12]),
     )

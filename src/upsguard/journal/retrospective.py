@@ -7,12 +7,12 @@ change to ``on_battery`` that led to the run) when there was one, else with the 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from upsguard.config.site import SiteConfig
 from upsguard.errors import PermanentError
+from upsguard.events import RISK_PREFIX, CacheClean, PointOfNoReturn, RiskAccepted
 from upsguard.journal.learned import learned_durations
 from upsguard.journal.rows import EventRow, RunRow, StepRow, iso, parse_iso
 from upsguard.journal.store import Journal
@@ -32,7 +32,6 @@ from upsguard.runbooks.planner import Planner
 
 MARGIN = timedelta(minutes=1)
 """Readings and events this long before and after the story still belong to it."""
-_CACHE = re.compile(r"cache (\S+?)[/ ]")
 
 
 def pick_runs(journal: Journal, run_id: str | None) -> list[RunRow]:
@@ -158,6 +157,7 @@ def _record(row: StepRow) -> StepRecord:
         detail=row.detail,
         tries=row.tries,
         fallback_used=row.fallback_used,
+        resource=row.resource,
     )
 
 
@@ -184,11 +184,11 @@ def _moments(
         if start <= o.at <= end
     ]
     for event in events:
-        if event.kind == "RiskAccepted":
+        if event.kind == RiskAccepted.__name__:
             out.append(
-                Moment(_seconds(event.at, origin), "risk", event.text.removeprefix("RISK: "))
+                Moment(_seconds(event.at, origin), "risk", event.text.removeprefix(RISK_PREFIX))
             )
-        elif event.kind == "PointOfNoReturn":
+        elif event.kind == PointOfNoReturn.__name__:
             out.append(Moment(_seconds(event.at, origin), "trigger", event.text))
     for run in runs:
         facts = run.facts
@@ -217,7 +217,12 @@ def _caches(
     journal: Journal, events: list[EventRow], origin: datetime, window: tuple[str, str]
 ) -> list[CacheSample]:
     """What the journal knows of each cache: its flips, when it was clean, risks taken with
-    it dirty. The journal keeps no dirty-byte figures: a flip's bytes are unknown (None)."""
+    it dirty. The journal keeps no dirty-byte figures: a flip's bytes are unknown (None).
+
+    Which cache a clean or a risk concerns is read from the event's payload. Events
+    journaled before payloads were kept (schema 4 and older) have none: their clean and
+    risk moments are left out of the cache timeline (the risk still shows among the
+    moments), rather than guessed from the words of their line."""
     start, end = window
     out = [
         CacheSample(
@@ -230,15 +235,13 @@ def _caches(
         if start <= op.at <= end
     ]
     for event in events:
-        if event.kind not in ("CacheClean", "RiskAccepted"):
+        if event.kind not in (CacheClean.__name__, RiskAccepted.__name__):
             continue
-        found = _CACHE.search(event.text + " ")
-        if found is None:
+        cache = (event.payload or {}).get("cache")
+        if not isinstance(cache, str):
             continue
-        clean = event.kind == "CacheClean"
-        note = event.text if clean else event.text.removeprefix("RISK: ")
-        out.append(
-            CacheSample(found.group(1), _seconds(event.at, origin), 0 if clean else None, note)
-        )
+        clean = event.kind == CacheClean.__name__
+        note = event.text if clean else event.text.removeprefix(RISK_PREFIX)
+        out.append(CacheSample(cache, _seconds(event.at, origin), 0 if clean else None, note))
     out.sort(key=lambda c: c.at_s)
     return out

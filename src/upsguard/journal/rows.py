@@ -71,6 +71,8 @@ class StepRow(Row):
     """The resource the step acts on (a group's members name their group)."""
     already_there: bool = False
     """Every target was in the wanted state already: nothing was asked."""
+    member: bool = False
+    """One VM of a group expanded from live inventory, not the whole resource."""
 
     @property
     def ran(self) -> bool:

@@ -224,6 +224,7 @@ class JournalWriter:
             event.at,
             state=StepState.RUNNING.value,
             resource=event.resource,
+            member=int(event.member),
         )
 
     def _step_finished(self, event: StepFinished) -> None:
@@ -254,7 +255,13 @@ class JournalWriter:
         elif state not in (StepState.INTERRUPTED, StepState.ABANDONED):
             # never started: a row says why (skipped, cancelled); nothing to resume from it
             self._new_attempt(
-                event.run, event.step, NEVER_STARTED, event.at, resource=event.resource, **ended
+                event.run,
+                event.step,
+                NEVER_STARTED,
+                event.at,
+                resource=event.resource,
+                member=int(event.member),
+                **ended,
             )
 
     def _new_attempt(self, run: str, step: str, action: str, at: datetime, **columns: Any) -> None:

@@ -101,10 +101,9 @@ def _step_story(
 
 def _unplanned_story(record: StepRecord, origin: datetime) -> StepStory:
     start, actual = _actual(record, origin)
-    node = record.step.partition(":")[2]
     return StepStory(
         id=record.step,
-        resource=node.partition("/")[0],
+        resource=record.resource or record.step,
         action=record.action,
         description="not in the plan the site file makes today",
         waits_for=(),

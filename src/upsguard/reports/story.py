@@ -27,6 +27,9 @@ class StepRecord:
     detail: str
     tries: int = 1
     fallback_used: bool = False
+    resource: str | None = None
+    """The resource the step acted on (a group's members name their group); None where the
+    record does not say."""
 
 
 @dataclass(frozen=True, slots=True)
