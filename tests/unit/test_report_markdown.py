@@ -54,3 +54,10 @@ def test_a_moment_before_the_outage_is_t_minus(journal: Journal) -> None:
     text = markdown(journal)
     assert "T+-" not in text
     assert "- T-4.6s override: hold by ops (maintenance)" in text
+
+
+def test_each_phase_is_a_line_of_its_own(journal: Journal) -> None:
+    outage(journal)
+    lines = moment_lines(markdown(journal))
+    assert len(lines) == 4, lines
+    assert all(line.startswith("- T") for line in lines), lines
