@@ -61,3 +61,12 @@ def test_each_phase_is_a_line_of_its_own(journal: Journal) -> None:
     lines = moment_lines(markdown(journal))
     assert len(lines) == 4, lines
     assert all(line.startswith("- T") for line in lines), lines
+
+
+def test_phase_changes_at_the_same_instant_come_in_the_order_journaled(journal: Journal) -> None:
+    outage(journal)
+    lines = moment_lines(markdown(journal))
+    assert lines[-2:] == [
+        "- T+1m phase: on_battery -> shedding (first)",
+        "- T+1m phase: shedding -> shutting_down (second)",
+    ]

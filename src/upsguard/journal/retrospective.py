@@ -175,12 +175,12 @@ def _moments(
     start, end = window
     out = [
         Moment(_seconds(p.at, origin), "phase", f"{p.old} -> {p.new}", why=p.reason)
-        for p in journal.read.phases(limit=1000)
+        for p in reversed(journal.read.phases(limit=1000))  # oldest first, as journaled
         if start <= p.at <= end
     ]
     out += [
         Moment(_seconds(o.at, origin), "override", o.action, who=o.who, why=o.reason)
-        for o in journal.read.overrides(limit=1000)
+        for o in reversed(journal.read.overrides(limit=1000))
         if start <= o.at <= end
     ]
     for event in events:
@@ -194,7 +194,7 @@ def _moments(
         facts = run.facts
         text = f"{facts.kind} run starts ({facts.origin}): {facts.reason}"
         out.append(Moment(run.start_s, "trigger", text))
-    out.sort(key=lambda m: m.at_s)
+    out.sort(key=lambda m: m.at_s)  # stable: what happened at one instant stays in order
     return out
 
 
@@ -231,7 +231,7 @@ def _caches(
             None,
             f"{op.target} -> {op.mode}" + ("" if op.ok else f" FAILED: {op.detail}"),
         )
-        for op in journal.read.cache_ops(limit=10_000)
+        for op in reversed(journal.read.cache_ops(limit=10_000))
         if start <= op.at <= end
     ]
     for event in events:
