@@ -310,20 +310,20 @@ def describe(event: Event) -> str | None:
         case StepStarted(step=step, action=action):
             return f"  start {step} ({action})"
         case StepFinished(step=step, state=state, detail=detail):
-            return f"  {state:<9} {step}: {detail}"
+            return f"  {state:<9} {step}{_then(detail)}"
         case PhaseChanged(old=old, new=new, reason=reason):
-            return f"phase {old} -> {new}: {reason}"
+            return f"phase {old} -> {new}{_then(reason)}"
         case RunStarted(spec=spec, steps=steps, resumed=resumed):
             verb = "resumed" if resumed else "started"
             feeds = f", feeds {', '.join(spec.feeds)}" if spec.feeds else ""
             return f"{spec.kind} runbook {verb} ({steps} steps{feeds}): {spec.reason}  [{spec.id}]"
         case RunFinished(spec=spec, outcome=outcome, detail=detail):
-            return f"{spec.kind} runbook {outcome}: {detail}"
+            return f"{spec.kind} runbook {outcome}{_then(detail)}"
         case RunWidened(spec=spec, steps=steps, reason=reason):
             feeds = ", ".join(spec.feeds) if spec.feeds else "every feed"
             return f"{spec.kind} runbook widened to {feeds} ({steps} steps): {reason}  [{spec.id}]"
         case StepWaiting(step=step, reason=reason):
-            return f"  waiting  {step}: {reason}"
+            return f"  waiting  {step}{_then(reason)}"
         case PointOfNoReturn(step=step):
             return f"point of no return: {step} starts"
         case CacheModeChanged(cache=cache, target=target, mode=mode, ok=ok, detail=detail):
@@ -357,6 +357,11 @@ def describe(event: Event) -> str | None:
             runtime = f", runtime observed {observed / 60:.0f} min" if observed else ""
             return f"UPS {ups}: {test} battery test {state.value} ({text}){runtime}"
     return None
+
+
+def _then(detail: str) -> str:
+    """``: detail``, or nothing when there is none (no line ends in a dangling colon)."""
+    return f": {detail}" if detail else ""
 
 
 def _checkup_line(event: CheckupDone) -> str:
