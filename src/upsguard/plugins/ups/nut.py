@@ -291,8 +291,11 @@ class NutSource:
 
 
 def _named(ups: UpsName, exc: UpsguardError) -> UpsguardError:
-    """The same error with the site's UPS name in front, so that the line says which UPS."""
-    message = f"UPS {ups}: {exc}"
+    """The same error with the site's UPS name in front, so that the line says which UPS; an
+    error raised here that names it already (a missing password, a bad CA file) keeps its
+    words, not the name twice."""
+    prefix, text = f"UPS {ups}: ", str(exc)
+    message = text if text.startswith(prefix) else prefix + text
     if isinstance(exc, ConfigError):
         return ConfigError(message)
     if isinstance(exc, UpsUnreachable):
