@@ -58,7 +58,7 @@ class JournalQueries:
         for cache, mode, was_owed in self._rows(
             "SELECT cache, mode, owed FROM cache_ops WHERE ok = 1 ORDER BY id"
         ):
-            if mode == CacheMode.WRITE_BACK.value:
+            if CacheMode(mode) is CacheMode.WRITE_BACK:
                 owed[cache] = False
             elif was_owed:
                 owed[cache] = True
@@ -177,7 +177,7 @@ class JournalQueries:
             "SELECT at, cache, target, mode, ok, detail FROM cache_ops ORDER BY id DESC LIMIT ?",
             (limit,),
         )
-        return [CacheOpRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5]) for r in rows]
+        return [CacheOpRow(r[0], r[1], r[2], CacheMode(r[3]), bool(r[4]), r[5]) for r in rows]
 
     def overrides(self, limit: int = 50) -> list[OverrideRow]:
         rows = self._rows(

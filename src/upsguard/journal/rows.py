@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from upsguard.models import Direction, LinkState, Phase, ResourceId, RunId, StepId, StepState
+from upsguard.models import (
+    CacheMode,
+    Direction,
+    LinkState,
+    Phase,
+    ResourceId,
+    RunId,
+    StepId,
+    StepState,
+)
 from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunRecord, RunSpec, RunState
 
 
@@ -147,7 +156,7 @@ class CacheOpRow(Row):
     at: str
     cache: str
     target: str
-    mode: str
+    mode: CacheMode
     ok: bool
     detail: str
 
