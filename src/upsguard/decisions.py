@@ -61,7 +61,11 @@ class Reckoning:
         op = self.op if self.holds else _NEGATION[self.op]
         left = f"{self.metric} {_amount(self.metric, self.value)}"
         if self.plan is None:
-            return f"{left} {op} {_amount(self.metric, self.limit)}"
+            right = _amount(self.metric, self.limit)
+            if _amount(self.metric, self.value) == right and _UNITS.get(self.metric) == "s":
+                # rounded alike ("2m20s < 2m20s"): the seconds tell them apart
+                return f"{self.metric} {self.value:.1f}s {op} {self.limit:.0f}s"
+            return f"{left} {op} {right}"
         limit = f"plan {format_duration(self.plan.plan_s)}"
         if self.plan.destage_s > 0:
             measured = "" if self.plan.destage_measured else " (not measured yet)"

@@ -14,7 +14,8 @@ Plugins translate the errors of the SDK underneath at their boundary
     │   ├── RequestTimedOut       one request to a platform got no answer in its allowance
     │   ├── StoreUnavailable      no endpoint of the coordination store (etcd) answered in
     │   │                         time, or the store has no quorum
-    │   ├── RunBusy               a person asked for a run while another is in progress
+    │   ├── RunBusy               a person asked for a run while another is in progress,
+    │   │                         or a startup while a shutdown is due
     │   └── ApiBusy               the local API is at one of its bounds; ask again shortly
     ├── PermanentError            retrying will not help
     │   ├── AuthenticationError   wrong user, password or key

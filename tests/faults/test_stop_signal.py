@@ -4,10 +4,12 @@ and never stops the controller's own machine a second time."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.faults.lab import Lab
+from tests.faults.lab import ONLINE, Lab
+from tests.peers.nut_driver import DRIVER_COMMANDS
 
 pytestmark = [pytest.mark.nut, pytest.mark.timeout(240)]
 
@@ -44,20 +46,31 @@ def test_sigterm_during_a_step_interrupts_it_and_the_next_start_resumes_in_order
     assert (run.state, run.resumed) == ("done", 1)
 
 
-def own_machine_site(lab: Lab) -> None:
+@pytest.fixture
+def own_lab(tmp_path: Path, nut_factory: Any) -> Lab:
+    """The lab with the controller's own machine, on a UPS whose driver offers the load
+    cycle that brings it back (dummy-ups offers only ``load.off``): without one upsguard
+    never halts its own machine."""
+    nut = nut_factory({"ups1": ONLINE}, ext="dev", fake_drivers={"ups1": DRIVER_COMMANDS})
+    lab = Lab(tmp_path / "lab", nut)
     lab.resources.append(
         {"id": "mgmt", "kind": "host", "runs_upsguard": True, "estimate": {"stop": "20s"}}
     )
+    return lab
+
+
+def load_cycle(lab: Lab) -> dict[str, Any]:
+    admin = {"user": "admin", "password_file": str(lab.nut.password_file("admin"))}
+    ups = lab.ups("ups1", at_shutdown_end={"command": "shutdown.return", "delay": "90s"})
+    ups["nut"].update(admin)
+    return ups
 
 
 def test_the_ups_command_goes_out_before_the_controllers_own_machine_stops(
-    lab: Lab, tmp_path: Path
+    own_lab: Lab, tmp_path: Path
 ) -> None:
-    own_machine_site(lab)
-    admin = {"user": "admin", "password_file": str(lab.nut.password_file("admin"))}
-    ups = lab.ups("ups1", at_shutdown_end={"command": "load.off", "delay": "90s"})
-    ups["nut"].update(admin)
-    svc = lab.service(tmp_path, ups=[ups])
+    lab = own_lab
+    svc = lab.service(tmp_path, ups=[load_cycle(lab)])
     try:
         svc.start()
         lab.outage()
@@ -65,16 +78,19 @@ def test_the_ups_command_goes_out_before_the_controllers_own_machine_stops(
         events = [e["text"] for e in svc.api().get("/events?after=0")["events"]]
     finally:
         svc.stop()
-    sent = next(i for i, t in enumerate(events) if "UPS ups1: sent load.off" in t)
+    sent = next(i for i, t in enumerate(events) if "UPS ups1: sent shutdown.return" in t)
     own = next(i for i, t in enumerate(events) if "start stop:mgmt" in t)
     assert sent < own, events
     assert lab.stopped()[-1] == "mgmt"
+    assert lab.nut.commands_received("ups1") == ["shutdown.return"]  # as the UPS saw it
 
 
-def test_a_delay_shorter_than_the_own_machines_stop_is_refused(lab: Lab, tmp_path: Path) -> None:
-    own_machine_site(lab)
+def test_a_delay_shorter_than_the_own_machines_stop_is_refused(
+    own_lab: Lab, tmp_path: Path
+) -> None:
+    lab = own_lab
     lab.resources[-1]["estimate"] = {"stop": "2m"}  # the UPS's 30 s delay cannot cover it
-    ups = lab.ups("ups1", at_shutdown_end={"command": "load.off", "delay": "30s"})
+    ups = lab.ups("ups1", at_shutdown_end={"command": "shutdown.return", "delay": "30s"})
     svc = lab.service(tmp_path, ups=[ups])
     result = svc.cli("validate", check=False)
     assert result.returncode == 2
@@ -82,10 +98,10 @@ def test_a_delay_shorter_than_the_own_machines_stop_is_refused(lab: Lab, tmp_pat
 
 
 def test_sigterm_while_the_own_machine_stops_does_not_stop_it_again_at_the_next_boot(
-    lab: Lab, tmp_path: Path
+    own_lab: Lab, tmp_path: Path
 ) -> None:
-    own_machine_site(lab)
-    svc = lab.service(tmp_path)
+    lab = own_lab
+    svc = lab.service(tmp_path, ups=[load_cycle(lab)])
     lab.hold("mgmt")
     try:
         svc.start()

@@ -359,7 +359,8 @@ def test_upsd_killed_on_battery_keeps_counting_down_and_shuts_down(
     moves = [(p.new, p.reason) for p in reversed(journal.read.phases())]
     readings = list(reversed(journal.read.readings(limit=500)))
     journal.close()
-    assert moves[1] == ("shutting_down", "runtime < 140s")
+    assert moves[1][0] == "shutting_down"
+    assert moves[1][1].startswith("runtime < 140s: runtime ")  # the figures it was made on
     assert "recovering" not in [m[0] for m in moves]
     first_lost = next(i for i, r in enumerate(readings) if r.link == "lost")
     assert all(r.status == "DISCHRG OB" for r in readings[first_lost:])

@@ -37,7 +37,8 @@ SITE: dict[str, Any] = {
         },
         {"id": "h1", "kind": "host", "platform": "sim", "watts": 150},
     ],
-    "policies": {"poll_interval": "500ms"},
+    # a site that trusts one drill (the default waits for three): one run teaches the plan
+    "policies": {"poll_interval": "500ms", "learning": {"min_runs": 1, "may_lower_to_pct": 0}},
 }
 
 

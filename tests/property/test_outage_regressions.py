@@ -248,3 +248,20 @@ def test_a_shutdown_lets_a_power_on_under_way_land_first() -> None:
         step("trigger", direction="startup", only=[]),
         step("abort"),
     )
+
+
+def test_a_persons_startup_never_cancels_a_shutdown_that_is_due() -> None:
+    """A person started the site while the lab feed ran on battery below its plan: the
+    startup became the newest run and the feed went down unguarded."""
+    replay(
+        step("battery_older_than_its_model", ups="ub", charge=8),
+        step("trigger", direction="shutdown", only=["db", "app"]),
+        step("trigger", direction="shutdown", only=[]),
+        step("mains", ups="ub", on=False),
+        step("trigger", direction="shutdown", only=[]),
+        step("time_passes", seconds=60),
+        step("battery_older_than_its_model", ups="ua", charge=60),
+        step("time_passes", seconds=120),
+        step("time_passes", seconds=1),
+        step("trigger", direction="startup", only=[]),
+    )

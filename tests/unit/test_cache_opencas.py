@@ -77,7 +77,8 @@ def test_write_through_flushes_in_the_background_with_progress(tmp_path: Path) -
         tools.advance(1.0)  # 30,000 blocks a second of 90,000: a third is written back
         halfway = await read_until(lambda s: (s.dirty_bytes or 0) < 90000 * 4096)
         tools.advance(60.0)
-        return flushing, halfway, await read_until(lambda s: s.clean)
+        # the cache's status and casadm's exit are seen one after the other: wait for both
+        return flushing, halfway, await read_until(lambda s: s.clean and "done" in s.detail)
 
     flushing, halfway, done = asyncio.run(scenario())
     assert flushing.detail == "status Flushing (0.0 %); casadm flushing"

@@ -420,6 +420,8 @@ class OutageController:
                 f"run {self.executor.run_id} is in progress: wait for it or 'upsguard abort' first"
             )
         chosen = set(only) if only else None
+        if direction is Direction.STARTUP:
+            self._refuse_startup_on_dying_feeds(chosen)
         kind = RunKind.SHUTDOWN if direction is Direction.SHUTDOWN else RunKind.STARTUP
         spec = self.ledger.new_spec(kind, RunOrigin.MANUAL, f"manual {kind}: {reason}", chosen)
         if chosen is not None:
@@ -431,6 +433,24 @@ class OutageController:
         if self.engine.phase is not Phase.RECOVERING:
             self.engine.force(Phase.RECOVERING, spec.reason)
         return await self._start(self.planner.plan(Direction.STARTUP), spec)
+
+    def _refuse_startup_on_dying_feeds(self, chosen: set[ResourceId] | None) -> None:
+        """A startup that powers up what a due shutdown must stop would make that shutdown
+        the older run and leave the feed to run flat: never missing a shutdown outranks a
+        person's startup, who is told which feeds and what to do."""
+        if self.view is None:
+            return
+        due = set(self.engine.shutdown_due(self.view, self.plan_seconds()))
+        if chosen is not None:
+            powering = {f.name for r in chosen for f in self.site.feeds_powering(r)}
+            due &= powering
+        if due:
+            names = ", ".join(sorted(due))
+            raise RunBusy(
+                f"feed {names} is on battery with its shutdown due: a startup now would "
+                "power up what must stop; wait for the mains, or start only resources on "
+                "other feeds (--only)"
+            )
 
     async def abort(self) -> RunId | None:
         """Cancel the run in progress (it ends ``aborted``); returns its id (None when

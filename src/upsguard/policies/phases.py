@@ -229,6 +229,11 @@ class PhaseEngine:
                 found.append((feed, self._floor_reckoning(feed)))
         return found
 
+    def shutdown_due(self, view: PowerView, plan_s: PlanSeconds) -> list[str]:
+        """The feeds on battery whose shutdown triggers hold now (or at the critical floor):
+        what a person's startup must not power up again."""
+        return [feed.name for feed, _ in self._shutdown_triggers(view.at_risk, plan_s)]
+
     def _floor_reckoning(self, feed: FeedReading) -> Reckoning:
         floor = self.policies.critical_floor
         if feed.charge_pct is not None and feed.charge_pct < floor.charge_below:

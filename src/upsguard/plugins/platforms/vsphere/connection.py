@@ -52,6 +52,13 @@ class Connection:
     def open(self) -> None:
         """Reach the endpoint and log in. Raises AuthenticationError, PlatformUnreachable,
         PermanentError (a certificate not trusted, a fault at login)."""
+        try:
+            self._open()
+        except BaseException:
+            self._drop()  # a failed open keeps no socket: the next one starts afresh
+            raise
+
+    def _open(self) -> None:
         ep = self.endpoint
         with self._lock, vsphere_faults(ep):
             self._closed = False
@@ -114,16 +121,20 @@ class Connection:
     def close(self) -> None:
         """Log out when logged in, and drop the kept-alive connections. Never raises."""
         self._closed = True
-        stub, content, lean = self._stub, self._content, self.lean
-        self._stub = self._content = self.lean = None
-        if lean is not None:
-            lean.close()
-        if stub is None:
-            return
+        stub, content = self._stub, self._content
         try:
-            if content is not None and stub.state == stub.STATE_AUTHENTICATED:
+            if stub is not None and content is not None and stub.state == stub.STATE_AUTHENTICATED:
                 content.sessionManager.Logout()
         except Exception as exc:  # closing must never raise
             log.debug("%s: logout failed: %s", self.endpoint.label, exc)
         finally:
+            self._drop()
+
+    def _drop(self) -> None:
+        """Forget the session and close its kept-alive connections."""
+        stub, lean = self._stub, self.lean
+        self._stub = self._content = self.lean = None
+        if lean is not None:
+            lean.close()
+        if stub is not None:
             stub.DropConnections()
