@@ -92,10 +92,6 @@ class RunState(enum.StrEnum):
         """How the run ended; None while it runs."""
         return None if self is RunState.RUNNING else RunOutcome(self.value)
 
-    @classmethod
-    def of(cls, outcome: RunOutcome | None) -> RunState:
-        return cls.RUNNING if outcome is None else cls(outcome.value)
-
 
 @dataclass(frozen=True, slots=True)
 class RunSpec:

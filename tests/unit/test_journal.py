@@ -199,3 +199,8 @@ def test_old_readings_are_pruned(journal: Journal) -> None:
     journal.write.record(reading(86400 * 100, UpsFlag.OL))
     assert journal.write.prune_readings(at(86400 * 100), timedelta(days=90)) == 1
     assert len(journal.read.readings()) == 1
+
+
+def test_a_runs_state_is_running_or_one_of_the_outcomes() -> None:
+    assert {s.outcome for s in RunState} == {None, *RunOutcome}
+    assert all(RunState(o.value).outcome is o for o in RunOutcome)
