@@ -143,3 +143,10 @@ class BadRequest(PermanentError):
 
 class JournalInUse(UpsguardError):
     """Another service holds the journal."""
+
+
+def naming(subject: str, error: BaseException) -> str:
+    """``subject: error``, so that the line says what failed; an error whose words start
+    with the subject already keeps them as they are, never ``db: db: ...``."""
+    prefix, text = f"{subject}: ", str(error)
+    return text if text.startswith(prefix) else prefix + text

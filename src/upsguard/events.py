@@ -120,6 +120,9 @@ class StepStarted(Event):
     action: str
     resource: ResourceId | None = None
     """The resource the step acts on (a group's member steps name their group)."""
+    member: bool = False
+    """The step acts on one VM of a group expanded from live inventory, not on the whole
+    resource (``runbooks.plan.Step.member``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,8 @@ class StepFinished(Event):
     already_there: bool = False
     """Every target was in the wanted state already: nothing was asked of the platform (a
     VM already off, a resumed step re-checking what was done before)."""
+    member: bool = False
+    """As ``StepStarted.member``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,26 +300,30 @@ class BatteryTestFinished(Event):
     runtime_observed_s: float | None = None
 
 
+RISK_PREFIX = "RISK: "
+"""What a risk's line starts with, before ``RiskAccepted.what`` (a report shows the rest)."""
+
+
 def describe(event: Event) -> str | None:
     """The line a person reads for this event; None for events too frequent to list."""
     match event:  # the step events first: a big site makes thousands of them
         case StepStarted(step=step, action=action):
             return f"  start {step} ({action})"
         case StepFinished(step=step, state=state, detail=detail):
-            return f"  {state:<9} {step}: {detail}"
+            return f"  {state:<9} {step}{_then(detail)}"
         case PhaseChanged(old=old, new=new, reason=reason):
-            return f"phase {old} -> {new}: {reason}"
+            return f"phase {old} -> {new}{_then(reason)}"
         case RunStarted(spec=spec, steps=steps, resumed=resumed):
             verb = "resumed" if resumed else "started"
             feeds = f", feeds {', '.join(spec.feeds)}" if spec.feeds else ""
             return f"{spec.kind} runbook {verb} ({steps} steps{feeds}): {spec.reason}  [{spec.id}]"
         case RunFinished(spec=spec, outcome=outcome, detail=detail):
-            return f"{spec.kind} runbook {outcome}: {detail}"
+            return f"{spec.kind} runbook {outcome}{_then(detail)}"
         case RunWidened(spec=spec, steps=steps, reason=reason):
             feeds = ", ".join(spec.feeds) if spec.feeds else "every feed"
             return f"{spec.kind} runbook widened to {feeds} ({steps} steps): {reason}  [{spec.id}]"
         case StepWaiting(step=step, reason=reason):
-            return f"  waiting  {step}: {reason}"
+            return f"  waiting  {step}{_then(reason)}"
         case PointOfNoReturn(step=step):
             return f"point of no return: {step} starts"
         case CacheModeChanged(cache=cache, target=target, mode=mode, ok=ok, detail=detail):
@@ -329,7 +338,7 @@ def describe(event: Event) -> str | None:
         case PowerRestored(feed=feed):
             return f"feed {feed} on mains again"
         case RiskAccepted():
-            return f"RISK: {event.what}"
+            return RISK_PREFIX + event.what
         case UpsCommandSent(ups=ups, command=command, ok=ok, detail=detail):
             return f"UPS {ups}: sent {command}" if ok else f"UPS {ups}: {command} failed: {detail}"
         case OverrideApplied(who=who, action=action, reason=reason, detail=detail):
@@ -348,6 +357,11 @@ def describe(event: Event) -> str | None:
             runtime = f", runtime observed {observed / 60:.0f} min" if observed else ""
             return f"UPS {ups}: {test} battery test {state.value} ({text}){runtime}"
     return None
+
+
+def _then(detail: str) -> str:
+    """``: detail``, or nothing when there is none (no line ends in a dangling colon)."""
+    return f": {detail}" if detail else ""
 
 
 def _checkup_line(event: CheckupDone) -> str:

@@ -72,6 +72,27 @@ class RunOutcome(enum.StrEnum):
         return self is RunOutcome.INTERRUPTED
 
 
+class RunState(enum.StrEnum):
+    """Where a run stands as the journal keeps it (its ``state`` column): ``running``, or
+    one of the ``RunOutcome`` members, which document themselves. A separate enum because
+    the journal must name the state of a run that has no outcome yet, and a dead process
+    leaves its run ``running`` until the next start reaps it."""
+
+    RUNNING = "running"
+    """Started and not ended, or left so by a process that died."""
+    DONE = RunOutcome.DONE.value
+    FAILED = RunOutcome.FAILED.value
+    CANCELLED = RunOutcome.CANCELLED.value
+    ABORTED = RunOutcome.ABORTED.value
+    INTERRUPTED = RunOutcome.INTERRUPTED.value
+    ABANDONED = RunOutcome.ABANDONED.value
+
+    @property
+    def outcome(self) -> RunOutcome | None:
+        """How the run ended; None while it runs."""
+        return None if self is RunState.RUNNING else RunOutcome(self.value)
+
+
 @dataclass(frozen=True, slots=True)
 class RunSpec:
     """What a run is: enough to start it again after a crash."""

@@ -29,9 +29,11 @@ from upsguard.runs import RunOutcome
 class FlakyPlatform(SimulatedPlatform):
     """Refuses the first ``failures`` stop requests with a temporary error; counts concurrency."""
 
-    def __init__(self, *args: Any, failures: int = 0, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, failures: int = 0, naming: bool = False, **kwargs: Any) -> None:
+        """``naming``: its errors name their target, as some SDKs' messages do."""
         super().__init__(*args, **kwargs)  # SimulatedPlatform's own arguments
         self.failures = failures
+        self.naming = naming
         self.stops: list[str] = []
         self.busy = 0
         self.most_busy = 0
@@ -39,7 +41,8 @@ class FlakyPlatform(SimulatedPlatform):
     async def stop(self, target: Target, method: StopMethod) -> None:
         if self.failures > 0:
             self.failures -= 1
-            raise PlatformUnreachable("vCenter did not answer", retry_after=5)
+            named = f"{target.name}: " if self.naming else ""
+            raise PlatformUnreachable(f"{named}vCenter did not answer", retry_after=5)
         self.stops.append(target.name)
         await super().stop(target, method)
 
@@ -57,6 +60,7 @@ def execute(
     direction: str = "shutdown",
     failures: int = 0,
     cancel_after: float | None = None,
+    naming: bool = False,
     behaviour: dict[ResourceId, Behaviour] | None = None,
 ) -> tuple[RunResult, list[Event], FlakyPlatform]:
     events: list[Event] = []
@@ -70,7 +74,12 @@ def execute(
             settings = site.platforms[name]
             assert isinstance(settings, SimulatedPlatformSettings)
             platforms[PlatformName(name)] = FlakyPlatform(
-                PlatformName(name), settings, clock, fleet, failures=failures if name == "vc" else 0
+                PlatformName(name),
+                settings,
+                clock,
+                fleet,
+                failures=failures if name == "vc" else 0,
+                naming=naming,
             )
         holder["vc"] = platforms[PlatformName("vc")]
         if direction == "startup":  # everything is off after an outage
@@ -127,6 +136,14 @@ def test_exhausted_retries_fail_the_step_and_say_why(tmp_path: Path) -> None:
     assert outcomes["stop:db"].detail == "db: vCenter did not answer"
     # shutdown goes on after a failure (power is going anyway): the NAS still stops
     assert outcomes["stop:nas"].state is StepState.DONE
+
+
+def test_an_error_that_names_its_target_is_not_named_twice(tmp_path: Path) -> None:
+    data = simple_site()
+    for res in data["resources"]:
+        res["retries"] = 0
+    result, _, _ = execute(site_from(tmp_path, data), failures=100, naming=True)
+    assert outcomes_by_step(result)["stop:db"].detail == "db: vCenter did not answer"
 
 
 def test_startup_does_not_start_dependents_of_a_failed_step(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ from upsguard.models import (
     UpsName,
     UpsReading,
 )
-from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunSpec
+from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunSpec, RunState
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -136,19 +136,21 @@ def test_a_stopping_service_leaves_its_run_interrupted_and_reap_finds_it(journal
     )
     journal.write.record(RunFinished(at(3), run_spec("r1"), RunOutcome.INTERRUPTED))
     (run,) = journal.write.reap(at(100))
-    assert run.id == "r1" and run.state == "interrupted" and run.ended is None
+    assert run.id == "r1" and run.state is RunState.INTERRUPTED and run.ended is None
+    assert run.kind is RunKind.SHUTDOWN and run.origin is RunOrigin.POLICY
     assert [(s.step, s.state) for s in run.steps] == [
-        ("stop:vm1", "done"),
-        ("stop:vm2", "interrupted"),
+        ("stop:vm1", StepState.DONE),
+        ("stop:vm2", StepState.INTERRUPTED),
     ]
+    assert all(type(s.state) is StepState for s in run.steps)  # parsed, not text
 
 
 def test_reap_marks_steps_a_killed_process_left_running(journal: Journal) -> None:
     journal.write.record(started("r1"))
     journal.write.record(StepStarted(at(1), R1, StepId("stop:vm1"), "guest_shutdown"))
     (run,) = journal.write.reap(at(50))  # the process died: no StepFinished, no RunFinished
-    assert run.state == "running"
-    assert [(s.step, s.state) for s in run.steps] == [("stop:vm1", "abandoned")]
+    assert run.state is RunState.RUNNING and run.outcome is None
+    assert [(s.step, s.state) for s in run.steps] == [("stop:vm1", StepState.ABANDONED)]
     journal.write.record(started("r1"))  # resumed under its own id
     journal.write.record(StepStarted(at(60), R1, StepId("stop:vm1"), "guest_shutdown"))
     journal.write.record(
@@ -197,3 +199,8 @@ def test_old_readings_are_pruned(journal: Journal) -> None:
     journal.write.record(reading(86400 * 100, UpsFlag.OL))
     assert journal.write.prune_readings(at(86400 * 100), timedelta(days=90)) == 1
     assert len(journal.read.readings()) == 1
+
+
+def test_a_runs_state_is_running_or_one_of_the_outcomes() -> None:
+    assert {s.outcome for s in RunState} == {None, *RunOutcome}
+    assert all(RunState(o.value).outcome is o for o in RunOutcome)

@@ -87,15 +87,23 @@ class RunWriter:
         record(RunStarted(start, spec, len(steps)))
         at = start
         for step, seconds in steps.items():
-            resource = ResourceId(step.partition(":")[2].partition("/")[0])
-            record(StepStarted(at, run, StepId(step), "guest_shutdown", resource))
+            node = step.partition(":")[2]
+            resource, member = ResourceId(node.partition("/")[0]), "/" in node  # as planned
+            record(StepStarted(at, run, StepId(step), "guest_shutdown", resource, member))
             at += timedelta(seconds=seconds)
             state = (states or {}).get(step, StepState.DONE)
             there = step in already
             detail = f"{resource} already off" if there else f"{step} shut down"
             record(
                 StepFinished(
-                    at, run, StepId(step), state, detail, resource=resource, already_there=there
+                    at,
+                    run,
+                    StepId(step),
+                    state,
+                    detail,
+                    resource=resource,
+                    already_there=there,
+                    member=member,
                 )
             )
         record(RunFinished(at, spec, RunOutcome.DONE, "done"))

@@ -183,6 +183,8 @@ def test_live_inventory_expands_groups_and_places_vms(tmp_path: Path) -> None:
     assert "stop:web/web-1" in steps["stop:h1"].waits_for
     assert "stop:web/web-2" in steps["stop:h2"].waits_for
     assert steps["stop:web/web-1"].waits_for == ()
+    assert steps["stop:web/web-1"].member and steps["stop:web/web-1"].resource == "web"
+    assert not steps["stop:h1"].member  # the journal learns members' figures apart
 
 
 def test_plan_text_tells_vms_without_tools_from_the_rest(tmp_path: Path) -> None:

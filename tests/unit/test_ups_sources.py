@@ -34,6 +34,15 @@ def test_missing_password_file_names_the_file_not_a_secret(tmp_path: Path) -> No
         asyncio.run(source.read())
 
 
+def test_an_error_that_names_its_ups_already_is_not_named_twice() -> None:
+    config = UpsConfig.model_validate({"name": "cp1500", "nut": {"ups": "u", "user": "mon"}})
+    source = registry.load("ups", "nut")(config, SystemClock())
+    with pytest.raises(ConfigError) as caught:
+        asyncio.run(source.read())
+    assert str(caught.value).startswith("UPS cp1500: NUT user 'mon'"), caught.value
+    assert str(caught.value).count("cp1500") == 1
+
+
 def test_inline_password_is_refused() -> None:
     with pytest.raises(ValueError, match="inline 'password'"):
         UpsConfig.model_validate(

@@ -25,6 +25,7 @@ from upsguard.journal.file import journal_exists
 from upsguard.journal.learned import learned_or_none
 from upsguard.journal.retrospective import pick_runs, story_from_journal
 from upsguard.journal.rows import iso, parse_iso
+from upsguard.models import LinkState
 from upsguard.reports import render
 from upsguard.reports.runbook import build_runbook
 from upsguard.reports.story import BatteryFit, BatterySample, Story
@@ -142,7 +143,7 @@ def cmd_battery(args: argparse.Namespace) -> int:
         tests = battery_tests(journal.db, limit=50)
     finally:
         journal.close()
-    rows = [r for r in rows if r.link == "ok"]
+    rows = [r for r in rows if r.link is LinkState.OK]
     origin = parse_iso(rows[0].at) if rows else datetime.now(UTC)
     samples = [
         BatterySample(

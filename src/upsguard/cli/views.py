@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from upsguard.config.types import format_bytes, format_duration
+from upsguard.models import LinkState
 from upsguard.status import (
     CacheStatus,
     Countdown,
@@ -70,7 +71,7 @@ def _ups_lines(upses: list[UpsStatus]) -> list[str]:
             lines.append(f"  UPS {ups.name}: not read yet" + _error(ups.error))
             continue
         link = ups.link.value if ups.link else "?"
-        link_text = "" if link == "ok" else f", link {link} ({_dur(ups.age_s)} old)"
+        link_text = "" if ups.link is LinkState.OK else f", link {link} ({_dur(ups.age_s)} old)"
         drain = (
             f", draining {ups.depletion_pct_per_min:.1f} %/min" if ups.depletion_pct_per_min else ""
         )

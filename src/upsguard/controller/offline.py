@@ -72,7 +72,9 @@ def abort(site: SiteConfig, who: str, reason: str) -> list[str]:
         now = datetime.now(UTC)
         closed = []
         for run in journal.write.reap(now):
-            journal.write.close_run(run.id, now, "aborted", f"aborted by {who} while stopped")
+            journal.write.close_run(
+                run.id, now, RunOutcome.ABORTED, f"aborted by {who} while stopped"
+            )
             closed.append(run.id)
         detail = ", ".join(closed) or "nothing unfinished"
         journal.write.record(OverrideApplied(now, who, "abort", reason, detail))

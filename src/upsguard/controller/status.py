@@ -331,7 +331,7 @@ def plan_status(
     running = running or set()
     now = now or datetime.now(UTC)
     critical = set(plan.critical_path)
-    finished = {sid for sid, row in rows.items() if row.state != "running"}
+    finished = {sid for sid, row in rows.items() if row.state is not StepState.RUNNING}
     steps = []
     for step in plan.steps:
         row = rows.get(step.id)
@@ -373,11 +373,11 @@ def plan_status(
 def _progress(row: StepRow | None, running: bool) -> StepProgress:
     if running:
         return StepProgress.RUNNING
-    if row is None or row.state == "running":
+    if row is None or row.state is StepState.RUNNING:
         return StepProgress.WAITING  # a barrier, or a step whose start is not journaled yet
-    if row.state == "done" and row.fallback_used:
+    if row.state is StepState.DONE and row.fallback_used:
         return StepProgress.FELL_BACK
-    return StepProgress(row.state)
+    return StepProgress(row.state.value)
 
 
 def _left_s(plan: PlanStatus) -> float:

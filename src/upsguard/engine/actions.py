@@ -27,7 +27,13 @@ from upsguard.config.types import format_duration
 from upsguard.engine.health import wait_healthy
 from upsguard.engine.retry import CALL_TIMEOUT_S, ask
 from upsguard.engine.slots import Slots
-from upsguard.errors import GracefulUnavailable, PermanentError, StepTimeout, UpsguardError
+from upsguard.errors import (
+    GracefulUnavailable,
+    PermanentError,
+    StepTimeout,
+    UpsguardError,
+    naming,
+)
 from upsguard.models import (
     Direction,
     PlatformName,
@@ -180,7 +186,7 @@ class StepRunner:
                     return await self._stop(step.id, settings, platform, target)
                 return await self._start(step.id, settings, platform, target)
         except UpsguardError as exc:
-            return TargetResult(target, StepState.FAILED, f"{target.name}: {exc}")
+            return TargetResult(target, StepState.FAILED, naming(target.name, exc))
         except Exception as exc:  # a plugin bug must not stop the other steps at 3 a.m.
             log.exception("step %s on %s failed unexpectedly", step.id, target.name)
             return TargetResult(target, StepState.FAILED, f"{target.name}: internal error: {exc!r}")

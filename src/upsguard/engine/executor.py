@@ -296,7 +296,11 @@ class Executor:
         if step.action is Action.BARRIER:
             return StepOutcome(step.id, StepState.DONE, started, started, "barrier passed")
         self.running.add(step.id)
-        self._events(StepStarted(started, self.spec.id, step.id, step.action, step.resource))
+        self._events(
+            StepStarted(
+                started, self.spec.id, step.id, step.action, step.resource, member=step.member
+            )
+        )
         try:
             return await self._runner.run(step, started)
         finally:
@@ -323,6 +327,7 @@ class Executor:
                 outcome.fallback_used,
                 self._steps[outcome.step].resource,
                 outcome.already_there,
+                member=self._steps[outcome.step].member,
             )
         )
         self._release_dependents(outcome.step)

@@ -2,12 +2,13 @@
 
 Every finished step leaves its start and end in the journal (table ``steps``). For each
 resource and direction the last ``LEARN_FROM_RUNS`` runs that finished its step ``done``
-(real outages and drills alike) give a median and a p90; the planner uses the p90.
+(real outages and drills alike) give a median and a p90; the planner uses the p90. The
+steps of a group's members (``member``, as recorded) give a per-member figure.
 
 Left out, as they say nothing about how long the step takes:
 
-- steps that found their target already in the wanted state (``already off``,
-  ``already up``): a resumed run re-checks what was done before in no time;
+- steps that found their target already in the wanted state (the ``already_there`` the
+  step recorded): a resumed run re-checks what was done before in no time;
 - steps that did not end ``done`` (failed, skipped, cancelled, interrupted, abandoned).
 
 A step's time runs from its start to its end: waiting for a dirty cache comes before the
@@ -55,14 +56,14 @@ def learned_durations(
         return {}
 
 
-def _learn(rows: list[tuple[StepRow, str]], runs: int) -> dict[Key, LearnedDuration]:
+def _learn(rows: list[tuple[StepRow, Direction]], runs: int) -> dict[Key, LearnedDuration]:
     samples: dict[tuple[Key, bool], dict[str, list[float]]] = defaultdict(dict)
     for step, direction in rows:
         if step.ended is None or step.already_there or step.resource is None:
             continue
         resource = ResourceId(step.resource)
-        member = _is_member(step)
-        per_run = samples[((resource, Direction(direction)), member)]
+        member = step.member
+        per_run = samples[((resource, direction), member)]
         if step.run not in per_run and len(per_run) >= runs:
             continue  # older than the newest ``runs`` runs of this step
         seconds = (parse_iso(step.ended) - parse_iso(step.started)).total_seconds()
@@ -86,13 +87,6 @@ def p90(values: list[float]) -> float:
     if len(values) == 1:
         return values[0]
     return statistics.quantiles(values, n=10, method="inclusive")[-1]
-
-
-def _is_member(step: StepRow) -> bool:
-    """One VM of a group expanded from live inventory: its step is not named after the
-    resource alone (``stop:web/web-01`` against ``stop:web``)."""
-    _, _, node = step.step.partition(":")
-    return node != step.resource
 
 
 def learned_or_none(path: str | Path) -> dict[Key, LearnedDuration] | None:

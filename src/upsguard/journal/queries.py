@@ -9,7 +9,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from upsguard.journal.payload import from_json
 from upsguard.journal.rows import (
+    NEVER_STARTED,
     CacheOpRow,
     EventRow,
     OverrideRow,
@@ -21,12 +23,15 @@ from upsguard.journal.rows import (
     iso,
     parse_iso,
 )
-from upsguard.models import CacheMode, Phase
-from upsguard.runs import RunRecord
+from upsguard.models import CacheMode, Direction, LinkState, Phase, StepState
+from upsguard.runs import RunKind, RunOrigin, RunRecord, RunState
 
 MAINS_NEVER_LOST = datetime.min.replace(tzinfo=UTC)
 """What ``mains_back_since`` says of a journal that never saw an outage."""
 
+
+EVENT_COLUMNS = "id, at, kind, level, text, run, payload"
+"""What ``_event_row`` reads."""
 
 Connection = Callable[[], sqlite3.Connection]
 """The journal's connection now (the file's, or the memory copy while it cannot be written)."""
@@ -53,7 +58,7 @@ class JournalQueries:
         for cache, mode, was_owed in self._rows(
             "SELECT cache, mode, owed FROM cache_ops WHERE ok = 1 ORDER BY id"
         ):
-            if mode == CacheMode.WRITE_BACK.value:
+            if CacheMode(mode) is CacheMode.WRITE_BACK:
                 owed[cache] = False
             elif was_owed:
                 owed[cache] = True
@@ -67,9 +72,9 @@ class JournalQueries:
             " FROM requests r WHERE r.id IN"
             " (SELECT MAX(id) FROM requests GROUP BY platform, target) AND r.at >= ?"
             " AND NOT EXISTS (SELECT 1 FROM steps s"
-            " WHERE s.run = r.run AND s.step = r.step AND s.state = 'done')"
+            " WHERE s.run = r.run AND s.step = r.step AND s.state = ?)"
             " ORDER BY r.id",
-            (iso(since),),
+            (iso(since), StepState.DONE.value),
         )
         return [RequestRow(*r) for r in rows]
 
@@ -103,7 +108,7 @@ class JournalQueries:
         rows = self._rows(
             "SELECT at, old, new, reason FROM phases ORDER BY id DESC LIMIT ?", (limit,)
         )
-        return [PhaseRow(*r) for r in rows]
+        return [PhaseRow(at, Phase(old), Phase(new), reason) for at, old, new, reason in rows]
 
     def runs(self, limit: int = 20, with_steps: bool = True) -> list[RunRow]:
         rows = self._rows(
@@ -120,12 +125,12 @@ class JournalQueries:
     def steps(self, run: str) -> list[StepRow]:
         rows = self._rows(
             "SELECT run, step, action, attempt, started, ended, state, detail, tries,"
-            " fallback_used, resource, already_there FROM steps WHERE run = ? ORDER BY id",
+            " fallback_used, resource, already_there, member FROM steps WHERE run = ? ORDER BY id",
             (run,),
         )
         return [_step_row(r) for r in rows]
 
-    def finished_steps(self, before: str | None = None) -> list[tuple[StepRow, str]]:
+    def finished_steps(self, before: str | None = None) -> list[tuple[StepRow, Direction]]:
         """Every step attempt that ran and ended ``done``, each with its run's direction,
         newest run first (what durations are learned from). ``before``: only runs that
         started before this ISO time. Steps that never started (skipped, cancelled, a
@@ -133,13 +138,13 @@ class JournalQueries:
         where = "AND r.started < ?" if before is not None else ""
         rows = self._rows(
             "SELECT s.run, s.step, s.action, s.attempt, s.started, s.ended, s.state, s.detail,"
-            " s.tries, s.fallback_used, s.resource, s.already_there, r.direction"
+            " s.tries, s.fallback_used, s.resource, s.already_there, s.member, r.direction"
             " FROM steps s JOIN runs r ON r.id = s.run"
-            f" WHERE s.state = 'done' AND s.ended IS NOT NULL AND s.action != '-' {where}"
+            f" WHERE s.state = ? AND s.ended IS NOT NULL AND s.action != ? {where}"
             " ORDER BY r.started DESC, r.rowid DESC, s.id",
-            () if before is None else (before,),
+            (StepState.DONE.value, NEVER_STARTED, *(() if before is None else (before,))),
         )
-        return [(_step_row(r[:12]), r[12]) for r in rows]
+        return [(_step_row(r[:13]), Direction(r[13])) for r in rows]
 
     def readings_between(self, start: str, end: str) -> list[ReadingRow]:
         """Readings from ``start`` to ``end`` (ISO times), oldest first."""
@@ -148,16 +153,15 @@ class JournalQueries:
             " WHERE at >= ? AND at <= ? ORDER BY id",
             (start, end),
         )
-        return [ReadingRow(*r) for r in rows]
+        return [_reading_row(r) for r in rows]
 
     def events_between(self, start: str, end: str) -> list[EventRow]:
         """Events from ``start`` to ``end`` (ISO times), oldest first."""
         rows = self._rows(
-            "SELECT id, at, kind, level, text, run FROM events WHERE at >= ? AND at <= ?"
-            " ORDER BY id",
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE at >= ? AND at <= ? ORDER BY id",
             (start, end),
         )
-        return [EventRow(*r) for r in rows]
+        return [_event_row(r) for r in rows]
 
     def readings(self, limit: int = 100, ups: str | None = None) -> list[ReadingRow]:
         where, args = ("WHERE ups = ?", [ups]) if ups else ("", [])
@@ -166,14 +170,14 @@ class JournalQueries:
             f"{where} ORDER BY id DESC LIMIT ?",
             (*args, limit),
         )
-        return [ReadingRow(*r) for r in rows]
+        return [_reading_row(r) for r in rows]
 
     def cache_ops(self, limit: int = 50) -> list[CacheOpRow]:
         rows = self._rows(
             "SELECT at, cache, target, mode, ok, detail FROM cache_ops ORDER BY id DESC LIMIT ?",
             (limit,),
         )
-        return [CacheOpRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5]) for r in rows]
+        return [CacheOpRow(r[0], r[1], r[2], CacheMode(r[3]), bool(r[4]), r[5]) for r in rows]
 
     def overrides(self, limit: int = 50) -> list[OverrideRow]:
         rows = self._rows(
@@ -186,30 +190,41 @@ class JournalQueries:
         """Events with an id above ``after``, oldest first; ``after=-N`` gives the last N."""
         if after < 0:
             rows = self._rows(
-                "SELECT id, at, kind, level, text, run FROM events ORDER BY id DESC LIMIT ?",
+                f"SELECT {EVENT_COLUMNS} FROM events ORDER BY id DESC LIMIT ?",
                 (-after,),
             )
             rows.reverse()
         else:
             rows = self._rows(
-                "SELECT id, at, kind, level, text, run FROM events WHERE id > ? ORDER BY id"
-                " LIMIT ?",
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE id > ? ORDER BY id LIMIT ?",
                 (after, limit),
             )
-        return [EventRow(*r) for r in rows]
+        return [_event_row(r) for r in rows]
+
+
+def _event_row(r: tuple[Any, ...]) -> EventRow:
+    row_id, at, kind, level, text, run, payload = r
+    return EventRow(row_id, at, kind, level, text, run, from_json(payload))
+
+
+def _reading_row(r: tuple[Any, ...]) -> ReadingRow:
+    at, ups, status, charge, runtime, load, input_voltage, link = r
+    return ReadingRow(at, ups, status, charge, runtime, load, input_voltage, LinkState(link))
 
 
 def _run_row(r: tuple[Any, ...], steps: tuple[StepRow, ...]) -> RunRow:
+    """A run as ``JournalWriter`` wrote it; its text columns become the enums they name
+    here, once, so that nothing past this module compares strings."""
     return RunRow(
         id=r[0],
-        direction=r[1],
-        kind=r[2],
-        origin=r[3],
+        direction=Direction(r[1]),
+        kind=RunKind(r[2]),
+        origin=RunOrigin(r[3]),
         only=RunRow.list_of(r[4]),
         reason=r[5],
         started=r[6],
         ended=r[7],
-        state=r[8],
+        state=RunState(r[8]),
         detail=r[9],
         point_of_no_return=r[10],
         resumed=r[11],
@@ -226,10 +241,11 @@ def _step_row(r: tuple[Any, ...]) -> StepRow:
         attempt=r[3],
         started=r[4],
         ended=r[5],
-        state=r[6],
+        state=StepState(r[6]),
         detail=r[7],
         tries=r[8],
         fallback_used=bool(r[9]),
         resource=r[10],
         already_there=bool(r[11]),
+        member=bool(r[12]),
     )

@@ -30,9 +30,9 @@ from upsguard.models import (
     ResourceKind,
     RunId,
     StepId,
-    StepState,
     Target,
 )
+from upsguard.runs import RunKind, RunOutcome
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +47,10 @@ async def reap_and_resume(
     newest, older = (unfinished[0], unfinished[1:]) if unfinished else (None, [])
     for run in older:
         journal.write.close_run(
-            run.id, clock.now(), "abandoned", f"superseded by {newest and newest.id}"
+            run.id, clock.now(), RunOutcome.ABANDONED, f"superseded by {newest and newest.id}"
         )
     if newest is not None and _only_own_machine_left(journal, controller, newest):
-        journal.write.close_run(newest.id, clock.now(), "done", OWN_POWEROFF)
+        journal.write.close_run(newest.id, clock.now(), RunOutcome.DONE, OWN_POWEROFF)
         events(Notice(clock.now(), f"run {newest.id}: {OWN_POWEROFF}"))
         newest = None
     controller.ledger.restore(journal.read.records())
@@ -81,7 +81,7 @@ def _only_own_machine_left(journal: Journal, controller: OutageController, run: 
     """A whole-site shutdown whose only unfinished steps stop the machine running upsguard:
     this process starting means that machine went down and came back. Stopping it again
     would power it off after every boot."""
-    if run.kind != "shutdown" or run.only is not None:
+    if run.kind is not RunKind.SHUTDOWN or run.only is not None:
         return False
     done = _done_steps(journal, run)
     left = [s for s in controller.shutdown_plan.steps if s.id not in done]
@@ -91,7 +91,7 @@ def _only_own_machine_left(journal: Journal, controller: OutageController, run: 
 
 
 def _done_steps(journal: Journal, run: RunRow) -> set[StepId]:
-    latest = {s.step: StepState(s.state) for s in journal.read.steps(run.id)}
+    latest = {s.step: s.state for s in journal.read.steps(run.id)}
     return {StepId(s) for s, state in latest.items() if state.finished}
 
 

@@ -7,16 +7,16 @@ change to ``on_battery`` that led to the run) when there was one, else with the 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from upsguard.config.site import SiteConfig
 from upsguard.errors import PermanentError
+from upsguard.events import RISK_PREFIX, CacheClean, PointOfNoReturn, RiskAccepted
 from upsguard.journal.learned import learned_durations
 from upsguard.journal.rows import EventRow, RunRow, StepRow, iso, parse_iso
 from upsguard.journal.store import Journal
-from upsguard.models import Phase
+from upsguard.models import LinkState, Phase
 from upsguard.reports.assemble import outlook, plan_for, run_story
 from upsguard.reports.story import (
     BatterySample,
@@ -32,7 +32,6 @@ from upsguard.runbooks.planner import Planner
 
 MARGIN = timedelta(minutes=1)
 """Readings and events this long before and after the story still belong to it."""
-_CACHE = re.compile(r"cache (\S+?)[/ ]")
 
 
 def pick_runs(journal: Journal, run_id: str | None) -> list[RunRow]:
@@ -108,9 +107,9 @@ def _outage_start(journal: Journal, run_start: datetime) -> datetime | None:
     for phase in journal.read.phases(limit=200):  # newest first
         if phase.at > before:
             continue
-        if phase.new == Phase.ON_BATTERY.value:
+        if phase.new is Phase.ON_BATTERY:
             return parse_iso(phase.at)
-        if phase.new == Phase.NORMAL.value:
+        if phase.new is Phase.NORMAL:
             return None
     return None
 
@@ -121,7 +120,7 @@ def _journal_span(journal: Journal) -> tuple[datetime, datetime]:
     events = journal.read.events(after=0, limit=1) + journal.read.events(after=-1)
     if not events:
         raise PermanentError(f"journal {journal.path}: nothing recorded yet, nothing to report")
-    start = next((p.at for p in phases if p.new != Phase.NORMAL.value), events[0].at)
+    start = next((p.at for p in phases if p.new is not Phase.NORMAL), events[0].at)
     return parse_iso(start), parse_iso(events[-1].at)
 
 
@@ -152,12 +151,13 @@ def _record(row: StepRow) -> StepRecord:
     return StepRecord(
         step=row.step,
         action=row.action,
-        started=parse_iso(row.started) if row.action != "-" else None,
+        started=parse_iso(row.started) if row.ran else None,
         ended=parse_iso(row.ended) if row.ended else None,
         state=row.state,
         detail=row.detail,
         tries=row.tries,
         fallback_used=row.fallback_used,
+        resource=row.resource,
     )
 
 
@@ -175,26 +175,26 @@ def _moments(
     start, end = window
     out = [
         Moment(_seconds(p.at, origin), "phase", f"{p.old} -> {p.new}", why=p.reason)
-        for p in journal.read.phases(limit=1000)
+        for p in reversed(journal.read.phases(limit=1000))  # oldest first, as journaled
         if start <= p.at <= end
     ]
     out += [
         Moment(_seconds(o.at, origin), "override", o.action, who=o.who, why=o.reason)
-        for o in journal.read.overrides(limit=1000)
+        for o in reversed(journal.read.overrides(limit=1000))
         if start <= o.at <= end
     ]
     for event in events:
-        if event.kind == "RiskAccepted":
+        if event.kind == RiskAccepted.__name__:
             out.append(
-                Moment(_seconds(event.at, origin), "risk", event.text.removeprefix("RISK: "))
+                Moment(_seconds(event.at, origin), "risk", event.text.removeprefix(RISK_PREFIX))
             )
-        elif event.kind == "PointOfNoReturn":
+        elif event.kind == PointOfNoReturn.__name__:
             out.append(Moment(_seconds(event.at, origin), "trigger", event.text))
     for run in runs:
         facts = run.facts
         text = f"{facts.kind} run starts ({facts.origin}): {facts.reason}"
         out.append(Moment(run.start_s, "trigger", text))
-    out.sort(key=lambda m: m.at_s)
+    out.sort(key=lambda m: m.at_s)  # stable: what happened at one instant stays in order
     return out
 
 
@@ -209,7 +209,7 @@ def _battery(journal: Journal, origin: datetime, window: tuple[str, str]) -> lis
             on_battery="OB" in r.status.split(),
         )
         for r in journal.read.readings_between(*window)
-        if r.link == "ok"
+        if r.link is LinkState.OK
     ]
 
 
@@ -217,7 +217,12 @@ def _caches(
     journal: Journal, events: list[EventRow], origin: datetime, window: tuple[str, str]
 ) -> list[CacheSample]:
     """What the journal knows of each cache: its flips, when it was clean, risks taken with
-    it dirty. The journal keeps no dirty-byte figures: a flip's bytes are unknown (None)."""
+    it dirty. The journal keeps no dirty-byte figures: a flip's bytes are unknown (None).
+
+    Which cache a clean or a risk concerns is read from the event's payload. Events
+    journaled before payloads were kept (schema 4 and older) have none: their clean and
+    risk moments are left out of the cache timeline (the risk still shows among the
+    moments), rather than guessed from the words of their line."""
     start, end = window
     out = [
         CacheSample(
@@ -226,19 +231,17 @@ def _caches(
             None,
             f"{op.target} -> {op.mode}" + ("" if op.ok else f" FAILED: {op.detail}"),
         )
-        for op in journal.read.cache_ops(limit=10_000)
+        for op in reversed(journal.read.cache_ops(limit=10_000))
         if start <= op.at <= end
     ]
     for event in events:
-        if event.kind not in ("CacheClean", "RiskAccepted"):
+        if event.kind not in (CacheClean.__name__, RiskAccepted.__name__):
             continue
-        found = _CACHE.search(event.text + " ")
-        if found is None:
+        cache = (event.payload or {}).get("cache")
+        if not isinstance(cache, str):
             continue
-        clean = event.kind == "CacheClean"
-        note = event.text if clean else event.text.removeprefix("RISK: ")
-        out.append(
-            CacheSample(found.group(1), _seconds(event.at, origin), 0 if clean else None, note)
-        )
+        clean = event.kind == CacheClean.__name__
+        note = event.text if clean else event.text.removeprefix(RISK_PREFIX)
+        out.append(CacheSample(cache, _seconds(event.at, origin), 0 if clean else None, note))
     out.sort(key=lambda c: c.at_s)
     return out

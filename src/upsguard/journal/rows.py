@@ -10,10 +10,19 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
-from upsguard.models import ResourceId, RunId, StepId
-from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunRecord, RunSpec
+from upsguard.models import (
+    CacheMode,
+    Direction,
+    LinkState,
+    Phase,
+    ResourceId,
+    RunId,
+    StepId,
+    StepState,
+)
+from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunRecord, RunSpec, RunState
 
 
 def iso(at: datetime) -> str:
@@ -43,14 +52,14 @@ class ReadingRow(Row):
     runtime: float | None
     load: float | None
     input_voltage: float | None
-    link: str
+    link: LinkState
 
 
 @dataclass(frozen=True, slots=True)
 class PhaseRow(Row):
     at: str
-    old: str
-    new: str
+    old: Phase
+    new: Phase
     reason: str
 
 
@@ -62,7 +71,8 @@ class StepRow(Row):
     attempt: int
     started: str
     ended: str | None
-    state: str
+    state: StepState
+    """The attempt's state; one row per attempt (``StepState`` documents each)."""
     detail: str
     tries: int
     fallback_used: bool
@@ -70,19 +80,32 @@ class StepRow(Row):
     """The resource the step acts on (a group's members name their group)."""
     already_there: bool = False
     """Every target was in the wanted state already: nothing was asked."""
+    member: bool = False
+    """One VM of a group expanded from live inventory, not the whole resource."""
+
+    @property
+    def ran(self) -> bool:
+        """Started on its targets (a row of a step that never started says why: skipped,
+        cancelled, a barrier passed)."""
+        return self.action != NEVER_STARTED
+
+
+NEVER_STARTED: Final = "-"
+"""The ``action`` of a step row written for a step that never started."""
 
 
 @dataclass(frozen=True, slots=True)
 class RunRow(Row):
     id: str
-    direction: str
-    kind: str  # shutdown | shedding | startup
-    origin: str  # policy | manual
+    direction: Direction
+    kind: RunKind
+    origin: RunOrigin
     only: tuple[str, ...] | None
     reason: str
     started: str
     ended: str | None
-    state: str  # running | interrupted | done | failed | cancelled | aborted
+    state: RunState
+    """``running``, or how the run ended (``RunState`` documents each)."""
     detail: str
     point_of_no_return: str | None
     resumed: int
@@ -90,16 +113,22 @@ class RunRow(Row):
     steps: tuple[StepRow, ...] = field(default=())
 
     @property
+    def outcome(self) -> RunOutcome | None:
+        """How the run ended; None while it is running (or a dead process left it so)."""
+        return self.state.outcome
+
+    @property
     def unfinished(self) -> bool:
-        return self.state in ("running", "interrupted")
+        """Running, or interrupted: the next start of the service resumes it."""
+        return self.outcome is None or self.outcome.resumable
 
     def record(self) -> RunRecord:
         """The run as the run ledger holds it; a run still 'running' in the journal was left
         by a process that died and is active until resumed or closed."""
         spec = RunSpec(
             id=RunId(self.id),
-            kind=RunKind(self.kind),
-            origin=RunOrigin(self.origin),
+            kind=self.kind,
+            origin=self.origin,
             reason=self.reason,
             at=parse_iso(self.started),
             only=tuple(ResourceId(r) for r in self.only) if self.only is not None else None,
@@ -107,7 +136,7 @@ class RunRow(Row):
         )
         return RunRecord(
             spec,
-            outcome=None if self.state == "running" else RunOutcome(self.state),
+            outcome=self.outcome,
             point_of_no_return=StepId(self.point_of_no_return) if self.point_of_no_return else None,
             detail=self.detail,
             ended=parse_iso(self.ended) if self.ended else None,
@@ -127,7 +156,7 @@ class CacheOpRow(Row):
     at: str
     cache: str
     target: str
-    mode: str
+    mode: CacheMode
     ok: bool
     detail: str
 
@@ -161,4 +190,8 @@ class EventRow(Row):
     kind: str
     level: str
     text: str
+    """The line a person reads (``events.describe``); never parsed."""
     run: str | None
+    payload: dict[str, Any] | None = None
+    """The event's typed fields (``journal.payload``); None for an event journaled before
+    schema 5."""

@@ -158,6 +158,17 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX requests_run ON requests(run);
     """,
+    # 4 -> 5: each event's typed fields as JSON (``journal.payload``), what reports and
+    # learned figures read instead of the line of text. Events journaled before keep no
+    # payload (NULL): their facts are not read back out of their words. Whether a step acted
+    # on one member of a group, as a column; old rows get it from their id (``stop:web/web-01``
+    # names a member of web): read once, here, never again.
+    """
+    ALTER TABLE events ADD COLUMN payload TEXT;
+    ALTER TABLE steps ADD COLUMN member INTEGER NOT NULL DEFAULT 0;
+    UPDATE steps SET member = 1
+        WHERE resource IS NOT NULL AND substr(step, instr(step, ':') + 1) != resource;
+    """,
 )
 
 VERSION = len(MIGRATIONS)

@@ -34,9 +34,11 @@ from upsguard.events import (
     level,
 )
 from upsguard.journal.checkups import write_battery_test, write_checkup
+from upsguard.journal.payload import fields_of, to_json
 from upsguard.journal.queries import Connection, JournalQueries
-from upsguard.journal.rows import EventRow, RunRow, iso
+from upsguard.journal.rows import NEVER_STARTED, EventRow, RunRow, iso
 from upsguard.models import LinkState, Phase, StepState, UpsReading
+from upsguard.runs import RunOutcome, RunState
 
 LineListener = Callable[[EventRow], None]
 
@@ -139,9 +141,12 @@ class JournalWriter:
             return
         run = getattr(event, "run", None)
         at, kind, grade, line = iso(event.at), event.kind, level(event), text.strip()
-        row_id = self._insert("events", at=at, kind=kind, level=grade, text=line, run=run)
+        fields = fields_of(event)
+        row_id = self._insert(
+            "events", at=at, kind=kind, level=grade, text=line, run=run, payload=to_json(fields)
+        )
         if self._on_line is not None:
-            self._on_line(EventRow(row_id, at, kind, grade, line, run))
+            self._on_line(EventRow(row_id, at, kind, grade, line, run, fields))
 
     def _insert(self, table: str, **values: object) -> int:
         names = ", ".join(values)
@@ -187,8 +192,8 @@ class JournalWriter:
         spec = event.spec
         self._db().execute(
             "INSERT INTO runs (id, direction, kind, origin, only, feeds, reason, started, state)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running')"
-            " ON CONFLICT(id) DO UPDATE SET state = 'running', ended = NULL,"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(id) DO UPDATE SET state = excluded.state, ended = NULL,"
             " resumed = resumed + 1",
             (
                 spec.id,
@@ -199,6 +204,7 @@ class JournalWriter:
                 RunRow.list_text(spec.feeds),
                 spec.reason,
                 iso(spec.at),
+                RunState.RUNNING.value,
             ),
         )
 
@@ -206,8 +212,8 @@ class JournalWriter:
         """An interrupted run keeps no end: it is not over, the next start resumes it."""
         ended = None if event.outcome.resumable else iso(event.at)
         self._db().execute(
-            "UPDATE runs SET state = ?, ended = ?, detail = ? WHERE id = ? AND state = 'running'",
-            (event.outcome.value, ended, event.detail, event.run),
+            "UPDATE runs SET state = ?, ended = ?, detail = ? WHERE id = ? AND state = ?",
+            (event.outcome.value, ended, event.detail, event.run, RunState.RUNNING.value),
         )
 
     def _step_started(self, event: StepStarted) -> None:
@@ -218,6 +224,7 @@ class JournalWriter:
             event.at,
             state=StepState.RUNNING.value,
             resource=event.resource,
+            member=int(event.member),
         )
 
     def _step_finished(self, event: StepFinished) -> None:
@@ -225,9 +232,9 @@ class JournalWriter:
         row = (
             self._db()
             .execute(
-                "SELECT id FROM steps WHERE run = ? AND step = ? AND state = 'running'"
+                "SELECT id FROM steps WHERE run = ? AND step = ? AND state = ?"
                 " ORDER BY id DESC LIMIT 1",
-                (event.run, event.step),
+                (event.run, event.step, StepState.RUNNING.value),
             )
             .fetchone()
         )
@@ -248,7 +255,13 @@ class JournalWriter:
         elif state not in (StepState.INTERRUPTED, StepState.ABANDONED):
             # never started: a row says why (skipped, cancelled); nothing to resume from it
             self._new_attempt(
-                event.run, event.step, "-", event.at, resource=event.resource, **ended
+                event.run,
+                event.step,
+                NEVER_STARTED,
+                event.at,
+                resource=event.resource,
+                member=int(event.member),
+                **ended,
             )
 
     def _new_attempt(self, run: str, step: str, action: str, at: datetime, **columns: Any) -> None:
@@ -274,18 +287,20 @@ class JournalWriter:
         """Mark steps a dead controller left running as abandoned; return the unfinished runs."""
         self._safely(
             lambda: self._db().execute(
-                "UPDATE steps SET state = 'abandoned', ended = ? WHERE state = 'running'",
-                (iso(at),),
+                "UPDATE steps SET state = ?, ended = ? WHERE state = ?",
+                (StepState.ABANDONED.value, iso(at), StepState.RUNNING.value),
             ),
             None,
         )
         return [r for r in self._read.runs(limit=50) if r.unfinished]
 
-    def close_run(self, run: str, at: datetime, state: str, detail: str) -> None:
+    def close_run(self, run: str, at: datetime, outcome: RunOutcome, detail: str) -> None:
+        """End a run no process will finish (superseded, aborted while stopped, finished by
+        the controller's own poweroff)."""
         self._safely(
             lambda: self._db().execute(
                 "UPDATE runs SET state = ?, ended = ?, detail = ? WHERE id = ?",
-                (state, iso(at), detail, run),
+                (outcome.value, iso(at), detail, run),
             ),
             None,
         )

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
-from upsguard.models import Direction, ResourceId, StepId
+from upsguard.models import Direction, ResourceId, StepId, StepState
 from upsguard.reports.story import (
     Finding,
     Outlook,
@@ -37,7 +37,7 @@ CHANGES_SHOWN = 10
 def plan_for(planner: Planner, facts: RunFacts) -> Plan:
     """The plan of a run as its planner makes it (a shedding run's ``only`` is its shed set)."""
     only = {ResourceId(r) for r in facts.only} if facts.only is not None else None
-    return planner.plan(Direction(facts.direction), only)
+    return planner.plan(facts.direction, only)
 
 
 def run_story(
@@ -86,7 +86,7 @@ def _step_story(
         action=step.action.value,
         description=step.description,
         waits_for=step.waits_for,
-        state=record.state if record is not None else "not run",
+        state=record.state if record is not None else None,
         detail=record.detail if record is not None else "",
         planned_start_s=planned_start,
         planned_s=step.estimate_s,
@@ -101,10 +101,9 @@ def _step_story(
 
 def _unplanned_story(record: StepRecord, origin: datetime) -> StepStory:
     start, actual = _actual(record, origin)
-    node = record.step.partition(":")[2]
     return StepStory(
         id=record.step,
-        resource=node.partition("/")[0],
+        resource=record.resource or record.step,
         action=record.action,
         description="not in the plan the site file makes today",
         waits_for=(),
@@ -161,10 +160,10 @@ def _duration(facts: RunFacts, steps: list[StepStory], offset: float) -> float |
 # -- the steps worth a look ----------------------------------------------------------------
 
 
-def findings(steps: Iterable[StepStory], direction: str) -> list[Finding]:
+def findings(steps: Iterable[StepStory], direction: Direction) -> list[Finding]:
     out: list[Finding] = []
     for step in steps:
-        if step.state == "failed":
+        if step.state is StepState.FAILED:
             out.append(_failed(step, direction))
         elif step.fallback_used:
             out.append(_fallback(step))
@@ -174,7 +173,7 @@ def findings(steps: Iterable[StepStory], direction: str) -> list[Finding]:
 
 
 def _slow(step: StepStory) -> bool:
-    if step.actual_s is None or step.planned_s is None or step.state != "done":
+    if step.actual_s is None or step.planned_s is None or step.state is not StepState.DONE:
         return False
     return step.actual_s > step.planned_s * SLOW_RATIO and (
         step.actual_s - step.planned_s >= SLOW_MARGIN_S
@@ -193,7 +192,7 @@ _WHY_SLOW = {
 }
 
 
-def _slow_finding(step: StepStory, direction: str) -> Finding:
+def _slow_finding(step: StepStory, direction: Direction) -> Finding:
     took, planned = format_duration(step.actual_s or 0.0), format_duration(step.planned_s or 0.0)
     why = _WHY_SLOW.get(step.action, "look at why it is slow")
     source = step.estimate_source
@@ -206,7 +205,7 @@ def _slow_finding(step: StepStory, direction: str) -> Finding:
             EstimateSource.PLATFORM.value: "platform's typical",
         }.get(source, "default")
         text = f"{step.resource} took {took} against a {planned} {what}"
-        field = "estimate.stop" if direction == Direction.SHUTDOWN.value else "estimate.start"
+        field = "estimate.stop" if direction is Direction.SHUTDOWN else "estimate.start"
         suggestion = (
             f"raise its estimate ({field}: {format_duration(_round_up(step.actual_s or 0.0))}), "
             f"or {why}"
@@ -224,8 +223,8 @@ def _fallback(step: StepStory) -> Finding:
     return Finding(step.id, "fallback", text, suggestion)
 
 
-def _failed(step: StepStory, direction: str) -> Finding:
-    verb = "trigger shutdown" if direction == Direction.SHUTDOWN.value else "trigger startup"
+def _failed(step: StepStory, direction: Direction) -> Finding:
+    verb = "trigger shutdown" if direction is Direction.SHUTDOWN else "trigger startup"
     return Finding(
         step.id,
         "failed",

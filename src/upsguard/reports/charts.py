@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 import pygal
 from pygal.style import Style
 
+from upsguard.models import StepState
 from upsguard.reports.story import BatterySample, CacheSample, Moment, RunStory, StepStory
 
 MiB = 1024 * 1024
@@ -89,7 +90,7 @@ def timeline_svg(run: RunStory) -> str:
         return _segments((*ran[s.id], rows[s.id] - 0.2) for s in chosen)
 
     done = [s for s in steps if s.id in ran]
-    trouble = [s for s in done if s.state == "failed" or s.fallback_used]
+    trouble = [s for s in done if s.state is StepState.FAILED or s.fallback_used]
     critical = [s for s in done if s.critical and s not in trouble]
     normal = [s for s in done if s not in trouble and s not in critical]
     chart.add("planned", _segments(planned) or [None])

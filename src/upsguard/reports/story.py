@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from upsguard.models import Direction, StepState
+from upsguard.runs import RunKind, RunOrigin, RunState
+
 
 @dataclass(frozen=True, slots=True)
 class StepRecord:
@@ -20,10 +23,13 @@ class StepRecord:
     action: str
     started: datetime | None
     ended: datetime | None
-    state: str
+    state: StepState
     detail: str
     tries: int = 1
     fallback_used: bool = False
+    resource: str | None = None
+    """The resource the step acted on (a group's members name their group); None where the
+    record does not say."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,13 +37,13 @@ class RunFacts:
     """One run as it was recorded."""
 
     id: str
-    kind: str
-    direction: str
-    origin: str
+    kind: RunKind
+    direction: Direction
+    origin: RunOrigin
     reason: str
     started: datetime
     ended: datetime | None
-    state: str
+    state: RunState
     detail: str = ""
     only: tuple[str, ...] | None = None
     point_of_no_return: str | None = None
@@ -62,7 +68,8 @@ class StepStory:
     action: str
     description: str
     waits_for: tuple[str, ...]
-    state: str  # done, failed, ... or "not run"
+    state: StepState | None
+    """How its last attempt ended; None: it did not run (no row in the journal)."""
     detail: str = ""
     planned_start_s: float | None = None
     planned_s: float | None = None
@@ -74,6 +81,15 @@ class StepStory:
     critical: bool = False
     """On the path that decided how long the run took (the planned one when nothing ran)."""
     timeout_s: float | None = None
+
+    @property
+    def outcome(self) -> str:
+        """The state as a report prints it."""
+        return NOT_RUN if self.state is None else self.state.value
+
+
+NOT_RUN = "not run"
+"""What a report says of a planned step that has no record."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +179,7 @@ class PlanChange:
 class Outlook:
     """What the next outage would look like with the durations learned so far."""
 
-    direction: str
+    direction: Direction
     configured_s: float
     learned_s: float
     learned_critical_path: tuple[str, ...]

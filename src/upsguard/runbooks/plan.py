@@ -107,6 +107,9 @@ class Step:
     settings: StepSettings | None = None  # None only for barriers
     targets: tuple[Target, ...] = ()
     members: int = 1  # the VMs a group step covers
+    member: bool = False
+    """One VM of a group expanded from live inventory (``stop:web/web-01``), not the
+    resource as a whole: its duration is learned per member."""
     caches: tuple[CacheName, ...] = ()
     direct: bool = False
     estimate_source: str = EstimateSource.DEFAULT.value

@@ -299,6 +299,7 @@ class _StepMaker:
             settings=self._settings_of(res),
             targets=node.targets,
             members=count,
+            member=node.id != node.resource,
             caches=tuple(self._gated.get(node.id, ())),
             direct=direct,
             estimate_source=figure.source,

@@ -34,6 +34,7 @@ from upsguard.errors import (
     PermanentError,
     UpsguardError,
     UpsUnreachable,
+    naming,
 )
 from upsguard.findings import Finding
 from upsguard.models import LinkState, UpsFlag, UpsName, UpsReading
@@ -291,8 +292,9 @@ class NutSource:
 
 
 def _named(ups: UpsName, exc: UpsguardError) -> UpsguardError:
-    """The same error with the site's UPS name in front, so that the line says which UPS."""
-    message = f"UPS {ups}: {exc}"
+    """The same error with the site's UPS name in front, so that the line says which UPS (an
+    error raised here that names it already, a missing password or a bad CA file, once)."""
+    message = naming(f"UPS {ups}", exc)
     if isinstance(exc, ConfigError):
         return ConfigError(message)
     if isinstance(exc, UpsUnreachable):
