@@ -160,7 +160,7 @@ class SiteConfig(Model):
         feeds = self.feeds_of(rid)
         if feeds:
             return feeds
-        res = self.resource_index()[rid]
+        res = self.resource(rid)
         hosts = list(res.runs_on)
         if not hosts and res.kind in (ResourceKind.VM, ResourceKind.VM_GROUP) and res.platform:
             hosts = [h.id for h in self.hosts_of_platform(res.platform)]

@@ -209,7 +209,7 @@ class Simulation:
         """Power is back to upsguard's machine: its firmware powers it on."""
         self.own.booting = True
         for rid in resources:
-            res = self.site.resource_index()[rid]
+            res = self.site.resource(rid)
             platform = self.platforms.get(PlatformName(res.platform or ""))
             if platform is not None:
                 settings = self._simulated_settings(platform.name)
