@@ -58,3 +58,53 @@ def test_the_drain_rate_counts_from_the_flip_not_from_the_write_back_before_it()
         return status.rate_bps
 
     assert run_virtual(rate()) == 100 * 1024 * 1024
+
+
+def test_a_short_outage_puts_the_cache_back_at_once() -> None:
+    """The pause between asks is for a cache that refused a mode: a restore two seconds
+    after a flip that worked waited 30 s (the bench of the reaction saw the site stay in
+    write-through past its return)."""
+
+    async def modes() -> tuple[CacheMode, CacheMode]:
+        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        cache = SimulatedCacheSettings.model_validate(
+            {"name": "flash", "provider": "simulated", "dirty": "0"}
+        )
+        site = SiteConfig.model_validate(
+            {"site": "t", "ups": [{"name": "u", "simulated": {}}], "caches": [cache]}
+        )
+        sim = SimulatedCache(cache, clock)
+        watch = DestageWatch(site, {cache.name: sim}, clock, lambda e: None)
+        await watch.poll()
+        await watch.write_through()
+        during = sim.mode
+        await asyncio.sleep(2)
+        await watch.restore()
+        return during, sim.mode
+
+    assert run_virtual(modes()) == (CacheMode.WRITE_THROUGH, CacheMode.WRITE_BACK)
+
+
+def test_the_second_outage_owes_the_cache_back_too() -> None:
+    """After a restore on mains (where caches are not read) the last reading still said
+    write-through: the next outage's flip was not owed, and the cache stayed in
+    write-through after it."""
+
+    async def mode_after_two_outages() -> CacheMode:
+        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        cache = SimulatedCacheSettings.model_validate(
+            {"name": "flash", "provider": "simulated", "dirty": "0"}
+        )
+        site = SiteConfig.model_validate(
+            {"site": "t", "ups": [{"name": "u", "simulated": {}}], "caches": [cache]}
+        )
+        sim = SimulatedCache(cache, clock)
+        watch = DestageWatch(site, {cache.name: sim}, clock, lambda e: None)
+        for _ in range(2):
+            await watch.write_through()
+            await watch.poll()  # read on battery: write-through
+            await asyncio.sleep(2)
+            await watch.restore()  # on mains: not read
+        return sim.mode
+
+    assert run_virtual(mode_after_two_outages()) == CacheMode.WRITE_BACK

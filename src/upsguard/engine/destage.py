@@ -108,7 +108,13 @@ class DestageWatch:
         """When each cache upsguard switched to write-through got there (its drain's clock)."""
         self.owed: set[CacheName] = set()
         """Caches upsguard took out of write-back: they go back once the outage is over."""
-        self._asked_at: dict[CacheName, float] = {}
+        self._refused_at: dict[tuple[CacheName, CacheMode], float] = {}
+        self._asking: set[tuple[CacheName, CacheMode]] = set()
+        self._known_mode: dict[tuple[CacheName, str], CacheMode] = {}
+        """Each target's mode as last read, or as upsguard last set it (caches are read only
+        on battery: a restore on mains is known only from having made it)."""
+        """When a cache last refused a mode: asked again for it at most every ``RETRY_S``
+        (a mode it took, or the other one, is asked for at once)."""
         self._waited_on: Counter[CacheName] = Counter()
         """Caches steps wait on to be clean now: never put back in write-back under them."""
         self._lock = asyncio.Lock()
@@ -141,7 +147,7 @@ class DestageWatch:
         due = [
             c
             for c in chosen
-            if c not in self.flipped_at and now - self._asked_at.get(c, -RETRY_S) >= RETRY_S
+            if c not in self.flipped_at and self._may_ask(c, CacheMode.WRITE_THROUGH, now)
         ]
         if due:
             await self.set_mode(CacheMode.WRITE_THROUGH, due)
@@ -156,17 +162,39 @@ class DestageWatch:
         due = [
             c
             for c in sorted(self.owed)
-            if not self._waited_on[c] and now - self._asked_at.get(c, -RETRY_S) >= RETRY_S
+            if not self._waited_on[c] and self._may_ask(c, CacheMode.WRITE_BACK, now)
         ]
         if due:
             await self.set_mode(CacheMode.WRITE_BACK, due)
+
+    def _may_ask(self, cache: CacheName, mode: CacheMode, now: float) -> bool:
+        """Not while the same ask is under way, nor sooner than ``RETRY_S`` after a refusal."""
+        key = (cache, mode)
+        return key not in self._asking and now - self._refused_at.get(key, -RETRY_S) >= RETRY_S
 
     def owe(self, names: Iterable[CacheName]) -> None:
         """Caches a controller before this one took out of write-back (from the journal)."""
         self.owed.update(n for n in names if n in self._providers)
 
     async def _set_cache(self, cache: CacheName, mode: CacheMode) -> list[ModeResult]:
-        self._asked_at[cache] = self._clock.monotonic()
+        key = (cache, mode)
+        self._asking.add(key)
+        try:
+            results = await self._set_targets(cache, mode)
+        finally:
+            self._asking.discard(key)
+        if all(r.ok for r in results):
+            self._refused_at.pop(key, None)
+            if mode is CacheMode.WRITE_THROUGH:
+                self.flipped_at.setdefault(cache, self._clock.monotonic())
+            elif mode is CacheMode.WRITE_BACK:
+                self.owed.discard(cache)
+                self.flipped_at.pop(cache, None)
+        else:
+            self._refused_at[key] = self._clock.monotonic()
+        return results
+
+    async def _set_targets(self, cache: CacheName, mode: CacheMode) -> list[ModeResult]:
         try:
             targets = await self.targets(cache)
         except Exception as exc:  # one cache's failure (a bad key, a plugin bug) is its own
@@ -176,20 +204,12 @@ class DestageWatch:
         if mode is CacheMode.WRITE_THROUGH and cache not in self.flipped_at:
             for key in [k for k in self._history if k[0] == cache]:
                 del self._history[key]  # the drain starts now: older readings say nothing
-        results = list(await asyncio.gather(*(self._set_target(cache, t, mode) for t in targets)))
-        if all(r.ok for r in results):
-            if mode is CacheMode.WRITE_THROUGH:
-                self.flipped_at.setdefault(cache, self._clock.monotonic())
-            elif mode is CacheMode.WRITE_BACK:
-                self.owed.discard(cache)
-                self.flipped_at.pop(cache, None)
-        return results
+        return list(await asyncio.gather(*(self._set_target(cache, t, mode) for t in targets)))
 
     def _in_write_back(self, cache: CacheName, target: CacheTarget) -> bool:
-        """The target was in write-back when last read (or has not been read): a flip to
+        """The target was in write-back when last read or set (or neither yet): a flip to
         write-through puts upsguard in its debt."""
-        status = self.status.get((cache, target.name))
-        mode = status.state.mode if status is not None and status.state is not None else None
+        mode = self._known_mode.get((cache, target.name))
         return mode is None or mode is CacheMode.WRITE_BACK
 
     async def _set_target(
@@ -202,6 +222,7 @@ class DestageWatch:
             result = ModeResult(cache, target.name, False, _why(exc, cache))
         else:
             result = ModeResult(cache, target.name, True, f"{target.name}: {mode.value}")
+            self._known_mode[(cache, target.name)] = mode
             if owed:
                 self.owed.add(cache)
         self._events(
@@ -242,6 +263,7 @@ class DestageWatch:
         history = self._history.setdefault(key, _History())
         if state is not None:
             history.add(self._clock.monotonic(), state.dirty_bytes)
+            self._known_mode[key] = state.mode
         rate = history.rate()
         dirty = state.dirty_bytes if state is not None else None
         eta = dirty / rate if dirty and rate and rate > 0 else (0.0 if dirty == 0 else None)
