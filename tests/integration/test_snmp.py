@@ -222,6 +222,33 @@ def test_powernet_commands_are_sets_read_back_at_the_agent(
     assert snmpsim.get("powernet", *expected) == expected
 
 
+TEST_ID = f"{UPS_MIB}.7.1.0"  # upsTestId: the test asked for
+TESTS = f"{UPS_MIB}.7.7"  # upsWellKnownTests
+DIAGNOSTICS = f"{APC}.7.2.2.0"  # upsAdvTestDiagnostics: testDiagnostics(2)
+CALIBRATION = f"{APC}.7.2.5.0"  # upsAdvTestRuntimeCalibration: perform(2), cancel(3)
+
+
+@pytest.mark.parametrize(
+    ("agent", "command", "expected"),
+    [
+        # RFC 1628: upsTestId set to a well-known test (with the spin lock just read)
+        ("ups-mib", "test.battery.start.quick", {TEST_ID: f"{TESTS}.4"}),
+        ("ups-mib", "test.battery.start.deep", {TEST_ID: f"{TESTS}.5"}),
+        ("ups-mib", "test.battery.stop", {TEST_ID: f"{TESTS}.2"}),
+        # PowerNet: a self-test is a diagnostics run; a deep test, a runtime calibration
+        ("powernet", "test.battery.start.quick", {DIAGNOSTICS: 2}),
+        ("powernet", "test.battery.start.deep", {CALIBRATION: 2}),
+        ("powernet", "test.battery.stop", {CALIBRATION: 3}),
+    ],
+)
+def test_battery_tests_are_sets_read_back_at_the_agent(
+    snmpsim: SnmpSim, agent: str, command: str, expected: dict[str, object]
+) -> None:
+    """The scheduled battery test over SNMP (``battery_test:``), as the agent received it."""
+    _command(snmpsim.ups_config(agent), command)
+    assert snmpsim.get(agent, *expected) == expected
+
+
 def test_commands_go_over_v3_too(snmpsim: SnmpSim) -> None:
     config = _with_delay(snmpsim.v3_config("ups-mib"), "shutdown.return", "2m")
     _command(config, "shutdown.return")

@@ -128,8 +128,9 @@ class SnmpSim:
         settings.update(snmp)
         return self.ups_config(agent, **settings)
 
-    def get(self, agent: str, *oids: str) -> dict[str, int]:
-        """INTEGER or TimeTicks values of ``agent`` as the agent answers them now (v2c)."""
+    def get(self, agent: str, *oids: str) -> dict[str, int | str]:
+        """INTEGER or TimeTicks values (OBJECT IDENTIFIERs dotted) of ``agent`` as the agent
+        answers them now (v2c)."""
         from pysnmp.hlapi.v3arch.asyncio import (
             CommunityData,
             ContextData,
@@ -140,7 +141,7 @@ class SnmpSim:
             get_cmd,
         )
 
-        async def read() -> dict[str, int]:
+        async def read() -> dict[str, int | str]:
             engine = SnmpEngine()
             try:
                 target = await UdpTransportTarget.create(("127.0.0.1", self.port), 2, 1)
@@ -152,7 +153,7 @@ class SnmpSim:
                     *(ObjectType(ObjectIdentity(oid)) for oid in oids),
                 )
                 assert not error and not status, f"GET {oids}: {error or status}"
-                return {oid: int(value) for oid, (_, value) in zip(oids, binds, strict=True)}
+                return {oid: _plain(value) for oid, (_, value) in zip(oids, binds, strict=True)}
             finally:
                 engine.close_dispatcher()
 
@@ -268,3 +269,9 @@ def snmpsim(snmpsim_server: list[SnmpSim]) -> SnmpSim:
     """The session's snmpsim, reset: tests may change its files, SET its records or stop it."""
     snmpsim_server[0] = reset(snmpsim_server[0])
     return snmpsim_server[0]
+
+
+def _plain(value: object) -> int | str:
+    from pyasn1.type.univ import ObjectIdentifier
+
+    return str(value) if isinstance(value, ObjectIdentifier) else int(value)  # type: ignore[call-overload]
