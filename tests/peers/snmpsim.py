@@ -271,7 +271,9 @@ def snmpsim(snmpsim_server: list[SnmpSim]) -> SnmpSim:
     return snmpsim_server[0]
 
 
-def _plain(value: object) -> int | str:
-    from pyasn1.type.univ import ObjectIdentifier
-
-    return str(value) if isinstance(value, ObjectIdentifier) else int(value)  # type: ignore[call-overload]
+def _plain(value: Any) -> int | str:
+    """An INTEGER or TimeTicks as a number; an OBJECT IDENTIFIER, which has no number, dotted."""
+    try:
+        return int(value)
+    except TypeError:
+        return str(value)
