@@ -43,6 +43,10 @@ class Condition:
     threshold: float = 0.0
     plus_plan: bool = False
 
+    def __str__(self) -> str:
+        """As the site file says it: what a person reads in the run book and the plan."""
+        return self.text
+
     def holds(self, values: dict[str, float | None], flags: set[str], plan_s: float) -> bool:
         if self.flag is not None:
             return self.flag in flags

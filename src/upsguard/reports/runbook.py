@@ -206,8 +206,10 @@ def _by_hand(
         return "check that every VM is off before going on"
     if res.manual:
         return res.manual
-    name = res.target_name
     stop = step.id.startswith("stop:")
+    if res.runs_upsguard:
+        return _own_machine_by_hand(res, stop, site)
+    name = res.target_name
     match platform:
         case VsphereSettings() if res.kind is ResourceKind.HOST:
             if stop:
@@ -240,6 +242,24 @@ def _by_hand(
     if not stop:
         return _power_on_by_hand(res, site)
     return f"shut {res.kind} {name} down from its own console or front panel"
+
+
+def _own_machine_by_hand(res: ResourceConfig, stop: bool, site: SiteConfig) -> str:
+    """The controller's machine, named by its id: the run book is read when upsguard is
+    gone, and its address (often loopback) says nothing to the person at the rack."""
+    if stop:
+        command = res.shutdown or "systemctl poweroff"
+        return (
+            f"{res.id} runs upsguard: stop it last, after everything above, from its own "
+            f"console or an SSH session to it: {command}"
+        )
+    cycles = [u.name for u in site.ups if u.at_shutdown_end.command == "shutdown.return"]
+    back = (
+        f"; it also starts by itself when UPS {', '.join(cycles)} gives power back"
+        if cycles
+        else ""
+    )
+    return _power_on_by_hand(res, site).replace(res.target_name, res.id) + back
 
 
 def _power_on_by_hand(res: ResourceConfig, site: SiteConfig) -> str:
