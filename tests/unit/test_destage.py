@@ -60,21 +60,26 @@ def test_the_drain_rate_counts_from_the_flip_not_from_the_write_back_before_it()
     assert run_virtual(rate()) == 100 * 1024 * 1024
 
 
+def clean_cache() -> tuple[DestageWatch, SimulatedCache]:
+    """A watch over one clean simulated cache, on the running loop's virtual clock."""
+    clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+    cache = SimulatedCacheSettings.model_validate(
+        {"name": "flash", "provider": "simulated", "dirty": "0"}
+    )
+    site = SiteConfig.model_validate(
+        {"site": "t", "ups": [{"name": "u", "simulated": {}}], "caches": [cache]}
+    )
+    sim = SimulatedCache(cache, clock)
+    return DestageWatch(site, {cache.name: sim}, clock, lambda e: None), sim
+
+
 def test_a_short_outage_puts_the_cache_back_at_once() -> None:
     """The pause between asks is for a cache that refused a mode: a restore two seconds
     after a flip that worked waited 30 s (the bench of the reaction saw the site stay in
     write-through past its return)."""
 
     async def modes() -> tuple[CacheMode, CacheMode]:
-        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
-        cache = SimulatedCacheSettings.model_validate(
-            {"name": "flash", "provider": "simulated", "dirty": "0"}
-        )
-        site = SiteConfig.model_validate(
-            {"site": "t", "ups": [{"name": "u", "simulated": {}}], "caches": [cache]}
-        )
-        sim = SimulatedCache(cache, clock)
-        watch = DestageWatch(site, {cache.name: sim}, clock, lambda e: None)
+        watch, sim = clean_cache()
         await watch.poll()
         await watch.write_through()
         during = sim.mode
@@ -91,15 +96,7 @@ def test_the_second_outage_owes_the_cache_back_too() -> None:
     write-through after it."""
 
     async def mode_after_two_outages() -> CacheMode:
-        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
-        cache = SimulatedCacheSettings.model_validate(
-            {"name": "flash", "provider": "simulated", "dirty": "0"}
-        )
-        site = SiteConfig.model_validate(
-            {"site": "t", "ups": [{"name": "u", "simulated": {}}], "caches": [cache]}
-        )
-        sim = SimulatedCache(cache, clock)
-        watch = DestageWatch(site, {cache.name: sim}, clock, lambda e: None)
+        watch, sim = clean_cache()
         for _ in range(2):
             await watch.write_through()
             await watch.poll()  # read on battery: write-through
