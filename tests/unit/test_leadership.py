@@ -240,22 +240,39 @@ def test_a_step_is_claimed_while_the_store_answers_and_refused_past_the_fence() 
 
 
 def test_with_the_store_silent_a_needed_action_goes_on_alone_after_the_limit() -> None:
-    """The rule: never missing a shutdown outranks never acting twice."""
+    """The rule: never missing a shutdown outranks never acting twice. A standby waits
+    twice as long as a leader would: a leader still alive is well ahead of it."""
 
     async def scenario(pair: Pair) -> None:
         b = pair.controller("b")
         pair.stores["b"].mode = "down"  # the store is gone for everyone
         pair.start("b")
         assert b.silence_limit_s == TTL + TTL / 3
-        await pair.until(7.99)
+        assert b.standby_limit_s == 2 * b.silence_limit_s
+        await pair.until(15.99)
         assert b.act_without_store("shutdown needed") is False  # a blip is waited out
         assert b.role is Role.STANDBY
-        await pair.until(8)
+        await pair.until(16)
         assert b.act_without_store("shutdown needed") is True
         assert (b.role, b.may_act()) == (Role.ALONE, True)  # a tuple: mypy keeps no narrowing
         assert await b.claim_step(RUN, STEP) is True  # nothing written: the journal keeps it
         await b.record_step(RUN, STEP, StepState.DONE)
-        assert pair.changes["b"][-1] == (8.0, Role.ALONE)
+        assert pair.changes["b"][-1] == (16.0, Role.ALONE)
+
+    virtual(scenario)
+
+
+def test_a_leader_whose_store_falls_silent_goes_on_alone_after_the_limit() -> None:
+    async def scenario(pair: Pair) -> None:
+        a = pair.controller("a")
+        pair.start("a")
+        await pair.until(1)
+        assert a.role is Role.LEADER
+        pair.stores["a"].mode = "down"  # the renewal at 2 is the first that fails
+        await pair.until(2 + a.silence_limit_s - 0.01)
+        assert (a.role, a.act_without_store("shutdown needed")) == (Role.FENCED, False)
+        await pair.until(2 + a.silence_limit_s)
+        assert (a.act_without_store("shutdown needed"), a.role) == (True, Role.ALONE)
 
     virtual(scenario)
 
