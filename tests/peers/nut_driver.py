@@ -19,7 +19,8 @@ A battery test (``test.battery.start.quick`` or ``.deep``) puts the UPS on batte
 charge down a percent a second for a deep test, and after ``--test-seconds`` back on line
 with ``ups.test.result`` ``Done and passed`` (``--test-result`` for another);
 ``test.battery.stop`` ends it ``Aborted by user``. Every command received is written, one a
-line, to the ``--log`` file.
+line, to the ``--log`` file. A new data file (``NutServer.write``) is played as the UPS's
+values from then on, as dummy-ups plays it.
 
 Run by hand: ``python -m tests.peers.nut_driver --socket PATH --data FILE --command ...``.
 """
@@ -44,13 +45,19 @@ def _quoted(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def read_values(path: Path) -> dict[str, str]:
+    values = {}
+    for line in path.read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() and not name.startswith("#"):
+            values[name.strip()] = value.strip()
+    return values
+
+
 class Driver:
     def __init__(self, args: argparse.Namespace) -> None:
-        self.values: dict[str, str] = {}
-        for line in Path(args.data).read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() and not name.startswith("#"):
-                self.values[name.strip()] = value.strip()
+        self.data = Path(args.data)
+        self.values = read_values(self.data)
         self.values.setdefault("ups.test.result", "No test initiated")
         self.commands: list[str] = list(args.command)
         self.log = Path(args.log) if args.log else None
@@ -106,6 +113,17 @@ class Driver:
         self.set({"ups.status": "OL CHRG", "ups.test.result": result})
         self.test = None
 
+    async def follow_data(self) -> None:
+        """The data file replaced: its values are the UPS's from now on."""
+        seen = self.data.stat().st_mtime
+        while True:
+            await asyncio.sleep(0.2)
+            with contextlib.suppress(OSError):
+                mtime = self.data.stat().st_mtime
+                if mtime != seen:
+                    seen = mtime
+                    self.set(read_values(self.data))
+
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writers.add(writer)
         try:
@@ -131,8 +149,10 @@ async def main(args: argparse.Namespace) -> None:
     driver = Driver(args)
     Path(args.socket).unlink(missing_ok=True)
     server = await asyncio.start_unix_server(driver.serve, args.socket)
+    follow = asyncio.ensure_future(driver.follow_data())
     async with server:
         await server.serve_forever()
+    follow.cancel()
 
 
 def parse_args() -> argparse.Namespace:

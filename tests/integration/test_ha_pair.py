@@ -1,0 +1,76 @@
+"""Two ``upsguard run`` processes as a pair on real etcd, upsd and vcsim (tests/peers/pair.py).
+
+Whatever happens to the leader, its etcd or both controllers, every VM and host of the
+shutdown gets one request, in the plan's order, and the UPS command that brings power back
+goes out once; counted at vcsim (its events) and at the UPS's driver (its command log).
+Every wait is for something observable (a role in ``status``, an event at vcsim, a run's
+end), within a bound only a hang reaches.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.peers.pair import MACHINES, TTL_S, PairLab
+
+pytestmark = [pytest.mark.etcd, pytest.mark.nut, pytest.mark.vcsim, pytest.mark.timeout(240)]
+
+
+def some_guest_asked(lab: PairLab) -> bool:
+    return bool(lab.asked("VmGuestShutdownEvent"))
+
+
+def test_kill_9_the_leader_mid_shutdown_the_standby_resumes_and_nothing_is_asked_twice(
+    pair_lab: PairLab,
+) -> None:
+    """The leader dies with a guest shutting down; the standby wins a new term, resumes the
+    same run from the shared ledger (it does not start one of its own), waits for the guest
+    it finds shutting down instead of asking again, and finishes. How long the takeover
+    takes is bench/ha.py's figure, not an assertion here."""
+    lab = pair_lab
+    lab.start()
+    leader = lab.leader()
+    standby = lab.other(leader)
+    lab.outage()
+    lab.wait(lambda: some_guest_asked(lab), "the leader's first guest shutdown at vcsim")
+    before = lab.status(leader)
+    run, term = before["run"]["id"], before["ha"]["token"]
+    lab.controllers[leader].kill9()
+
+    def resumed() -> bool:
+        status = lab.status(standby)
+        return status["ha"]["role"] == "leader" and bool(status["service"]["resumed"])
+
+    lab.wait(resumed, "the standby to take over and resume the run", TTL_S + 30)
+    after = lab.status(standby)
+    assert after["service"]["resumed"] == run  # the leader's run, not a new one
+    assert after["ha"]["token"] > term  # a new term, fenced by a newer revision
+    lab.wait(lambda: lab.shutdown_done(standby), "the resumed shutdown to finish", 120)
+    lab.assert_each_stopped_once_in_order(last=MACHINES[standby])
+    assert lab.ups_commands() == ["shutdown.return"]
+    events = lab.events(standby)
+    took = [e for e in events if e.kind == "LeadershipChanged" and e.level == "warning"]
+    assert took, "the standby journaled no change of role"
+    assert {e.run for e in events if e.kind == "RunFinished"} == {run}  # one run, the leader's
+
+
+def test_the_leader_hands_over_before_its_machine_and_the_other_stops_last(
+    pair_lab: PairLab,
+) -> None:
+    """The leader's own machine is a step of the plan: it hands the run over first, the
+    other stops it, sends the UPS its load cycle once, and stops its own machine last."""
+    lab = pair_lab
+    lab.start()
+    leader = lab.leader()
+    other = lab.other(leader)
+    lab.outage()
+    lab.wait(lambda: lab.shutdown_done(other), "the other controller to finish the run", 120)
+    lab.assert_each_stopped_once_in_order(last=MACHINES[other])
+    assert lab.ups_commands() == ["shutdown.return"]
+    run = lab.status(other)["service"]["resumed"]
+    journal = lab.controllers[leader].read_journal()
+    try:
+        handed = journal.run(run)
+    finally:
+        journal.close()
+    assert handed is not None and handed.state == "interrupted"  # handed over, not failed
