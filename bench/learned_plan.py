@@ -36,8 +36,8 @@ from upsguard.clock import SystemClock
 from upsguard.config.loading import load_site
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
-from upsguard.controller.journal import Journal
-from upsguard.controller.learned import learned_durations
+from upsguard.journal import Journal
+from upsguard.journal.learned import learned_durations
 from upsguard.models import Direction
 from upsguard.plugins.registry import build_platforms
 from upsguard.runbooks.plan import Plan
@@ -94,7 +94,7 @@ def set_durations(root: Path, rng: random.Random, spread: float) -> None:
 async def real_run(site: SiteConfig, plan: Plan, journal: Journal) -> float:
     platforms = build_platforms(site, SystemClock())
     started = time.monotonic()
-    result = await executor_for(plan, platforms, SystemClock(), journal.record).run()
+    result = await executor_for(plan, platforms, SystemClock(), journal.write.record).run()
     took = time.monotonic() - started
     failed = [s for s, o in result.outcomes.items() if o.state.value != "done"]
     if failed:

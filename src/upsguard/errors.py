@@ -9,18 +9,28 @@ Plugins translate the errors of the SDK underneath at their boundary
     ├── ConfigError               the site or scenario file is wrong (exit 2)
     ├── TemporaryError            worth retrying after ``retry_after`` seconds
     │   ├── UpsUnreachable        the UPS (or upsd, or the SNMP agent) did not answer
+    │   │   └── NoAnswer          a simulated UPS the scenario keeps silent (or that failed)
     │   ├── PlatformUnreachable   vCenter, a BMC, an SSH host did not answer
-    │   └── StoreUnavailable      no endpoint of the coordination store (etcd) answered in
-    │                             time, or the store has no quorum
+    │   ├── RequestTimedOut       one request to a platform got no answer in its allowance
+    │   ├── StoreUnavailable      no endpoint of the coordination store (etcd) answered in
+    │   │                         time, or the store has no quorum
+    │   ├── RunBusy               a person asked for a run while another is in progress
+    │   └── ApiBusy               the local API is at one of its bounds; ask again shortly
     ├── PermanentError            retrying will not help
     │   ├── AuthenticationError   wrong user, password or key
+    │   │   └── HostKeyUnknown    an SSH host not in known_hosts, or with another key
     │   ├── GracefulUnavailable   no graceful path (no VMware Tools, no agent)
     │   ├── PluginNotFound        the site file names a plugin nobody provides
-    │   └── StepFailed            a runbook step gave up after retries and fallback
+    │   ├── StepFailed            a runbook step gave up after retries and fallback
+    │   └── BadRequest            a request to the local API is wrong (its HTTP status)
     ├── StepTimeout               a step (or a wait) ran past its deadline
     ├── LeadershipLost            this controller of a pair no longer leads: a write fenced
     │                             by its token was refused, or its lease is gone
+    ├── JournalInUse              another service holds the journal (its lock)
     └── ServiceNotRunning         the override CLI found no running service
+
+Errors of a library underneath (the NUT protocol client's, the journal file's ``Corrupt``)
+stay inside the module that owns it and are translated at its boundary.
 """
 
 from __future__ import annotations
@@ -100,3 +110,35 @@ class LeadershipLost(UpsguardError):
 
 class ServiceNotRunning(UpsguardError):
     """The override CLI found no service on the local API socket."""
+
+
+class NoAnswer(UpsUnreachable):
+    """A simulated UPS that does not answer (the scenario's lost contact, or a failed UPS)."""
+
+
+class RequestTimedOut(TemporaryError):
+    """The platform did not answer one request in time; the request may be repeated."""
+
+
+class RunBusy(TemporaryError):
+    """A manual run was asked for while another run is in progress."""
+
+
+class ApiBusy(TemporaryError):
+    """The local API is at one of its bounds; trying again shortly will do."""
+
+
+class HostKeyUnknown(AuthenticationError):
+    """The host is not in ``known_hosts``, or its key is not the one listed there."""
+
+
+class BadRequest(PermanentError):
+    """A request to the local API is wrong; ``status`` is the HTTP status that says how."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class JournalInUse(UpsguardError):
+    """Another service holds the journal."""

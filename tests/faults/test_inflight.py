@@ -120,7 +120,7 @@ def test_kill_9_during_host_shutdowns_asks_each_host_once_and_keeps_the_order(
     assert guests == ["sql01", "dc01"]
     assert [kind for kind, _ in seen[:2]] == ["VmGuestShutdownEvent"] * 2
     journal = svc.read_journal()
-    (run,) = journal.runs()
+    (run,) = journal.read.runs()
     journal.close()
     assert (run.state, run.resumed) == ("done", 1)
     details = {s.step: s.detail for s in run.steps if s.state == "done"}
@@ -163,7 +163,7 @@ def test_kill_9_during_a_guest_shutdown_and_a_power_off_asks_each_vm_once(
     assert tasks_of(slow_vms.vm("app01"), VM_POWER_OFF) == ["success"]
     assert sorted(recorder.names("VmPoweredOffEvent")) == ["app01", "dc01"]
     journal = svc.read_journal()
-    (run,) = journal.runs()
+    (run,) = journal.read.runs()
     journal.close()
     assert (run.state, run.resumed) == ("done", 1)
     details = {s.step: s.detail for s in run.steps if s.state == "done"}

@@ -59,7 +59,7 @@ def disk(tmp_path: Path) -> Iterator[Disk]:
 
 def valid_journal(tmp: Path) -> bytes:
     """The bytes of a journal a service wrote."""
-    from upsguard.controller.journal import Journal
+    from upsguard.journal import Journal
 
     j = Journal(tmp / "scratch.sqlite")
     j.close()
@@ -103,7 +103,7 @@ def test_a_corrupt_journal_is_moved_aside_and_the_service_acts(
     finally:
         svc.stop()
     journal = svc.read_journal()
-    (run,) = journal.runs()
+    (run,) = journal.read.runs()
     assert (run.kind, run.state) == ("shutdown", "done")
     journal.close()
 

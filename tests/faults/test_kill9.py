@@ -80,7 +80,7 @@ def problems(lab: Lab, svc: ServiceProcess) -> list[str]:
             found.append(f"{first} started before {then}")
     journal = svc.read_journal()
     try:
-        running = [r.id for r in journal.runs(limit=50, with_steps=False) if r.unfinished]
+        running = [r.id for r in journal.read.runs(limit=50, with_steps=False) if r.unfinished]
     finally:
         journal.close()
     found += [f"run {r} left unfinished" for r in running]

@@ -25,7 +25,7 @@ def test_sigterm_during_a_step_interrupts_it_and_the_next_start_resumes_in_order
         calls = lab.calls()
         assert "stop h1" not in calls and "stop nas1" not in calls  # nothing went on
         journal = svc.read_journal()
-        (run,) = journal.runs()
+        (run,) = journal.read.runs()
         steps = {s.step: s.state for s in run.steps}
         journal.close()
         assert run.state == "interrupted"
@@ -39,7 +39,7 @@ def test_sigterm_during_a_step_interrupts_it_and_the_next_start_resumes_in_order
     assert lab.order_violations() == []
     assert lab.stopped() == ["web", "db", "h1", "nas1"]
     journal = svc.read_journal()
-    (run,) = journal.runs()
+    (run,) = journal.read.runs()
     journal.close()
     assert (run.state, run.resumed) == ("done", 1)
 
@@ -95,8 +95,8 @@ def test_sigterm_while_the_own_machine_stops_does_not_stop_it_again_at_the_next_
         lab.release("mgmt")
         svc.start()  # the next boot
         journal = svc.read_journal()
-        svc.wait(lambda: journal.runs()[0].state == "done", "the run to be closed as done")
-        assert journal.runs()[0].detail.startswith("finished by the controller's own poweroff")
+        svc.wait(lambda: journal.read.runs()[0].state == "done", "the run to be closed as done")
+        assert journal.read.runs()[0].detail.startswith("finished by the controller's own poweroff")
         journal.close()
         st = svc.status()
         assert st["run"] is None

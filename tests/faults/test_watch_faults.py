@@ -12,8 +12,8 @@ import yaml
 from tests.faults.lab import Lab, polls_pass
 from tests.peers.ports import free_port
 from tests.peers.service import write_site
-from upsguard.controller.journal import Journal
 from upsguard.events import PhaseChanged
+from upsguard.journal import Journal
 from upsguard.models import Phase
 
 pytestmark = [pytest.mark.nut, pytest.mark.timeout(240)]
@@ -89,8 +89,8 @@ def test_a_site_left_shutting_down_without_a_run_starts_its_shutdown(
     from datetime import UTC, datetime
 
     now = datetime.now(UTC)
-    journal.record(PhaseChanged(now, Phase.NORMAL, Phase.ON_BATTERY, "on battery"))
-    journal.record(PhaseChanged(now, Phase.ON_BATTERY, Phase.SHUTTING_DOWN, "low_battery"))
+    journal.write.record(PhaseChanged(now, Phase.NORMAL, Phase.ON_BATTERY, "on battery"))
+    journal.write.record(PhaseChanged(now, Phase.ON_BATTERY, Phase.SHUTTING_DOWN, "low_battery"))
     journal.close()
     lab.outage()
     try:

@@ -63,7 +63,7 @@ def cache_ops(svc: ServiceProcess) -> list[tuple[str, bool]]:
     """The cache flips the journal holds, oldest first: (mode, ok)."""
     journal = svc.read_journal()
     try:
-        return [(o.mode, o.ok) for o in reversed(journal.cache_ops())]
+        return [(o.mode, o.ok) for o in reversed(journal.read.cache_ops())]
     finally:
         journal.close()
 
@@ -158,7 +158,7 @@ def bmcs_for(lab: Vcsim, fake_bmc_factory: Any) -> dict[str, Any]:
 def phases(svc: ServiceProcess) -> list[str]:
     journal = svc.read_journal()
     try:
-        return [p.new for p in reversed(journal.phases(limit=100))]
+        return [p.new for p in reversed(journal.read.phases(limit=100))]
     finally:
         journal.close()
 
@@ -241,7 +241,7 @@ def test_power_back_after_the_point_of_no_return_finishes_then_starts_up(
     )
     assert phases(svc) == ["on_battery", "shutting_down", "down", "recovering", "normal"]
     journal = svc.read_journal()
-    runs = [(r.kind, r.state) for r in reversed(journal.runs(with_steps=False))]
+    runs = [(r.kind, r.state) for r in reversed(journal.read.runs(with_steps=False))]
     journal.close()
     assert runs == [("shutdown", "done"), ("startup", "done")]
 
@@ -297,7 +297,7 @@ def test_power_back_before_the_point_of_no_return_cancels_and_restarts_in_order(
     assert max(off) < min(on)  # the guests under way landed, then came back
     assert phases(svc)[:3] == ["on_battery", "shutting_down", "recovering"]
     journal = svc.read_journal()
-    runs = [(r.kind, r.state) for r in reversed(journal.runs(with_steps=False))]
+    runs = [(r.kind, r.state) for r in reversed(journal.read.runs(with_steps=False))]
     journal.close()
     assert runs == [("shutdown", "cancelled"), ("startup", "done")]
 
@@ -319,8 +319,8 @@ def test_flapping_mains_start_no_runbook_and_no_cache_thrash(
     finally:
         svc.stop()
     journal = svc.read_journal()
-    statuses = {r.status for r in journal.readings(limit=500)}
-    ops, runs = journal.cache_ops(), journal.runs()
+    statuses = {r.status for r in journal.read.readings(limit=500)}
+    ops, runs = journal.read.cache_ops(), journal.read.runs()
     journal.close()
     assert "DISCHRG OB" in statuses and "OL" in statuses  # the flapping was seen
     assert st["phase"] == "normal" and runs == [] and ops == []
@@ -356,8 +356,8 @@ def test_upsd_killed_on_battery_keeps_counting_down_and_shuts_down(
     finally:
         svc.stop()
     journal = svc.read_journal()
-    moves = [(p.new, p.reason) for p in reversed(journal.phases())]
-    readings = list(reversed(journal.readings(limit=500)))
+    moves = [(p.new, p.reason) for p in reversed(journal.read.phases())]
+    readings = list(reversed(journal.read.readings(limit=500)))
     journal.close()
     assert moves[1] == ("shutting_down", "runtime < 140s")
     assert "recovering" not in [m[0] for m in moves]
@@ -397,7 +397,7 @@ def test_service_killed_mid_shutdown_restarts_and_finishes_without_repeating_ste
     hosts = sorted(name for kind, name in seen if kind == "HostShutdownEvent")
     assert hosts == sorted(HOSTS.values())
     journal = svc.read_journal()
-    (run,) = journal.runs()
+    (run,) = journal.read.runs()
     journal.close()
     assert (run.state, run.resumed) == ("done", 1)
     done_once = [s.step for s in run.steps if s.state == "done"]

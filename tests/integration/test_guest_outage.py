@@ -24,8 +24,8 @@ import pytest
 from tests.faults.lab import ONLINE, Lab
 from tests.peers.guest import MIB, SLOW_OFFSET, Guest, GuestVm
 from tests.peers.guest_caches import KINDS, Bcache, Kind, Lvmcache, Writecache, ssh_settings
-from upsguard.controller.journal import Journal
 from upsguard.events import DestageProgress
+from upsguard.journal import Journal
 
 pytestmark = [pytest.mark.guest, pytest.mark.nut, pytest.mark.timeout(900)]
 
@@ -147,7 +147,7 @@ def test_the_outage_loop_destages_real_caches_before_the_storage_goes_down(
             """A step waits on a cache that is still dirty: the journal says so."""
             journal = Journal(svc.journal)
             try:
-                rows = journal.events(limit=1000)
+                rows = journal.read.events(limit=1000)
             finally:
                 journal.close()
             return any(

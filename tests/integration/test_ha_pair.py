@@ -70,7 +70,7 @@ def test_the_leader_hands_over_before_its_machine_and_the_other_stops_last(
     run = lab.status(other)["service"]["resumed"]
     journal = lab.controllers[leader].read_journal()
     try:
-        handed = journal.run(run)
+        handed = journal.read.run(run)
     finally:
         journal.close()
     assert handed is not None and handed.state == "interrupted"  # handed over, not failed

@@ -33,7 +33,7 @@ HOST = {"id": "h1", "kind": "host", "platform": "sim"}
 def notices(svc: ServiceProcess, words: str) -> list[str]:
     journal = svc.read_journal()
     try:
-        return [e.text for e in journal.events(after=0, limit=10_000) if words in e.text]
+        return [e.text for e in journal.read.events(after=0, limit=10_000) if words in e.text]
     finally:
         journal.close()
 

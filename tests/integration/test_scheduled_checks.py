@@ -24,9 +24,6 @@ from tests.sites import site_from
 from upsguard.cli import main
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
-from upsguard.controller.journal import Journal
-from upsguard.controller.journal_checks import battery_tests, last_checkup
-from upsguard.controller.rows import iso
 from upsguard.controller.service import Service
 from upsguard.events import (
     BatteryTestFinished,
@@ -38,6 +35,9 @@ from upsguard.events import (
     PhaseChanged,
 )
 from upsguard.findings import Verdict
+from upsguard.journal import Journal
+from upsguard.journal.checkups import battery_tests, last_checkup
+from upsguard.journal.rows import iso
 from upsguard.selftest import TestState as SelfTest  # not a class of tests for pytest to collect
 
 pytestmark = [pytest.mark.nut, pytest.mark.timeout(120)]

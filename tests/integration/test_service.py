@@ -176,7 +176,7 @@ def test_without_a_service_the_cli_acts_directly_after_confirmation(
     out = service.cli("trigger", "shutdown", "--only", "web", "--yes", "--reason", "direct")
     assert "done      stop:web" in out.stdout
     journal = service.read_journal()
-    (run,) = journal.runs()
+    (run,) = journal.read.runs()
     assert (run.state, run.only, run.origin) == ("done", ("web",), "manual")
     journal.close()
     service.start()  # the service takes up the hold journaled while it was stopped
@@ -297,7 +297,7 @@ def test_what_validate_warns_of_is_an_alert_at_every_start(
         assert [a["event"] for a in alerts] == ["Notice", "Notice"]
         assert "resources[3]" in alerts[0]["text"] and "site.yaml:" in alerts[0]["text"]
         journal = svc.read_journal()
-        journaled = [e for e in journal.events() if never_on in e.text]
+        journaled = [e for e in journal.read.events() if never_on in e.text]
         journal.close()
         assert [e.level for e in journaled] == ["warning", "warning"]
     finally:

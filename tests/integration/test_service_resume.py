@@ -62,13 +62,13 @@ def test_kill_9_mid_shutdown_then_restart_finishes_the_run(
         assert bmcs["h2"].actions() in (["softoff"], ["softoff", "softoff"])
         assert bmcs["h3"].actions() == ["softoff"]
         journal = svc.read_journal()
-        run = journal.run(run_id)
+        run = journal.read.run(run_id)
         assert run is not None and (run.state, run.resumed) == ("done", 1)
         steps = [(s.step, s.attempt, s.state) for s in run.steps]
         assert steps[0] == ("stop:h1", 1, "done")
         assert steps[1] == ("stop:h2", 1, "abandoned")
         assert steps[2:] == [("stop:h2", 2, "done"), ("stop:h3", 1, "done")]
-        assert any("resuming shutdown run" in e.text for e in journal.events(after=0))
+        assert any("resuming shutdown run" in e.text for e in journal.read.events(after=0))
         journal.close()
         assert svc.terminate() == 0
     finally:

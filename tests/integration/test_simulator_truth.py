@@ -27,10 +27,10 @@ from tests.peers.vcsim import LAB_ARGS, Vcsim, VmSpec, create_vm, wait_for_tools
 from upsguard.clock import run_virtual
 from upsguard.config.loading import load_site
 from upsguard.config.scenario import parse_scenario
-from upsguard.controller.journal import Journal
-from upsguard.controller.learned import learned_durations
-from upsguard.controller.rows import RunRow, parse_iso
 from upsguard.events import Event, PhaseChanged, RunFinished, StepFinished, StepStarted
+from upsguard.journal import Journal
+from upsguard.journal.learned import learned_durations
+from upsguard.journal.rows import RunRow, parse_iso
 from upsguard.models import Direction, Phase
 from upsguard.runbooks.plan import Durations
 from upsguard.runbooks.planner import Planner
@@ -162,8 +162,8 @@ def _spans(rows: Iterable[tuple[str, float, float]]) -> dict[str, tuple[float, f
 def seen_in_journal(path: Path) -> tuple[Seen, RunRow]:
     journal = Journal(path)
     try:
-        phases = journal.phases(limit=100)
-        (run,) = [r for r in journal.runs() if r.kind == RunKind.SHUTDOWN]
+        phases = journal.read.phases(limit=100)
+        (run,) = [r for r in journal.read.runs() if r.kind == RunKind.SHUTDOWN]
     finally:
         journal.close()
     origin = parse_iso(next(p.at for p in phases if p.new == Phase.ON_BATTERY))

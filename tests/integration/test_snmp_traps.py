@@ -1,8 +1,8 @@
 """Traps from SNMP UPSes: real SNMPv1/v2c/v3 traps sent over UDP on loopback with pysnmp.
 
-A trap is news only when it comes from the UPS's own address, with the community or SNMPv3
+A trap is a change only when it comes from the UPS's own address, with the community or SNMPv3
 user of the polls, and is one of the traps that announce a change (UPS-MIB upsTraps, PowerNet
-upsOnBattery, powerRestored, ...). The service polls at once on news: with a poll interval of
+upsOnBattery, powerRestored, ...). The service polls at once on a change: with a poll interval of
 an hour, an outage seen right after a trap was seen because of it.
 """
 
@@ -95,7 +95,7 @@ async def until(check: Callable[[], bool], what: str) -> None:
         pytest.fail(f"timed out waiting for {what}")
 
 
-class News:
+class Changes:
     """What a source announced, counted, with an event for the test to wait on."""
 
     def __init__(self) -> None:
@@ -106,19 +106,19 @@ class News:
 
 
 async def watching(
-    config: UpsConfig, scenario: Callable[[SnmpSource, News, int], Awaitable[None]]
+    config: UpsConfig, scenario: Callable[[SnmpSource, Changes, int], Awaitable[None]]
 ) -> None:
-    """Run ``scenario`` while the source watches for news on its trap port (bound first)."""
+    """Run ``scenario`` while the source watches for changes on its trap port (bound first)."""
     source = SnmpSource(config, SystemClock())
-    news = News()
+    changes = Changes()
     assert config.snmp is not None and config.snmp.trap_port is not None
     port = config.snmp.trap_port
-    task = asyncio.create_task(source.watch_for_news(news))
+    task = asyncio.create_task(source.watch_for_changes(changes))
     try:
         await until(lambda: udp_bound(port) or task.done(), f"the trap port {port}")
         if task.done():
             task.result()
-        await scenario(source, news, port)
+        await scenario(source, changes, port)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -143,25 +143,25 @@ def listening(config: UpsConfig, port: int | None = None) -> UpsConfig:
         ("powernet", 0, APC_POWER_RESTORED),
     ],
 )
-def test_a_v1_or_v2c_trap_from_the_ups_is_news(
+def test_a_v1_or_v2c_trap_from_the_ups_is_a_change(
     snmpsim: SnmpSim, agent: str, mp_model: int, trap: str
 ) -> None:
-    async def scenario(source: SnmpSource, news: News, port: int) -> None:
+    async def scenario(source: SnmpSource, changes: Changes, port: int) -> None:
         await send_trap(port, CommunityData(agent, mpModel=mp_model), trap)
-        await until(lambda: news.count == 1, "the trap's news")
+        await until(lambda: changes.count == 1, "the trap's change")
 
     asyncio.run(watching(listening(snmpsim.ups_config(agent)), scenario))
 
 
-def test_traps_with_the_wrong_community_host_or_kind_are_not_news(snmpsim: SnmpSim) -> None:
-    async def scenario(source: SnmpSource, news: News, port: int) -> None:
+def test_traps_with_the_wrong_community_host_or_kind_are_not_changes(snmpsim: SnmpSim) -> None:
+    async def scenario(source: SnmpSource, changes: Changes, port: int) -> None:
         await send_trap(port, CommunityData("public"), ON_BATTERY)
         await send_trap(port, CommunityData("ups-mib"), ON_BATTERY, sender="127.0.0.2")
         await send_trap(port, CommunityData("ups-mib"), COLD_START)
         await send_trap(port, CommunityData("ups-mib"), ON_BATTERY)  # the one that counts
-        await until(lambda: news.count >= 1, "the good trap's news")
+        await until(lambda: changes.count >= 1, "the good trap's change")
         # one socket, read in order: everything sent before the good trap was judged already
-        assert news.count == 1
+        assert changes.count == 1
 
     asyncio.run(watching(listening(snmpsim.ups_config("ups-mib")), scenario))
 
@@ -178,16 +178,16 @@ def test_two_ups_share_one_trap_port_and_each_hears_only_its_own(snmpsim: SnmpSi
         port,
     )
 
-    async def scenario(source: SnmpSource, news_a: News, _: int) -> None:
+    async def scenario(source: SnmpSource, changes_a: Changes, _: int) -> None:
         other = SnmpSource(b, SystemClock())
-        news_b = News()
-        task = asyncio.create_task(other.watch_for_news(news_b))
+        changes_b = Changes()
+        task = asyncio.create_task(other.watch_for_changes(changes_b))
         try:
             await send_trap(port, CommunityData("powernet", mpModel=0), APC_ON_BATTERY, "127.0.0.2")
-            await until(lambda: news_b.count == 1, "ups-b's news")
+            await until(lambda: changes_b.count == 1, "ups-b's changes")
             await send_trap(port, CommunityData("ups-mib"), ON_BATTERY)
-            await until(lambda: news_a.count == 1, "ups-a's news")
-            assert news_b.count == 1
+            await until(lambda: changes_a.count == 1, "ups-a's changes")
+            assert changes_b.count == 1
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -196,16 +196,16 @@ def test_two_ups_share_one_trap_port_and_each_hears_only_its_own(snmpsim: SnmpSi
     asyncio.run(watching(a, scenario))
 
 
-def test_a_v3_trap_from_the_ups_engine_is_news_once_a_poll_met_that_engine(
+def test_a_v3_trap_from_the_ups_engine_is_a_change_once_a_poll_met_that_engine(
     snmpsim: SnmpSim,
 ) -> None:
-    async def scenario(source: SnmpSource, news: News, port: int) -> None:
+    async def scenario(source: SnmpSource, changes: Changes, port: int) -> None:
         await source.read()  # the poll meets the agent's engine (RFC 3414 discovery)
         await send_trap(port, v3_user(auth_key="not-the-auth-key"), ON_BATTERY)
         await send_trap(port, CommunityData("ups-mib"), ON_BATTERY)  # v2c for a v3 UPS
         await send_trap(port, v3_user(), ON_BATTERY)
-        await until(lambda: news.count >= 1, "the v3 trap's news")
-        assert news.count == 1
+        await until(lambda: changes.count >= 1, "the v3 trap's change")
+        assert changes.count == 1
 
     asyncio.run(watching(listening(snmpsim.v3_config("ups-mib")), scenario))
 
@@ -219,7 +219,7 @@ def test_a_trap_port_in_use_is_one_clear_line(snmpsim: SnmpSim) -> None:
         async def scenario() -> None:
             source = SnmpSource(config, SystemClock())
             try:
-                await source.watch_for_news(News())
+                await source.watch_for_changes(Changes())
             finally:
                 await source.close()
 
@@ -232,12 +232,12 @@ def test_a_trap_port_in_use_is_one_clear_line(snmpsim: SnmpSim) -> None:
 def test_without_a_trap_port_there_is_nothing_to_watch(snmpsim: SnmpSim) -> None:
     async def scenario() -> None:
         source = SnmpSource(snmpsim.ups_config("ups-mib"), SystemClock())
-        await source.watch_for_news(News())  # returns at once
+        await source.watch_for_changes(Changes())  # returns at once
 
     asyncio.run(scenario())
 
 
-# -- the service polls at once on news ------------------------------------------------------
+# -- the service polls at once on changes ------------------------------------------------------
 
 
 def _site(snmpsim: SnmpSim, trap_port: int, version: str) -> dict[str, Any]:
@@ -294,7 +294,7 @@ def test_the_service_polls_at_once_on_a_trap(
     assert svc.status()["service"]["polls"] == 2
 
 
-def test_a_burst_of_news_is_one_poll(tmp_path: Path) -> None:
+def test_a_burst_of_changes_is_one_poll(tmp_path: Path) -> None:
     site = SiteConfig.model_validate(
         {
             "site": "burst",
@@ -315,7 +315,7 @@ def test_a_burst_of_news_is_one_poll(tmp_path: Path) -> None:
             await until(lambda: service.ticks == 1, "the first poll")
             for _ in range(5):
                 service.request_poll()
-            await until(lambda: service.ticks >= 2, "the poll the news asked for")
+            await until(lambda: service.ticks >= 2, "the poll the changes asked for")
             for _ in range(10):  # let anything else that was scheduled run
                 await asyncio.sleep(0)
             assert service.ticks == 2

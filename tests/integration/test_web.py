@@ -261,8 +261,8 @@ def test_the_page_follows_a_real_outage_live_and_guards_its_controls(
 
     journal = svc.read_journal()
     try:
-        (run,) = journal.runs()
-        phases = [p.new for p in reversed(journal.phases())]
+        (run,) = journal.read.runs()
+        phases = [p.new for p in reversed(journal.read.phases())]
     finally:
         journal.close()
     finished = [s.step for s in sorted(run.steps, key=lambda s: (s.ended or "", s.step))]

@@ -26,7 +26,7 @@ from tests.peers.nut import NutServer
 from tests.peers.nut_driver import DRIVER_COMMANDS
 from tests.peers.service import ServiceProcess, write_site
 from tests.peers.vcsim import LAB_ARGS, EventRecorder, Vcsim, VmSpec, create_vm, wait_for_tools
-from upsguard.controller.rows import EventRow
+from upsguard.journal.rows import EventRow
 
 TTL_S = 2
 """The lease of the tests' pairs: etcd's floor is about 1.5 s."""
@@ -129,7 +129,7 @@ class PairLab:
         """The events ``name`` journaled, oldest first."""
         journal = self.controllers[name].read_journal()
         try:
-            return journal.events(limit=100_000)
+            return journal.read.events(limit=100_000)
         finally:
             journal.close()
 

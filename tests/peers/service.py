@@ -17,8 +17,8 @@ import yaml
 
 from tests.peers.process import spawn
 from upsguard.cli.client import ApiClient
-from upsguard.controller.journal import Journal
 from upsguard.errors import TemporaryError
+from upsguard.journal import Journal
 from upsguard.status import SiteStatus
 
 CLI = [sys.executable, "-c", "import sys; from upsguard.cli import main; sys.exit(main())"]

@@ -34,8 +34,8 @@ from upsguard.config.scenario import parse_scenario
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import parse_yaml
 from upsguard.controller.service import Service
-from upsguard.engine.outage_controller import REPLAN_WITHIN_S, RunBusy
-from upsguard.errors import PermanentError
+from upsguard.engine.outage_controller import REPLAN_WITHIN_S
+from upsguard.errors import PermanentError, RunBusy
 from upsguard.events import Event, EventSink, RiskAccepted, RunStarted, StepFinished
 from upsguard.models import (
     CacheMode,
@@ -556,14 +556,16 @@ class OutageLab:
         service = self.process.service
         controller = service.controller
         phase = controller.engine.phase
-        journaled = service.journal.last_phase()
+        journaled = service.journal.read.last_phase()
         if journaled is not None and journaled is not phase:
             return f"the journal says phase {journaled}, the controller {phase}"
         status = service.status()
         if status.phase is not phase:
             return f"status says phase {status.phase}, the controller {phase}"
         running = {
-            r.id for r in service.journal.runs(limit=10, with_steps=False) if r.state == "running"
+            r.id
+            for r in service.journal.read.runs(limit=10, with_steps=False)
+            if r.state == "running"
         }
         active = controller.ledger.active
         ledger = {active.spec.id} if active is not None else set()

@@ -200,11 +200,13 @@ example takes a tenth of a second), 10,000 in the full one."""
 AT_LENGTH = settings(QUICK, max_examples=5_000)
 """Two halves of 10,000, so that two workers of the full lane share them."""
 
+
 def test_the_outage_invariants_hold() -> None:
     run_state_machine_as_test(OutageMachine, settings=QUICK)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 5,000 stories of a tenth of a second, on a loaded worker
 @pytest.mark.parametrize("half", [1, 2])
 def test_the_outage_invariants_hold_at_length(half: int) -> None:
     run_state_machine_as_test(OutageMachine, settings=AT_LENGTH)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,8 @@ def vm(name: str, dirty: float, peers: int, ext: int) -> dict[str, object]:
 
 @pytest.fixture
 def tools(tmp_path: Path) -> FakeTools:
-    fake = FakeTools(tmp_path / "bin", {"a": vm("sql01", 2500, 2, 1), "b": vm("app01", 0, 1, 0)})
+    devices = {"a": vm("sql01", 2500, 2, 1), "b": vm("app01", 0, 1, 0)}
+    fake = FakeTools(tmp_path / "bin", devices, clock=0.0)
     data = fake.read()
     data["password"] = "s3cret"
     fake.write(data)
@@ -72,16 +72,18 @@ def test_write_through_is_clean_only_once_destaged_and_write_back_restores_peers
     async def scenario() -> list[CacheState]:
         await p.set_mode(target(), CacheMode.WRITE_THROUGH)
         seen = [await p.read(target())]
-        deadline = time.monotonic() + 30
-        while not seen[-1].clean and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-            seen.append(await p.read(target()))
+        tools.advance(2.0)  # 1,000 a second of 2,500
+        seen.append(await p.read(target()))
+        tools.advance(1.0)
+        seen.append(await p.read(target()))
         return seen
 
-    seen = asyncio.run(scenario())
-    assert seen[0].mode is CacheMode.WRITE_BACK and not seen[0].clean  # still destaging
-    assert seen[-1].clean and seen[-1].mode is CacheMode.WRITE_THROUGH
-    assert seen[-1].detail == "effective policy WriteThrough, time to destage 0s"
+    destaging, nearly, done = asyncio.run(scenario())
+    assert destaging.mode is CacheMode.WRITE_BACK and not destaging.clean
+    assert destaging.detail == "effective policy WriteBack, time to destage 3s"
+    assert nearly.detail == "effective policy WriteBack, time to destage 1s" and not nearly.clean
+    assert done.clean and done.mode is CacheMode.WRITE_THROUGH
+    assert done.detail == "effective policy WriteThrough, time to destage 0s"
     later = provider(tools, tmp_path)  # another process restores the peers it saved
     asyncio.run(later.set_mode(target(), CacheMode.WRITE_BACK))
     device = tools.device("a")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,8 +24,11 @@ def cas(cid: int, dirty: int, policy: str = "wb", rate: float = 30000.0) -> dict
     }  # fmt: skip
 
 
-def make(tmp_path: Path, old_headers: bool = False) -> tuple[FakeTools, OpencasProvider]:
-    tools = FakeTools(tmp_path / "bin", {"1": cas(1, 90000), "2": cas(2, 0, "wt")})
+def make(
+    tmp_path: Path, old_headers: bool = False, clock: float | None = None
+) -> tuple[FakeTools, OpencasProvider]:
+    devices = {"1": cas(1, 90000), "2": cas(2, 0, "wt")}
+    tools = FakeTools(tmp_path / "bin", devices, clock=clock)
     if old_headers:
         data = tools.read()
         data["old_headers"] = True
@@ -60,22 +63,28 @@ def test_lists_caches_and_reads_dirty_blocks(tmp_path: Path, old_headers: bool) 
 
 
 def test_write_through_flushes_in_the_background_with_progress(tmp_path: Path) -> None:
-    tools, p = make(tmp_path)
+    """The drain runs on the tools' own clock: the test moves it once it has seen the flush."""
+    tools, p = make(tmp_path, clock=0.0)
 
-    async def scenario() -> list[CacheState]:
+    async def read_until(done: Callable[[CacheState], bool]) -> CacheState:
+        while not done(state := await p.read(target())):
+            await asyncio.sleep(0.05)
+        return state
+
+    async def scenario() -> tuple[CacheState, CacheState, CacheState]:
         await p.set_mode(target(), CacheMode.WRITE_THROUGH)
-        seen = [await p.read(target())]
-        deadline = time.monotonic() + 30
-        while not seen[-1].clean and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-            seen.append(await p.read(target()))
-        return seen
+        flushing = await read_until(lambda s: s.detail.startswith("status Flushing ("))
+        tools.advance(1.0)  # 30,000 blocks a second of 90,000: a third is written back
+        halfway = await read_until(lambda s: (s.dirty_bytes or 0) < 90000 * 4096)
+        tools.advance(60.0)
+        return flushing, halfway, await read_until(lambda s: s.clean)
 
-    seen = asyncio.run(scenario())
-    flushing = [s for s in seen if s.detail.startswith("status Flushing (")]
-    assert flushing and "casadm flushing" in flushing[0].detail
-    assert seen[-1].clean and seen[-1].mode is CacheMode.WRITE_THROUGH
-    assert seen[-1].detail == "status Running; casadm done"
+    flushing, halfway, done = asyncio.run(scenario())
+    assert flushing.detail == "status Flushing (0.0 %); casadm flushing"
+    assert not flushing.clean and flushing.mode is CacheMode.WRITE_BACK
+    assert halfway.dirty_bytes == 60000 * 4096 and not halfway.clean
+    assert done.clean and done.mode is CacheMode.WRITE_THROUGH
+    assert done.detail == "status Running; casadm done"
     assert tools.device("1")["policy"] == "wt"
 
 

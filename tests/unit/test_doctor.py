@@ -17,8 +17,6 @@ from upsguard.cli import main
 from upsguard.clock import SystemClock
 from upsguard.config.checks_schedule import BatteryTestConfig, parse_at
 from upsguard.config.service import NotifySettings
-from upsguard.controller.journal import Journal
-from upsguard.controller.journal_checks import battery_tests, last_checkup
 from upsguard.controller.notify import Notifier
 from upsguard.doctor.changes import compare
 from upsguard.doctor.checkup import BoundedCheck, Selection, run_checkup
@@ -30,6 +28,8 @@ from upsguard.events import (
     level,
 )
 from upsguard.findings import Area, Finding, Verdict, fail, ok, warn
+from upsguard.journal import Journal
+from upsguard.journal.checkups import battery_tests, last_checkup
 from upsguard.models import UpsName
 from upsguard.selftest import TestState as SelfTest  # not a class of tests for pytest to collect
 from upsguard.selftest import from_nut
@@ -252,8 +252,8 @@ def test_the_journal_keeps_checkups_and_battery_tests(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.sqlite")
     try:
         assert last_checkup(journal.db) is None
-        journal.record(CheckupDone(at, findings, broke=(rights,), took_s=1.5))
-        journal.record(
+        journal.write.record(CheckupDone(at, findings, broke=(rights,), took_s=1.5))
+        journal.write.record(
             BatteryTestFinished(
                 at, UpsName("ups1"), "quick", at, SelfTest.PASSED, "Done and passed"
             )
@@ -266,7 +266,7 @@ def test_the_journal_keeps_checkups_and_battery_tests(tmp_path: Path) -> None:
             SelfTest.PASSED,
             "Done and passed",
         )
-        (line,) = [e.text for e in journal.events() if e.kind == "CheckupDone"]
+        (line,) = [e.text for e in journal.read.events() if e.kind == "CheckupDone"]
         assert line == (
             "checks: 1 ok, 0 warn, 1 fail; broke since the last checkup: "
             "ups ups1 rights fail: refused"

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from upsguard.controller.journal import Journal
-from upsguard.controller.schema import VERSION
 from upsguard.errors import PermanentError
 from upsguard.events import (
     CacheModeChanged,
@@ -23,6 +21,8 @@ from upsguard.events import (
     StepFinished,
     StepStarted,
 )
+from upsguard.journal import Journal
+from upsguard.journal.schema import VERSION
 from upsguard.models import (
     CacheMode,
     Phase,
@@ -74,13 +74,15 @@ def test_a_journal_from_a_newer_upsguard_is_refused(tmp_path: Path) -> None:
 
 def test_readings_are_downsampled_while_normal_and_all_kept_on_battery(journal: Journal) -> None:
     for s in range(0, 120, 5):  # two minutes on line, every 5 s
-        journal.record(reading(s, UpsFlag.OL))
-    assert len(journal.readings()) == 2  # t=0 and t=60
-    journal.record(reading(121, UpsFlag.OB, UpsFlag.DISCHRG))  # a change is always kept
-    journal.record(PhaseChanged(at(125), Phase.NORMAL, Phase.ON_BATTERY, "on battery for 10s"))
+        journal.write.record(reading(s, UpsFlag.OL))
+    assert len(journal.read.readings()) == 2  # t=0 and t=60
+    journal.write.record(reading(121, UpsFlag.OB, UpsFlag.DISCHRG))  # a change is always kept
+    journal.write.record(
+        PhaseChanged(at(125), Phase.NORMAL, Phase.ON_BATTERY, "on battery for 10s")
+    )
     for s in range(126, 150, 5):
-        journal.record(reading(s, UpsFlag.OB, UpsFlag.DISCHRG, charge=99.0))
-    rows = journal.readings(limit=100)
+        journal.write.record(reading(s, UpsFlag.OB, UpsFlag.DISCHRG, charge=99.0))
+    rows = journal.read.readings(limit=100)
     assert len(rows) == 3 + 5
     assert rows[0].status == "DISCHRG OB" and rows[0].at.endswith("Z")
 
@@ -97,16 +99,18 @@ def started(run: str, steps: int = 2) -> RunStarted:
 
 
 def test_runs_and_every_step_attempt_are_journaled(journal: Journal) -> None:
-    journal.record(started("r1"))
-    journal.record(StepStarted(at(1), R1, StepId("stop:vm1"), "guest_shutdown"))
-    journal.record(
+    journal.write.record(started("r1"))
+    journal.write.record(StepStarted(at(1), R1, StepId("stop:vm1"), "guest_shutdown"))
+    journal.write.record(
         StepFinished(at(9), R1, StepId("stop:vm1"), StepState.DONE, "vm1 shut down", 2, True)
     )
-    journal.record(PointOfNoReturn(at(10), R1, StepId("stop:h1")))
-    journal.record(StepStarted(at(10), R1, StepId("stop:h1"), "host_shutdown"))
-    journal.record(StepFinished(at(40), R1, StepId("stop:h1"), StepState.FAILED, "h1: BMC said no"))
-    journal.record(RunFinished(at(40), run_spec("r1"), RunOutcome.FAILED, "1 done, 1 failed"))
-    (run,) = journal.runs()
+    journal.write.record(PointOfNoReturn(at(10), R1, StepId("stop:h1")))
+    journal.write.record(StepStarted(at(10), R1, StepId("stop:h1"), "host_shutdown"))
+    journal.write.record(
+        StepFinished(at(40), R1, StepId("stop:h1"), StepState.FAILED, "h1: BMC said no")
+    )
+    journal.write.record(RunFinished(at(40), run_spec("r1"), RunOutcome.FAILED, "1 done, 1 failed"))
+    (run,) = journal.read.runs()
     assert (run.state, run.point_of_no_return) == ("failed", "stop:h1")
     assert run.ended == "2026-03-01T12:00:40.000Z"
     vm1, h1 = run.steps
@@ -117,21 +121,21 @@ def test_runs_and_every_step_attempt_are_journaled(journal: Journal) -> None:
         "2026-03-01T12:00:01.000Z",
     )
     assert (h1.state, h1.detail) == ("failed", "h1: BMC said no")
-    texts = [e.text for e in journal.events()]
+    texts = [e.text for e in journal.read.events()]
     assert "failed    stop:h1: h1: BMC said no" in texts
-    assert [e.level for e in journal.events() if "stop:h1" in e.text][-1] == "error"
+    assert [e.level for e in journal.read.events() if "stop:h1" in e.text][-1] == "error"
 
 
 def test_a_stopping_service_leaves_its_run_interrupted_and_reap_finds_it(journal: Journal) -> None:
-    journal.record(started("r1"))
-    journal.record(StepStarted(at(1), R1, StepId("stop:vm1"), "guest_shutdown"))
-    journal.record(StepFinished(at(2), R1, StepId("stop:vm1"), StepState.DONE, "off"))
-    journal.record(StepStarted(at(2), R1, StepId("stop:vm2"), "guest_shutdown"))
-    journal.record(
+    journal.write.record(started("r1"))
+    journal.write.record(StepStarted(at(1), R1, StepId("stop:vm1"), "guest_shutdown"))
+    journal.write.record(StepFinished(at(2), R1, StepId("stop:vm1"), StepState.DONE, "off"))
+    journal.write.record(StepStarted(at(2), R1, StepId("stop:vm2"), "guest_shutdown"))
+    journal.write.record(
         StepFinished(at(3), R1, StepId("stop:vm2"), StepState.INTERRUPTED, "the service stopped")
     )
-    journal.record(RunFinished(at(3), run_spec("r1"), RunOutcome.INTERRUPTED))
-    (run,) = journal.reap(at(100))
+    journal.write.record(RunFinished(at(3), run_spec("r1"), RunOutcome.INTERRUPTED))
+    (run,) = journal.write.reap(at(100))
     assert run.id == "r1" and run.state == "interrupted" and run.ended is None
     assert [(s.step, s.state) for s in run.steps] == [
         ("stop:vm1", "done"),
@@ -140,52 +144,56 @@ def test_a_stopping_service_leaves_its_run_interrupted_and_reap_finds_it(journal
 
 
 def test_reap_marks_steps_a_killed_process_left_running(journal: Journal) -> None:
-    journal.record(started("r1"))
-    journal.record(StepStarted(at(1), R1, StepId("stop:vm1"), "guest_shutdown"))
-    (run,) = journal.reap(at(50))  # the process died: no StepFinished, no RunFinished
+    journal.write.record(started("r1"))
+    journal.write.record(StepStarted(at(1), R1, StepId("stop:vm1"), "guest_shutdown"))
+    (run,) = journal.write.reap(at(50))  # the process died: no StepFinished, no RunFinished
     assert run.state == "running"
     assert [(s.step, s.state) for s in run.steps] == [("stop:vm1", "abandoned")]
-    journal.record(started("r1"))  # resumed under its own id
-    journal.record(StepStarted(at(60), R1, StepId("stop:vm1"), "guest_shutdown"))
-    journal.record(StepFinished(at(61), R1, StepId("stop:vm1"), StepState.DONE, "already off"))
-    again = journal.run("r1")
+    journal.write.record(started("r1"))  # resumed under its own id
+    journal.write.record(StepStarted(at(60), R1, StepId("stop:vm1"), "guest_shutdown"))
+    journal.write.record(
+        StepFinished(at(61), R1, StepId("stop:vm1"), StepState.DONE, "already off")
+    )
+    again = journal.read.run("r1")
     assert again is not None and again.resumed == 1
     assert [(s.attempt, s.state) for s in again.steps] == [(1, "abandoned"), (2, "done")]
 
 
 def test_overrides_are_an_audit_trail_and_the_last_hold_counts(journal: Journal) -> None:
-    assert journal.hold() is None
-    journal.record(OverrideApplied(at(0), "alice", "hold", "generator test"))
-    held = journal.hold()
+    assert journal.read.hold() is None
+    journal.write.record(OverrideApplied(at(0), "alice", "hold", "generator test"))
+    held = journal.read.hold()
     assert held is not None and (held.who, held.reason) == ("alice", "generator test")
-    journal.record(OverrideApplied(at(5), "bob", "release", "test over"))
-    assert journal.hold() is None
-    assert [(o.who, o.action) for o in journal.overrides()] == [
+    journal.write.record(OverrideApplied(at(5), "bob", "release", "test over"))
+    assert journal.read.hold() is None
+    assert [(o.who, o.action) for o in journal.read.overrides()] == [
         ("bob", "release"),
         ("alice", "hold"),
     ]
-    assert journal.events()[-1].text == "override: release by bob: test over"
+    assert journal.read.events()[-1].text == "override: release by bob: test over"
 
 
 def test_cache_operations_and_phases_are_journaled(journal: Journal) -> None:
-    journal.record(PhaseChanged(at(0), Phase.NORMAL, Phase.ON_BATTERY, "on battery for 10s"))
-    journal.record(CacheModeChanged(at(0), "flash", "bcache0", CacheMode.WRITE_THROUGH, True, "ok"))
-    assert journal.last_phase() is Phase.ON_BATTERY
-    (op,) = journal.cache_ops()
+    journal.write.record(PhaseChanged(at(0), Phase.NORMAL, Phase.ON_BATTERY, "on battery for 10s"))
+    journal.write.record(
+        CacheModeChanged(at(0), "flash", "bcache0", CacheMode.WRITE_THROUGH, True, "ok")
+    )
+    assert journal.read.last_phase() is Phase.ON_BATTERY
+    (op,) = journal.read.cache_ops()
     assert (op.cache, op.target, op.mode, op.ok) == ("flash", "bcache0", "write-through", True)
-    assert journal.phases()[0].reason == "on battery for 10s"
+    assert journal.read.phases()[0].reason == "on battery for 10s"
 
 
 def test_events_after_an_id_and_the_last_n(journal: Journal) -> None:
     for i in range(5):
-        journal.record(OverrideApplied(at(i), "x", "hold", f"r{i}"))
-    last_two = journal.events(after=-2)
+        journal.write.record(OverrideApplied(at(i), "x", "hold", f"r{i}"))
+    last_two = journal.read.events(after=-2)
     assert [e.text.split(": ")[-1] for e in last_two] == ["r3", "r4"]
-    assert journal.events(after=last_two[0].id)[0].id == last_two[1].id
+    assert journal.read.events(after=last_two[0].id)[0].id == last_two[1].id
 
 
 def test_old_readings_are_pruned(journal: Journal) -> None:
-    journal.record(reading(0, UpsFlag.OL))
-    journal.record(reading(86400 * 100, UpsFlag.OL))
-    assert journal.prune_readings(at(86400 * 100), timedelta(days=90)) == 1
-    assert len(journal.readings()) == 1
+    journal.write.record(reading(0, UpsFlag.OL))
+    journal.write.record(reading(86400 * 100, UpsFlag.OL))
+    assert journal.write.prune_readings(at(86400 * 100), timedelta(days=90)) == 1
+    assert len(journal.read.readings()) == 1

@@ -18,9 +18,9 @@ import pytest
 
 from tests.sites import site_from
 from upsguard.cli import main
-from upsguard.controller.journal import Journal
-from upsguard.controller.learned import learned_durations
 from upsguard.events import RunFinished, RunStarted, StepFinished, StepStarted
+from upsguard.journal import Journal
+from upsguard.journal.learned import learned_durations
 from upsguard.models import Direction, ResourceId, RunId, StepId, StepState
 from upsguard.runbooks import render
 from upsguard.runbooks.planner import Planner
@@ -83,7 +83,7 @@ class RunWriter:
         start = T0 + timedelta(hours=self.count)
         run = RunId(f"{kind}-{self.count}")
         spec = RunSpec(run, kind, origin, "test", start)
-        record = self.journal.record
+        record = self.journal.write.record
         record(RunStarted(start, spec, len(steps)))
         at = start
         for step, seconds in steps.items():

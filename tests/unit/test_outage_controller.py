@@ -14,12 +14,12 @@ from upsguard.config.loading import validate
 from upsguard.config.platforms import SimulatedPlatformSettings
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import parse_yaml
-from upsguard.controller.journal import Journal
-from upsguard.controller.resume import reap_and_resume
 from upsguard.engine.destage import DestageWatch
 from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import UpsUnreachable
 from upsguard.events import Event, EventBus, Notice, PhaseChanged, RunFinished, StepStarted
+from upsguard.journal import Journal
+from upsguard.journal.resume import reap_and_resume
 from upsguard.models import (
     Direction,
     Phase,
@@ -92,7 +92,7 @@ class ScriptedUps:
     async def command(self, name: str) -> None:
         return None
 
-    async def watch_for_news(self, news: Callable[[], None]) -> None:
+    async def watch_for_changes(self, news: Callable[[], None]) -> None:
         return None  # no push channel, as a source without traps
 
     async def close(self) -> None:
@@ -113,7 +113,7 @@ class Harness:
         bus = self.bus = EventBus()
         bus.subscribe(self.events.append)
         if self.journal is not None:
-            bus.subscribe(self.journal.record)
+            bus.subscribe(self.journal.write.record)
         settings = s.platforms["sim"]
         assert isinstance(settings, SimulatedPlatformSettings)
         if self.platform is None:  # the real world outlives a controller
@@ -255,7 +255,7 @@ def test_a_run_cut_short_by_a_crash_is_resumed_without_repeating_done_steps(
     assert "stop:app" not in started  # done before the crash: not run again
     assert started == ["stop:db", "stop:h1"]
     assert [(e.spec.kind, e.outcome) for e in h.kinds(RunFinished)] == [("shutdown", "done")]
-    (run,) = journal.runs()
+    (run,) = journal.read.runs()
     assert (run.state, run.resumed) == ("done", 1)
     assert [(s.step, s.attempt, s.state) for s in run.steps] == [
         ("stop:app", 1, "done"),

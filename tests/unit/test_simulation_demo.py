@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from upsguard.controller.journal import Journal
+from upsguard.journal import Journal
 from upsguard.simulation.demo import run_demo
 
 
@@ -13,7 +13,7 @@ def test_the_demo_goes_down_and_comes_back_in_order(tmp_path: Path) -> None:
     out = io.StringIO()
     path = tmp_path / "demo.sqlite"
     journal = Journal(path)
-    report = run_demo(speed=0, out=out, observers=[journal.record])
+    report = run_demo(speed=0, out=out, observers=[journal.write.record])
     journal.close()
     assert report.final_phase == "normal"
     text = out.getvalue()
@@ -34,5 +34,9 @@ def test_the_demo_goes_down_and_comes_back_in_order(tmp_path: Path) -> None:
     assert "start:nas01" in text and text.index("start:nas01") < text.index("start:esx01")
     assert "waiting for esx01-flash to be clean" in text
     journal = Journal(path)
-    assert [r.kind for r in journal.runs(with_steps=False)] == ["startup", "shutdown", "shedding"]
+    assert [r.kind for r in journal.read.runs(with_steps=False)] == [
+        "startup",
+        "shutdown",
+        "shedding",
+    ]
     journal.close()

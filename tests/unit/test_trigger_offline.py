@@ -13,7 +13,7 @@ import pytest
 
 from tests.sites import write_site
 from upsguard.cli import main
-from upsguard.controller.journal import Journal
+from upsguard.journal import Journal
 
 SITE = """
 site: offline
@@ -33,7 +33,7 @@ service: {{socket: {tmp}/api.sock}}
 def journaled_phase(tmp_path: Path) -> str | None:
     journal = Journal(tmp_path / "journal.sqlite")
     try:
-        phase = journal.last_phase()
+        phase = journal.read.last_phase()
     finally:
         journal.close()
     return phase.value if phase is not None else None

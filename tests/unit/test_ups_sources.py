@@ -54,7 +54,7 @@ def test_a_source_without_a_news_channel_returns_at_once(
     kind: str, entry: dict[str, object]
 ) -> None:
     source = registry.load("ups", kind)(UpsConfig.model_validate(entry), SystemClock())
-    asyncio.run(source.watch_for_news(lambda: None))
+    asyncio.run(source.watch_for_changes(lambda: None))
 
 
 def test_nut_commands_need_a_user() -> None:

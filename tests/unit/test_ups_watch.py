@@ -58,7 +58,7 @@ class ScriptedSource:
     async def command(self, name: str) -> None:
         raise NotImplementedError
 
-    async def watch_for_news(self, news: Callable[[], None]) -> None:
+    async def watch_for_changes(self, news: Callable[[], None]) -> None:
         return None  # no push channel, as a source without traps
 
     async def close(self) -> None:

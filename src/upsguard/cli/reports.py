@@ -18,13 +18,13 @@ from typing import Any
 from upsguard.cli.common import Subparsers, add_format_option, add_site_option, site_of
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
-from upsguard.controller.journal import Journal
-from upsguard.controller.journal_checks import BatteryTestRow, battery_tests
-from upsguard.controller.journal_file import journal_exists
-from upsguard.controller.learned import learned_or_none
-from upsguard.controller.rows import iso, parse_iso
-from upsguard.controller.story import pick_runs, story_from_journal
 from upsguard.errors import PermanentError
+from upsguard.journal import Journal
+from upsguard.journal.checkups import BatteryTestRow, battery_tests
+from upsguard.journal.file import journal_exists
+from upsguard.journal.learned import learned_or_none
+from upsguard.journal.retrospective import pick_runs, story_from_journal
+from upsguard.journal.rows import iso, parse_iso
 from upsguard.reports import render
 from upsguard.reports.runbook import build_runbook
 from upsguard.reports.story import BatteryFit, BatterySample, Story
@@ -138,7 +138,7 @@ def cmd_battery(args: argparse.Namespace) -> int:
     site = site_of(args)
     journal = open_existing(site)
     try:
-        rows = list(reversed(journal.readings(limit=100_000)))
+        rows = list(reversed(journal.read.readings(limit=100_000)))
         tests = battery_tests(journal.db, limit=50)
     finally:
         journal.close()

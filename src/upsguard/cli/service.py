@@ -31,10 +31,10 @@ from upsguard.cli.common import (
     site_of,
 )
 from upsguard.config.site import SiteConfig
-from upsguard.controller import direct
-from upsguard.controller.journal import Journal
+from upsguard.controller import offline
 from upsguard.controller.service import run_service
 from upsguard.errors import PermanentError, ServiceNotRunning, TemporaryError
+from upsguard.journal import Journal
 
 
 def register(commands: Subparsers) -> None:
@@ -154,7 +154,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     try:
         st = _client(args, site).status()
     except ServiceNotRunning:
-        st = run_async(direct.status(site))
+        st = run_async(offline.status(site))
     if args.format == "json":
         print_json(st.model_dump(mode="json"))
     else:
@@ -168,7 +168,7 @@ def cmd_hold(args: argparse.Namespace) -> int:
         answer = _client(args, site).post("/hold", {"reason": args.reason})
     except ServiceNotRunning:
         _direct("Journal the hold for its next start?", args.yes)
-        direct.hold(site, _who(), args.reason)
+        offline.hold(site, _who(), args.reason)
         print(f"held (journaled; the service takes it up when it starts): {args.reason}")
         return 0
     print(f"held: {answer['reason']}")
@@ -181,7 +181,7 @@ def cmd_release(args: argparse.Namespace) -> int:
         answer = _client(args, site).post("/release", {"reason": args.reason})
     except ServiceNotRunning:
         _direct("Journal the release for its next start?", args.yes)
-        direct.hold(site, _who(), args.reason, release=True)
+        offline.hold(site, _who(), args.reason, release=True)
         print("released (journaled)")
         return 0
     print(
@@ -197,7 +197,7 @@ def cmd_trigger(args: argparse.Namespace) -> int:
     if not client.running():
         _direct(f"Run the {what} from this process?", args.yes)
         return run_async(
-            direct.trigger(site, _who(), args.direction, args.only, args.reason, print)
+            offline.trigger(site, _who(), args.direction, args.only, args.reason, print)
         )
     confirm(f"Start the {what} now?", args.yes)
     body = {"direction": args.direction, "only": args.only, "reason": args.reason}
@@ -211,7 +211,7 @@ def cmd_abort(args: argparse.Namespace) -> int:
     client = _client(args, site)
     if not client.running():
         _direct("Mark its unfinished runs aborted (they will not resume) and hold?", args.yes)
-        closed = direct.abort(site, _who(), args.reason)
+        closed = offline.abort(site, _who(), args.reason)
         print("aborted: " + (", ".join(closed) if closed else "nothing was unfinished") + "; held")
         return 0
     confirm("Cancel the run in progress and hold automatic actions?", args.yes)
@@ -235,12 +235,12 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def _journal_history(site: SiteConfig, limit: int) -> dict[str, Any]:
-    journal = direct.open_journal(site)
+    journal = offline.open_journal(site)
     try:
         return {
-            "runs": [r.to_dict() for r in journal.runs(limit=limit)],
-            "phases": [p.to_dict() for p in journal.phases(limit=limit * 5)],
-            "overrides": [o.to_dict() for o in journal.overrides(limit=limit * 5)],
+            "runs": [r.to_dict() for r in journal.read.runs(limit=limit)],
+            "phases": [p.to_dict() for p in journal.read.phases(limit=limit * 5)],
+            "overrides": [o.to_dict() for o in journal.read.overrides(limit=limit * 5)],
         }
     finally:
         journal.close()
@@ -273,9 +273,9 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def _journal_events(site: SiteConfig, after: int) -> list[dict[str, Any]]:
-    journal = direct.open_journal(site)
+    journal = offline.open_journal(site)
     try:
-        return [e.to_dict() for e in journal.events(after=after)]
+        return [e.to_dict() for e in journal.read.events(after=after)]
     finally:
         journal.close()
 
@@ -290,9 +290,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         path = args.journal or Path(tmp) / "demo.sqlite"
         journal = Journal(path)
         try:
-            report = run_demo(speed=args.speed, observers=[journal.record])
-            runs = journal.runs(limit=10, with_steps=False)
-            events = len(journal.events(after=0, limit=100000))
+            report = run_demo(speed=args.speed, observers=[journal.write.record])
+            runs = journal.read.runs(limit=10, with_steps=False)
+            events = len(journal.read.events(after=0, limit=100000))
         finally:
             journal.close()
     print(

@@ -16,9 +16,9 @@ from upsguard.cli.reports import with_battery_model, write_output
 from upsguard.clock import run_virtual
 from upsguard.config.scenario import Scenario
 from upsguard.config.site import SiteConfig
-from upsguard.controller.journal import Journal
-from upsguard.controller.learned import learned_or_none
-from upsguard.controller.story import story_from_journal
+from upsguard.journal import Journal
+from upsguard.journal.learned import learned_or_none
+from upsguard.journal.retrospective import story_from_journal
 from upsguard.reports import render
 from upsguard.reports.story import DRAIN_READING, CacheSample, Story
 from upsguard.runbooks.planner import Planner
@@ -32,9 +32,9 @@ def simulated_report(
     with tempfile.TemporaryDirectory(prefix="upsguard-simulate-") as tmp:
         journal = Journal(Path(tmp) / "simulation.sqlite")
         try:
-            simulation = Simulation(site, scenario, planner, observers=[journal.record])
+            simulation = Simulation(site, scenario, planner, observers=[journal.write.record])
             outcome = run_virtual(simulation.run())
-            runs = journal.runs(limit=1000)
+            runs = journal.read.runs(limit=1000)
             title = f"Simulated outage: scenario {scenario.name}"
             story = story_from_journal(
                 journal,

@@ -47,13 +47,13 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from upsguard.controller.journal import Journal
 from upsguard.controller.overrides import Overrides
-from upsguard.controller.rows import EventRow
 from upsguard.controller.socket_group import group_id
-from upsguard.controller.stream import EventStream
 from upsguard.engine.outage_controller import OutageController
-from upsguard.errors import PermanentError, TemporaryError, UpsguardError
+from upsguard.errors import ApiBusy, BadRequest, PermanentError, TemporaryError, UpsguardError
+from upsguard.journal import Journal
+from upsguard.journal.rows import EventRow
+from upsguard.journal.stream import EventStream
 from upsguard.status import SiteStatus
 
 log = logging.getLogger(__name__)
@@ -68,18 +68,6 @@ MAX_REASON = 500
 MAX_NAME = 200
 MAX_ROWS = 1000
 LAST_ID = 2**63 - 1  # SQLite's largest integer
-
-
-class BadRequest(PermanentError):
-    """The request itself is wrong; ``status`` is the HTTP status that says how."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class Busy(TemporaryError):
-    """The API is at one of its bounds; trying again shortly will do."""
 
 
 Route = Callable[["Call"], Awaitable[Any]]
@@ -264,7 +252,7 @@ class ApiServer:
             return 200, await route(call)
         except BadRequest as exc:
             return exc.status, {"error": str(exc)}
-        except Busy as exc:
+        except ApiBusy as exc:
             return 503, {"error": str(exc)}
         except TemporaryError as exc:
             return 409, {"error": str(exc)}
@@ -283,16 +271,16 @@ class ApiServer:
         limit = call.integer("limit", 10, 0, MAX_ROWS)
         journal = self.svc.journal
         return {
-            "runs": [r.to_dict() for r in journal.runs(limit=limit)],
-            "phases": [p.to_dict() for p in journal.phases(limit=limit * 5)],
-            "overrides": [o.to_dict() for o in journal.overrides(limit=limit * 5)],
-            "cache_ops": [c.to_dict() for c in journal.cache_ops(limit=limit * 5)],
+            "runs": [r.to_dict() for r in journal.read.runs(limit=limit)],
+            "phases": [p.to_dict() for p in journal.read.phases(limit=limit * 5)],
+            "overrides": [o.to_dict() for o in journal.read.overrides(limit=limit * 5)],
+            "cache_ops": [c.to_dict() for c in journal.read.cache_ops(limit=limit * 5)],
         }
 
     async def _events(self, call: Call) -> Any:
         after = call.integer("after", -20, -MAX_ROWS, LAST_ID)
         wait = min(call.seconds("wait", 0.0), MAX_WAIT_S)
-        rows = self.svc.journal.events(after=after)
+        rows = self.svc.journal.read.events(after=after)
         if not rows and wait > 0:
             rows = await self._events_to_come(after, wait)
         last = rows[-1].id if rows else max(after, 0)
@@ -303,14 +291,14 @@ class ApiServer:
         seconds or when the API stops. Each line the journal adds wakes the wait, and only
         that: an empty answer makes the client ask again at once."""
         if self._waiting >= MAX_WAITERS:
-            raise Busy(f"the API has {MAX_WAITERS} long-polls waiting already; try again")
+            raise ApiBusy(f"the API has {MAX_WAITERS} long-polls waiting already; try again")
         self._waiting += 1
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         rows: list[EventRow] = []
         try:
             while not rows and await self._next_line(deadline - loop.time()):
-                rows = self.svc.journal.events(after=after)  # none yet if ``after`` is ahead
+                rows = self.svc.journal.read.events(after=after)  # none yet if ``after`` is ahead
         finally:
             self._waiting -= 1
         return rows

@@ -16,11 +16,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from upsguard.errors import UpsguardError
-
-
-class JournalInUse(UpsguardError):
-    """Another service holds the journal."""
+from upsguard.errors import JournalInUse
 
 
 class JournalLock:

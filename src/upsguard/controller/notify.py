@@ -19,7 +19,6 @@ from typing import Any
 
 from upsguard.config.service import NotifySettings, WebhookSettings
 from upsguard.config.types import resolve_secret
-from upsguard.controller.rows import iso
 from upsguard.errors import UpsguardError
 from upsguard.events import (
     BatteryTestFinished,
@@ -37,6 +36,7 @@ from upsguard.events import (
     level,
 )
 from upsguard.findings import Area, Finding, fail, ok, warn
+from upsguard.journal.rows import iso
 from upsguard.models import StepState
 from upsguard.net import http_request, tls_context
 from upsguard.secrecy import child_env, redact_url

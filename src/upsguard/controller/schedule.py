@@ -23,12 +23,12 @@ from apscheduler.triggers.interval import IntervalTrigger
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
 from upsguard.controller.battery_test import BatteryTester, other_on_battery
-from upsguard.controller.journal import Journal
-from upsguard.controller.journal_checks import battery_tests, last_checkup
 from upsguard.doctor.changes import compare
 from upsguard.doctor.checkup import run_checkup
 from upsguard.engine.outage_controller import OutageController
 from upsguard.events import BatteryTestSkipped, CheckupDone, EventSink, Notice
+from upsguard.journal import Journal
+from upsguard.journal.checkups import battery_tests, last_checkup
 from upsguard.models import Phase, UpsName
 
 FIRST_AFTER = timedelta(minutes=1)

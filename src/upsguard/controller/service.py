@@ -34,17 +34,13 @@ from upsguard.clock import Clock, SystemClock
 from upsguard.config.checks import site_warnings
 from upsguard.config.loading import load_site
 from upsguard.config.site import SiteConfig
-from upsguard.controller.journal import Journal
-from upsguard.controller.learned import learned_durations
 from upsguard.controller.lock import JournalLock
 from upsguard.controller.metrics import Metrics
 from upsguard.controller.notify import Notifier
 from upsguard.controller.overrides import Overrides
-from upsguard.controller.resume import reap_and_resume
 from upsguard.controller.schedule import Schedule
 from upsguard.controller.socket_group import group_id
 from upsguard.controller.status import ServiceInfo, pair_status, service_status
-from upsguard.controller.stream import EventStream
 from upsguard.engine.destage import DestageWatch
 from upsguard.engine.inventory import read_inventory
 from upsguard.engine.leadership import Leadership, LeadershipState, Role
@@ -53,6 +49,10 @@ from upsguard.engine.outage_controller import OutageController
 from upsguard.engine.pair import Pair
 from upsguard.errors import PermanentError, UpsguardError
 from upsguard.events import Event, EventBus, LeadershipChanged, Notice, describe, level
+from upsguard.journal import Journal
+from upsguard.journal.learned import learned_durations
+from upsguard.journal.resume import reap_and_resume
+from upsguard.journal.stream import EventStream
 from upsguard.models import PlatformName
 from upsguard.plugins import registry
 from upsguard.plugins.coordination.base import Candidate, CoordinationStore, SharedLedger
@@ -116,7 +116,7 @@ class Service:
             group_id=_socket_group_id(site.service.socket_group),
             on_line=self.stream.added,
         )
-        self.bus.subscribe(self.journal.record)
+        self.bus.subscribe(self.journal.write.record)
         if log_events:
             self.bus.subscribe(_log_event)
         self.metrics = Metrics()
@@ -137,11 +137,11 @@ class Service:
         self.last_tick_error: str | None = None
         self._poll_lock = asyncio.Lock()
         self._inventory_problem: str | None = None
-        self._news = asyncio.Event()
+        self._poll_wanted = asyncio.Event()
         self.site_path = site_path
         self._hangup = asyncio.Event()
         self._waiting_site: SiteConfig | None = None
-        self._news_tasks: list[asyncio.Task[None]] = []
+        self._change_listeners: list[asyncio.Task[None]] = []
         self._schedule: Schedule | None = None
 
     def _wake(self, event: Event) -> None:
@@ -344,28 +344,28 @@ class Service:
     def request_poll(self) -> None:
         """A UPS announced a change (an SNMP trap): poll at once. Requests before that poll
         starts share it; one during it brings one more poll after it."""
-        self._news.set()
+        self._poll_wanted.set()
 
-    async def _poll_on_news(self) -> None:
+    async def _poll_on_changes(self) -> None:
         while True:
-            await self._news.wait()
-            self._news.clear()
+            await self._poll_wanted.wait()
+            self._poll_wanted.clear()
             await self.poll_now()
 
-    async def _watch_news(self, source: UpsSource) -> None:
-        """A UPS's own news channel; losing it only means waiting for the next poll."""
+    async def _watch_changes(self, source: UpsSource) -> None:
+        """A UPS's own channel for its changes; losing it only means waiting for the next poll."""
         try:
-            await source.watch_for_news(self.request_poll)
+            await source.watch_for_changes(self.request_poll)
         except Exception as exc:  # one UPS's channel never stops the others or the polls
-            message = f"UPS {source.name}: not listening for its news: {exc} (polled as usual)"
+            message = f"UPS {source.name}: not listening for its changes: {exc} (polled as usual)"
             self.bus(Notice(self.clock.now(), message, level="warning"))
 
-    def _listen_for_news(self) -> None:
-        """One task per UPS listening for its news (again, after a reload)."""
-        for task in self._news_tasks:
+    def _listen_for_changes(self) -> None:
+        """One task per UPS listening for its changes (again, after a reload)."""
+        for task in self._change_listeners:
             task.cancel()
-        self._news_tasks = [
-            asyncio.create_task(self._watch_news(source), name=f"news of {name}")
+        self._change_listeners = [
+            asyncio.create_task(self._watch_changes(source), name=f"changes of {name}")
             for name, source in self.controller.sources.items()
         ]
 
@@ -435,8 +435,8 @@ class Service:
         self._controller = controller
         self._overrides = Overrides(site, controller, self.bus, self.clock)
         self.metrics.attach(controller)
-        if self._news_tasks:
-            self._listen_for_news()
+        if self._change_listeners:
+            self._listen_for_changes()
         message = f"site file {self.site_path} reloaded: {len(site.resources)} resources"
         self.bus(Notice(self.clock.now(), message, level="warning"))
 
@@ -453,7 +453,9 @@ class Service:
 
     async def housekeeping(self) -> None:
         """Async on purpose: the journal's connection belongs to the event loop's thread."""
-        pruned = self.journal.prune_readings(self.clock.now(), self.site.service.keep_readings)
+        pruned = self.journal.write.prune_readings(
+            self.clock.now(), self.site.service.keep_readings
+        )
         if pruned:
             log.info("journal: pruned %d old readings", pruned)
 
@@ -518,7 +520,7 @@ class Service:
 
     def watch(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
         """The service's own tasks on the monotonic clock, until ``stop``: the power watch,
-        platforms that failed to open, the journal's retry, fresh plans, the UPSes' news and
+        platforms that failed to open, the journal's retry, fresh plans, the UPSes' changes and
         the caches' figures."""
         tasks = [
             asyncio.create_task(self.watch_power(stop), name="power watch"),
@@ -527,10 +529,10 @@ class Service:
             asyncio.create_task(
                 _every(REPLAN_EVERY_S, self._refresh_plans, stop, first=False), name="plans"
             ),
-            asyncio.create_task(self._poll_on_news(), name="news"),
+            asyncio.create_task(self._poll_on_changes(), name="changes"),
             asyncio.create_task(self._reload_on_hangup(), name="reload"),
         ]
-        self._listen_for_news()
+        self._listen_for_changes()
         if self.pair is not None:
             pair = self.pair
             tasks += [

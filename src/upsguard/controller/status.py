@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from upsguard.config.site import SiteConfig
-from upsguard.controller.journal import Journal
-from upsguard.controller.rows import OverrideRow, StepRow, parse_iso
 from upsguard.decisions import NO_PLAN, PlanTime
 from upsguard.engine.outage_controller import OutageController
 from upsguard.engine.pair import Pair
+from upsguard.journal import Journal
+from upsguard.journal.rows import OverrideRow, StepRow, parse_iso
 from upsguard.models import Direction, LinkState, Phase, StepState, UpsName
 from upsguard.policies.phases import condition_inputs
 from upsguard.policies.power import FeedReading, feed_name, read_feeds
@@ -65,7 +65,7 @@ def service_status(
     pair: PairStatus | None = None,
 ) -> SiteStatus:
     now = now or datetime.now(UTC)
-    held = _hold(journal.hold()) if controller.engine.held else None
+    held = _hold(journal.read.hold()) if controller.engine.held else None
     if held is None and controller.engine.held:
         held = Hold(reason=controller.engine.held)
     run = run_status(controller, journal, now)
@@ -134,7 +134,7 @@ def offline_status(
     """What the journal says when no service is running, with one fresh poll of each UPS
     (``watches``, polled by the caller; a UPS that could not be read is shown as such)."""
     now = now or datetime.now(UTC)
-    last_phase = journal.last_phase()
+    last_phase = journal.read.last_phase()
     polled = {name: w.figures() for name, w in watches.items() if w.last is not None}
     feeds = read_feeds(site.effective_feeds(), polled, site.policies.on_lost_contact_while_on_line)
     return SiteStatus(
@@ -143,11 +143,13 @@ def offline_status(
         service=ServiceState(running=False, journal=str(journal.path)),
         phase=last_phase or Phase.NORMAL,
         phase_since=_phase_since(journal),
-        held=_hold(journal.hold()),
+        held=_hold(journal.read.hold()),
         ups=[_or_journaled(u, journal, now) for u in ups_status(watches)],
         feeds=feeds_status(site, feeds, {}),
         last_run=_last_run(journal),
-        unfinished_runs=[r.id for r in journal.runs(limit=20, with_steps=False) if r.unfinished],
+        unfinished_runs=[
+            r.id for r in journal.read.runs(limit=20, with_steps=False) if r.unfinished
+        ],
         caches=_journaled_caches(journal),
     )
 
@@ -156,7 +158,7 @@ def _or_journaled(ups: UpsStatus, journal: Journal, now: datetime) -> UpsStatus:
     """A UPS that cannot be read now is shown with its last journaled values, as lost."""
     if ups.link is LinkState.OK:
         return ups
-    rows = journal.readings(limit=1, ups=ups.name)
+    rows = journal.read.readings(limit=1, ups=ups.name)
     if not rows:
         return ups
     row = rows[0]
@@ -185,12 +187,12 @@ def _hold(row: OverrideRow | None) -> Hold | None:
 
 
 def _phase_since(journal: Journal) -> datetime | None:
-    phases = journal.phases(limit=1)
+    phases = journal.read.phases(limit=1)
     return parse_iso(phases[0].at) if phases else None
 
 
 def _last_run(journal: Journal) -> LastRun | None:
-    runs = journal.runs(limit=1, with_steps=False)
+    runs = journal.read.runs(limit=1, with_steps=False)
     if not runs:
         return None
     r = runs[0]
@@ -323,7 +325,7 @@ def run_status(controller: OutageController, journal: Journal, now: datetime) ->
         return None
     spec = progress.spec
     by_id = executor.plan.by_id()
-    rows = {row.step: row for row in journal.steps(spec.id)}  # the last attempt wins
+    rows = {row.step: row for row in journal.read.steps(spec.id)}  # the last attempt wins
     plan = plan_status(executor.plan, rows, set(progress.running), now)
     return RunStatus(
         id=spec.id,
@@ -447,7 +449,7 @@ def caches_status(controller: OutageController) -> list[CacheStatus]:
 def _journaled_caches(journal: Journal) -> list[CacheStatus]:
     """Without a service: each cache target's mode as last set, from the journal."""
     last: dict[tuple[str, str], CacheStatus] = {}
-    for op in journal.cache_ops(limit=200):  # newest first
+    for op in journal.read.cache_ops(limit=200):  # newest first
         key = (op.cache, op.target)
         if key not in last:
             last[key] = CacheStatus(

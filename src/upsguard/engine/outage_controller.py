@@ -27,9 +27,9 @@ from upsguard.engine.destage import DestageGate, DestageWatch
 from upsguard.engine.end_of_outage import EndOfOutage
 from upsguard.engine.executor import Executor, RunResult
 from upsguard.engine.ledger import RunLedger
-from upsguard.engine.news import PowerNews
 from upsguard.engine.pair import Pair, SharedRun
-from upsguard.errors import TemporaryError
+from upsguard.engine.power_notices import PowerNotices
+from upsguard.errors import RunBusy
 from upsguard.events import (
     EventSink,
     Notice,
@@ -66,10 +66,6 @@ PAIR_POWEROFF = (
 
 REPLAN_WITHIN_S = 15.0
 """How long a run may wait for fresh inventory before it is planned (it goes on without)."""
-
-
-class RunBusy(TemporaryError):
-    """A manual run was asked for while another run is in progress."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +135,7 @@ class OutageController:
         self._under_way: dict[TargetKey, UnderWay] = {}
         """Requests of runs that ended (cancelled, aborted, superseded) not seen to land: the
         next run's steps wait for them instead of asking again."""
-        self._news = PowerNews(self.feeds, clock, events)
+        self._news = PowerNotices(self.feeds, clock, events)
         self._end = EndOfOutage(site, sources, clock, events)
         self._acting = asyncio.Lock()
         """Held while runs are started or stopped: a policy's decision and a person's

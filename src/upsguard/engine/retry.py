@@ -12,17 +12,13 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from upsguard.config.types import format_duration
-from upsguard.errors import TemporaryError
+from upsguard.errors import RequestTimedOut, TemporaryError
 
 T = TypeVar("T")
 
 CALL_TIMEOUT_S = 120.0
 """One request to a platform; waiting for a state has its own timeout."""
 MAX_BACKOFF_S = 30.0
-
-
-class RequestTimedOut(TemporaryError):
-    """The platform did not answer one request in time; the request may be repeated."""
 
 
 async def ask(

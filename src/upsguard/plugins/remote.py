@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from upsguard.errors import (
     AuthenticationError,
+    HostKeyUnknown,
     PermanentError,
     PlatformUnreachable,
     TemporaryError,
@@ -431,10 +432,6 @@ async def check_login(ssh: SshTarget, *, timeout: float) -> None:
     conn.close()
     with contextlib.suppress(Exception):
         await conn.wait_closed()
-
-
-class HostKeyUnknown(PermanentError):
-    """The host is not in ``known_hosts``, or its key is not the one listed there."""
 
 
 def _host_key_message(ssh: SshTarget) -> str:

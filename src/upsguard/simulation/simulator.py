@@ -50,7 +50,7 @@ from upsguard.reports.story import CacheSample
 from upsguard.runbooks.planner import Planner
 from upsguard.runs import RunKind, RunOutcome
 from upsguard.simulation import script
-from upsguard.simulation.durations import planned_behaviour
+from upsguard.simulation.behaviour import planned_behaviour
 from upsguard.simulation.own_machine import ControllerMachine, Unguarded
 from upsguard.simulation.verdict import EndOfShutdown, ShutdownWatch, describe_end
 from upsguard.simulation.world import PowerWorld

@@ -36,7 +36,7 @@ from upsguard.config.resources import ResourceConfig
 from upsguard.config.scenario import Scenario, runtime_at_missing
 from upsguard.config.site import SiteConfig
 from upsguard.config.ups import LOAD_CYCLE_COMMANDS
-from upsguard.errors import ConfigError, TemporaryError
+from upsguard.errors import ConfigError, NoAnswer
 from upsguard.models import (
     LinkState,
     PowerState,
@@ -76,10 +76,6 @@ class UpsCommand:
 
 
 PowerChange = Callable[[tuple[ResourceId, ...]], None]
-
-
-class NoAnswer(TemporaryError):
-    """A simulated UPS that does not answer (the scenario's lost contact, or a failed UPS)."""
 
 
 class PowerWorld:

@@ -17,11 +17,11 @@ from pathlib import Path
 from aiohttp import web
 
 from upsguard.config.site import SiteConfig
-from upsguard.controller.journal import Journal
 from upsguard.controller.status import plan_status
 from upsguard.controller.web.context import WebContext
 from upsguard.controller.web.history import METRICS, SPANS, ChartCache
 from upsguard.errors import UpsguardError
+from upsguard.journal import Journal
 from upsguard.models import Direction
 
 STATIC = Path(__file__).parent / "static"
@@ -71,7 +71,7 @@ class Data:
         run = request.match_info["run"]
         if executor is None or executor.spec.id != run:
             raise web.HTTPNotFound(text=f"run {run} is not the service's last run")
-        rows = {row.step: row for row in self._ctx.svc.journal.steps(run)}
+        rows = {row.step: row for row in self._ctx.svc.journal.read.steps(run)}
         plan = plan_status(executor.plan, rows, set(executor.running))
         return web.Response(text=plan.model_dump_json(), content_type="application/json")
 
@@ -82,7 +82,7 @@ class Data:
         words = query.get("q", "").lower()
         if level and level not in LEVELS:
             raise web.HTTPBadRequest(text=f"level is one of {', '.join(LEVELS)}")
-        rows = self._ctx.svc.journal.events(after=-EVENTS_SEARCHED)
+        rows = self._ctx.svc.journal.read.events(after=-EVENTS_SEARCHED)
         kinds = sorted({r.kind for r in rows})
         chosen = [
             r.to_dict()
@@ -128,7 +128,7 @@ def _hashes(html: str) -> str:
 def _report_html(site: SiteConfig, run_id: str) -> str:
     """``upsguard report RUN --format html``, without the battery model's fit (that is the
     simulation's, which the service does not load)."""
-    from upsguard.controller.story import pick_runs, story_from_journal
+    from upsguard.journal.retrospective import pick_runs, story_from_journal
     from upsguard.reports import render
 
     journal = Journal(site.journal)

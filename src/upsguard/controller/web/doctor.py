@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from upsguard.controller.journal import Journal
+from upsguard.journal import Journal
 
 
 @dataclass(frozen=True, slots=True)

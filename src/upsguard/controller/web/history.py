@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from upsguard.controller.journal import Journal
-from upsguard.controller.rows import ReadingRow, iso, parse_iso
+from upsguard.journal import Journal
+from upsguard.journal.rows import ReadingRow, iso, parse_iso
 
 SPANS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "90d": timedelta(days=90)}
 METRICS = {
@@ -49,10 +49,10 @@ def read_span(journal_path: Path, name: str, now: datetime) -> Span:
     start = now - SPANS[name]
     journal = Journal(journal_path)
     try:
-        readings = journal.readings_between(iso(start), iso(now))
+        readings = journal.read.readings_between(iso(start), iso(now))
         runs = [
             (parse_iso(r.started), f"{r.kind} {r.id}: {r.state}")
-            for r in journal.runs(limit=MAX_RUNS, with_steps=False)
+            for r in journal.read.runs(limit=MAX_RUNS, with_steps=False)
             if parse_iso(r.started) >= start
         ]
     finally:

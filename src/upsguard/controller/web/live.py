@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from upsguard.controller.rows import EventRow
+from upsguard.journal.rows import EventRow
 from upsguard.status import SiteStatus
 
 log = logging.getLogger(__name__)

@@ -78,7 +78,7 @@ class Pages:
         svc = self._ctx.svc
         extra: dict[str, Any] = {}
         if name == "runs":
-            extra["runs"] = svc.journal.runs(limit=RUNS_SHOWN, with_steps=False)
+            extra["runs"] = svc.journal.read.runs(limit=RUNS_SHOWN, with_steps=False)
         elif name == "doctor":
             extra["result"] = doctor.last_result(svc.journal)
         elif name == "history":

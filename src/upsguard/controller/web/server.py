@@ -53,7 +53,7 @@ class WebServer:
         self.sessions = auth.Sessions(config, auth.Keys.for_config(config))
         self.feed = LiveFeed(
             svc.status,
-            lambda after: svc.journal.events(after=after),
+            lambda after: svc.journal.read.events(after=after),
             lambda: svc.changed,
             svc.metrics.web_clients.set,
         )

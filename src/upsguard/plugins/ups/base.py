@@ -1,4 +1,4 @@
-"""The ``UpsSource`` protocol: one UPS, read on demand, and told of its news when it can."""
+"""The ``UpsSource`` protocol: one UPS, read on demand, and told of its changes when it can."""
 
 from __future__ import annotations
 
@@ -37,11 +37,11 @@ class UpsSource(Protocol):
         """
         ...
 
-    async def watch_for_news(self, news: Callable[[], None]) -> None:
-        """Call ``news`` whenever the UPS announces a change on its own (an SNMP trap), so
+    async def watch_for_changes(self, changed: Callable[[], None]) -> None:
+        """Call ``changed`` whenever the UPS announces a change on its own (an SNMP trap), so
         that the controller polls at once instead of at its next poll; runs until cancelled.
 
-        ``news`` only asks for a poll: the poll reads the UPS as always. A source without
+        ``changed`` only asks for a poll: the poll reads the UPS as always. A source without
         such a channel (or with it switched off in the site file) returns at once. Raises an
         ``UpsguardError`` when the channel cannot be opened (a trap port in use); polling goes
         on regardless. Never blocks the event loop.

@@ -124,8 +124,8 @@ class NutSource:
         finally:
             await client.close()
 
-    async def watch_for_news(self, news: Callable[[], None]) -> None:
-        return None  # upsd only answers; its own news goes to upsmon's NOTIFYCMD (api /poll)
+    async def watch_for_changes(self, changed: Callable[[], None]) -> None:
+        return None  # upsd only answers; its own changes go to upsmon's NOTIFYCMD (api /poll)
 
     async def close(self) -> None:
         client, self._client = self._client, None

@@ -56,7 +56,7 @@ class SimulatedUps:
             delay = policy.delay.total_seconds() if name == policy.command else 0.0
             self.power.command(self.name, name, delay)
 
-    async def watch_for_news(self, news: Callable[[], None]) -> None:
+    async def watch_for_changes(self, changed: Callable[[], None]) -> None:
         return None  # the simulator's polls see every change
 
     async def close(self) -> None:

@@ -1,4 +1,4 @@
-"""``SnmpSource``: one UPS over SNMP; reads, commands as SETs, and traps as news.
+"""``SnmpSource``: one UPS over SNMP; reads, commands as SETs, and traps as changes.
 
 The polls share this event loop's SNMP engine (``engine``); readings come from
 ``readings``, the SETs of each command from ``control``, and traps arrive through the
@@ -230,8 +230,8 @@ class SnmpSource:
         """``UpsDiagnosis``: see ``checks``."""
         return await SnmpCheck(self, commands).run()
 
-    async def watch_for_news(self, news: Callable[[], None]) -> None:
-        """Call ``news`` on each trap of this UPS that announces a change (``traps``), until
+    async def watch_for_changes(self, changed: Callable[[], None]) -> None:
+        """Call ``changed`` on each trap of this UPS that announces a change (``traps``), until
         cancelled; returns at once when the site file gives no ``trap_port``.
 
         Raises ``PermanentError`` when the trap port cannot be opened, ``ConfigError`` when
@@ -246,7 +246,7 @@ class SnmpSource:
         engine_id = agent_engine_id(_address(target)) if s.version == "3" else None
         port = open_trap_port(s.trap_address, s.trap_port)
         try:
-            listener = port.listen(auth, _address(target)[0], news, engine_id)
+            listener = port.listen(auth, _address(target)[0], changed, engine_id)
         except BaseException:
             stop_listening(port, None)  # closes a port nobody else listens on
             raise

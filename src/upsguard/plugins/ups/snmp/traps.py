@@ -1,6 +1,6 @@
 """Traps from SNMP UPSes: one receiver per local UDP port, shared by the UPSes that name it.
 
-A trap is news for a UPS only when all of these hold:
+A trap is a change of a UPS only when all of these hold:
 
 - it comes from the address the UPS's polls go to;
 - it carries the UPS's v1/v2c community (a v1 or a v2c trap: APC cards send v1), or comes
@@ -60,7 +60,7 @@ class Listener:
     models: frozenset[int]  # SNMP security models: 1 v1, 2 v2c, 3 USM
     security_name: str
     level: int
-    news: Callable[[], None]
+    changed: Callable[[], None]
 
 
 @dataclass(slots=True)
@@ -105,15 +105,17 @@ class TrapPort:
         self,
         auth: CommunityData | UsmUserData,
         address: str,
-        news: Callable[[], None],
+        changed: Callable[[], None],
         engine_id: bytes | None,
     ) -> Listener:
-        """Tell ``news`` of the traps from ``address`` with the credentials of the polls."""
+        """Tell ``changed`` of the traps from ``address`` with the credentials of the polls."""
         name = self.allow(auth, engine_id)
         if isinstance(auth, CommunityData):
-            listener = Listener(address, frozenset({1, 2}), name, 1, news)
+            listener = Listener(address, frozenset({1, 2}), name, 1, changed)
         else:
-            listener = Listener(address, frozenset({3}), name, _LEVELS[auth.security_level], news)
+            listener = Listener(
+                address, frozenset({3}), name, _LEVELS[auth.security_level], changed
+            )
         self.listeners.append(listener)
         return listener
 
@@ -162,7 +164,7 @@ class TrapPort:
         sender, self._sender = self._sender, _Sender()
         trap = next((str(v) for name, v in var_binds if str(name) == _TRAP_OID), "")
         if trap not in NEWS:
-            log.debug("trap %s from %s on %s: not news", trap, sender.address, self.where)
+            log.debug("trap %s from %s on %s: not a change", trap, sender.address, self.where)
             return
         for listener in self.listeners:
             if (
@@ -171,7 +173,7 @@ class TrapPort:
                 and sender.security_name == listener.security_name
                 and sender.level >= listener.level
             ):
-                listener.news()
+                listener.changed()
 
     def close(self) -> None:
         self.engine.close_dispatcher()

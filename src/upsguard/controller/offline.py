@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 
 from upsguard.clock import SystemClock
 from upsguard.config.site import SiteConfig
-from upsguard.controller.journal import Journal
 from upsguard.controller.service import Service
 from upsguard.controller.status import offline_status
 from upsguard.events import Event, OverrideApplied, describe
+from upsguard.journal import Journal
 from upsguard.models import UpsName
 from upsguard.plugins.registry import build_ups_sources
 from upsguard.policies.watch import UpsWatch
@@ -61,7 +61,7 @@ def hold(site: SiteConfig, who: str, reason: str, release: bool = False) -> None
     try:
         action = "release" if release else "hold"
         detail = "while the service was stopped"
-        journal.record(OverrideApplied(datetime.now(UTC), who, action, reason, detail))
+        journal.write.record(OverrideApplied(datetime.now(UTC), who, action, reason, detail))
     finally:
         journal.close()
 
@@ -71,13 +71,13 @@ def abort(site: SiteConfig, who: str, reason: str) -> list[str]:
     try:
         now = datetime.now(UTC)
         closed = []
-        for run in journal.reap(now):
-            journal.close_run(run.id, now, "aborted", f"aborted by {who} while stopped")
+        for run in journal.write.reap(now):
+            journal.write.close_run(run.id, now, "aborted", f"aborted by {who} while stopped")
             closed.append(run.id)
         detail = ", ".join(closed) or "nothing unfinished"
-        journal.record(OverrideApplied(now, who, "abort", reason, detail))
+        journal.write.record(OverrideApplied(now, who, "abort", reason, detail))
         hold_reason = f"abort by {who}: {reason}"
-        journal.record(OverrideApplied(now, who, "hold", hold_reason, "implied by abort"))
+        journal.write.record(OverrideApplied(now, who, "hold", hold_reason, "implied by abort"))
         return closed
     finally:
         journal.close()

@@ -16,11 +16,11 @@ import logging
 from datetime import datetime, timedelta
 
 from upsguard.clock import Clock
-from upsguard.controller.journal import Journal
-from upsguard.controller.rows import RunRow
 from upsguard.engine.actions import UnderWay
 from upsguard.engine.outage_controller import OutageController
 from upsguard.events import EventSink, Notice
+from upsguard.journal.rows import RunRow
+from upsguard.journal.store import Journal
 from upsguard.models import (
     CacheMode,
     CacheName,
@@ -49,26 +49,28 @@ async def reap_and_resume(
     """Returns the id of the run resumed, if any. ``resume``: False for a controller of a
     pair, which resumes the run the shared ledger holds once it wins the lease, never the
     one its own journal left (the other controller may have finished it since)."""
-    unfinished = journal.reap(clock.now())
+    unfinished = journal.write.reap(clock.now())
     newest, older = (unfinished[0], unfinished[1:]) if unfinished else (None, [])
     for run in older:
-        journal.close_run(run.id, clock.now(), "abandoned", f"superseded by {newest and newest.id}")
+        journal.write.close_run(
+            run.id, clock.now(), "abandoned", f"superseded by {newest and newest.id}"
+        )
     if not resume:
         newest = None
     if newest is not None and _only_own_machine_left(journal, controller, newest):
-        journal.close_run(newest.id, clock.now(), "done", OWN_POWEROFF)
+        journal.write.close_run(newest.id, clock.now(), "done", OWN_POWEROFF)
         events(Notice(clock.now(), f"run {newest.id}: {OWN_POWEROFF}"))
         newest = None
-    controller.ledger.restore(journal.records())
-    phase = journal.last_phase()
+    controller.ledger.restore(journal.read.records())
+    phase = journal.read.last_phase()
     if phase is not None:
-        back = journal.mains_back_since()
+        back = journal.read.mains_back_since()
         online_for = (clock.now() - back).total_seconds() if back is not None else None
         controller.engine.restore(phase, online_for)
-    held = journal.hold()
+    held = journal.read.hold()
     if held is not None:
         controller.engine.hold(held.reason)
-    controller.caches.owe(CacheName(c) for c in journal.owed_caches())
+    controller.caches.owe(CacheName(c) for c in journal.read.owed_caches())
     controller.asked_before(_asked_before(journal, clock.now()))
     if controller.engine.phase in FLIPPED_PHASES:
         await _caches_write_through(controller, clock, events)
@@ -97,7 +99,7 @@ def _only_own_machine_left(journal: Journal, controller: OutageController, run: 
 
 
 def _done_steps(journal: Journal, run: RunRow) -> set[StepId]:
-    latest = {s.step: StepState(s.state) for s in journal.steps(run.id)}
+    latest = {s.step: StepState(s.state) for s in journal.read.steps(run.id)}
     return {StepId(s) for s, state in latest.items() if state.finished}
 
 
@@ -105,7 +107,7 @@ async def _resume(
     journal: Journal, controller: OutageController, run: RunRow, clock: Clock, events: EventSink
 ) -> str:
     done = _done_steps(journal, run)
-    unsure = sorted({s.step for s in journal.steps(run.id)} - done)
+    unsure = sorted({s.step for s in journal.read.steps(run.id)} - done)
     message = f"resuming {run.kind} run {run.id}: {len(done)} step(s) already done" + (
         f"; checking the real state of {', '.join(unsure)}" if unsure else ""
     )
@@ -122,7 +124,7 @@ def _asked_before(journal: Journal, now: datetime) -> list[UnderWay]:
     """The requests platforms accepted before the restart that may still be landing: the
     steps that find one wait for it (see ``engine.actions``)."""
     out = []
-    for row in journal.pending_requests(now - REQUESTS_LAND_WITHIN):
+    for row in journal.read.pending_requests(now - REQUESTS_LAND_WITHIN):
         target = Target(PlatformName(row.platform), ResourceKind(row.target_kind), row.target)
         request = UnderWay(
             RunId(row.run), StepId(row.step), target, PowerState(row.wanted), before_restart=True

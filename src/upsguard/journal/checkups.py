@@ -9,9 +9,9 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 
-from upsguard.controller.rows import iso, parse_iso
 from upsguard.events import BatteryTestFinished, CheckupDone
 from upsguard.findings import Area, Finding, Verdict, counts
+from upsguard.journal.rows import iso, parse_iso
 from upsguard.selftest import TestState
 
 

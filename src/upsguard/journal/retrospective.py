@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from upsguard.config.site import SiteConfig
-from upsguard.controller.journal import Journal
-from upsguard.controller.learned import learned_durations
-from upsguard.controller.rows import EventRow, RunRow, StepRow, iso, parse_iso
 from upsguard.errors import PermanentError
+from upsguard.journal.learned import learned_durations
+from upsguard.journal.rows import EventRow, RunRow, StepRow, iso, parse_iso
+from upsguard.journal.store import Journal
 from upsguard.models import Phase
 from upsguard.reports.assemble import outlook, plan_for, run_story
 from upsguard.reports.story import (
@@ -38,13 +38,13 @@ _CACHE = re.compile(r"cache (\S+?)[/ ]")
 def pick_runs(journal: Journal, run_id: str | None) -> list[RunRow]:
     """The run asked for, or the newest; a one-line error when there is none."""
     if run_id is not None:
-        run = journal.run(run_id)
+        run = journal.read.run(run_id)
         if run is None:
             raise PermanentError(
                 f"journal {journal.path}: no run '{run_id}': 'upsguard history' lists the runs"
             )
         return [run]
-    newest = journal.runs(limit=1)
+    newest = journal.read.runs(limit=1)
     if not newest:
         raise PermanentError(f"journal {journal.path}: no run yet, nothing to report")
     return newest
@@ -74,7 +74,7 @@ def story_from_journal(
     else:
         origin, end = _journal_span(journal)
     window = (iso(origin - MARGIN), iso(end + MARGIN))
-    events = journal.events_between(*window)
+    events = journal.read.events_between(*window)
     if learned is None:
         learned = learned_durations(journal)
     stories: list[RunStory] = []
@@ -105,7 +105,7 @@ def story_from_journal(
 def _outage_start(journal: Journal, run_start: datetime) -> datetime | None:
     """When the site went on battery before this run, if it did not come back in between."""
     before = iso(run_start)
-    for phase in journal.phases(limit=200):  # newest first
+    for phase in journal.read.phases(limit=200):  # newest first
         if phase.at > before:
             continue
         if phase.new == Phase.ON_BATTERY.value:
@@ -117,8 +117,8 @@ def _outage_start(journal: Journal, run_start: datetime) -> datetime | None:
 
 def _journal_span(journal: Journal) -> tuple[datetime, datetime]:
     """From the first phase change away from normal (else the first event) to the last event."""
-    phases = list(reversed(journal.phases(limit=1000)))
-    events = journal.events(after=0, limit=1) + journal.events(after=-1)
+    phases = list(reversed(journal.read.phases(limit=1000)))
+    events = journal.read.events(after=0, limit=1) + journal.read.events(after=-1)
     if not events:
         raise PermanentError(f"journal {journal.path}: nothing recorded yet, nothing to report")
     start = next((p.at for p in phases if p.new != Phase.NORMAL.value), events[0].at)
@@ -175,12 +175,12 @@ def _moments(
     start, end = window
     out = [
         Moment(_seconds(p.at, origin), "phase", f"{p.old} -> {p.new}", why=p.reason)
-        for p in journal.phases(limit=1000)
+        for p in journal.read.phases(limit=1000)
         if start <= p.at <= end
     ]
     out += [
         Moment(_seconds(o.at, origin), "override", o.action, who=o.who, why=o.reason)
-        for o in journal.overrides(limit=1000)
+        for o in journal.read.overrides(limit=1000)
         if start <= o.at <= end
     ]
     for event in events:
@@ -208,7 +208,7 @@ def _battery(journal: Journal, origin: datetime, window: tuple[str, str]) -> lis
             load_pct=r.load,
             on_battery="OB" in r.status.split(),
         )
-        for r in journal.readings_between(*window)
+        for r in journal.read.readings_between(*window)
         if r.link == "ok"
     ]
 
@@ -226,7 +226,7 @@ def _caches(
             None,
             f"{op.target} -> {op.mode}" + ("" if op.ok else f" FAILED: {op.detail}"),
         )
-        for op in journal.cache_ops(limit=10_000)
+        for op in journal.read.cache_ops(limit=10_000)
         if start <= op.at <= end
     ]
     for event in events:

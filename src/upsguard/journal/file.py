@@ -10,8 +10,8 @@ import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
-from upsguard.controller.schema import migrate
 from upsguard.errors import PermanentError
+from upsguard.journal.schema import migrate
 
 
 class Corrupt(Exception):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from upsguard.controller.rows import EventRow
+from upsguard.journal.rows import EventRow
 
 
 class EventStream:

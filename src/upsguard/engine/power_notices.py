@@ -21,7 +21,7 @@ from upsguard.policies.watch import UpsWatch
 log = logging.getLogger(__name__)
 
 
-class PowerNews:
+class PowerNotices:
     def __init__(self, feeds: Mapping[str, FeedConfig], clock: Clock, events: EventSink) -> None:
         self._feeds = feeds
         self._clock = clock

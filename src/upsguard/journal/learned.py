@@ -27,10 +27,10 @@ from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
-from upsguard.controller.journal import Journal
-from upsguard.controller.journal_file import journal_exists
-from upsguard.controller.rows import StepRow, iso, parse_iso
 from upsguard.errors import PermanentError
+from upsguard.journal.file import journal_exists
+from upsguard.journal.rows import StepRow, iso, parse_iso
+from upsguard.journal.store import Journal
 from upsguard.models import Direction, ResourceId
 from upsguard.runbooks.plan import LearnedDuration
 
@@ -49,7 +49,7 @@ def learned_durations(
     """Median and p90 per resource and direction; ``before``: only from runs that started
     before then (what a run's own plan knew). Empty when the journal cannot be read."""
     try:
-        return _learn(journal.finished_steps(iso(before) if before else None), runs)
+        return _learn(journal.read.finished_steps(iso(before) if before else None), runs)
     except (sqlite3.Error, ValueError) as exc:  # a journal damaged or written by another build
         log.warning("journal %s: cannot learn durations from it: %s", journal.path, exc)
         return {}

@@ -1,0 +1,235 @@
+"""What comes out of the journal: runs, steps, phases, readings, events, overrides, caches,
+and what a restarted controller takes up (the ledger's records, the hold, the caches owed
+write-back, the requests that may still be landing)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from upsguard.journal.rows import (
+    CacheOpRow,
+    EventRow,
+    OverrideRow,
+    PhaseRow,
+    ReadingRow,
+    RequestRow,
+    RunRow,
+    StepRow,
+    iso,
+    parse_iso,
+)
+from upsguard.models import CacheMode, Phase
+from upsguard.runs import RunRecord
+
+MAINS_NEVER_LOST = datetime.min.replace(tzinfo=UTC)
+"""What ``mains_back_since`` says of a journal that never saw an outage."""
+
+
+Connection = Callable[[], sqlite3.Connection]
+"""The journal's connection now (the file's, or the memory copy while it cannot be written)."""
+
+
+class JournalQueries:
+    def __init__(self, connection: Connection) -> None:
+        self._db = connection
+
+    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return list(self._db().execute(sql, args).fetchall())
+
+    def _one(self, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = self._db().execute(sql, args).fetchone()
+        return row
+
+    def records(self, limit: int = 50) -> list[RunRecord]:
+        """The newest runs as the run ledger holds them, oldest first."""
+        return [row.record() for row in reversed(self.runs(limit=limit, with_steps=False))]
+
+    def owed_caches(self) -> list[str]:
+        """The caches upsguard took out of write-back and has not returned yet."""
+        owed: dict[str, bool] = {}
+        for cache, mode, was_owed in self._rows(
+            "SELECT cache, mode, owed FROM cache_ops WHERE ok = 1 ORDER BY id"
+        ):
+            if mode == CacheMode.WRITE_BACK.value:
+                owed[cache] = False
+            elif was_owed:
+                owed[cache] = True
+        return sorted(cache for cache, due in owed.items() if due)
+
+    def pending_requests(self, since: datetime) -> list[RequestRow]:
+        """The newest request of each target, made since ``since``, whose step did not end
+        done in its run: it may still be landing."""
+        rows = self._rows(
+            "SELECT r.at, r.run, r.step, r.platform, r.target, r.target_kind, r.wanted"
+            " FROM requests r WHERE r.id IN"
+            " (SELECT MAX(id) FROM requests GROUP BY platform, target) AND r.at >= ?"
+            " AND NOT EXISTS (SELECT 1 FROM steps s"
+            " WHERE s.run = r.run AND s.step = r.step AND s.state = 'done')"
+            " ORDER BY r.id",
+            (iso(since),),
+        )
+        return [RequestRow(*r) for r in rows]
+
+    def mains_back_since(self) -> datetime | None:
+        """When every feed was last seen back on mains (None while one is on battery;
+        ``MAINS_NEVER_LOST`` when no outage was ever journaled), so that the startup
+        policy's ``online_for`` survives a restart."""
+        row = self._one(
+            "SELECT kind, at FROM events WHERE kind IN ('OnBattery', 'PowerRestored')"
+            " ORDER BY id DESC LIMIT 1"
+        )
+        if row is None:
+            return MAINS_NEVER_LOST
+        return parse_iso(row[1]) if row[0] == "PowerRestored" else None
+
+    def last_phase(self) -> Phase | None:
+        row = self._one("SELECT new FROM phases ORDER BY id DESC LIMIT 1")
+        return Phase(row[0]) if row else None
+
+    def hold(self) -> OverrideRow | None:
+        """The hold in force: the last hold not followed by a release."""
+        row = self._one(
+            "SELECT at, who, action, reason, detail FROM overrides"
+            " WHERE action IN ('hold', 'release') ORDER BY id DESC LIMIT 1"
+        )
+        if row is None or row[2] != "hold":
+            return None
+        return OverrideRow(*row)
+
+    def phases(self, limit: int = 50) -> list[PhaseRow]:
+        rows = self._rows(
+            "SELECT at, old, new, reason FROM phases ORDER BY id DESC LIMIT ?", (limit,)
+        )
+        return [PhaseRow(*r) for r in rows]
+
+    def runs(self, limit: int = 20, with_steps: bool = True) -> list[RunRow]:
+        rows = self._rows(
+            "SELECT id, direction, kind, origin, only, reason, started, ended, state, detail,"
+            " point_of_no_return, resumed, feeds FROM runs"
+            " ORDER BY started DESC, rowid DESC LIMIT ?",
+            (limit,),
+        )
+        return [_run_row(r, tuple(self.steps(r[0])) if with_steps else ()) for r in rows]
+
+    def run(self, run_id: str) -> RunRow | None:
+        return next((r for r in self.runs(limit=1000) if r.id == run_id), None)
+
+    def steps(self, run: str) -> list[StepRow]:
+        rows = self._rows(
+            "SELECT run, step, action, attempt, started, ended, state, detail, tries,"
+            " fallback_used, resource, already_there FROM steps WHERE run = ? ORDER BY id",
+            (run,),
+        )
+        return [_step_row(r) for r in rows]
+
+    def finished_steps(self, before: str | None = None) -> list[tuple[StepRow, str]]:
+        """Every step attempt that ran and ended ``done``, each with its run's direction,
+        newest run first (what durations are learned from). ``before``: only runs that
+        started before this ISO time. Steps that never started (skipped, cancelled, a
+        barrier) have no duration and are left out."""
+        where = "AND r.started < ?" if before is not None else ""
+        rows = self._rows(
+            "SELECT s.run, s.step, s.action, s.attempt, s.started, s.ended, s.state, s.detail,"
+            " s.tries, s.fallback_used, s.resource, s.already_there, r.direction"
+            " FROM steps s JOIN runs r ON r.id = s.run"
+            f" WHERE s.state = 'done' AND s.ended IS NOT NULL AND s.action != '-' {where}"
+            " ORDER BY r.started DESC, r.rowid DESC, s.id",
+            () if before is None else (before,),
+        )
+        return [(_step_row(r[:12]), r[12]) for r in rows]
+
+    def readings_between(self, start: str, end: str) -> list[ReadingRow]:
+        """Readings from ``start`` to ``end`` (ISO times), oldest first."""
+        rows = self._rows(
+            "SELECT at, ups, status, charge, runtime, load, input_voltage, link FROM readings"
+            " WHERE at >= ? AND at <= ? ORDER BY id",
+            (start, end),
+        )
+        return [ReadingRow(*r) for r in rows]
+
+    def events_between(self, start: str, end: str) -> list[EventRow]:
+        """Events from ``start`` to ``end`` (ISO times), oldest first."""
+        rows = self._rows(
+            "SELECT id, at, kind, level, text, run FROM events WHERE at >= ? AND at <= ?"
+            " ORDER BY id",
+            (start, end),
+        )
+        return [EventRow(*r) for r in rows]
+
+    def readings(self, limit: int = 100, ups: str | None = None) -> list[ReadingRow]:
+        where, args = ("WHERE ups = ?", [ups]) if ups else ("", [])
+        rows = self._rows(
+            "SELECT at, ups, status, charge, runtime, load, input_voltage, link FROM readings "
+            f"{where} ORDER BY id DESC LIMIT ?",
+            (*args, limit),
+        )
+        return [ReadingRow(*r) for r in rows]
+
+    def cache_ops(self, limit: int = 50) -> list[CacheOpRow]:
+        rows = self._rows(
+            "SELECT at, cache, target, mode, ok, detail FROM cache_ops ORDER BY id DESC LIMIT ?",
+            (limit,),
+        )
+        return [CacheOpRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5]) for r in rows]
+
+    def overrides(self, limit: int = 50) -> list[OverrideRow]:
+        rows = self._rows(
+            "SELECT at, who, action, reason, detail FROM overrides ORDER BY id DESC LIMIT ?",
+            (limit,),
+        )
+        return [OverrideRow(*r) for r in rows]
+
+    def events(self, after: int = 0, limit: int = 200) -> list[EventRow]:
+        """Events with an id above ``after``, oldest first; ``after=-N`` gives the last N."""
+        if after < 0:
+            rows = self._rows(
+                "SELECT id, at, kind, level, text, run FROM events ORDER BY id DESC LIMIT ?",
+                (-after,),
+            )
+            rows.reverse()
+        else:
+            rows = self._rows(
+                "SELECT id, at, kind, level, text, run FROM events WHERE id > ? ORDER BY id"
+                " LIMIT ?",
+                (after, limit),
+            )
+        return [EventRow(*r) for r in rows]
+
+
+def _run_row(r: tuple[Any, ...], steps: tuple[StepRow, ...]) -> RunRow:
+    return RunRow(
+        id=r[0],
+        direction=r[1],
+        kind=r[2],
+        origin=r[3],
+        only=RunRow.list_of(r[4]),
+        reason=r[5],
+        started=r[6],
+        ended=r[7],
+        state=r[8],
+        detail=r[9],
+        point_of_no_return=r[10],
+        resumed=r[11],
+        feeds=RunRow.list_of(r[12]),
+        steps=steps,
+    )
+
+
+def _step_row(r: tuple[Any, ...]) -> StepRow:
+    return StepRow(
+        run=r[0],
+        step=r[1],
+        action=r[2],
+        attempt=r[3],
+        started=r[4],
+        ended=r[5],
+        state=r[6],
+        detail=r[7],
+        tries=r[8],
+        fallback_used=bool(r[9]),
+        resource=r[10],
+        already_there=bool(r[11]),
+    )
