@@ -74,3 +74,27 @@ def test_the_leader_hands_over_before_its_machine_and_the_other_stops_last(
     finally:
         journal.close()
     assert handed is not None and handed.state == "interrupted"  # handed over, not failed
+
+
+def test_with_etcd_out_of_reach_the_controller_still_shuts_the_site_down_and_says_so(
+    pair_lab: PairLab,
+) -> None:
+    """Never missing a shutdown outranks never acting twice: the store loses its quorum (two
+    members of three stop) just before the outage; the leader fences itself, then, with the
+    store silent past its limit and a shutdown due, goes on alone: it journals and notifies
+    it, and shuts the whole site down, the UPS's load cycle before its own machine."""
+    lab = pair_lab
+    alone = "ctl-a"
+    lab.start(alone)  # its pair's controller is gone: nobody else would act
+    lab.wait(lambda: lab.role(alone) == "leader", "ctl-a to lead")
+    lab.etcd.cluster.stop(0)
+    lab.etcd.cluster.stop(1)
+    lab.outage()
+    lab.wait(lambda: lab.shutdown_done(alone), "the shutdown to finish without the store", 120)
+    lab.assert_each_stopped_once_in_order(last=MACHINES[alone])
+    assert lab.ups_commands() == ["shutdown.return"]
+    assert lab.status(alone)["ha"]["role"] == "finishing_alone"
+    roles = [body["role"] for body in lab.notified("LeadershipChanged")]
+    assert "leader" in roles and roles[-1] == "finishing_alone", roles
+    journaled = [e for e in lab.events(alone) if e.kind == "LeadershipChanged"]
+    assert len(journaled) == len(roles)  # each change journaled, and notified

@@ -26,6 +26,7 @@ from tests.peers.nut import NutServer
 from tests.peers.nut_driver import DRIVER_COMMANDS
 from tests.peers.service import ServiceProcess, write_site
 from tests.peers.vcsim import LAB_ARGS, EventRecorder, Vcsim, VmSpec, create_vm, wait_for_tools
+from tests.peers.webhook import WebhookServer
 from upsguard.journal.rows import EventRow
 
 TTL_S = 2
@@ -75,6 +76,8 @@ class PairLab:
     etcd: EtcdSite
     nut: NutServer
     vc: Vcsim
+    webhook: WebhookServer
+    """Where both controllers send their notifications."""
     controllers: dict[str, ServiceProcess] = field(default_factory=dict)
     recorder: EventRecorder | None = None
 
@@ -159,6 +162,10 @@ class PairLab:
                 counts[name] = counts.get(name, 0) + 1
         return counts
 
+    def notified(self, event: str) -> list[dict[str, Any]]:
+        """The notifications of ``event`` (its kind) the webhook received, in order."""
+        return [body for body in self.webhook.received if body.get("event") == event]
+
     def ups_commands(self) -> list[str]:
         return self.nut.commands_received("ups1")
 
@@ -188,7 +195,13 @@ class PairLab:
 
 
 def site_of(
-    lab_dir: Path, name: str, etcd: EtcdSite, nut: NutServer, vc: Vcsim, **ha: Any
+    lab_dir: Path,
+    name: str,
+    etcd: EtcdSite,
+    nut: NutServer,
+    vc: Vcsim,
+    webhook: WebhookServer,
+    **ha: Any,
 ) -> ServiceProcess:
     directory = lab_dir / name
     directory.mkdir(parents=True, exist_ok=True)
@@ -243,6 +256,7 @@ def site_of(
             "platforms": {"vc": vc.settings_dict(directory)},
             "resources": resources,
             "ha": settings,
+            "service": {"notify": {"webhook": {"url": webhook.url}}},
             "policies": {
                 "poll_interval": "300ms",
                 "on_battery": {"after": "0.5s"},
@@ -258,12 +272,13 @@ def pair_lab(
     etcd: EtcdSite,
     nut_factory: Callable[..., NutServer],
     vcsim_factory: Callable[..., Vcsim],
+    aiohttp_webhook: WebhookServer,
 ) -> Any:
     """A pair on fresh peers; the controllers are started by the test (``start``)."""
     nut = start_nut(nut_factory)
     vc = start_lab(vcsim_factory)
-    lab = PairLab(etcd, nut, vc)
+    lab = PairLab(etcd, nut, vc, aiohttp_webhook)
     for name in NAMES:
-        lab.controllers[name] = site_of(tmp_path, name, etcd, nut, vc)
+        lab.controllers[name] = site_of(tmp_path, name, etcd, nut, vc, aiohttp_webhook)
     yield lab
     lab.stop()
