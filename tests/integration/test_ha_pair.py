@@ -68,12 +68,19 @@ def test_the_leader_hands_over_before_its_machine_and_the_other_stops_last(
     lab.assert_each_stopped_once_in_order(last=MACHINES[other])
     assert lab.ups_commands() == ["shutdown.return"]
     run = lab.status(other)["service"]["resumed"]
-    journal = lab.controllers[leader].read_journal()
-    try:
-        handed = journal.read.run(run)
-    finally:
-        journal.close()
+    handed = lab.run(leader, run)
     assert handed is not None and handed.state == "interrupted"  # handed over, not failed
+    # the leader acted on neither controller's machine: the other stopped both
+    assert not {s.resource for s in lab.steps(leader, run)} & set(MACHINES.values())
+    finished = lab.run(other, run)
+    assert finished is not None and finished.state == "done"
+    by_other = {s.resource: s for s in lab.steps(other, run) if s.state == "done"}
+    assert set(MACHINES.values()) <= set(by_other)
+    # its own machine's step started after the UPS took the command that brings power back
+    (sent,) = [e for e in lab.events(other) if e.kind == "UpsCommandSent" and e.run == run]
+    assert sent.level == "info"  # the UPS took it
+    assert sent.at <= by_other[MACHINES[other]].started
+    assert by_other[MACHINES[leader]].started <= by_other[MACHINES[other]].started
 
 
 def test_with_etcd_out_of_reach_the_controller_still_shuts_the_site_down_and_says_so(

@@ -27,7 +27,7 @@ from tests.peers.nut_driver import DRIVER_COMMANDS
 from tests.peers.service import ServiceProcess, write_site
 from tests.peers.vcsim import LAB_ARGS, EventRecorder, Vcsim, VmSpec, create_vm, wait_for_tools
 from tests.peers.webhook import WebhookServer
-from upsguard.journal.rows import EventRow
+from upsguard.journal.rows import EventRow, RunRow, StepRow
 
 TTL_S = 2
 """The lease of the tests' pairs: etcd's floor is about 1.5 s."""
@@ -133,6 +133,22 @@ class PairLab:
         journal = self.controllers[name].read_journal()
         try:
             return journal.read.events(limit=100_000)
+        finally:
+            journal.close()
+
+    def run(self, name: str, run: str) -> RunRow | None:
+        """``run`` as ``name`` journaled it."""
+        journal = self.controllers[name].read_journal()
+        try:
+            return journal.read.run(run)
+        finally:
+            journal.close()
+
+    def steps(self, name: str, run: str) -> list[StepRow]:
+        """The steps of ``run`` ``name`` journaled (each attempt)."""
+        journal = self.controllers[name].read_journal()
+        try:
+            return journal.read.steps(run)
         finally:
             journal.close()
 
