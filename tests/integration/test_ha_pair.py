@@ -35,6 +35,12 @@ def test_kill_9_the_leader_mid_shutdown_the_standby_resumes_and_nothing_is_asked
     lab.wait(lambda: some_guest_asked(lab), "the leader's first guest shutdown at vcsim")
     before = lab.status(leader)
     run, term = before["run"]["id"], before["ha"]["token"]
+    assert before["ha"]["lease_age_s"] is not None
+    # the standby follows the leader's run in the shared ledger
+    lab.wait(lambda: lab.status(standby)["ha"]["shared_run"] == run, "the standby to see the run")
+    seen = lab.controllers[standby].cli("status").stdout
+    assert f"pair: {standby} is STANDBY; {leader} leads, term {term}" in seen
+    assert f"run {run}" in seen
     lab.controllers[leader].kill9()
 
     def resumed() -> bool:
