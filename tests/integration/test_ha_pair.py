@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.peers.pair import MACHINES, TTL_S, PairLab
+from tests.peers.pair import HOSTS, MACHINES, TTL_S, PairLab
 
 pytestmark = [pytest.mark.etcd, pytest.mark.nut, pytest.mark.vcsim, pytest.mark.timeout(240)]
 
@@ -111,3 +111,26 @@ def test_with_etcd_out_of_reach_the_controller_still_shuts_the_site_down_and_say
     assert "leader" in roles and roles[-1] == "finishing_alone", roles
     journaled = [e for e in lab.events(alone) if e.kind == "LeadershipChanged"]
     assert len(journaled) == len(roles)  # each change journaled, and notified
+
+
+def test_before_the_step_that_takes_etcds_quorum_down_the_controller_finishes_alone(
+    pair_lab: PairLab,
+) -> None:
+    """The etcd members run on a host of the plan and on the two controllers' machines
+    (``store_machines``). The host stops first (two members left: a quorum); after the
+    handover, stopping the first controller's machine would leave one: the other controller
+    says in etcd that it finishes alone, journals and notifies it, and finishes the run."""
+    lab = pair_lab
+    lab.configure(store_machines=[HOSTS[0], *MACHINES.values()])
+    lab.start()
+    leader = lab.leader()
+    other = lab.other(leader)
+    lab.outage()
+    lab.wait(lambda: lab.shutdown_done(other), "the other controller to finish the run", 120)
+    lab.assert_each_stopped_once_in_order(last=MACHINES[other])
+    assert lab.ups_commands() == ["shutdown.return"]
+    ha = lab.status(other)["ha"]
+    assert ha["role"] == "finishing_alone"
+    assert ha["alone"].startswith(f"{other}: stopping {MACHINES[leader]} leaves 1 of")
+    alone = [b for b in lab.notified("LeadershipChanged") if b["role"] == "finishing_alone"]
+    assert [b["me"] for b in alone] == [other]

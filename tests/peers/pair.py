@@ -78,10 +78,18 @@ class PairLab:
     vc: Vcsim
     webhook: WebhookServer
     """Where both controllers send their notifications."""
+    lab_dir: Path
     controllers: dict[str, ServiceProcess] = field(default_factory=dict)
     recorder: EventRecorder | None = None
 
     # -- the controllers ------------------------------------------------------------------
+
+    def configure(self, **ha: Any) -> None:
+        """Both site files again, with more of the ``ha:`` section (before ``start``)."""
+        for name in NAMES:
+            self.controllers[name] = site_of(
+                self.lab_dir, name, self.etcd, self.nut, self.vc, self.webhook, **ha
+            )
 
     def start(self, *names: str) -> None:
         for name in names or NAMES:
@@ -293,8 +301,7 @@ def pair_lab(
     """A pair on fresh peers; the controllers are started by the test (``start``)."""
     nut = start_nut(nut_factory)
     vc = start_lab(vcsim_factory)
-    lab = PairLab(etcd, nut, vc, aiohttp_webhook)
-    for name in NAMES:
-        lab.controllers[name] = site_of(tmp_path, name, etcd, nut, vc, aiohttp_webhook)
+    lab = PairLab(etcd, nut, vc, aiohttp_webhook, tmp_path)
+    lab.configure()
     yield lab
     lab.stop()

@@ -108,7 +108,12 @@ def pair_status(pair: Pair, monotonic: float) -> PairStatus:
     done = None
     if seen is not None and active is not None:
         done = sum(1 for m in seen.steps_of(active.spec.id).values() if m.state.finished)
-    alone = seen.alone if seen is not None else None
+    notice = seen.alone if seen is not None else None
+    own = pair.leadership.alone_reason
+    if own is not None:
+        alone: str | None = f"{state.me}: {own}"
+    else:
+        alone = f"{notice.by}: {notice.reason}" if notice is not None else None
     return PairStatus(
         me=state.me,
         role=state.role.value,
@@ -121,7 +126,7 @@ def pair_status(pair: Pair, monotonic: float) -> PairStatus:
         shared_run=active.spec.id if active is not None else None,
         shared_steps_done=done,
         seen_age_s=monotonic - pair.seen_at if pair.seen_at is not None else None,
-        alone=f"{alone.by}: {alone.reason}" if alone is not None else None,
+        alone=alone,
     )
 
 

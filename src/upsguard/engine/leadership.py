@@ -320,6 +320,11 @@ class Leadership:
     def alone(self) -> bool:
         return self._alone is not None
 
+    @property
+    def alone_reason(self) -> str | None:
+        """Why this controller goes on without the store, while it does."""
+        return self._alone
+
     async def claim_step(self, run: RunId, step: StepId) -> bool:
         """Just before a step acts: record it ``running`` under this term. True: act. False:
         do not (another controller leads, or the fence came before the store answered). A
