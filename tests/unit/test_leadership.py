@@ -314,6 +314,32 @@ def test_finishing_alone_leaves_a_notice_no_standby_can_miss() -> None:
     virtual(scenario)
 
 
+def test_finishing_alone_keeps_the_lease_and_the_notice_binds_only_while_it_is_held() -> None:
+    """A controller finishing alone renews its lease while the store answers, so the other
+    stays standby and the notice holds; once it is gone (its machine stopped, or the site
+    came back without it), the other wins and the notice binds nobody: a stale notice must
+    never keep the next leader from acting in the next outage."""
+
+    async def scenario(pair: Pair) -> None:
+        a, b = pair.controller("a"), pair.controller("b")
+        pair.start("a")
+        await pair.until(0.1)
+        pair.start("b")
+        await pair.until(3)
+        assert await a.finish_alone("the store's machines stop next") is True
+        await pair.until(3 + 4 * TTL)  # many leases later
+        assert (a.role, b.role) == (Role.ALONE, Role.STANDBY)
+        seen = await pair.stores["b"].inner.snapshot()
+        assert seen.alone is not None and seen.alone.holds(seen.leader)
+        pair.stop("a")  # a's machine stops: its lease ends
+        await pair.until(3 + 6 * TTL)
+        assert b.role is Role.LEADER
+        seen = await pair.stores["b"].inner.snapshot()
+        assert seen.alone is not None and not seen.alone.holds(seen.leader)
+
+    virtual(scenario)
+
+
 def test_the_margin_must_leave_room_for_a_renewal() -> None:
     async def scenario(pair: Pair) -> None:
         with pytest.raises(ValueError):

@@ -268,7 +268,11 @@ class Service:
         ledger = await pair.latest()
         if ledger is None:
             return
-        if ledger.alone is not None and ledger.alone.by != pair.me:
+        if (
+            ledger.alone is not None
+            and ledger.alone.by != pair.me
+            and ledger.alone.holds(ledger.leader)
+        ):
             message = (
                 f"{ledger.alone.by} finishes alone since {ledger.alone.at:%H:%M:%S} "
                 f"({ledger.alone.reason}): {pair.me} does not take over"

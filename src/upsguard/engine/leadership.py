@@ -183,6 +183,7 @@ class Leadership:
 
     async def _attempt(self) -> None:
         if self._alone is not None:
+            await self._renew_alone()
             return
         if self._term is None and self._clock.monotonic() < self._quiet_until:
             return
@@ -202,6 +203,21 @@ class Leadership:
         except LeadershipLost as exc:
             self._answered()
             self._lost(str(exc))
+        except (StoreUnavailable, TimeoutError) as exc:
+            self._silent(str(exc) or "no answer in time")
+
+    async def _renew_alone(self) -> None:
+        """Finishing alone with a term: keep its lease while the store answers, so that the
+        notice holds and no standby takes the run over; nothing else depends on it."""
+        term = self._term
+        if term is None:
+            return
+        try:
+            async with asyncio.timeout(self.renew_every_s):
+                await self._store.renew(term)
+            self._answered()
+        except LeadershipLost:
+            self._term = None
         except (StoreUnavailable, TimeoutError) as exc:
             self._silent(str(exc) or "no answer in time")
 

@@ -106,8 +106,11 @@ class Pair:
         return self.leadership.may_act() and not self._alone_elsewhere()
 
     def _alone_elsewhere(self) -> bool:
-        notice = self.seen.alone if self.seen is not None else None
-        return notice is not None and notice.by != self.me and not self.leadership.alone
+        """The other controller said it finishes alone, and still holds that term."""
+        seen = self.seen
+        if seen is None or seen.alone is None or self.leadership.alone:
+            return False
+        return seen.alone.by != self.me and seen.alone.holds(seen.leader)
 
     def act_alone(self, reason: str) -> bool:
         """A shutdown must go on and this controller may not act: go on without the store

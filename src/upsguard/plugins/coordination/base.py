@@ -94,12 +94,19 @@ class StepMark:
 @dataclass(frozen=True, slots=True)
 class AloneNotice:
     """The leader goes on without the store from ``at``: a standby that reads this does
-    not take over the run, whatever the lease does next."""
+    not take over the run while the notice holds (``holds``)."""
 
     by: str
     token: int
     at: datetime
     reason: str
+
+    def holds(self, leader: Leader | None) -> bool:
+        """While its writer still holds the term it wrote it in (a controller finishing
+        alone keeps renewing its lease as long as the store answers). Once that lease has
+        ended, the controller that wrote it is gone (its machine stopped, or the site
+        came back): the notice no longer binds anyone, and a new leader takes the run."""
+        return leader is not None and (leader.holder.name, leader.token) == (self.by, self.token)
 
 
 @dataclass(frozen=True, slots=True)
