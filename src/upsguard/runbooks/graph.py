@@ -174,8 +174,14 @@ def _placement_edges(
     site: SiteConfig, graph: ResourceGraph, members: dict[ResourceId, list[NodeId]]
 ) -> None:
     """A VM stops before its host; VMs of unknown placement before every host of their platform
-    (a VM live inventory finds on a host that is no resource is placed: it waits for none)."""
+    (a controller's machine live inventory finds on a host that is no resource is placed: it
+    waits for none)."""
     host_by_name = {r.target_name: r.id for r in site.resources if r.kind is ResourceKind.HOST}
+    peer = site.ha.peer_machine if site.ha is not None else None
+
+    def controller(rid: ResourceId) -> bool:
+        return rid == peer or any(r.id == rid and r.runs_upsguard for r in site.resources)
+
     unplaced: dict[str, list[NodeId]] = {}
     for res in site.resources:
         if res.kind not in (ResourceKind.VM, ResourceKind.VM_GROUP):
@@ -186,8 +192,9 @@ def _placement_edges(
             hosts = _hosts_from_targets(graph.nodes[nid], host_by_name) or list(res.runs_on)
             for host in hosts:
                 graph.edge(nid, host)
-            # live inventory placed it on hosts upsguard does not stop: it waits for none
-            elsewhere = bool(targets) and all(t.host for t in targets)
+            # a controller's machine live inventory placed on hosts upsguard does not stop
+            # waits for none: it stops last (``_last_rules``), not before every host
+            elsewhere = controller(res.id) and bool(targets) and all(t.host for t in targets)
             if not hosts and not elsewhere and res.platform is not None:
                 unplaced.setdefault(res.platform, []).append(nid)
     for platform, vms in unplaced.items():
