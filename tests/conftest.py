@@ -39,6 +39,7 @@ pytest_plugins = [
     "tests.peers.cluster",
     "tests.peers.webhook",
     "tests.peers.etcd",
+    "tests.peers.pair",
 ]
 
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -52,6 +53,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     loadgroup``): the guest is one per session, it takes a whole core to emulate, and two
     tests writing its scratch disks at once would see each other's caches.
 
+    Tests of a controller pair (``pair_lab``: two services, three etcd members, upsd and
+    vcsim, on a 2 s lease) run one after the other on one xdist worker as well: side by side
+    they would starve each other's renewals and test the machine's load, not the pair.
+
     They come first, then the ``slow`` ones, then the rest in their usual order: xdist hands
     out tests in this order, and the longest chains started first end the run soonest. Tests
     never depend on their order."""
@@ -59,6 +64,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = getattr(item, "fixturenames", ())
         if item.get_closest_marker("guest") or "guest_vm" in fixtures:
             item.add_marker(pytest.mark.xdist_group("guest"))
+        elif "pair_lab" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("pair"))
 
     def rank(item: pytest.Item) -> int:
         if item.get_closest_marker("xdist_group"):

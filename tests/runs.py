@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from upsguard.clock import Clock
 from upsguard.engine.executor import CacheGate, Executor, RunResult
@@ -11,7 +11,7 @@ from upsguard.events import EventSink
 from upsguard.models import Direction, PlatformName, StepOutcome
 from upsguard.plugins.platforms.base import Platform
 from upsguard.runbooks.plan import Plan, Step
-from upsguard.runs import RunKind, RunOrigin
+from upsguard.runs import RunKind, RunOrigin, RunSpec
 
 
 def executor_for(
@@ -21,9 +21,11 @@ def executor_for(
     events: EventSink,
     cache_gate: CacheGate | None = None,
     resumed: bool = False,
+    claim: Callable[[RunSpec, Step], Awaitable[bool]] | None = None,
 ) -> Executor:
     """An executor of ``plan`` as a manual run, with a ledger of its own; ``resumed`` as
-    when a restarted service finishes a run."""
+    when a restarted service finishes a run; ``claim`` as a controller of a pair claims
+    each step (``engine.pair``)."""
     ledger = RunLedger(clock, events)
     kind = RunKind.SHUTDOWN if plan.direction is Direction.SHUTDOWN else RunKind.STARTUP
     spec = ledger.new_spec(kind, RunOrigin.MANUAL, "test")
@@ -36,6 +38,7 @@ def executor_for(
         spec=spec,
         cache_gate=cache_gate,
         resumed=resumed,
+        claim=(lambda step: claim(spec, step)) if claim is not None else None,
     )
 
 

@@ -248,6 +248,18 @@ class OverrideApplied(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class LeadershipChanged(Event):
+    """This controller of a pair changed role: ``standby``, ``leader``, ``fenced`` (it held
+    the lease but could not renew it in time: it starts nothing) or ``finishing_alone``."""
+
+    me: str
+    role: str
+    leader: str | None
+    token: int | None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Notice(Event):
     """Anything else worth a line in the timeline."""
 
@@ -344,6 +356,10 @@ def describe(event: Event) -> str | None:
         case OverrideApplied(who=who, action=action, reason=reason, detail=detail):
             text = f"override: {action} by {who}" + (f": {reason}" if reason else "")
             return text + (f" ({detail})" if detail else "")
+        case LeadershipChanged(me=me, role=role, leader=leader, token=token, detail=detail):
+            term = f", term {token}" if token is not None else ""
+            who = f" ({leader} leads{term})" if leader and leader != me else term
+            return f"pair: {me} is {role.replace('_', ' ')}{who}: {detail}"
         case Notice(message=message, level=level):
             return message if level == "info" else f"{level.upper()}: {message}"
         case CheckupDone():
@@ -398,7 +414,7 @@ def level(event: Event) -> str:
         return "error"
     if isinstance(event, StepFinished) and event.state is StepState.FAILED:
         return "error"
-    if isinstance(event, OverrideApplied):
+    if isinstance(event, OverrideApplied | LeadershipChanged):
         return "warning"
     if isinstance(event, CacheModeChanged) and not event.ok:
         return "warning"

@@ -238,6 +238,31 @@ class Alert(_Model):
     text: str
 
 
+class PairStatus(_Model):
+    """This controller's place in an active/standby pair (``ha:``), as it sees it now."""
+
+    me: str
+    role: str = Field(description="leader, standby, fenced or finishing_alone")
+    leader: str | None = Field(None, description="who leads, as last seen (None: nobody)")
+    token: int | None = Field(
+        None, description="the fencing token: the leader key's revision for the term"
+    )
+    lease_age_s: float | None = Field(
+        None, description="since the leader's last renewal that worked was sent (leader only)"
+    )
+    lease_ttl_s: float
+    store_silent_s: float | None = Field(
+        None, description="since the store stopped answering; None while it answers"
+    )
+    detail: str = ""
+    shared_run: str | None = Field(
+        None, description="the run in progress in the shared ledger, as last read"
+    )
+    shared_steps_done: int | None = None
+    seen_age_s: float | None = Field(None, description="since the shared ledger was last read")
+    alone: str | None = Field(None, description="who finishes alone without the store, and why")
+
+
 class SiteStatus(_Model):
     """Everything ``upsguard status`` and the web page show, at one moment (``at``)."""
 
@@ -258,3 +283,4 @@ class SiteStatus(_Model):
     )
     caches: list[CacheStatus] = Field(default_factory=list)
     alerts: list[Alert] = Field(default_factory=list)
+    ha: PairStatus | None = Field(None, description="the controller pair, when ``ha:`` is set")

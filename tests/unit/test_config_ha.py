@@ -153,3 +153,14 @@ def test_warnings_name_a_short_member_list_and_a_link_in_clear(tmp_path: Path) -
 def test_loopback_endpoints_are_not_warned_of(tmp_path: Path) -> None:
     site = load_site(write_site(tmp_path, SITE))
     assert [w for w in site_warnings(site) if w[0][0] == "ha"] == []
+
+
+def test_store_machines_are_known_resources_no_more_than_the_members(tmp_path: Path) -> None:
+    ok = load_site(write_site(tmp_path, SITE + "  store_machines: [mgmt-a, mgmt-b]\n"))
+    assert ok.ha is not None and ok.ha.store_machines == ["mgmt-a", "mgmt-b"]
+    found = problems(tmp_path, SITE + "  store_machines: [mgmt-a, nas01]\n")
+    assert [p.split(":", 1)[0] for p in found] == ["ha.store_machines[1]"]
+    assert "unknown resource 'nas01'" in found[0]
+    four = SITE + "  store_machines: [mgmt-a, mgmt-b, core-sw, mgmt-a]\n"
+    found = problems(tmp_path, four)
+    assert any(p.startswith("ha.store_machines: 4 machines carry etcd members") for p in found)

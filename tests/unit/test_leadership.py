@@ -240,22 +240,39 @@ def test_a_step_is_claimed_while_the_store_answers_and_refused_past_the_fence() 
 
 
 def test_with_the_store_silent_a_needed_action_goes_on_alone_after_the_limit() -> None:
-    """The rule: never missing a shutdown outranks never acting twice."""
+    """The rule: never missing a shutdown outranks never acting twice. A standby waits
+    twice as long as a leader would: a leader still alive is well ahead of it."""
 
     async def scenario(pair: Pair) -> None:
         b = pair.controller("b")
         pair.stores["b"].mode = "down"  # the store is gone for everyone
         pair.start("b")
         assert b.silence_limit_s == TTL + TTL / 3
-        await pair.until(7.99)
+        assert b.standby_limit_s == 2 * b.silence_limit_s
+        await pair.until(15.99)
         assert b.act_without_store("shutdown needed") is False  # a blip is waited out
         assert b.role is Role.STANDBY
-        await pair.until(8)
+        await pair.until(16)
         assert b.act_without_store("shutdown needed") is True
         assert (b.role, b.may_act()) == (Role.ALONE, True)  # a tuple: mypy keeps no narrowing
         assert await b.claim_step(RUN, STEP) is True  # nothing written: the journal keeps it
         await b.record_step(RUN, STEP, StepState.DONE)
-        assert pair.changes["b"][-1] == (8.0, Role.ALONE)
+        assert pair.changes["b"][-1] == (16.0, Role.ALONE)
+
+    virtual(scenario)
+
+
+def test_a_leader_whose_store_falls_silent_goes_on_alone_after_the_limit() -> None:
+    async def scenario(pair: Pair) -> None:
+        a = pair.controller("a")
+        pair.start("a")
+        await pair.until(1)
+        assert a.role is Role.LEADER
+        pair.stores["a"].mode = "down"  # the renewal at 2 is the first that fails
+        await pair.until(2 + a.silence_limit_s - 0.01)
+        assert (a.role, a.act_without_store("shutdown needed")) == (Role.FENCED, False)
+        await pair.until(2 + a.silence_limit_s)
+        assert (a.act_without_store("shutdown needed"), a.role) == (True, Role.ALONE)
 
     virtual(scenario)
 
@@ -293,6 +310,32 @@ def test_finishing_alone_leaves_a_notice_no_standby_can_miss() -> None:
         await a.record_step(RUN, STEP, StepState.RUNNING)  # alone: the journal only
         assert (await pair.stores["b"].inner.snapshot()).steps == {}
         assert a.role is Role.ALONE
+
+    virtual(scenario)
+
+
+def test_finishing_alone_keeps_the_lease_and_the_notice_binds_only_while_it_is_held() -> None:
+    """A controller finishing alone renews its lease while the store answers, so the other
+    stays standby and the notice holds; once it is gone (its machine stopped, or the site
+    came back without it), the other wins and the notice binds nobody: a stale notice must
+    never keep the next leader from acting in the next outage."""
+
+    async def scenario(pair: Pair) -> None:
+        a, b = pair.controller("a"), pair.controller("b")
+        pair.start("a")
+        await pair.until(0.1)
+        pair.start("b")
+        await pair.until(3)
+        assert await a.finish_alone("the store's machines stop next") is True
+        await pair.until(3 + 4 * TTL)  # many leases later
+        assert (a.role, b.role) == (Role.ALONE, Role.STANDBY)
+        seen = await pair.stores["b"].inner.snapshot()
+        assert seen.alone is not None and seen.alone.holds(seen.leader)
+        pair.stop("a")  # a's machine stops: its lease ends
+        await pair.until(3 + 6 * TTL)
+        assert b.role is Role.LEADER
+        seen = await pair.stores["b"].inner.snapshot()
+        assert seen.alone is not None and not seen.alone.holds(seen.leader)
 
     virtual(scenario)
 

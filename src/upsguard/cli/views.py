@@ -11,6 +11,7 @@ from upsguard.status import (
     CacheStatus,
     Countdown,
     LastRun,
+    PairStatus,
     RunStatus,
     SiteStatus,
     UpsStatus,
@@ -39,6 +40,7 @@ def status_text(st: SiteStatus) -> str:
     if st.at_floor:
         lines.append("AT THE CRITICAL FLOOR: nothing is waited for")
     lines += [f"ALERT: {alert.text}" for alert in st.alerts]
+    lines += _pair_lines(st.ha)
     lines += _ups_lines(st.ups)
     for feed in st.feeds:
         risk = "AT RISK" if feed.at_risk else "ok"
@@ -54,6 +56,37 @@ def status_text(st: SiteStatus) -> str:
         )
     lines += _cache_lines(st.caches)
     return "\n".join(lines)
+
+
+def _pair_lines(pair: PairStatus | None) -> list[str]:
+    """Who leads, since when its lease was renewed, its fencing token, and what this
+    controller last read of the shared ledger (the standby's view of the leader's run)."""
+    if pair is None:
+        return []
+    term = f", term {pair.token}" if pair.token is not None else ""
+    if pair.role == "leader":
+        age = "?" if pair.lease_age_s is None else f"{pair.lease_age_s:.1f}s"
+        head = f"pair: {pair.me} leads{term}, lease renewed {age} ago (ttl {pair.lease_ttl_s:g}s)"
+    elif pair.role == "finishing_alone":
+        head = f"pair: {pair.me} FINISHES ALONE (without etcd){term}"
+    else:
+        leader = pair.leader or "nobody"
+        head = f"pair: {pair.me} is {pair.role.upper()}; {leader} leads{term}"
+    lines = [head]
+    if pair.store_silent_s is not None:
+        lines.append(f"  etcd silent for {pair.store_silent_s:.1f}s")
+    if pair.seen_age_s is not None:
+        run = (
+            f"run {pair.shared_run}, {pair.shared_steps_done} step(s) done"
+            if pair.shared_run is not None
+            else "no run in progress"
+        )
+        lines.append(f"  shared ledger (read {pair.seen_age_s:.1f}s ago): {run}")
+    if pair.alone is not None:
+        lines.append(f"  finishing alone: {pair.alone}")
+    if pair.detail:
+        lines.append(f"  {pair.detail}")
+    return lines
 
 
 def _at(at: datetime | None) -> str:

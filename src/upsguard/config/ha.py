@@ -126,6 +126,12 @@ class HaConfig(Credentials):
         description="etcd client URLs, every member: the two controllers' machines and a "
         "witness that stays up longest",
     )
+    store_machines: list[ResourceId] = Field(
+        default_factory=list,
+        description="the resources whose stop takes an etcd member down (the machines "
+        "carrying the members, or the hosts they run on): before the step that would leave "
+        "fewer members than a quorum, the leader finishes alone",
+    )
     tls: EtcdTls | None = None
     allow_plaintext: bool = Field(
         False,

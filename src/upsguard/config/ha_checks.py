@@ -34,6 +34,7 @@ def ha_problems(site: SiteConfig, unchecked: Collection[str] | None) -> Iterator
     if ha is None:
         return
     yield from _peer_machine(site, ha, unchecked)
+    yield from _store_machines(site, ha, unchecked)
     yield from _timings(ha)
     yield from _credentials(ha)
     yield from _transport(ha)
@@ -83,6 +84,24 @@ def _peer_machine(
         )
     elif resource.kind not in _MACHINES:
         yield where, f"{peer} is a {resource.kind}: a controller runs on a vm, host or storage"
+
+
+def _store_machines(
+    site: SiteConfig, ha: HaConfig, unchecked: Collection[str] | None
+) -> Iterator[Problem]:
+    if unchecked is None:
+        return
+    index = site.resource_index()
+    for j, rid in enumerate(ha.store_machines):
+        if rid not in index and rid not in unchecked:
+            where = ("ha", "store_machines", j)
+            yield where, f"unknown resource {shorten(rid)!r}{suggest(rid, index)}"
+    if len(ha.store_machines) > len(ha.endpoints):
+        yield (
+            ("ha", "store_machines"),
+            f"{len(ha.store_machines)} machines carry etcd members, but only "
+            f"{len(ha.endpoints)} endpoint(s) are listed: list every member in endpoints",
+        )
 
 
 def _timings(ha: HaConfig) -> Iterator[Problem]:

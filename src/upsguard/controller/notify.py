@@ -24,6 +24,7 @@ from upsguard.events import (
     BatteryTestFinished,
     CheckupDone,
     Event,
+    LeadershipChanged,
     OnBattery,
     OverrideApplied,
     PhaseChanged,
@@ -78,6 +79,8 @@ def payload(event: Event, site: str) -> dict[str, Any]:
         body.update(
             broke=[_finding(f) for f in event.broke], mended=[_finding(f) for f in event.mended]
         )
+    elif isinstance(event, LeadershipChanged):
+        body.update(me=event.me, role=event.role, leader=event.leader, token=event.token)
     elif isinstance(event, BatteryTestFinished):
         body.update(ups=event.ups, test=event.test, state=event.state.value, result=event.text)
     return body

@@ -7,6 +7,12 @@ engine and applies its decisions). The power watch and every periodic task run o
 event loop's monotonic clock, so a step of the wall clock never pauses them; APScheduler
 keeps only the calendar jobs (journal pruning). SIGTERM stops the watch and leaves a run
 in progress ``interrupted``, so the next start finishes it.
+
+With ``ha:`` in the site file the service is one controller of an active/standby pair
+(docs/ha.md): it builds the coordination store through the registry and its
+``Leadership``, runs the campaign or renewals, the shared ledger's writer and the standby's
+following beside the power watch, and resumes the shared ledger's run when it wins the
+lease, never the one its own journal left.
 """
 
 from __future__ import annotations
@@ -34,20 +40,24 @@ from upsguard.controller.notify import Notifier
 from upsguard.controller.overrides import Overrides
 from upsguard.controller.schedule import Schedule
 from upsguard.controller.socket_group import group_id
-from upsguard.controller.status import ServiceInfo, service_status
+from upsguard.controller.status import ServiceInfo, pair_status, service_status
 from upsguard.engine.destage import DestageWatch
 from upsguard.engine.inventory import read_inventory
+from upsguard.engine.leadership import Leadership, LeadershipState, Role
+from upsguard.engine.ledger import RunLedger
 from upsguard.engine.outage_controller import OutageController
+from upsguard.engine.pair import Pair
 from upsguard.errors import PermanentError, UpsguardError
-from upsguard.events import Event, EventBus, Notice, describe, level
+from upsguard.events import Event, EventBus, LeadershipChanged, Notice, describe, level
 from upsguard.journal import Journal
 from upsguard.journal.learned import learned_durations
 from upsguard.journal.resume import reap_and_resume
 from upsguard.journal.stream import EventStream
 from upsguard.models import PlatformName
 from upsguard.plugins import registry
+from upsguard.plugins.coordination.base import Candidate, CoordinationStore, SharedLedger
 from upsguard.plugins.platforms.base import Platform
-from upsguard.plugins.registry import SitePlugins, build_plugins
+from upsguard.plugins.registry import SitePlugins, build_plugins, build_store
 from upsguard.plugins.ups.base import UpsSource
 from upsguard.runbooks.planner import Planner
 from upsguard.status import SiteStatus
@@ -66,6 +76,7 @@ REPLAN_EVERY_S = 300.0
 event_log = logging.getLogger("upsguard.events")
 
 PluginBuilder = Callable[[SiteConfig, Clock], SitePlugins]
+StoreBuilder = Callable[[SiteConfig], CoordinationStore | None]
 
 
 class Service:
@@ -78,14 +89,21 @@ class Service:
         plugins: PluginBuilder = build_plugins,
         log_events: bool = True,
         site_path: Path | None = None,
+        store: StoreBuilder = build_store,
     ) -> None:
         """``plugins`` builds what the service acts through: the registry's classes, or the
         tests' simulated world. ``log_events``: False when the caller prints every event
         itself (``trigger`` without a service), or each would be said twice.
-        ``site_path``: the site file, read again on ``SIGHUP`` (``request_reload``)."""
+        ``site_path``: the site file, read again on ``SIGHUP`` (``request_reload``).
+        ``store``: builds the coordination store of a pair (``ha:``); the tests' in-memory
+        one, or the registry's."""
         self.site = site
         self.clock: Clock = clock or SystemClock()
         self._build_plugins = plugins
+        self._build_store = store
+        self.pair: Pair | None = None
+        self._term: int | None = None
+        self._pair_tasks: set[asyncio.Task[None]] = set()
         self.bus = EventBus()
         self.lock = JournalLock(site.journal)
         self.lock.acquire()
@@ -159,8 +177,9 @@ class Service:
             poll_interval_s=self.site.policies.poll_interval.total_seconds(),
         )
         alerts = [problem for problem in (self.journal.problem,) if problem]
+        pair = pair_status(self.pair, self.clock.monotonic()) if self.pair is not None else None
         return service_status(
-            self.site, self.controller, self.journal, info, alerts, self.clock.now()
+            self.site, self.controller, self.journal, info, alerts, self.clock.now(), pair
         )
 
     async def open(self, resume: bool = True) -> None:
@@ -169,6 +188,7 @@ class Service:
         self.platforms = plugins.platforms
         await self.open_platforms()
         caches = DestageWatch(self.site, plugins.caches, self.clock, self.bus)
+        self.pair = self._open_pair()
         self._controller = OutageController(
             self.site,
             sources=plugins.sources,
@@ -177,14 +197,95 @@ class Service:
             clock=self.clock,
             events=self.bus,
             planner=await self.planner(),
+            ledger=RunLedger(self.clock, self.bus, sink=self.pair),
             replan=self.planner,
+            pair=self.pair,
         )
         self._overrides = Overrides(self.site, self._controller, self.bus, self.clock)
         self.metrics.attach(self._controller)
         if resume:
             self.resumed = await reap_and_resume(
-                self.journal, self._controller, self.clock, self.bus
+                self.journal, self._controller, self.clock, self.bus, resume=self.pair is None
             )
+
+    def _open_pair(self) -> Pair | None:
+        """This controller's side of the pair, when the site file has ``ha:``."""
+        ha = self.site.ha
+        store = self._build_store(self.site)
+        if ha is None or store is None:
+            return None
+        own = next((r.id for r in self.site.resources if r.runs_upsguard), None)
+        leadership = Leadership(
+            store,
+            Candidate(ha.name, own),
+            ttl_s=ha.lease_ttl.total_seconds(),
+            fence_margin_s=ha.fence_margin.total_seconds(),
+            clock=self.clock,
+            on_change=self._leadership_changed,
+        )
+        pair = Pair(
+            leadership,
+            store,
+            self.clock,
+            members=len(ha.endpoints),
+            store_machines=ha.store_machines,
+        )
+        self.bus.subscribe(pair.observe)
+        return pair
+
+    def _leadership_changed(self, state: LeadershipState) -> None:
+        """Journaled and notified; a new term resumes the shared ledger's run; a lost one
+        interrupts the run in progress (its steps' claims are refused anyway)."""
+        self.bus(
+            LeadershipChanged(
+                self.clock.now(),
+                state.me,
+                state.role.value,
+                state.leader,
+                state.token,
+                state.detail,
+            )
+        )
+        if state.role is Role.LEADER and state.token != self._term:
+            self._term = state.token
+            self._spawn(self._take_over(), "take over")
+        elif state.role is Role.STANDBY:
+            self._term = None
+            if self._controller is not None and self._controller.busy:
+                self._spawn(self._controller.interrupt(), "interrupt the run")
+
+    def _spawn(self, job: Awaitable[None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(_quietly(job), name=name)
+        self._pair_tasks.add(task)
+        task.add_done_callback(self._pair_tasks.discard)
+
+    async def _take_over(self) -> None:
+        """Won the lease: resume the run the shared ledger holds (unless the other
+        controller said it finishes alone)."""
+        pair = self.pair
+        if pair is None:
+            return
+        ledger = await pair.latest()
+        if ledger is None:
+            return
+        if (
+            ledger.alone is not None
+            and ledger.alone.by != pair.me
+            and ledger.alone.holds(ledger.leader)
+        ):
+            message = (
+                f"{ledger.alone.by} finishes alone since {ledger.alone.at:%H:%M:%S} "
+                f"({ledger.alone.reason}): {pair.me} does not take over"
+            )
+            self.bus(Notice(self.clock.now(), message, level="warning"))
+            return
+        resumed = await self.controller.lead(pair.shared_run(ledger), list(ledger.runs))
+        if resumed is not None:
+            self.resumed = resumed
+
+    def _follow(self, ledger: SharedLedger) -> None:
+        if self._controller is not None:
+            self._controller.follow(list(ledger.runs))
 
     async def planner(self) -> Planner:
         """Plans from live inventory (where each VM runs decides which hosts wait on which
@@ -332,6 +433,7 @@ class Service:
             planner=await self.planner(),
             ledger=old.ledger,
             replan=self.planner,
+            pair=self.pair,
         )
         controller.take_over(old)
         self._controller = controller
@@ -435,6 +537,13 @@ class Service:
             asyncio.create_task(self._reload_on_hangup(), name="reload"),
         ]
         self._listen_for_changes()
+        if self.pair is not None:
+            pair = self.pair
+            tasks += [
+                asyncio.create_task(pair.leadership.run(), name="leadership"),
+                asyncio.create_task(pair.write_in_order(), name="shared ledger"),
+                asyncio.create_task(pair.follow(self._follow), name="following"),
+            ]
         if self.site.caches:
             tasks.append(
                 asyncio.create_task(_every(30.0, self.refresh_caches, stop), name="caches")
@@ -463,6 +572,11 @@ class Service:
             await self._controller.interrupt()
             for source in self._controller.sources.values():
                 await _quietly(source.close())
+        for task in list(self._pair_tasks):
+            task.cancel()
+        await asyncio.gather(*self._pair_tasks, return_exceptions=True)
+        if self.pair is not None:
+            await _quietly(self.pair.store.close())
         for platform in self.platforms.values():
             await _quietly(platform.close())
         await self.notifier.drain()

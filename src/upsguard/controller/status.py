@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from upsguard.config.site import SiteConfig
 from upsguard.decisions import NO_PLAN, PlanTime
 from upsguard.engine.outage_controller import OutageController
+from upsguard.engine.pair import Pair
 from upsguard.journal import Journal
 from upsguard.journal.rows import OverrideRow, StepRow, parse_iso
 from upsguard.models import Direction, LinkState, Phase, StepState, UpsName
@@ -30,6 +31,7 @@ from upsguard.status import (
     FeedStatus,
     Hold,
     LastRun,
+    PairStatus,
     PlanStatus,
     RunningStep,
     RunStatus,
@@ -60,6 +62,7 @@ def service_status(
     info: ServiceInfo,
     alerts: list[str],
     now: datetime | None = None,
+    pair: PairStatus | None = None,
 ) -> SiteStatus:
     now = now or datetime.now(UTC)
     held = _hold(journal.read.hold()) if controller.engine.held else None
@@ -92,6 +95,38 @@ def service_status(
         unfinished_runs=[],
         caches=caches_status(controller),
         alerts=[Alert(text=text) for text in [*alerts, *controller.alerts()]],
+        ha=pair,
+    )
+
+
+def pair_status(pair: Pair, monotonic: float) -> PairStatus:
+    """The pair as this controller sees it: its role and term, and the shared ledger as
+    last read (the standby's view of the leader's run)."""
+    state = pair.state()
+    seen = pair.seen
+    active = seen.active if seen is not None else None
+    done = None
+    if seen is not None and active is not None:
+        done = sum(1 for m in seen.steps_of(active.spec.id).values() if m.state.finished)
+    notice = seen.alone if seen is not None else None
+    own = pair.leadership.alone_reason
+    if own is not None:
+        alone: str | None = f"{state.me}: {own}"
+    else:
+        alone = f"{notice.by}: {notice.reason}" if notice is not None else None
+    return PairStatus(
+        me=state.me,
+        role=state.role.value,
+        leader=state.leader,
+        token=state.token,
+        lease_age_s=state.lease_age_s,
+        lease_ttl_s=state.ttl_s,
+        store_silent_s=state.store_silent_s,
+        detail=state.detail,
+        shared_run=active.spec.id if active is not None else None,
+        shared_steps_done=done,
+        seen_age_s=monotonic - pair.seen_at if pair.seen_at is not None else None,
+        alone=alone,
     )
 
 

@@ -89,11 +89,7 @@ class EndOfOutage:
         """Just before the step that stops upsguard's own machine: None when it may stop
         (every UPS powering it took a load cycle), else why it stays up."""
         feeds = self._site.feeds_powering(own.id)
-        at_risk = {f.name for f in view.at_risk} if view is not None else set()
-        own_feeds = {
-            feed_name(f, i) for i, f in enumerate(self._site.effective_feeds()) if f in feeds
-        }
-        if not own_feeds & at_risk:
+        if self.mains_there(own.id, view):
             why = f"the mains are there: upsguard stays up on {own.id} to start the site again"
             self._events(Notice(self._clock.now(), why))
             return StayUp(why, mains_back=True)
@@ -109,6 +105,15 @@ class EndOfOutage:
         )
         self._events(Notice(self._clock.now(), why, level="error"))
         return StayUp(why, mains_back=False)
+
+    def mains_there(self, machine: ResourceId, view: PowerView | None) -> bool:
+        """No feed powering ``machine`` is at risk: a controller's machine stays up."""
+        feeds = self._site.feeds_powering(machine)
+        at_risk = {f.name for f in view.at_risk} if view is not None else set()
+        own_feeds = {
+            feed_name(f, i) for i, f in enumerate(self._site.effective_feeds()) if f in feeds
+        }
+        return not own_feeds & at_risk
 
     def _say_unguarded(self, own: ResourceConfig, stopped: Collection[ResourceId]) -> None:
         """What upsguard leaves running when it stops itself (its feed went, another feed

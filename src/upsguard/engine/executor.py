@@ -12,6 +12,11 @@ step that waits on them starts, so the next start re-checks them in order. The r
 steps had sent that have not landed yet (``under_way``) go to the run that follows, whose
 steps wait for them rather than asking again.
 
+In a controller pair each step is claimed just before it acts (``claim``: the leader
+records it started in the shared store, fenced by its term). A refused claim means another
+controller acts now: the step ends ``interrupted``, and so does the run, for the leader to
+resume.
+
 A run's scope may grow while it runs (``widen``: a second feed's trigger): the steps it has
 running or done go on as they are, and the new ones start as soon as what they wait for is
 finished.
@@ -37,6 +42,10 @@ from upsguard.runbooks.plan import Action, Plan, Step
 from upsguard.runs import RunOutcome, RunSpec
 
 log = logging.getLogger(__name__)
+
+
+class Deposed(Exception):
+    """A step's claim was refused: this controller no longer acts, the run ends interrupted."""
 
 
 class CacheGate(Protocol):
@@ -75,6 +84,7 @@ class Executor:
         before_step: Callable[[Step], Awaitable[str | None]] | None = None,
         dry_run: bool = False,
         under_way: Mapping[TargetKey, UnderWay] | None = None,
+        claim: Callable[[Step], Awaitable[bool]] | None = None,
     ) -> None:
         """``already_done``: steps a resumed run finished before (done or skipped).
         ``resumed``: the run was cut short before; its steps look for the platform's own
@@ -82,7 +92,9 @@ class Executor:
         ``before_step``: awaited just before a step acts (after its cache gate); a reason it
         returns skips the step (upsguard's own machine staying up).
         ``dry_run``: the simulator's run; health checks do not probe the network.
-        ``under_way``: requests of runs before this one that have not landed yet."""
+        ``under_way``: requests of runs before this one that have not landed yet.
+        ``claim``: awaited before ``before_step`` (after the cache gate); False: another
+        controller of the pair acts now, and this run ends interrupted."""
         self.plan = plan
         self.spec = spec
         self._clock = clock
@@ -90,6 +102,7 @@ class Executor:
         self._ledger = ledger
         self._gate = cache_gate
         self._before_step = before_step
+        self._claim = claim
         slots = {PlatformName(p): Slots(n) for p, n in plan.limits.items()}
         self._runner = StepRunner(
             platforms,
@@ -112,6 +125,7 @@ class Executor:
         self._all_finished: asyncio.Future[None] | None = None
         self.running: set[StepId] = set()
         self._stopping: RunOutcome | None = None
+        self._interrupted_by: str | None = None
         self._begun = False
         self._unusable: set[StepId] = set()  # failed, or not started because of a failure
 
@@ -201,6 +215,10 @@ class Executor:
             self._stopping = outcome
             await self._stop_all(outcome)
             detail = self._summary()
+        except Deposed as exc:
+            outcome = RunOutcome.INTERRUPTED
+            await self._stop_all(outcome)
+            detail = f"{exc}; {self._summary()}"
         except Exception as exc:  # a bug: the run ends failed, said and journaled, never hidden
             log.exception("run %s failed unexpectedly", self.spec.id)
             self._stopping = RunOutcome.FAILED
@@ -251,6 +269,9 @@ class Executor:
                 return
             if step.caches and self._gate is not None:
                 await self._gate_caches(step, self._gate)
+            if self._claim is not None and not await self._claim(step):
+                self._deposed(step)
+                return
             if self._before_step is not None:
                 why = await self._before_step(step)
                 if why is not None:
@@ -261,9 +282,8 @@ class Executor:
         except asyncio.CancelledError:
             now = self._clock.now()
             if self._stopping is RunOutcome.INTERRUPTED:
-                self._finish(
-                    StepOutcome(step.id, StepState.INTERRUPTED, now, now, "the service stopped")
-                )
+                why = self._interrupted_by or "the service stopped"
+                self._finish(StepOutcome(step.id, StepState.INTERRUPTED, now, now, why))
             else:
                 self._finish(StepOutcome(step.id, StepState.CANCELLED, now, now, "run cancelled"))
             raise
@@ -272,6 +292,16 @@ class Executor:
                 self._all_finished.set_exception(exc)
         finally:
             del self._tasks[step.id]
+
+    def _deposed(self, step: Step) -> None:
+        """The claim was refused: nothing more starts, and the run ends interrupted."""
+        why = "not started: another controller of the pair acts now"
+        self._stopping = RunOutcome.INTERRUPTED
+        self._interrupted_by = "another controller of the pair acts now"
+        if self._all_finished is not None and not self._all_finished.done():
+            self._all_finished.set_exception(Deposed(self._interrupted_by))
+        now = self._clock.now()
+        self._finish(StepOutcome(step.id, StepState.INTERRUPTED, now, now, why))
 
     def _blocked_by(self, step: Step) -> StepId | None:
         """Startup steps (and shutdown with step_failure: stop) do not run after a failure."""

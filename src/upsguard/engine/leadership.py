@@ -31,6 +31,7 @@ from upsguard.errors import LeadershipLost, StoreUnavailable
 from upsguard.models import RunId, StepId, StepState
 from upsguard.plugins.coordination.base import (
     AloneNotice,
+    AskedTarget,
     Candidate,
     CoordinationStore,
     Leader,
@@ -106,6 +107,7 @@ class Leadership:
         self._on_change = on_change
         self.renew_every_s = ttl_s / 3
         self.silence_limit_s = ttl_s + self.renew_every_s
+        self.standby_limit_s = 2 * self.silence_limit_s
         self._term: Term | None = None
         self._renewed_at: float | None = None  # when the last renewal that worked was sent
         self._seen: Leader | None = None
@@ -181,6 +183,7 @@ class Leadership:
 
     async def _attempt(self) -> None:
         if self._alone is not None:
+            await self._renew_alone()
             return
         if self._term is None and self._clock.monotonic() < self._quiet_until:
             return
@@ -200,6 +203,21 @@ class Leadership:
         except LeadershipLost as exc:
             self._answered()
             self._lost(str(exc))
+        except (StoreUnavailable, TimeoutError) as exc:
+            self._silent(str(exc) or "no answer in time")
+
+    async def _renew_alone(self) -> None:
+        """Finishing alone with a term: keep its lease while the store answers, so that the
+        notice holds and no standby takes the run over; nothing else depends on it."""
+        term = self._term
+        if term is None:
+            return
+        try:
+            async with asyncio.timeout(self.renew_every_s):
+                await self._store.renew(term)
+            self._answered()
+        except LeadershipLost:
+            self._term = None
         except (StoreUnavailable, TimeoutError) as exc:
             self._silent(str(exc) or "no answer in time")
 
@@ -270,12 +288,16 @@ class Leadership:
 
     def act_without_store(self, reason: str) -> bool:
         """The rule for a store that cannot be reached while an action is needed (a shutdown
-        must go on): after ``silence_limit_s`` of silence this controller, leader or standby,
-        goes on alone. Before that, False: a blip of the store is waited out."""
+        must go on): after ``silence_limit_s`` of silence the controller that held the term
+        goes on alone; a standby after twice that (``standby_limit_s``), so that a leader
+        still alive is well ahead of it, and the standby finds the requests it made under
+        way (a host's task, a guest shutting down) instead of asking again. Before that,
+        False: a blip of the store is waited out."""
         if self._alone is not None:
             return True
         silent = self.store_silent_s()
-        if silent is None or silent < self.silence_limit_s:
+        limit = self.silence_limit_s if self._term is not None else self.standby_limit_s
+        if silent is None or silent < limit:
             return False
         self._go_alone(f"{reason} (the store silent for {silent:.1f}s)")
         return True
@@ -293,11 +315,31 @@ class Leadership:
         await self._write(lambda term: self._store.record_run(term, record))
 
     async def record_step(
-        self, run: RunId, step: StepId, state: StepState, detail: str = ""
+        self,
+        run: RunId,
+        step: StepId,
+        state: StepState,
+        detail: str = "",
+        *,
+        asked: tuple[AskedTarget, ...] = (),
+        handed_over: bool = False,
     ) -> None:
-        """Write one step's state; see ``record_run``."""
-        mark = StepMark(step, state, self._me.name, self._clock.now(), detail)
+        """Write one step's state (with its requests under way); see ``record_run``."""
+        mark = StepMark(step, state, self._me.name, self._clock.now(), detail, asked, handed_over)
         await self._write(lambda term: self._store.record_step(term, run, mark))
+
+    async def forget_run(self, run: RunId) -> None:
+        """Remove a run the ledger no longer keeps; see ``record_run``."""
+        await self._write(lambda term: self._store.forget_run(term, run))
+
+    @property
+    def alone(self) -> bool:
+        return self._alone is not None
+
+    @property
+    def alone_reason(self) -> str | None:
+        """Why this controller goes on without the store, while it does."""
+        return self._alone
 
     async def claim_step(self, run: RunId, step: StepId) -> bool:
         """Just before a step acts: record it ``running`` under this term. True: act. False:

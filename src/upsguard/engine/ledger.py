@@ -7,14 +7,17 @@ consume. The phase engine reads ``site()``; status and metrics read ``active``. 
 the service restores the ledger from the journal (``restore``), so a restarted controller
 knows the runs of the one before it.
 
-The records live in memory; a shared store for a standby controller would replace
-``_records`` (load on ``restore``, write on each change) and nothing else.
+The records live in memory. A controller of a pair also gives each change to a
+``LedgerSink`` (``engine.pair``), which writes it to the shared store, fenced, for the
+standby; the standby's ledger ``follow``s what the store holds, and the controller that
+wins the lease takes it from there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Protocol
 
 from upsguard.clock import Clock
 from upsguard.events import EventSink, PointOfNoReturn, RunFinished, RunStarted, RunWidened
@@ -25,10 +28,22 @@ KEEP_RECORDS = 50
 """The phase engine needs only the newest runs; older ones stay in the journal."""
 
 
+class LedgerSink(Protocol):
+    """Told every change of a record, in order, as it happens (never on ``restore`` or
+    ``follow``). It must not block: a store's writes are its own business."""
+
+    def changed(self, record: RunRecord) -> None: ...
+
+    def forgotten(self, run: RunId) -> None:
+        """The ledger no longer keeps ``run`` (only the newest runs are kept)."""
+        ...
+
+
 class RunLedger:
-    def __init__(self, clock: Clock, events: EventSink) -> None:
+    def __init__(self, clock: Clock, events: EventSink, sink: LedgerSink | None = None) -> None:
         self._clock = clock
         self._events = events
+        self._sink = sink
         self._records: dict[RunId, RunRecord] = {}  # oldest first
         self._sequence = 0
 
@@ -96,13 +111,23 @@ class RunLedger:
     def restore(self, records: Iterable[RunRecord]) -> None:
         """The runs a previous controller journaled, oldest first; no events."""
         for record in records:
-            self._put(record)
+            self._put(record, tell=False)
 
-    def _put(self, record: RunRecord) -> None:
+    def follow(self, records: Iterable[RunRecord]) -> None:
+        """The runs as the pair's shared store holds them, oldest first, in place of these
+        (a standby following the leader, or the leader taking over); no events."""
+        self._records = {}
+        self.restore(records)
+
+    def _put(self, record: RunRecord, tell: bool = True) -> None:
         """Replace a record in place, or add it as the newest."""
         self._records[record.spec.id] = record
+        if tell and self._sink is not None:
+            self._sink.changed(record)
         while len(self._records) > KEEP_RECORDS:
             oldest = next(iter(self._records))
             if self._records[oldest].active:
                 break
             del self._records[oldest]
+            if tell and self._sink is not None:
+                self._sink.forgotten(oldest)

@@ -3,6 +3,11 @@
 The service (``upsguard run``) calls ``tick`` from its poll loop; the simulator calls it
 on a virtual clock. Both get the same policy decisions, the same executor and the same
 cache handling.
+
+In a controller pair (``engine.pair``) both controllers poll and evaluate, so the standby
+knows the phase and is ready; only the one that may act applies decisions and claims each
+step before it acts. A standby that must go on alone (the store silent while a shutdown is
+due) resumes the run the shared ledger holds rather than starting a new one.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from upsguard.engine.destage import DestageGate, DestageWatch
 from upsguard.engine.end_of_outage import EndOfOutage
 from upsguard.engine.executor import Executor, RunResult
 from upsguard.engine.ledger import RunLedger
+from upsguard.engine.pair import Pair, SharedRun
 from upsguard.engine.power_notices import PowerNotices
 from upsguard.errors import RunBusy
 from upsguard.events import (
@@ -48,10 +54,15 @@ from upsguard.policies.power import feed_name, read_feeds
 from upsguard.policies.watch import UpsWatch
 from upsguard.runbooks.plan import Plan, Step
 from upsguard.runbooks.planner import Planner
-from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunSpec
+from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunRecord, RunSpec
 
 log = logging.getLogger(__name__)
 
+
+PAIR_POWEROFF = (
+    "finished by the last controller's own poweroff (every other step was done; the "
+    "controllers' machines went down last, as planned)"
+)
 
 REPLAN_WITHIN_S = 15.0
 """How long a run may wait for fresh inventory before it is planned (it goes on without)."""
@@ -87,11 +98,15 @@ class OutageController:
         ledger: RunLedger | None = None,
         dry_run: bool = False,
         replan: Callable[[], Awaitable[Planner | None]] | None = None,
+        pair: Pair | None = None,
     ) -> None:
         """``planner``: one already made for this site and inventory, not made again.
         ``dry_run``: the simulator's controller (no health probe touches the network).
         ``replan``: asked for a fresh planner (live inventory) before a policy run is planned,
-        within ``REPLAN_WITHIN_S``; without an answer the run goes with the plan it has."""
+        within ``REPLAN_WITHIN_S``; without an answer the run goes with the plan it has.
+        ``pair``: this controller's side of an active/standby pair; decisions are applied and
+        steps act only while it may act."""
+        self._pair = pair
         self._dry_run = dry_run
         self._replan = replan
         self.site = site
@@ -143,15 +158,41 @@ class OutageController:
         self.view = view
         self._read_caches(view)
         async with self._acting:
-            for decision in self.engine.evaluate(view, self.ledger.site(), self.plan_seconds()):
+            decisions = self.engine.evaluate(view, self.ledger.site(), self.plan_seconds())
+            if self._pair is not None and not self._pair.may_act():
+                decisions = await self._not_acting(self._pair, decisions)
+            for decision in decisions:
                 try:
                     await self._apply(decision)
                 except Exception as exc:  # one decision's failure never stops the others
                     log.exception("%s failed", decision.act.value)
                     message = f"{decision.act.value} failed: {type(exc).__name__}: {exc}"
                     self._events(Notice(self._clock.now(), message, level="error"))
-            await self._keep_caches(view)
+            if self.may_act:
+                await self._keep_caches(view)
         return view
+
+    @property
+    def may_act(self) -> bool:
+        """Alone, or the controller of a pair that leads (or finishes alone)."""
+        return self._pair is None or self._pair.may_act()
+
+    async def _not_acting(self, pair: Pair, decisions: list[Decision]) -> list[Decision]:
+        """The standby (or a fenced leader) applies nothing, unless a shutdown is due while
+        the store is silent: never missing a shutdown outranks never acting twice. It then
+        goes on alone with the run the shared ledger holds, or starts the one due."""
+        due = [d for d in decisions if d.act is Act.START_SHUTDOWN]
+        shared = self.ledger.site().shutdown_running
+        if self.busy or not (due or shared):
+            return []
+        reason = due[0].reason if due else "the shared ledger holds a shutdown in progress"
+        if not pair.act_alone(reason):
+            return []
+        run = pair.shared_run()
+        if run is not None and run.spec.kind is RunKind.SHUTDOWN:
+            await self._adopt(run)
+            return []
+        return due
 
     async def _keep_caches(self, view: PowerView) -> None:
         """Level-triggered like the runs: on battery the caches at risk stay in write-through
@@ -321,6 +362,7 @@ class OutageController:
             before_step=self._before_step,
             dry_run=self._dry_run,
             under_way=self._take_under_way(),
+            claim=self._claim if self._pair is not None else None,
         )
         self.executor = executor
         executor.begin()
@@ -328,12 +370,19 @@ class OutageController:
         self._task.add_done_callback(functools.partial(self._run_done, executor))
         return spec.id
 
+    def _controller_machine(self, step: Step) -> bool:
+        """The step stops a machine running upsguard: this one's, or its pair's."""
+        if step.settings is None:
+            return False
+        peer = self.site.ha.peer_machine if self.site.ha is not None else None
+        return step.settings.resource.runs_upsguard or step.resource == peer
+
     async def _before_step(self, step: Step) -> str | None:
-        """The controller's own machine goes down last, and takes upsguard with it: only
-        once something will bring it back (see ``engine.end_of_outage``); the UPS commands
-        of the end of an outage go out before its step, or they never would."""
+        """The controllers' machines go down last, and take upsguard with them: only once
+        something will bring them back (see ``engine.end_of_outage``); the UPS commands of
+        the end of an outage go out before the first of them, or they never would."""
         executor = self.executor
-        if step.settings is None or not step.settings.resource.runs_upsguard or executor is None:
+        if step.settings is None or not self._controller_machine(step) or executor is None:
             return None
         if executor.plan.direction is not Direction.SHUTDOWN:
             return None
@@ -342,6 +391,24 @@ class OutageController:
             executor.spec, step.settings.resource, stopped, self.view
         )
         return stay.reason if stay is not None else None
+
+    async def _claim(self, step: Step) -> bool:
+        """A pair's fence before a step acts. At the first of the controllers' machines the
+        leader hands the run over instead (the other stops this machine, then its own after
+        the UPS command), unless the mains are there (both stay up)."""
+        pair, executor = self._pair, self.executor
+        if pair is None or executor is None:
+            return True
+        spec = executor.spec
+        if (
+            executor.plan.direction is Direction.SHUTDOWN
+            and self._controller_machine(step)
+            and pair.should_hand_over(spec.id)
+            and not self._end.mains_there(step.resource, self.view)
+        ):
+            await pair.hand_over(spec, step.id)
+            return False
+        return await pair.claim(spec, step.id, step.resource)
 
     def _run_done(self, executor: Executor, task: asyncio.Task[RunResult]) -> None:
         """A shutdown that ended by itself on battery: tell the UPSes what the site file says
@@ -419,6 +486,9 @@ class OutageController:
             raise RunBusy(
                 f"run {self.executor.run_id} is in progress: wait for it or 'upsguard abort' first"
             )
+        if self._pair is not None and not self._pair.may_act():
+            leader = self._pair.state().leader or "nobody (yet)"
+            raise RunBusy(f"this controller is the standby of the pair: ask the leader, {leader}")
         chosen = set(only) if only else None
         if direction is Direction.STARTUP:
             self._refuse_startup_on_dying_feeds(chosen)
@@ -496,6 +566,65 @@ class OutageController:
         else:
             plan = self.planner.plan(spec.direction, set(spec.only) if spec.only else None)
         return await self._start(plan, spec, already_done=done, resumed=True)
+
+    async def lead(self, run: SharedRun | None, records: list[RunRecord]) -> RunId | None:
+        """This controller won the lease: the runs are the shared ledger's from now on, and
+        the run in progress there is resumed as a restarted controller resumes one (steps
+        done are not repeated; the others re-check the real world and wait for the requests
+        under way). Nothing is resumed while a run of this controller's own goes on."""
+        async with self._acting:
+            if self.busy:
+                return None
+            self.ledger.follow(records)
+            if run is None:
+                return None
+            if self._went_down_with_its_machine(run):
+                self.ledger.finished(run.spec.id, RunOutcome.DONE, PAIR_POWEROFF)
+                self._events(Notice(self._clock.now(), f"run {run.spec.id}: {PAIR_POWEROFF}"))
+                return None
+            return await self._adopt(run)
+
+    def _went_down_with_its_machine(self, run: SharedRun) -> bool:
+        """A whole-site shutdown whose only steps left stop the controllers' machines, one
+        of them marked started by the controller it stops: that controller powered itself
+        off, last, and this start is the site coming back. Resuming would stop the
+        machines again after every boot."""
+        if run.spec.kind is not RunKind.SHUTDOWN or run.spec.only is not None:
+            return False
+        left = [s for s in self.plan_steps(run.spec) if s.id not in run.done]
+        if not left or not all(self._controller_machine(s) for s in left):
+            return False
+        me = self._pair.me if self._pair is not None else ""
+        for step in left:
+            by = run.running_by.get(step.id)
+            own = step.settings is not None and step.settings.resource.runs_upsguard
+            if by is not None and (by == me) == own:
+                return True
+        return False
+
+    async def _adopt(self, run: SharedRun) -> RunId:
+        if self._pair is not None:
+            resources = {s.resource for s in self.plan_steps(run.spec) if s.id in run.done}
+            self._pair.gone(run.spec.id, resources)
+        self.asked_before(run.requests)
+        message = f"resuming {run.spec.kind} run {run.spec.id} from the shared ledger: " + (
+            f"{len(run.done)} step(s) already done"
+        )
+        if run.unsure:
+            message += f"; checking the real state of {', '.join(run.unsure)}"
+        self._events(Notice(self._clock.now(), message, level="warning"))
+        return await self.resume(run.spec, run.done)
+
+    def plan_steps(self, spec: RunSpec) -> tuple[Step, ...]:
+        """The steps of the plan ``resume`` would carry ``spec`` out with."""
+        if spec.kind is RunKind.SHUTDOWN and spec.only is None:
+            return self.shutdown_plan.steps
+        return self.planner.plan(spec.direction, set(spec.only) if spec.only else None).steps
+
+    def follow(self, records: list[RunRecord]) -> None:
+        """The standby's runs are the shared ledger's (for the phase engine and status)."""
+        if not self.busy:
+            self.ledger.follow(records)
 
     def _phase_changed(
         self, old: Phase, new: Phase, reason: str, figures: Reckoning | None

@@ -40,15 +40,23 @@ FLIPPED_PHASES = (Phase.ON_BATTERY, Phase.SHEDDING, Phase.SHUTTING_DOWN)
 
 
 async def reap_and_resume(
-    journal: Journal, controller: OutageController, clock: Clock, events: EventSink
+    journal: Journal,
+    controller: OutageController,
+    clock: Clock,
+    events: EventSink,
+    resume: bool = True,
 ) -> str | None:
-    """Returns the id of the run resumed, if any."""
+    """Returns the id of the run resumed, if any. ``resume``: False for a controller of a
+    pair, which resumes the run the shared ledger holds once it wins the lease, never the
+    one its own journal left (the other controller may have finished it since)."""
     unfinished = journal.write.reap(clock.now())
     newest, older = (unfinished[0], unfinished[1:]) if unfinished else (None, [])
     for run in older:
         journal.write.close_run(
             run.id, clock.now(), RunOutcome.ABANDONED, f"superseded by {newest and newest.id}"
         )
+    if not resume:
+        newest = None
     if newest is not None and _only_own_machine_left(journal, controller, newest):
         journal.write.close_run(newest.id, clock.now(), RunOutcome.DONE, OWN_POWEROFF)
         events(Notice(clock.now(), f"run {newest.id}: {OWN_POWEROFF}"))

@@ -4,7 +4,7 @@ Built-in plugins are named here as ``module:Class`` strings and imported
 only when a site uses them, so a heavy SDK (pyvmomi, pysnmp) loads only for
 the sites that need it. Third parties add theirs through the
 ``upsguard.plugins`` entry-point group, naming them ``ups.NAME``,
-``platform.NAME`` or ``cache.NAME``.
+``platform.NAME``, ``cache.NAME`` or ``coordination.NAME``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from upsguard.config.site import SiteConfig
 from upsguard.errors import PluginNotFound
 from upsguard.models import CacheName, PlatformName, UpsName
 from upsguard.plugins.caches.base import CacheProvider
+from upsguard.plugins.coordination.base import CoordinationStore
 from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.ups.base import UpsSource
 
-Family = Literal["ups", "platform", "cache"]
+Family = Literal["ups", "platform", "cache", "coordination"]
 
 BUILTIN: dict[str, dict[str, str]] = {
     "ups": {
@@ -53,7 +54,13 @@ BUILTIN: dict[str, dict[str, str]] = {
         "command": "upsguard.plugins.caches.command:CommandCacheProvider",
         "simulated": "upsguard.plugins.caches.simulated:SimulatedCache",
     },
+    "coordination": {
+        "etcd": "upsguard.plugins.coordination.etcd:EtcdStore",
+    },
 }
+
+STORE = "etcd"
+"""The coordination store of a pair: the ``ha:`` section describes etcd, the only one yet."""
 
 
 def load(family: Family, name: str) -> Any:
@@ -133,6 +140,15 @@ def build_cache_providers(site: SiteConfig, clock: Clock) -> dict[CacheName, Cac
         cls = load("cache", cache.provider)
         providers[cache.name] = cls(cache, clock)
     return providers
+
+
+def build_store(site: SiteConfig) -> CoordinationStore | None:
+    """The coordination store of a controller pair, when the site file has ``ha:``."""
+    if site.ha is None:
+        return None
+    cls = load("coordination", STORE)
+    store: CoordinationStore = cls(site.site, site.ha)
+    return store
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,18 +173,29 @@ def _dependency_edges(
 def _placement_edges(
     site: SiteConfig, graph: ResourceGraph, members: dict[ResourceId, list[NodeId]]
 ) -> None:
-    """A VM stops before its host; VMs of unknown placement before every host of their platform."""
+    """A VM stops before its host; VMs of unknown placement before every host of their platform
+    (a controller's machine live inventory finds on a host that is no resource is placed: it
+    waits for none)."""
     host_by_name = {r.target_name: r.id for r in site.resources if r.kind is ResourceKind.HOST}
+    peer = site.ha.peer_machine if site.ha is not None else None
+
+    def controller(rid: ResourceId) -> bool:
+        return rid == peer or any(r.id == rid and r.runs_upsguard for r in site.resources)
+
     unplaced: dict[str, list[NodeId]] = {}
     for res in site.resources:
         if res.kind not in (ResourceKind.VM, ResourceKind.VM_GROUP):
             continue
         for nid in members[res.id]:
             # where live inventory found it, else where the site file says it runs
+            targets = graph.nodes[nid].targets
             hosts = _hosts_from_targets(graph.nodes[nid], host_by_name) or list(res.runs_on)
             for host in hosts:
                 graph.edge(nid, host)
-            if not hosts and res.platform is not None:
+            # a controller's machine live inventory placed on hosts upsguard does not stop
+            # waits for none: it stops last (``_last_rules``), not before every host
+            elsewhere = controller(res.id) and bool(targets) and all(t.host for t in targets)
+            if not hosts and not elsewhere and res.platform is not None:
                 unplaced.setdefault(res.platform, []).append(nid)
     for platform, vms in unplaced.items():
         hosts = [h.id for h in site.hosts_of_platform(platform)]
@@ -205,7 +216,10 @@ def _hosts_from_targets(node: Node, host_by_name: dict[str, ResourceId]) -> list
 def _last_rules(
     site: SiteConfig, graph: ResourceGraph, members: dict[ResourceId, list[NodeId]]
 ) -> None:
-    """Managers after what they manage; switches after the rest; upsguard's own machine last."""
+    """Managers after what they manage; switches after the rest; upsguard's own machine last,
+    and the other controller's of a pair (``ha.peer_machine``) just before it: the two
+    controllers' machines are the last two steps, so that one of them is always there to act
+    and the second sends the UPS command that brings power back."""
     for res in site.resources:
         if res.serves_platform is None:
             continue
@@ -220,7 +234,10 @@ def _last_rules(
     others = [n for n in graph.nodes if n not in switches]
     for sw in switches:
         graph.put_last(sw, others)
-    for res in site.resources:
-        if res.runs_upsguard:
-            for nid in members[res.id]:
-                graph.put_last(nid, list(graph.nodes))
+    own = [nid for res in site.resources if res.runs_upsguard for nid in members[res.id]]
+    peer = site.ha.peer_machine if site.ha is not None else None
+    if peer is not None and peer in members:  # the other controller's machine, just before
+        for nid in members[peer]:
+            graph.put_last(nid, [n for n in graph.nodes if n not in own])
+    for nid in own:
+        graph.put_last(nid, list(graph.nodes))

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from upsguard.models import ResourceId, RunId, StepId, StepState
+from upsguard.models import PowerState, ResourceId, ResourceKind, RunId, StepId, StepState
 from upsguard.runs import RunRecord
 
 
@@ -63,27 +63,50 @@ class Term:
 
 
 @dataclass(frozen=True, slots=True)
+class AskedTarget:
+    """A request a platform accepted for one target of a step, not seen to land yet: the
+    next leader waits for it instead of asking again (as a restarted controller waits for
+    the requests its journal holds)."""
+
+    platform: str
+    kind: ResourceKind
+    name: str
+    wanted: PowerState
+
+
+@dataclass(frozen=True, slots=True)
 class StepMark:
     """One step of a run as the shared ledger knows it: its state, which controller wrote
     it and when (a step marked ``running`` by a controller that died is what the next
-    leader re-checks in the real world before anything else)."""
+    leader re-checks in the real world before anything else), the requests it has under
+    way, and whether the leader handed the run over at this step (the other controller
+    then stops this one's machine, and its own last)."""
 
     step: StepId
     state: StepState
     by: str
     at: datetime
     detail: str = ""
+    asked: tuple[AskedTarget, ...] = ()
+    handed_over: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class AloneNotice:
     """The leader goes on without the store from ``at``: a standby that reads this does
-    not take over the run, whatever the lease does next."""
+    not take over the run while the notice holds (``holds``)."""
 
     by: str
     token: int
     at: datetime
     reason: str
+
+    def holds(self, leader: Leader | None) -> bool:
+        """While its writer still holds the term it wrote it in (a controller finishing
+        alone keeps renewing its lease as long as the store answers). Once that lease has
+        ended, the controller that wrote it is gone (its machine stopped, or the site
+        came back): the notice no longer binds anyone, and a new leader takes the run."""
+        return leader is not None and (leader.holder.name, leader.token) == (self.by, self.token)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +134,10 @@ class SharedLedger:
     def active(self) -> RunRecord | None:
         """The newest run in progress, the one a standby would resume."""
         return next((r for r in reversed(self.runs) if r.active), None)
+
+    def handed_over(self, run: RunId) -> StepMark | None:
+        """The mark of the step at which a leader handed ``run`` over, if one did."""
+        return next((m for m in self.steps_of(run).values() if m.handed_over), None)
 
     def steps_of(self, run: RunId) -> Mapping[StepId, StepMark]:
         return self.steps.get(run, {})

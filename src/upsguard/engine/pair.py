@@ -1,0 +1,332 @@
+"""The engine's side of a controller pair: what the leader writes, the fence before each
+step, and what the standby follows.
+
+``Leadership`` (``engine.leadership``) says who may act; this module makes the engine
+honour it and keeps the shared ledger:
+
+* every change of a run record (the ``RunLedger``'s ``LedgerSink``) and every step's state
+  and requests under way (the ``StepFinished`` and ``TargetAsked`` events) is written to
+  the store, in order, by one writer task, fenced by the leader's term. A run that ends
+  ``interrupted`` is not written as ended: the store keeps it in progress for whichever
+  controller leads next;
+* before a step acts, ``claim`` records it started, fenced, behind every write before it.
+  A leader that cannot renew (``fenced``) waits there: its lease may come back; a leader
+  deposed is refused, and its step ends interrupted;
+* before the first step that stops a machine carrying an etcd member (``ha.store_machines``)
+  past what the store's quorum survives, the leader finishes alone;
+* the standby reads the whole ledger at one revision and waits for the next change
+  (``follow``); the controller that wins the lease resumes the run it holds.
+
+When the store is silent while a shutdown must go on, the rule is ``Leadership``'s: never
+missing a shutdown outranks never acting twice (see ``act_alone``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from upsguard.clock import Clock
+from upsguard.engine.actions import UnderWay
+from upsguard.engine.leadership import Leadership, LeadershipState, Role
+from upsguard.errors import AuthenticationError, LeadershipLost, StoreUnavailable
+from upsguard.events import Event, StepFinished, TargetAsked
+from upsguard.models import PlatformName, ResourceId, RunId, StepId, StepState, Target
+from upsguard.plugins.coordination.base import (
+    AskedTarget,
+    CoordinationStore,
+    SharedLedger,
+)
+from upsguard.runs import RunKind, RunRecord, RunSpec
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+FENCED_WAIT_S = 0.1
+"""How often a step waiting at a fenced leader's claim looks again at the role."""
+
+Write = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class SharedRun:
+    """A run the shared ledger holds in progress, as the controller that leads resumes it."""
+
+    spec: RunSpec
+    done: frozenset[StepId]
+    requests: tuple[UnderWay, ...]
+    unsure: tuple[StepId, ...]
+    """Steps marked started and not finished: re-checked against the real world."""
+    running_by: Mapping[StepId, str] = field(default_factory=dict)
+    """Who marked each step started and not finished (a controller stopping its own machine
+    leaves its step so: it went down with it)."""
+
+
+class Pair:
+    """This controller's side of the pair, beside its ``Leadership``."""
+
+    def __init__(
+        self,
+        leadership: Leadership,
+        store: CoordinationStore,
+        clock: Clock,
+        *,
+        members: int,
+        store_machines: Collection[ResourceId] = (),
+    ) -> None:
+        """``members``: how many etcd members the store has; ``store_machines``: the
+        resources whose stop takes one of them down."""
+        self.leadership = leadership
+        self.store = store
+        self._clock = clock
+        self._members = members
+        self._store_machines = frozenset(store_machines)
+        self._queue: asyncio.Queue[Write] = asyncio.Queue()
+        self._asked: dict[tuple[RunId, StepId], tuple[AskedTarget, ...]] = {}
+        self._handed: set[RunId] = set()
+        self._taken: set[RunId] = set()
+        self._gone: dict[RunId, set[ResourceId]] = {}
+        self.seen: SharedLedger | None = None
+        """The ledger as last read from the store (the standby's view)."""
+        self.seen_at: float | None = None
+
+    @property
+    def me(self) -> str:
+        return self.leadership.state().me
+
+    # -- what may be done -------------------------------------------------------------------
+
+    def may_act(self) -> bool:
+        """Leading (or finishing alone), and no other controller said it finishes alone."""
+        return self.leadership.may_act() and not self._alone_elsewhere()
+
+    def _alone_elsewhere(self) -> bool:
+        """The other controller said it finishes alone, and still holds that term."""
+        seen = self.seen
+        if seen is None or seen.alone is None or self.leadership.alone:
+            return False
+        return seen.alone.by != self.me and seen.alone.holds(seen.leader)
+
+    def act_alone(self, reason: str) -> bool:
+        """A shutdown must go on and this controller may not act: go on without the store
+        once it has been silent long enough (``Leadership.act_without_store``); never
+        after the other controller said it finishes alone."""
+        if self._alone_elsewhere():
+            return False
+        return self.leadership.act_without_store(reason)
+
+    def state(self) -> LeadershipState:
+        return self.leadership.state()
+
+    # -- the shared ledger: writes, in order ----------------------------------------------
+
+    def changed(self, record: RunRecord) -> None:
+        """``LedgerSink``: a run record changed. An interrupted run stays in progress in the
+        store: the controller that leads next resumes it."""
+        if record.outcome is not None and record.outcome.resumable:
+            return
+        self._enqueue(lambda: self.leadership.record_run(record))
+
+    def forgotten(self, run: RunId) -> None:
+        self._handed.discard(run)
+        self._taken.discard(run)
+        self._gone.pop(run, None)
+        self._enqueue(lambda: self.leadership.forget_run(run))
+
+    def observe(self, event: Event) -> None:
+        """Subscribed to the event bus: each step's end, and each request a platform took."""
+        if isinstance(event, TargetAsked):
+            key = (event.run, event.step)
+            target = AskedTarget(event.platform, event.target_kind, event.target, event.wanted)
+            kept = tuple(a for a in self._asked.get(key, ()) if a.name != target.name)
+            mark = self._asked[key] = (*kept, target)
+            self._enqueue(
+                lambda: self.leadership.record_step(
+                    event.run, event.step, StepState.RUNNING, asked=mark
+                )
+            )
+        elif isinstance(event, StepFinished):
+            held = self._asked.pop((event.run, event.step), ())
+            left = () if event.state is StepState.DONE else held
+            if event.state is StepState.DONE and event.resource is not None:
+                self._gone.setdefault(event.run, set()).add(event.resource)
+            self._enqueue(
+                lambda: self.leadership.record_step(
+                    event.run, event.step, event.state, event.detail, asked=left
+                )
+            )
+
+    def _enqueue(self, write: Write) -> None:
+        if self.leadership.role is not Role.STANDBY:  # a standby has nothing to write
+            self._queue.put_nowait(write)
+
+    async def write_in_order(self) -> None:
+        """The writer task: one write at a time, in the order they were made. A write the
+        store refuses (deposed) or does not answer is dropped: the next leader re-checks
+        the real world for what the ledger lacks."""
+        while True:
+            write = await self._queue.get()
+            try:
+                await write()
+            except (LeadershipLost, StoreUnavailable, AuthenticationError) as exc:
+                log.info("shared ledger: a write was not made: %s", exc)
+            except Exception:  # a bug here must not stop the writes after it
+                log.exception("shared ledger: a write failed")
+
+    async def _in_order(self, job: Callable[[], Awaitable[T]]) -> T:
+        """``job`` run by the writer, after every write queued before it."""
+        done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        async def run() -> None:
+            try:
+                done.set_result(await job())
+            except BaseException as exc:
+                done.set_exception(exc)
+                raise
+
+        self._queue.put_nowait(run)
+        return await done
+
+    # -- before a step acts ---------------------------------------------------------------
+
+    async def claim(self, spec: RunSpec, step: StepId, resource: ResourceId | None) -> bool:
+        """Record ``step`` started, fenced; True: act. A fenced leader waits here (a renewal
+        may still land; a shutdown goes on alone once the store has been silent too long);
+        False once another controller leads."""
+        while True:
+            if self._alone_elsewhere():
+                return False
+            role = self.leadership.role
+            if role is Role.ALONE:
+                return True
+            if role is Role.STANDBY:
+                return False
+            if role is Role.LEADER:
+                await self._before_store_machine(spec, resource)
+                if self.leadership.role is Role.ALONE:
+                    return True
+                if await self._in_order(lambda: self.leadership.claim_step(spec.id, step)):
+                    return True
+                continue
+            if spec.kind is RunKind.SHUTDOWN and self.act_alone(f"run {spec.id} must go on"):
+                return True
+            await asyncio.sleep(FENCED_WAIT_S)
+
+    async def _before_store_machine(self, spec: RunSpec, resource: ResourceId | None) -> None:
+        """Stopping ``resource`` takes an etcd member down: when the members left would be
+        fewer than a quorum, the leader finishes alone first (noted in the store, so no
+        standby takes over after this point)."""
+        if resource not in self._store_machines or spec.kind is not RunKind.SHUTDOWN:
+            return
+        gone = self._gone.setdefault(spec.id, set()) & self._store_machines
+        left = self._members - len(gone | {resource})
+        if left >= self._members // 2 + 1:
+            return
+        reason = (
+            f"stopping {resource} leaves {left} of the store's {self._members} etcd members, "
+            "too few for a quorum"
+        )
+        await self._in_order(lambda: self._finish_alone(reason))
+
+    async def _finish_alone(self, reason: str) -> None:
+        await self.leadership.finish_alone(reason)
+
+    # -- handing over ---------------------------------------------------------------------
+
+    def should_hand_over(self, run: RunId) -> bool:
+        """At the first of the two controllers' machines: the leader hands the run over once
+        (the other then stops this machine and its own last), unless it finishes alone, or
+        took the run over from the other (which died, or lost its lease: it would not be
+        there to take it back)."""
+        return (
+            self.leadership.role is Role.LEADER
+            and run not in self._handed
+            and run not in self._taken
+        )
+
+    async def hand_over(self, spec: RunSpec, step: StepId) -> None:
+        """Note the handover at ``step`` in the store, fenced, then end this term at once:
+        the other controller wins now instead of after the lease."""
+        self._handed.add(spec.id)
+        detail = f"{self.me} handed the run over: the other controller finishes it"
+        with contextlib.suppress(LeadershipLost, StoreUnavailable, AuthenticationError):
+            await self._in_order(
+                lambda: self.leadership.record_step(
+                    spec.id, step, StepState.INTERRUPTED, detail, handed_over=True
+                )
+            )
+        await self.leadership.hand_over()
+
+    # -- following and taking over ---------------------------------------------------------
+
+    async def follow(self, on_ledger: Callable[[SharedLedger], None]) -> None:
+        """While standby: read the ledger, give it to ``on_ledger``, wait for the next change;
+        never raises (a silent store is waited out, and ``Leadership`` counts the silence)."""
+        pause = self.leadership.renew_every_s
+        while True:
+            if self.leadership.role in (Role.LEADER, Role.ALONE):
+                await asyncio.sleep(pause)
+                continue
+            try:
+                ledger = await self.store.snapshot()
+            except (StoreUnavailable, AuthenticationError) as exc:
+                log.debug("following the shared ledger: %s", exc)
+                await asyncio.sleep(pause)
+                continue
+            self._saw(ledger)
+            on_ledger(ledger)
+            try:
+                await self.store.wait_for_change(ledger.revision, 3 * pause)
+            except (StoreUnavailable, AuthenticationError):
+                await asyncio.sleep(pause)
+
+    async def latest(self) -> SharedLedger | None:
+        """The ledger as the store holds it now (on winning); the one seen last when the
+        store does not answer."""
+        try:
+            ledger = await self.store.snapshot()
+        except (StoreUnavailable, AuthenticationError) as exc:
+            log.warning("reading the shared ledger: %s (using the one seen last)", exc)
+            return self.seen
+        self._saw(ledger)
+        return ledger
+
+    def _saw(self, ledger: SharedLedger) -> None:
+        self.seen, self.seen_at = ledger, self._clock.monotonic()
+
+    def shared_run(self, ledger: SharedLedger | None = None) -> SharedRun | None:
+        """The run in progress in ``ledger`` (the one seen last), as a leader resumes it:
+        steps done or skipped are not run again; requests under way are waited for. This
+        controller finishes it itself (no handover back)."""
+        ledger = ledger if ledger is not None else self.seen
+        if ledger is None or ledger.active is None:
+            return None
+        spec = ledger.active.spec
+        self._taken.add(spec.id)
+        marks = ledger.steps_of(spec.id)
+        done = frozenset(s for s, m in marks.items() if m.state.finished)
+        if ledger.handed_over(spec.id) is not None:
+            self._handed.add(spec.id)
+        requests = tuple(
+            UnderWay(
+                spec.id,
+                step,
+                Target(PlatformName(a.platform), a.kind, a.name),
+                a.wanted,
+            )
+            for step, mark in marks.items()
+            if not mark.state.finished
+            for a in mark.asked
+        )
+        unsure = tuple(sorted(s for s, m in marks.items() if not m.state.finished))
+        running = {s: m.by for s, m in marks.items() if m.state is StepState.RUNNING}
+        return SharedRun(spec, done, requests, unsure, running)
+
+    def gone(self, run: RunId, resources: Collection[ResourceId]) -> None:
+        """Machines a resumed run's done steps stopped (for the store's quorum)."""
+        self._gone.setdefault(run, set()).update(resources)

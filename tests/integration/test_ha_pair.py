@@ -1,0 +1,136 @@
+"""Two ``upsguard run`` processes as a pair on real etcd, upsd and vcsim (tests/peers/pair.py).
+
+Whatever happens to the leader, its etcd or both controllers, every VM and host of the
+shutdown gets one request, in the plan's order, and the UPS command that brings power back
+goes out once; counted at vcsim (its events) and at the UPS's driver (its command log).
+Every wait is for something observable (a role in ``status``, an event at vcsim, a run's
+end), within a bound only a hang reaches.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.peers.pair import HOSTS, MACHINES, TTL_S, PairLab
+
+pytestmark = [pytest.mark.etcd, pytest.mark.nut, pytest.mark.vcsim, pytest.mark.timeout(240)]
+
+
+def some_guest_asked(lab: PairLab) -> bool:
+    return bool(lab.asked("VmGuestShutdownEvent"))
+
+
+def test_kill_9_the_leader_mid_shutdown_the_standby_resumes_and_nothing_is_asked_twice(
+    pair_lab: PairLab,
+) -> None:
+    """The leader dies with a guest shutting down; the standby wins a new term, resumes the
+    same run from the shared ledger (it does not start one of its own), waits for the guest
+    it finds shutting down instead of asking again, and finishes. How long the takeover
+    takes is bench/ha.py's figure, not an assertion here."""
+    lab = pair_lab
+    lab.start()
+    leader = lab.leader()
+    standby = lab.other(leader)
+    lab.outage()
+    lab.wait(lambda: some_guest_asked(lab), "the leader's first guest shutdown at vcsim")
+    before = lab.status(leader)
+    run, term = before["run"]["id"], before["ha"]["token"]
+    assert before["ha"]["lease_age_s"] is not None
+    # the standby follows the leader's run in the shared ledger
+    lab.wait(lambda: lab.status(standby)["ha"]["shared_run"] == run, "the standby to see the run")
+    seen = lab.controllers[standby].cli("status").stdout
+    assert f"pair: {standby} is STANDBY; {leader} leads, term {term}" in seen
+    assert f"run {run}" in seen
+    lab.controllers[leader].kill9()
+
+    def resumed() -> bool:
+        status = lab.status(standby)
+        return status["ha"]["role"] == "leader" and bool(status["service"]["resumed"])
+
+    lab.wait(resumed, "the standby to take over and resume the run", TTL_S + 30)
+    after = lab.status(standby)
+    assert after["service"]["resumed"] == run  # the leader's run, not a new one
+    assert after["ha"]["token"] > term  # a new term, fenced by a newer revision
+    lab.wait(lambda: lab.shutdown_done(standby), "the resumed shutdown to finish", 120)
+    lab.assert_each_stopped_once_in_order(last=MACHINES[standby])
+    assert lab.ups_commands() == ["shutdown.return"]
+    events = lab.events(standby)
+    took = [e for e in events if e.kind == "LeadershipChanged" and e.level == "warning"]
+    assert took, "the standby journaled no change of role"
+    assert {e.run for e in events if e.kind == "RunFinished"} == {run}  # one run, the leader's
+
+
+def test_the_leader_hands_over_before_its_machine_and_the_other_stops_last(
+    pair_lab: PairLab,
+) -> None:
+    """The leader's own machine is a step of the plan: it hands the run over first, the
+    other stops it, sends the UPS its load cycle once, and stops its own machine last."""
+    lab = pair_lab
+    lab.start()
+    leader = lab.leader()
+    other = lab.other(leader)
+    lab.outage()
+    lab.wait(lambda: lab.shutdown_done(other), "the other controller to finish the run", 120)
+    lab.assert_each_stopped_once_in_order(last=MACHINES[other])
+    assert lab.ups_commands() == ["shutdown.return"]
+    run = lab.status(other)["service"]["resumed"]
+    handed = lab.run(leader, run)
+    assert handed is not None and handed.state == "interrupted"  # handed over, not failed
+    # the leader acted on neither controller's machine: the other stopped both
+    assert not {s.resource for s in lab.steps(leader, run)} & set(MACHINES.values())
+    finished = lab.run(other, run)
+    assert finished is not None and finished.state == "done"
+    by_other = {s.resource: s for s in lab.steps(other, run) if s.state == "done"}
+    assert set(MACHINES.values()) <= set(by_other)
+    # its own machine's step started after the UPS took the command that brings power back
+    (sent,) = [e for e in lab.events(other) if e.kind == "UpsCommandSent" and e.run == run]
+    assert sent.level == "info"  # the UPS took it
+    assert sent.at <= by_other[MACHINES[other]].started
+    assert by_other[MACHINES[leader]].started <= by_other[MACHINES[other]].started
+
+
+def test_with_etcd_out_of_reach_the_controller_still_shuts_the_site_down_and_says_so(
+    pair_lab: PairLab,
+) -> None:
+    """Never missing a shutdown outranks never acting twice: the store loses its quorum (two
+    members of three stop) just before the outage; the leader fences itself, then, with the
+    store silent past its limit and a shutdown due, goes on alone: it journals and notifies
+    it, and shuts the whole site down, the UPS's load cycle before its own machine."""
+    lab = pair_lab
+    alone = "ctl-a"
+    lab.start(alone)  # its pair's controller is gone: nobody else would act
+    lab.wait(lambda: lab.role(alone) == "leader", "ctl-a to lead")
+    lab.etcd.cluster.stop(0)
+    lab.etcd.cluster.stop(1)
+    lab.outage()
+    lab.wait(lambda: lab.shutdown_done(alone), "the shutdown to finish without the store", 120)
+    lab.assert_each_stopped_once_in_order(last=MACHINES[alone])
+    assert lab.ups_commands() == ["shutdown.return"]
+    assert lab.status(alone)["ha"]["role"] == "finishing_alone"
+    roles = [body["role"] for body in lab.notified("LeadershipChanged")]
+    assert "leader" in roles and roles[-1] == "finishing_alone", roles
+    journaled = [e for e in lab.events(alone) if e.kind == "LeadershipChanged"]
+    assert len(journaled) == len(roles)  # each change journaled, and notified
+
+
+def test_before_the_step_that_takes_etcds_quorum_down_the_controller_finishes_alone(
+    pair_lab: PairLab,
+) -> None:
+    """The etcd members run on a host of the plan and on the two controllers' machines
+    (``store_machines``). The host stops first (two members left: a quorum); after the
+    handover, stopping the first controller's machine would leave one: the other controller
+    says in etcd that it finishes alone, journals and notifies it, and finishes the run."""
+    lab = pair_lab
+    lab.configure(store_machines=[HOSTS[0], *MACHINES.values()])
+    lab.start()
+    leader = lab.leader()
+    other = lab.other(leader)
+    lab.outage()
+    lab.wait(lambda: lab.shutdown_done(other), "the other controller to finish the run", 120)
+    lab.assert_each_stopped_once_in_order(last=MACHINES[other])
+    assert lab.ups_commands() == ["shutdown.return"]
+    ha = lab.status(other)["ha"]
+    assert ha["role"] == "finishing_alone"
+    assert ha["alone"].startswith(f"{other}: stopping {MACHINES[leader]} leaves 1 of")
+    alone = [b for b in lab.notified("LeadershipChanged") if b["role"] == "finishing_alone"]
+    assert [b["me"] for b in alone] == [other]

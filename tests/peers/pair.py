@@ -1,0 +1,307 @@
+"""Two ``upsguard run`` processes as an active/standby pair, on real peers on loopback.
+
+The pair shares three etcd members (``tests.peers.etcd``), one UPS on a real upsd whose
+stand-in driver logs the instant commands it is sent (``tests.peers.nut_driver``), and
+upsguard-vcsim (``tests.peers.vcsim``), whose guests take a while to shut down so that a
+shutdown is caught in the middle. Each controller runs on a VM of the lab (``mgmt-a``,
+``mgmt-b``): its own is ``runs_upsguard``, the other's is ``ha.peer_machine``; the
+controllers' machines are the last two steps of the plan.
+
+What the tests count is counted at the peers: the guest shutdowns and host shutdowns vcsim
+posted as events (in its own order), and the commands the UPS's driver received.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.peers.etcd import EtcdSite
+from tests.peers.nut import NutServer
+from tests.peers.nut_driver import DRIVER_COMMANDS
+from tests.peers.service import ServiceProcess, write_site
+from tests.peers.vcsim import LAB_ARGS, EventRecorder, Vcsim, VmSpec, create_vm, wait_for_tools
+from tests.peers.webhook import WebhookServer
+from upsguard.journal.rows import EventRow, RunRow, StepRow
+
+TTL_S = 2
+"""The lease of the tests' pairs: etcd's floor is about 1.5 s."""
+NAMES = ("ctl-a", "ctl-b")
+MACHINES = {"ctl-a": "mgmt-a", "ctl-b": "mgmt-b"}
+HOSTS = ("DC0_C0_H0", "DC0_C0_H1")
+#: Every VM the shutdown stops, with its host; the controllers' VMs run on a third host.
+VMS = {
+    "dc01": "DC0_C0_H0",
+    "sql01": "DC0_C0_H1",
+    "web-01": "DC0_C0_H0",
+    "web-02": "DC0_C0_H1",
+    "mgmt-a": "DC0_C0_H2",
+    "mgmt-b": "DC0_C0_H2",
+}
+GUEST_SHUTDOWN_MS = 1500
+ONLINE = (
+    "ups.status: OL\nbattery.charge: 100\nbattery.runtime: 1800\nups.load: 30\ninput.voltage: 230\n"
+)
+ON_BATTERY = (
+    "ups.status: OB DISCHRG\nbattery.charge: 60\nbattery.runtime: 120\nups.load: 30\n"
+    "input.voltage: 0\n"
+)
+WATCHED = ("VmGuestShutdownEvent", "VmPoweredOffEvent", "HostShutdownEvent")
+
+
+def start_lab(vcsim_factory: Callable[..., Vcsim], guest_ms: int = GUEST_SHUTDOWN_MS) -> Vcsim:
+    sim = vcsim_factory(*LAB_ARGS, "-guest-shutdown-ms", str(guest_ms))
+    for vm, host in VMS.items():
+        create_vm(sim, VmSpec(vm, host))
+    wait_for_tools(sim)
+    return sim
+
+
+def start_nut(nut_factory: Callable[..., NutServer]) -> NutServer:
+    server: NutServer = nut_factory(
+        {"ups1": ONLINE}, ext="dev", fake_drivers={"ups1": DRIVER_COMMANDS}
+    )
+    return server
+
+
+@dataclass
+class PairLab:
+    """The two controllers and the peers they share."""
+
+    etcd: EtcdSite
+    nut: NutServer
+    vc: Vcsim
+    webhook: WebhookServer
+    """Where both controllers send their notifications."""
+    lab_dir: Path
+    controllers: dict[str, ServiceProcess] = field(default_factory=dict)
+    recorder: EventRecorder | None = None
+
+    # -- the controllers ------------------------------------------------------------------
+
+    def configure(self, **ha: Any) -> None:
+        """Both site files again, with more of the ``ha:`` section (before ``start``)."""
+        for name in NAMES:
+            self.controllers[name] = site_of(
+                self.lab_dir, name, self.etcd, self.nut, self.vc, self.webhook, **ha
+            )
+
+    def start(self, *names: str) -> None:
+        for name in names or NAMES:
+            self.controllers[name].start()
+
+    def status(self, name: str) -> dict[str, Any]:
+        return self.controllers[name].status()
+
+    def role(self, name: str) -> str | None:
+        """The controller's role, None while it does not answer."""
+        proc = self.controllers[name].proc
+        if proc is None or proc.poll() is not None:
+            return None
+        try:
+            ha = self.status(name)["ha"]
+        except Exception:  # not answering (stopped, starting): no role to read
+            return None
+        return str(ha["role"]) if ha else None
+
+    def wait(self, check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = check()
+            if value:
+                return value
+            time.sleep(0.1)
+        logs = "\n".join(
+            f"--- {n}:\n{c.log.read_text()[-3000:] if c.log.exists() else ''}"
+            for n, c in self.controllers.items()
+        )
+        pytest.fail(f"timed out waiting for {what}:\n{logs}")
+
+    def leader(self, timeout: float = 30.0) -> str:
+        """The controller that leads, once the other is its standby."""
+
+        def roles() -> str | None:
+            seen = {name: self.role(name) for name in self.controllers}
+            leaders = [n for n, r in seen.items() if r == "leader"]
+            others = [r for n, r in seen.items() if n not in leaders]
+            if len(leaders) == 1 and all(r == "standby" for r in others):
+                return leaders[0]
+            return None
+
+        found: str = self.wait(roles, "one leader and one standby", timeout)
+        return found
+
+    def events(self, name: str) -> list[EventRow]:
+        """The events ``name`` journaled, oldest first."""
+        journal = self.controllers[name].read_journal()
+        try:
+            return journal.read.events(limit=100_000)
+        finally:
+            journal.close()
+
+    def run(self, name: str, run: str) -> RunRow | None:
+        """``run`` as ``name`` journaled it."""
+        journal = self.controllers[name].read_journal()
+        try:
+            return journal.read.run(run)
+        finally:
+            journal.close()
+
+    def steps(self, name: str, run: str) -> list[StepRow]:
+        """The steps of ``run`` ``name`` journaled (each attempt)."""
+        journal = self.controllers[name].read_journal()
+        try:
+            return journal.read.steps(run)
+        finally:
+            journal.close()
+
+    def other(self, name: str) -> str:
+        return next(n for n in self.controllers if n != name)
+
+    def stop(self) -> None:
+        for controller in self.controllers.values():
+            controller.stop()
+
+    # -- the outage and what the peers saw --------------------------------------------------
+
+    def outage(self) -> None:
+        """The mains go: the shutdown is due at once (runtime 2 min < plan + 10 min)."""
+        self.recorder = EventRecorder(self.vc, *WATCHED)
+        self.nut.write("ups1", ON_BATTERY)
+
+    def seen(self) -> list[tuple[str, str]]:
+        assert self.recorder is not None, "outage() first"
+        return self.recorder.read()
+
+    def asked(self, event: str) -> dict[str, int]:
+        """How many times vcsim saw ``event`` for each VM or host."""
+        counts: dict[str, int] = {}
+        for kind, name in self.seen():
+            if kind == event:
+                counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def notified(self, event: str) -> list[dict[str, Any]]:
+        """The notifications of ``event`` (its kind) the webhook received, in order."""
+        return [body for body in self.webhook.received if body.get("event") == event]
+
+    def ups_commands(self) -> list[str]:
+        return self.nut.commands_received("ups1")
+
+    def shutdown_done(self, name: str) -> bool:
+        """``name`` says the shutdown ended done (its last run)."""
+        try:
+            status = self.status(name)
+        except Exception:
+            return False
+        last = status.get("last_run") or {}
+        return status["run"] is None and last.get("kind") == "shutdown" and last["state"] == "done"
+
+    def assert_each_stopped_once_in_order(self, last: str) -> None:
+        """Every VM got one guest shutdown and every host one host shutdown; what needs a
+        thing stopped before it; the controllers' machines last, ``last`` the very last."""
+        assert self.asked("VmGuestShutdownEvent") == dict.fromkeys(VMS, 1)
+        assert self.asked("HostShutdownEvent") == dict.fromkeys(HOSTS, 1)
+        order = [name for kind, name in self.seen() if kind != "VmGuestShutdownEvent"]
+        off = {name: order.index(name) for name in (*VMS, *HOSTS)}
+        assert max(off["web-01"], off["web-02"]) < off["sql01"] < off["dc01"]
+        for vm, host in VMS.items():
+            if host in HOSTS:
+                assert off[vm] < off[host], f"{vm} went down after its host {host}"
+        machines = sorted(MACHINES.values(), key=lambda m: off[m])
+        assert all(off[m] > max(off[h] for h in HOSTS) for m in machines)
+        assert machines[-1] == last
+
+
+def site_of(
+    lab_dir: Path,
+    name: str,
+    etcd: EtcdSite,
+    nut: NutServer,
+    vc: Vcsim,
+    webhook: WebhookServer,
+    **ha: Any,
+) -> ServiceProcess:
+    directory = lab_dir / name
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "nut.pw").write_text("upsguard-secret\n")
+    (directory / "nut.pw").chmod(0o600)
+    own, peer = MACHINES[name], MACHINES[next(n for n in NAMES if n != name)]
+    vm: dict[str, Any] = {"kind": "vm", "platform": "vc", "guest_timeout": "60s"}
+    resources: list[dict[str, Any]] = [
+        {"id": "dc01", **vm},
+        {"id": "sql01", **vm, "depends_on": ["dc01"]},
+        {
+            "id": "web",
+            **vm,
+            "kind": "vm_group",
+            "select": {"name": "web-*"},
+            "depends_on": ["sql01"],
+        },
+        *(
+            {"id": host, "kind": "host", "platform": "vc", "maintenance_mode": True}
+            for host in HOSTS
+        ),
+        {"id": own, **vm, "runs_upsguard": True},
+        {"id": peer, **vm},
+    ]
+    settings = {
+        "name": name,
+        "peer_machine": peer,
+        "endpoints": etcd.endpoints,
+        "lease_ttl": f"{TTL_S}s",
+        "fence_margin": "0.5s",
+        "request_timeout": "0.5s",
+        **ha,
+    }
+    return write_site(
+        directory,
+        {
+            "site": etcd.site,
+            "ups": [
+                {
+                    "name": "ups1",
+                    "nut": {
+                        "host": "127.0.0.1",
+                        "port": nut.port,
+                        "ups": "ups1",
+                        "user": "upsguard",
+                        "password_file": str(directory / "nut.pw"),
+                        "monitor": "secondary",
+                    },
+                    "at_shutdown_end": {"command": "shutdown.return"},
+                }
+            ],
+            "platforms": {"vc": vc.settings_dict(directory)},
+            "resources": resources,
+            "ha": settings,
+            "service": {"notify": {"webhook": {"url": webhook.url}}},
+            "policies": {
+                "poll_interval": "300ms",
+                "on_battery": {"after": "0.5s"},
+                "shutdown": {"when_any": ["low_battery", "runtime < plan + 10m"]},
+            },
+        },
+    )
+
+
+@pytest.fixture
+def pair_lab(
+    tmp_path: Path,
+    etcd: EtcdSite,
+    nut_factory: Callable[..., NutServer],
+    vcsim_factory: Callable[..., Vcsim],
+    aiohttp_webhook: WebhookServer,
+) -> Any:
+    """A pair on fresh peers; the controllers are started by the test (``start``)."""
+    nut = start_nut(nut_factory)
+    vc = start_lab(vcsim_factory)
+    lab = PairLab(etcd, nut, vc, aiohttp_webhook, tmp_path)
+    lab.configure()
+    yield lab
+    lab.stop()
