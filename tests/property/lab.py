@@ -794,12 +794,16 @@ async def _answers(coro: Coroutine[Any, Any, T], within_s: float) -> T:
 
 
 def _shutdown_covers(controller: Any, feed: str) -> bool:
-    """A shutdown of this outage (newer than the last startup) that covers the feed is
-    running, or ran to its end."""
+    """A shutdown of this outage (newer than the last startup of the feed's resources) that
+    covers the feed is running, or ran to its end."""
     for record in controller.ledger.newest_first():
         spec = record.spec
         if spec.kind is RunKind.STARTUP:
-            return False
+            starts = spec.only or [r.id for r in controller.site.resources]
+            powered = {f.name for r in starts for f in controller.site.feeds_powering(r)}
+            if feed in powered:  # it powered the feed's resources up again
+                return False
+            continue
         covers = spec.feeds is None or feed in spec.feeds
         ended_well = record.outcome in (RunOutcome.DONE, RunOutcome.FAILED)
         if spec.kind is RunKind.SHUTDOWN and covers and (record.active or ended_well):

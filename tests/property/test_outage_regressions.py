@@ -284,3 +284,15 @@ def test_a_slow_destage_on_mains_is_waited_for_before_the_site_starts() -> None:
         *[step("guests_write", nbytes=3 * 2**30) for _ in range(5)],
         step("guests_write", nbytes=64 * 2**20),
     )
+
+
+def test_a_partial_startup_on_another_feed_leaves_the_shutdown_standing() -> None:
+    """Starting db (on the main feed) while the lab feed's shutdown had run: the invariant
+    took any newer startup as the end of every shutdown before it."""
+    replay(
+        step("battery_older_than_its_model", ups="ub", charge=8),
+        step("mains", ups="ub", on=False),
+        step("time_passes", seconds=30),
+        step("time_passes", seconds=120),
+        step("trigger", direction="startup", only=["db"]),
+    )
