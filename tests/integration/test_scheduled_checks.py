@@ -25,6 +25,9 @@ from upsguard.cli import main
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
 from upsguard.controller.service import Service
+from upsguard.controller.web import doctor
+from upsguard.controller.web.auth import User
+from upsguard.controller.web.pages import render
 from upsguard.events import (
     BatteryTestFinished,
     BatteryTestSkipped,
@@ -150,6 +153,9 @@ def test_a_daily_checkup_is_journaled_and_notifies_what_broke(
                 ("ups1", "login", "fail")
             ]
             assert "broke since the last checkup: ups ups1 login fail: upsd" in body["text"]
+            panel = doctor_panel(service)  # the web page's doctor panel shows the same
+            assert "failures found" in panel
+            assert '<span class="state" data-state="failed">fail</span> ups ups1: login: ' in panel
 
             # mended the next day: journaled as such, not paged
             (tmp_path / "nut.pw").write_text("upsguard-secret\n")
@@ -167,6 +173,23 @@ def test_a_daily_checkup_is_journaled_and_notifies_what_broke(
             await service.close()
 
     asyncio.run(scenario())
+
+
+def doctor_panel(service: Service) -> str:
+    """The web page's doctor panel as the viewer ana would get it."""
+    result = doctor.last_result(service.journal)
+    viewer = User("ana", "viewer", "token")
+    response = render(
+        "doctor.html.j2",
+        page="doctor",
+        title="Doctor",
+        site=service.site.site,
+        user=viewer,
+        result=result,
+        states=doctor.STATE_OF,
+    )
+    assert response.text is not None
+    return response.text
 
 
 def _run_with_watch(site: SiteConfig, body: Callable[[Service], Any]) -> list[Event]:

@@ -1,10 +1,8 @@
-"""The doctor panel: the last result of ``upsguard doctor`` (its checks of the UPSes,
-platforms, caches and the site file against the real world).
+"""The doctor panel: the newest checkup the service journaled (its scheduled ``checks:``),
+each finding with its verdict and fix, as ``upsguard doctor`` prints them.
 
-The doctor command is being built on its own branch; until it lands there is no result to
-show, and the panel says so. This function is the one place that reads it: when the
-doctor journals its results, ``last_result`` returns the newest (when it ran, and each
-check with its verdict) and the page draws it as it is.
+``upsguard doctor`` on the command line journals nothing (it may run where the service's
+journal is not writable); the panel shows what the service itself found.
 """
 
 from __future__ import annotations
@@ -12,26 +10,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from upsguard.findings import Finding, Verdict
 from upsguard.journal import Journal
+from upsguard.journal.checkups import last_checkup
 
-
-@dataclass(frozen=True, slots=True)
-class DoctorCheck:
-    name: str
-    ok: bool
-    detail: str
+STATE_OF = {Verdict.OK: "ok", Verdict.WARN: "warning", Verdict.FAIL: "failed"}
+"""A verdict as the page's state colours name it."""
 
 
 @dataclass(frozen=True, slots=True)
 class DoctorResult:
     at: datetime
-    checks: tuple[DoctorCheck, ...]
+    findings: tuple[Finding, ...]
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
+        return all(f.verdict is not Verdict.FAIL for f in self.findings)
 
 
 def last_result(journal: Journal) -> DoctorResult | None:
-    """The newest doctor result in the journal; None: no check run yet."""
-    return None
+    """The newest checkup in the journal; None: none has run yet."""
+    last = last_checkup(journal.db)
+    if last is None:
+        return None
+    at, findings = last
+    return DoctorResult(at, tuple(findings))

@@ -81,6 +81,7 @@ class Pages:
             extra["runs"] = svc.journal.read.runs(limit=RUNS_SHOWN, with_steps=False)
         elif name == "doctor":
             extra["result"] = doctor.last_result(svc.journal)
+            extra["states"] = doctor.STATE_OF
         elif name == "history":
             span = request.query.get("span", "24h")
             extra["span"] = span if span in SPANS else "24h"
