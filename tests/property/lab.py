@@ -267,6 +267,8 @@ class Process:
     life: Life
     stop: asyncio.Event
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    opened: bool = False
+    """Its journal resumed and its API up: before, a person's CLI finds no service."""
 
 
 class OutageLab:
@@ -348,6 +350,12 @@ class OutageLab:
     def now(self) -> float:
         return self.clock.monotonic()
 
+    @property
+    def serving(self) -> Process | None:
+        """The controller process once it serves (journal resumed, API up): what a person's
+        CLI and the checks of what it says can reach."""
+        return self.process if self.process is not None and self.process.opened else None
+
     def close(self) -> None:
         if self.process is not None:
             self.run(self._end(self.process, killed=True))
@@ -380,6 +388,7 @@ class OutageLab:
         self.starts.append(self.now)
         await service.open()
         process.tasks = service.watch(process.stop)
+        process.opened = True
 
     async def kill(self) -> None:
         """``kill -9``: nothing more is heard of the process, its journal stays as it was."""
@@ -420,7 +429,9 @@ class OutageLab:
         if self.process is not process:
             return
         process.stop.set()
-        if killed:  # at once: nothing it says is heard, nothing it does reaches the world
+        # killed (or stopped while it starts): at once, nothing it says is heard, nothing it
+        # does reaches the world
+        if killed or not process.opened:
             self.process = None
             process.bus.open = False
             process.life.alive = False
@@ -515,7 +526,7 @@ class OutageLab:
         controller reads every poll, and the check may fall between a reading and its
         decision) after its debounce, and the time a run may wait for fresh inventory from a
         platform that does not answer (``REPLAN_WITHIN_S``, not at the floor)."""
-        process = self.process
+        process = self.serving
         controller = process.service.controller if process is not None else None
         view = controller.view if controller is not None else None
         if controller is None or view is None:
@@ -551,9 +562,9 @@ class OutageLab:
 
     def story_differs(self) -> str | None:
         """What the journal, ``status`` and the controller say is the same story."""
-        if self.process is None:
+        if self.serving is None:
             return None
-        service = self.process.service
+        service = self.serving.service
         controller = service.controller
         phase = controller.engine.phase
         journaled = service.journal.read.last_phase()
@@ -592,7 +603,7 @@ class OutageLab:
                 self.wait(self.site.policies.poll_interval.total_seconds())
             if not self.not_back() or person_started or self.violations:
                 break
-            if self.process is None:
+            if self.serving is None:
                 break
             self.run(self._person_starts_the_site(), within_s=self._bound())
         return self.not_back() + self.violations
@@ -600,13 +611,13 @@ class OutageLab:
     def not_back(self) -> list[str]:
         """What is not as it was before the outage."""
         out = []
-        if self.process is None:
+        if self.serving is None:
             out.append(
                 "the controller is not running"
                 + ("" if self._own_on() else f" ({self.own} is off)")
             )
         else:
-            phase = self.process.service.controller.engine.phase
+            phase = self.serving.service.controller.engine.phase
             if phase.value != "normal":
                 out.append(f"phase {phase}")
         for res in self.site.resources:
@@ -631,13 +642,13 @@ class OutageLab:
         self.power.set_mains(None, True)
 
     async def _release(self) -> None:
-        if self.process is not None and self.process.service.controller.engine.held:
-            self.process.service.overrides.release("lab", "the outage is over")
+        if self.serving is not None and self.serving.service.controller.engine.held:
+            self.serving.service.overrides.release("lab", "the outage is over")
 
     async def _person_starts_the_site(self) -> None:
-        assert self.process is not None
-        overrides = self.process.service.overrides
-        controller = self.process.service.controller
+        assert self.serving is not None
+        overrides = self.serving.service.overrides
+        controller = self.serving.service.controller
         await controller.wait_idle()
         with contextlib.suppress(RunBusy):  # the policy's own startup began meanwhile
             await overrides.trigger("lab", "startup", [], "start the site after the outage")

@@ -69,7 +69,8 @@ class OutageMachine(RuleBasedStateMachine):
             shutil.rmtree(self.tmp, ignore_errors=True)
 
     def alive(self) -> bool:
-        return self.lab.process is not None
+        """Serving: a person's CLI reaches it."""
+        return self.lab.serving is not None
 
     # -- the power ---------------------------------------------------------------------------
 
@@ -103,14 +104,14 @@ class OutageMachine(RuleBasedStateMachine):
     @precondition(alive)
     @rule()
     def hold(self) -> None:
-        assert self.lab.process is not None
-        self.lab.process.service.overrides.hold(WHO, "maintenance")
+        assert self.lab.serving is not None
+        self.lab.serving.service.overrides.hold(WHO, "maintenance")
 
     @precondition(alive)
     @rule()
     def release(self) -> None:
-        assert self.lab.process is not None
-        self.lab.process.service.overrides.release(WHO)
+        assert self.lab.serving is not None
+        self.lab.serving.service.overrides.release(WHO)
 
     @precondition(alive)
     @rule(
@@ -118,16 +119,16 @@ class OutageMachine(RuleBasedStateMachine):
         only=st.lists(st.sampled_from(RESOURCES), max_size=2, unique=True),
     )
     def trigger(self, direction: str, only: list[ResourceId]) -> None:
-        assert self.lab.process is not None
-        overrides = self.lab.process.service.overrides
+        assert self.lab.serving is not None
+        overrides = self.lab.serving.service.overrides
         with contextlib.suppress(UpsguardError):  # a run in progress: the CLI says so
             self.lab.run(overrides.trigger(WHO, direction, only, "drill"))
 
     @precondition(alive)
     @rule()
     def abort(self) -> None:
-        assert self.lab.process is not None
-        self.lab.run(self.lab.process.service.overrides.abort(WHO, "stop it"))
+        assert self.lab.serving is not None
+        self.lab.run(self.lab.serving.service.overrides.abort(WHO, "stop it"))
 
     # -- faults -------------------------------------------------------------------------------
 
@@ -159,7 +160,7 @@ class OutageMachine(RuleBasedStateMachine):
     def site_file_read_again(self, good: bool) -> None:
         """SIGHUP: a good file (another margin) is taken in force, now or once the run in
         progress ends; one with a mistake changes nothing."""
-        assert self.lab.process is not None
+        assert self.lab.serving is not None
         self.lab.run(self.lab.reload(good))
 
     @precondition(alive)

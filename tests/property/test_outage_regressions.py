@@ -296,3 +296,36 @@ def test_a_partial_startup_on_another_feed_leaves_the_shutdown_standing() -> Non
         step("time_passes", seconds=120),
         step("trigger", direction="startup", only=["db"]),
     )
+
+
+def test_a_controller_still_starting_is_not_asked_as_if_it_served() -> None:
+    """Its machine back while vCenter hangs, the controller reads inventory (for at most
+    10 s) before it serves: the lab asked it as a person would (hold, status) before its
+    API could answer. A person's CLI finds no service until it serves."""
+    replay(
+        step("trigger", direction="shutdown", only=[]),
+        step("mains", ups="ub", on=False),
+        step("time_passes", seconds=300),
+        step("trigger", direction="shutdown", only=[]),
+        step("time_passes", seconds=30),
+        step("platform_hangs", platform="vc", seconds=300),
+        step("time_passes", seconds=120),
+        step("time_passes", seconds=60),
+        step("time_passes", seconds=5),
+    )
+
+
+def test_a_startup_resumed_after_a_power_cycle_starts_its_hosts_again() -> None:
+    """The UPSes' load cycle cut the power twice during a partial startup: the controller
+    that came back after the second trusted the journal's "h3 done" (from before the cut)
+    and started lab1 on a host that was off."""
+    replay(
+        step("trigger", direction="shutdown", only=[]),
+        step("mains", ups="ub", on=False),
+        step("time_passes", seconds=300),
+        step("trigger", direction="shutdown", only=[]),
+        step("trigger", direction="startup", only=["app"]),
+        step("trigger", direction="startup", only=["lab1"]),
+        step("platform_fault", fault="slow request", resource="lab1"),
+        step("time_passes", seconds=300),
+    )

@@ -42,6 +42,7 @@ from upsguard.models import (
     Phase,
     PlatformName,
     ResourceId,
+    ResourceKind,
     RunId,
     StepId,
     StepState,
@@ -565,6 +566,8 @@ class OutageController:
             plan = self.shutdown_plan
         else:
             plan = self.planner.plan(spec.direction, set(spec.only) if spec.only else None)
+        if plan.direction is Direction.STARTUP:
+            done = _still_started(plan, done)
         return await self._start(plan, spec, already_done=done, resumed=True)
 
     async def lead(self, run: SharedRun | None, records: list[RunRecord]) -> RunId | None:
@@ -635,3 +638,16 @@ class OutageController:
         """The service is stopping: the run in progress ends ``interrupted``, its running
         steps too, and nothing that waits on them starts; the next start resumes it."""
         await self._stop_run(RunOutcome.INTERRUPTED)
+
+
+def _still_started(plan: Plan, done: Collection[StepId]) -> set[StepId]:
+    """The startup steps a resume may trust as done: a power cycle since (the one that
+    restarted this controller) may have undone any start, so each step that can read its
+    target does so again (one found up is "already up"); a command's start cannot be read,
+    and running it twice could do harm."""
+    trusted = {
+        s.id
+        for s in plan.steps
+        if s.settings is not None and s.settings.resource.kind is ResourceKind.COMMAND
+    }
+    return {step for step in done if step in trusted}
