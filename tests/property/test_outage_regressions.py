@@ -329,3 +329,33 @@ def test_a_startup_resumed_after_a_power_cycle_starts_its_hosts_again() -> None:
         step("platform_fault", fault="slow request", resource="lab1"),
         step("time_passes", seconds=300),
     )
+
+
+def test_an_abort_at_the_floor_gets_its_polls_to_start_the_shutdown_again() -> None:
+    """The invariant counted the controller's allowance from when the feed was first due,
+    while the aborted shutdown still covered it: right after the abort it had none left."""
+    replay(
+        step("mains", ups="ub", on=False),
+        step("battery_older_than_its_model", ups="ub", charge=8),
+        step("time_passes", seconds=30),
+        step("time_passes", seconds=15),
+        step("abort"),
+        step("time_passes", seconds=15),
+    )
+
+
+def test_a_guest_gone_while_its_state_read_hangs_may_be_asked_again_after_a_crash() -> None:
+    """After an abort and a kill -9 the new process could not read the web VMs (a slow
+    platform) and asked their guest shutdown again, though they were off: the issue's one
+    allowed repeat, which the checker allowed only while the guest was still going."""
+    replay(
+        step("trigger", direction="shutdown", only=[]),
+        step("abort"),
+        step("kill_9"),
+        step("release"),
+        step("contact", ups="ub", link=LinkState.STALE),
+        step("fsd", ups="ua", on=True),
+        step("mains", ups="ua", on=False),
+        step("platform_fault", fault="slow request", resource="web"),
+        step("time_passes", seconds=60),
+    )
