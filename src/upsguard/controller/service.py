@@ -350,12 +350,6 @@ class Service:
         starts share it; one during it brings one more poll after it."""
         self._poll_wanted.set()
 
-    async def _poll_on_changes(self) -> None:
-        while True:
-            await self._poll_wanted.wait()
-            self._poll_wanted.clear()
-            await self.poll_now()
-
     async def _watch_changes(self, source: UpsSource) -> None:
         """A UPS's own channel for its changes; losing it only means waiting for the next poll."""
         try:
@@ -379,11 +373,13 @@ class Service:
         """``SIGHUP``: read the site file again (at once; applied as ``reload`` says)."""
         self._hangup.set()
 
-    async def _reload_on_hangup(self) -> None:
+    @staticmethod
+    async def _each_time(wanted: asyncio.Event, act: Callable[[], Awaitable[None]]) -> None:
+        """Requests that come before the act starts share it; one during it brings one more."""
         while True:
-            await self._hangup.wait()
-            self._hangup.clear()
-            await self.reload()
+            await wanted.wait()
+            wanted.clear()
+            await act()
 
     async def reload(self) -> None:
         """Read the site file again. A file with a mistake changes nothing: the one in force
@@ -533,8 +529,8 @@ class Service:
             asyncio.create_task(
                 _every(REPLAN_EVERY_S, self._refresh_plans, stop, first=False), name="plans"
             ),
-            asyncio.create_task(self._poll_on_changes(), name="changes"),
-            asyncio.create_task(self._reload_on_hangup(), name="reload"),
+            asyncio.create_task(self._each_time(self._poll_wanted, self.poll_now), name="changes"),
+            asyncio.create_task(self._each_time(self._hangup, self.reload), name="reload"),
         ]
         self._listen_for_changes()
         if self.pair is not None:

@@ -177,10 +177,9 @@ def _placement_edges(
     (a controller's machine live inventory finds on a host that is no resource is placed: it
     waits for none)."""
     host_by_name = {r.target_name: r.id for r in site.resources if r.kind is ResourceKind.HOST}
-    peer = site.ha.peer_machine if site.ha is not None else None
-
-    def controller(rid: ResourceId) -> bool:
-        return rid == peer or any(r.id == rid and r.runs_upsguard for r in site.resources)
+    controllers = {r.id for r in site.resources if r.runs_upsguard}
+    if site.ha is not None and site.ha.peer_machine is not None:
+        controllers.add(site.ha.peer_machine)
 
     unplaced: dict[str, list[NodeId]] = {}
     for res in site.resources:
@@ -194,7 +193,7 @@ def _placement_edges(
                 graph.edge(nid, host)
             # a controller's machine live inventory placed on hosts upsguard does not stop
             # waits for none: it stops last (``_last_rules``), not before every host
-            elsewhere = controller(res.id) and bool(targets) and all(t.host for t in targets)
+            elsewhere = res.id in controllers and bool(targets) and all(t.host for t in targets)
             if not hosts and not elsewhere and res.platform is not None:
                 unplaced.setdefault(res.platform, []).append(nid)
     for platform, vms in unplaced.items():
