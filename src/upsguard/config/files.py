@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +34,7 @@ SECRET_FIELDS = frozenset(
 )
 #: Fields that name a file upsguard reads but that holds no secret.
 PUBLIC_FIELDS = frozenset({"ca_file", "known_hosts"})
+FILE_FIELDS = SECRET_FIELDS | PUBLIC_FIELDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,19 +51,22 @@ def named_files(site: SiteConfig) -> list[NamedFile]:
 
 
 def _walk(value: object, loc: Loc) -> Iterator[NamedFile]:
+    """Into models, lists and dicts only: a site of thousands of resources has a hundred
+    thousand plain values, none of which names a file."""
+    items: Iterable[tuple[str | int, object]]
     if isinstance(value, BaseModel):
-        for name in type(value).model_fields:
-            child = getattr(value, name)
-            if isinstance(child, Path) and name in SECRET_FIELDS | PUBLIC_FIELDS:
-                yield NamedFile((*loc, name), child, name in SECRET_FIELDS)
-            else:
-                yield from _walk(child, (*loc, name))
+        items = ((name, getattr(value, name)) for name in type(value).model_fields)
     elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _walk(item, (*loc, i))
+        items = enumerate(value)
     elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _walk(item, (*loc, str(key)))
+        items = ((str(key), item) for key, item in value.items())
+    else:
+        return
+    for key, child in items:
+        if isinstance(child, Path) and key in FILE_FIELDS:
+            yield NamedFile((*loc, key), child, key in SECRET_FIELDS)
+        elif isinstance(child, BaseModel | list | dict):
+            yield from _walk(child, (*loc, key))
 
 
 def missing(named: NamedFile) -> str | None:
