@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from upsguard.events import OverrideApplied, PhaseChanged
+from upsguard.events import OverrideApplied, PhaseChanged, UpsCommandSent
 from upsguard.journal import Journal
 from upsguard.journal.retrospective import story_from_journal
-from upsguard.models import Phase
+from upsguard.models import Phase, RunId
 from upsguard.reports import render
 from upsguard.simulation.demo import demo_site
 
@@ -70,3 +70,25 @@ def test_phase_changes_at_the_same_instant_come_in_the_order_journaled(journal: 
         "- T+1m phase: on_battery -> shedding (first)",
         "- T+1m phase: shedding -> shutting_down (second)",
     ]
+
+
+def section(text: str, title: str) -> str:
+    return text.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+
+
+def test_each_ups_command_shows_with_its_answer_a_refused_one_visibly(journal: Journal) -> None:
+    outage(journal)
+    refused = "UPS 'cp1500' on 127.0.0.1:3493: shutdown.return: CMD-NOT-SUPPORTED"
+    run = RunId("shutdown-1")
+    journal.write.record(UpsCommandSent(at(400), "cp1500", "shutdown.return", False, refused, run))
+    journal.write.record(UpsCommandSent(at(401), "ups2", "load.off.delay", True, "", run))
+    rows = [r for r in section(markdown(journal), "UPS commands").splitlines() if r.startswith("|")]
+    assert rows[2:] == [
+        f"| T+6m40s | cp1500 | shutdown.return | **FAILED**: {refused} | shutdown-1 |",
+        "| T+6m41s | ups2 | load.off.delay | sent | shutdown-1 |",
+    ]
+
+
+def test_a_report_says_when_no_ups_command_was_sent(journal: Journal) -> None:
+    outage(journal)
+    assert "No command was sent to a UPS." in section(markdown(journal), "UPS commands")

@@ -12,7 +12,13 @@ from datetime import datetime, timedelta
 
 from upsguard.config.site import SiteConfig
 from upsguard.errors import PermanentError
-from upsguard.events import RISK_PREFIX, CacheClean, PointOfNoReturn, RiskAccepted
+from upsguard.events import (
+    RISK_PREFIX,
+    CacheClean,
+    PointOfNoReturn,
+    RiskAccepted,
+    UpsCommandSent,
+)
 from upsguard.journal.learned import learned_durations
 from upsguard.journal.rows import EventRow, RunRow, StepRow, iso, parse_iso
 from upsguard.journal.store import Journal
@@ -26,6 +32,7 @@ from upsguard.reports.story import (
     RunStory,
     StepRecord,
     Story,
+    UpsCommand,
 )
 from upsguard.runbooks.plan import Durations
 from upsguard.runbooks.planner import Planner
@@ -97,6 +104,7 @@ def story_from_journal(
         moments=tuple(_moments(journal, events, origin, window, stories)),
         battery=tuple(_battery(journal, origin, window)),
         caches=tuple(_caches(journal, events, origin, window)),
+        ups_commands=tuple(_ups_commands(events, origin)),
         outlook=tuple(outlooks),
     )
 
@@ -244,4 +252,25 @@ def _caches(
         note = event.text if clean else event.text.removeprefix(RISK_PREFIX)
         out.append(CacheSample(cache, _seconds(event.at, origin), 0 if clean else None, note))
     out.sort(key=lambda c: c.at_s)
+    return out
+
+
+def _ups_commands(events: list[EventRow], origin: datetime) -> list[UpsCommand]:
+    """Each instant command sent to a UPS, from its event's payload. An event journaled
+    before payloads were kept says what happened in its line only, and is left out."""
+    out: list[UpsCommand] = []
+    for event in events:
+        fields = event.payload
+        if event.kind != UpsCommandSent.__name__ or fields is None:
+            continue
+        out.append(
+            UpsCommand(
+                at_s=_seconds(event.at, origin),
+                ups=str(fields["ups"]),
+                command=str(fields["command"]),
+                ok=bool(fields["ok"]),
+                detail=str(fields.get("detail") or ""),
+                run=str(fields["run"]) if fields.get("run") else None,
+            )
+        )
     return out

@@ -122,6 +122,20 @@ class Moment:
 
 
 @dataclass(frozen=True, slots=True)
+class UpsCommand:
+    """An instant command upsguard sent a UPS, and what the UPS answered: a refused one
+    (``CMD-NOT-SUPPORTED``) means the site's way back is not what the site file says."""
+
+    at_s: float
+    ups: str
+    command: str
+    ok: bool
+    detail: str = ""
+    """The UPS's or the server's answer when it failed."""
+    run: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class BatterySample:
     ups: str
     at_s: float
@@ -201,6 +215,7 @@ class Story:
     battery: tuple[BatterySample, ...] = ()
     battery_fits: tuple[BatteryFit, ...] = ()
     caches: tuple[CacheSample, ...] = ()
+    ups_commands: tuple[UpsCommand, ...] = ()
     outlook: tuple[Outlook, ...] = ()
     verdict: str = ""
     notes: tuple[str, ...] = field(default=())
