@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sites import simple_site, site_from
+from tests.sites import EXAMPLES, simple_site, site_from
 from upsguard.cli import main
 from upsguard.events import (
     OnBattery,
@@ -182,3 +182,27 @@ def test_report_last_of_an_old_journal_covers_its_whole_outage(
     assert len(section(text, "Runs")) == 2 + 3
     assert "- **Mains failed:** 2026-01-01 00:00:30 UTC" in text
     assert "- **Mains back:** 2026-01-01 00:16:30 UTC (T+16m)" in text
+
+
+def test_a_simulated_outage_reads_like_a_real_one_on_its_virtual_clock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The homelab example, the mains gone for 30 minutes from T+1m of the scenario."""
+    scenario = tmp_path / "back.yaml"
+    scenario.write_text(
+        "site: homelab\nname: mains back\noutage: {at: 1m, duration: 30m}\nhorizon: 2h\n"
+    )
+    out = tmp_path / "report.md"
+    site = EXAMPLES / "homelab.yaml"
+    assert (
+        main(["simulate", "-c", str(site), "--scenario", str(scenario), "--report", str(out)]) == 0
+    )
+    capsys.readouterr()
+    text = out.read_text()
+    assert "Times are UTC on the dry run's virtual clock" in text
+    assert "T+0 = 2026-01-01 00:01:00 UTC, the mains failure." in text
+    kinds = [line.split(" | ")[1] for line in section(text, "Runs")[2:]]
+    assert kinds == ["shedding", "shutdown", "startup"]
+    (command,) = section(text, "UPS commands")[2:]
+    assert "| cp1500 | shutdown.return | sent |" in command
+    assert "counts its T+ from the start of the scenario, 2026-01-01 00:00:00 UTC" in text
