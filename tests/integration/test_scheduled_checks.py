@@ -36,6 +36,7 @@ from upsguard.events import (
     Notice,
     OnBattery,
     PhaseChanged,
+    UpsCommandSent,
 )
 from upsguard.findings import Verdict
 from upsguard.journal import Journal
@@ -294,3 +295,28 @@ def test_no_battery_test_while_another_ups_is_on_battery(
     assert skipped.reason == "UPS ups2 is on battery"
     assert nut.commands_received("smart") == []
     assert not [e for e in seen if isinstance(e, BatteryTestFinished)]
+
+
+def test_a_command_the_ups_does_not_offer_is_journaled_refused(
+    tmp_path: Path, nut: NutServer
+) -> None:
+    """dummy-ups offers ``load.off`` alone: upsd refuses the test with CMD-NOT-SUPPORTED,
+    and the journal keeps that answer as the command's typed result."""
+    site = site_for(tmp_path, nut, ups={"battery_test": {"every": "30d", "at": "03:00"}})
+    nut_entry = site.ups[0].nut
+    assert nut_entry is not None
+    other = nut_entry.model_copy(update={"ups": "other"})
+    site = site.model_copy(update={"ups": [site.ups[0].model_copy(update={"nut": other})]})
+
+    seen = _run_with_watch(site, _battery_test)
+    (sent,) = [e for e in seen if isinstance(e, UpsCommandSent)]
+    assert (sent.ups, sent.command, sent.ok) == ("ups1", "test.battery.start.quick", False)
+    assert "CMD-NOT-SUPPORTED" in sent.detail
+    journal = Journal(site.journal)
+    try:
+        (row,) = [e for e in journal.read.events(limit=1000) if e.kind == "UpsCommandSent"]
+        assert row.payload is not None and row.level == "error"
+        assert (row.payload["command"], row.payload["ok"]) == ("test.battery.start.quick", False)
+        assert "CMD-NOT-SUPPORTED" in row.payload["detail"]
+    finally:
+        journal.close()

@@ -23,6 +23,7 @@ from upsguard.journal import Journal
 from upsguard.journal.checkups import BatteryTestRow, battery_tests
 from upsguard.journal.file import journal_exists
 from upsguard.journal.learned import learned_or_none
+from upsguard.journal.outages import Outage, last_outage
 from upsguard.journal.retrospective import pick_runs, story_from_journal
 from upsguard.journal.rows import iso, parse_iso
 from upsguard.models import LinkState
@@ -40,9 +41,14 @@ CACHE_NOTE = (
 
 
 def register(commands: Subparsers) -> None:
-    p = commands.add_parser("report", help="the retrospective of a run, from the journal")
-    p.add_argument("run", nargs="?", metavar="RUN_ID", help="the run (default: the newest)")
-    p.add_argument("--last", action="store_true", help="the newest run (the default)")
+    p = commands.add_parser("report", help="the retrospective of an outage, from the journal")
+    p.add_argument("run", nargs="?", metavar="RUN_ID", help="one run alone (as --run)")
+    p.add_argument("--run", dest="run_option", metavar="RUN_ID", help="one run alone")
+    p.add_argument(
+        "--last",
+        action="store_true",
+        help="the last outage: mains failure, shutdown, return of power, startup (the default)",
+    )
     add_site_option(p)
     add_format_option(p, *render.FORMATS)
     p.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
@@ -95,15 +101,31 @@ def write_output(text: str, output: Path | None) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """One outage (``--last``, the default) or one run alone (``--run``)."""
     site = site_of(args)
-    if args.run is not None and args.last:
+    if args.run is not None and args.run_option is not None and args.run != args.run_option:
+        raise PermanentError("give the RUN_ID once: as an argument or with --run")
+    run_id = args.run or args.run_option
+    if run_id is not None and args.last:
         raise PermanentError("give a RUN_ID or --last, not both")
     journal = open_existing(site)
     try:
-        runs = pick_runs(journal, args.run)
-        run = runs[0]
-        title = f"Outage report: {run.kind} run {run.id}"
-        story = story_from_journal(journal, site, runs, title=title, source="journal")
+        if run_id is not None:
+            runs = pick_runs(journal, run_id)
+            title = f"Outage report: {runs[0].kind} run {runs[0].id}"
+            story = story_from_journal(journal, site, runs, title=title, source="journal")
+        else:
+            outage = last_outage(journal)
+            if outage is None:
+                raise PermanentError(f"journal {journal.path}: no outage and no run yet")
+            story = story_from_journal(
+                journal,
+                site,
+                outage.runs,
+                title=outage_title(outage),
+                source="journal",
+                outage=outage,
+            )
     finally:
         journal.close()
     story = with_battery_model(site, story)
@@ -111,6 +133,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         story = replace(story, notes=(*story.notes, CACHE_NOTE))
     write_output(render.report(story, args.format), args.output)
     return 0
+
+
+def outage_title(outage: Outage) -> str:
+    """The mains failure's time, or (a drill, a manual run) the runs it holds."""
+    if outage.mains_failed is not None:
+        return f"Outage report: mains failure at {outage.mains_failed:%Y-%m-%d %H:%M:%S} UTC"
+    runs = ", ".join(f"{r.kind} run {r.id}" for r in outage.runs)
+    return f"Outage report: {runs or f'from {outage.started:%Y-%m-%d %H:%M:%S} UTC'}"
 
 
 def open_existing(site: SiteConfig) -> Journal:

@@ -64,5 +64,7 @@ def _with_simulation(story: Story, outcome: SimulationReport) -> Story:
     notes = (
         *story.notes,
         "A dry run: the UPS readings are the battery model's own, and every platform is simulated.",
+        f"The verdict counts its T+ from the start of the scenario, {ORIGIN:%Y-%m-%d %H:%M:%S} UTC "
+        "on the virtual clock, as simulate prints its timeline.",
     )
     return replace(story, verdict=outcome.verdict, caches=tuple(caches), notes=notes)

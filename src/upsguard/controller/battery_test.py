@@ -8,7 +8,9 @@ test is stopped (``test.battery.stop``) when another UPS goes on battery meanwhi
 
 The result is what the UPS reports once it changed from what it said before the test
 (``BatteryTests``), with the charge at both ends; a deep test gives the runtime the battery
-would last at the drain seen during it. ``BatteryTestFinished`` journals all of it.
+would last at the drain seen during it. ``BatteryTestFinished`` journals all of it, and
+each command sent (start, stop) is journaled with the UPS's answer (``UpsCommandSent``): a
+UPS that refuses one says so in the report, not only in the log.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from upsguard.clock import Clock
 from upsguard.config.checks_schedule import BatteryTestConfig
 from upsguard.engine.outage_controller import OutageController
 from upsguard.errors import UpsguardError
-from upsguard.events import BatteryTestFinished, BatteryTestStarted, EventSink
+from upsguard.events import BatteryTestFinished, BatteryTestStarted, EventSink, UpsCommandSent
 from upsguard.models import UpsName
 from upsguard.plugins.ups.base import BatteryTests, UpsSource
 from upsguard.policies.power import self_test
@@ -55,10 +57,9 @@ class BatteryTester:
         deadline = self._clock.monotonic() + test.timeout.total_seconds()
         watch.expect_self_test(deadline)
         try:
-            try:
-                await source.command(test.command)
-            except UpsguardError as exc:
-                result = TestResult(TestState.UNKNOWN, f"not sent: {exc}")
+            refused = await self._send(source, ups, test.command)
+            if refused is not None:
+                result = TestResult(TestState.UNKNOWN, f"not sent: {refused}")
             else:
                 self._events(BatteryTestStarted(started, ups, test.kind))
                 result = await self._follow(ups, before, deadline)
@@ -90,7 +91,9 @@ class BatteryTester:
             await asyncio.sleep(self._poll_s)
             outage = self._outage_elsewhere(ups) or self._not_a_test(ups)
             if outage is not None:
-                await _stop(source, ups)
+                refused = await self._send(source, ups, STOP)
+                if refused is not None:
+                    log.warning("UPS %s: could not stop its battery test: %s", ups, refused)
                 return TestResult(TestState.ABORTED, f"stopped by upsguard: {outage}")
             result = await _result(source)
             if result is None:
@@ -100,6 +103,18 @@ class BatteryTester:
             if result.state.finished and (seen_running or changed):
                 return result
         return TestResult(TestState.UNKNOWN, "no result reported within the test's timeout")
+
+    async def _send(self, source: UpsSource, ups: UpsName, command: str) -> str | None:
+        """Send ``command`` and journal the UPS's answer; None when it was taken, else why
+        not."""
+        try:
+            await source.command(command)
+        except UpsguardError as exc:
+            why = str(exc) or type(exc).__name__
+            self._events(UpsCommandSent(self._clock.now(), ups, command, False, why))
+            return why
+        self._events(UpsCommandSent(self._clock.now(), ups, command, True))
+        return None
 
     def _outage_elsewhere(self, ups: UpsName) -> str | None:
         other = other_on_battery(self._controller(), ups)
@@ -129,13 +144,6 @@ async def _result(source: UpsSource) -> TestResult | None:
     except UpsguardError as exc:
         log.warning("reading the battery test's result: %s", exc)
         return None
-
-
-async def _stop(source: UpsSource, ups: UpsName) -> None:
-    try:
-        await source.command(STOP)
-    except UpsguardError as exc:
-        log.warning("UPS %s: could not stop its battery test: %s", ups, exc)
 
 
 def _runtime(kind: str, start: float | None, end: float | None, seconds: float) -> float | None:

@@ -163,6 +163,16 @@ class JournalQueries:
         )
         return [_event_row(r) for r in rows]
 
+    def power_events(self, after: str | None, until: str | None) -> list[EventRow]:
+        """The feeds' ``OnBattery`` and ``PowerRestored`` events after ``after`` up to
+        ``until`` (ISO times; None: no bound), oldest first."""
+        rows = self._rows(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE kind IN ('OnBattery', 'PowerRestored')"
+            " AND (? IS NULL OR at > ?) AND (? IS NULL OR at <= ?) ORDER BY id",
+            (after, after, until, until),
+        )
+        return [_event_row(r) for r in rows]
+
     def readings(self, limit: int = 100, ups: str | None = None) -> list[ReadingRow]:
         where, args = ("WHERE ups = ?", [ups]) if ups else ("", [])
         rows = self._rows(

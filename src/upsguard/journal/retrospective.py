@@ -1,19 +1,30 @@
-"""A retrospective's story from the journal: the run, its plan, the outage around it.
+"""A retrospective's story from the journal: an outage and its runs, each beside its plan.
 
 The plan a run is compared with is the one its planner made: the site file plus the
-durations learned from the runs before it. The story starts with the outage (the phase
-change to ``on_battery`` that led to the run) when there was one, else with the run.
+durations learned from the runs before it. The story starts with the outage around its runs
+(``outages``): at the mains failure when there was one, else at the first phase change, or
+at the run that moved no phase. Its times are the journal's own (UTC).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from upsguard.config.site import SiteConfig
 from upsguard.errors import PermanentError
-from upsguard.events import RISK_PREFIX, CacheClean, PointOfNoReturn, RiskAccepted
+from upsguard.events import (
+    RISK_PREFIX,
+    CacheClean,
+    OnBattery,
+    PointOfNoReturn,
+    PowerRestored,
+    RiskAccepted,
+    UpsCommandSent,
+)
 from upsguard.journal.learned import learned_durations
+from upsguard.journal.outages import Outage, outage_of, outages
 from upsguard.journal.rows import EventRow, RunRow, StepRow, iso, parse_iso
 from upsguard.journal.store import Journal
 from upsguard.models import LinkState, Phase
@@ -26,6 +37,7 @@ from upsguard.reports.story import (
     RunStory,
     StepRecord,
     Story,
+    UpsCommand,
 )
 from upsguard.runbooks.plan import Durations
 from upsguard.runbooks.planner import Planner
@@ -56,22 +68,34 @@ def story_from_journal(
     title: str,
     source: str,
     *,
+    outage: Outage | None = None,
     planned_with: Durations | None = None,
     learned: Durations | None = None,
 ) -> Story:
-    """The story of ``runs``, with the outage around them (no run: the whole journal, as a
-    dry run that needed no shutdown leaves it).
+    """The story of ``runs``, from the start of the outage around them (``outage``, by
+    default the first run's) to their end, or to the outage's end when ``outage`` is given
+    (no run and no outage: the whole journal, as a dry run that needed no shutdown leaves
+    it).
 
     Each run is compared with the plan its planner made: by default with the durations the
     journal had learned before it; ``planned_with`` when the runs were planned otherwise (a
     dry run). The outlook uses ``learned``, by default everything this journal learned."""
     runs = sorted(runs, key=lambda r: r.started)
-    if runs:
-        first = parse_iso(runs[0].started)
-        origin = _outage_start(journal, first) or first
-        end = max(_run_end(r) for r in runs)
+    ends = [_run_end(r) for r in runs]
+    if outage is not None:
+        ends += [outage.ended or _last_event(journal)]
+    elif runs:
+        outage = outage_of(journal, runs[0].id)
+    if outage is not None:
+        origin, end = outage.origin, max(ends)
+    elif runs:
+        origin, end = parse_iso(runs[0].started), max(ends)
     else:
         origin, end = _journal_span(journal)
+        found = outages(journal)
+        if found:  # the whole journal: from its first mains failure to its last return
+            outage = replace(found[0], mains_back=found[-1].mains_back)
+            origin = outage.mains_failed or origin
     window = (iso(origin - MARGIN), iso(end + MARGIN))
     events = journal.read.events_between(*window)
     if learned is None:
@@ -88,30 +112,29 @@ def story_from_journal(
         story = run_story(facts, [_record(s) for s in run.steps], plan, origin)
         stories.append(story)
         outlooks.append(outlook(site, facts, plan, learned, story.duration_s))
+    commands = _ups_commands(events, origin)
     return Story(
         title=title,
         site=site.site,
         source=source,
         origin=origin,
         runs=tuple(stories),
-        moments=tuple(_moments(journal, events, origin, window, stories)),
+        moments=tuple(_moments(journal, events, origin, window, stories, commands)),
         battery=tuple(_battery(journal, origin, window)),
         caches=tuple(_caches(journal, events, origin, window)),
+        ups_commands=tuple(commands),
         outlook=tuple(outlooks),
+        mains_failed=outage.mains_failed if outage is not None else None,
+        mains_back=outage.mains_back if outage is not None else None,
     )
 
 
-def _outage_start(journal: Journal, run_start: datetime) -> datetime | None:
-    """When the site went on battery before this run, if it did not come back in between."""
-    before = iso(run_start)
-    for phase in journal.read.phases(limit=200):  # newest first
-        if phase.at > before:
-            continue
-        if phase.new is Phase.ON_BATTERY:
-            return parse_iso(phase.at)
-        if phase.new is Phase.NORMAL:
-            return None
-    return None
+def _last_event(journal: Journal) -> datetime:
+    """Where an outage that goes on ends for now: at the journal's last event."""
+    last = journal.read.events(after=-1)
+    if not last:
+        raise PermanentError(f"journal {journal.path}: nothing recorded yet, nothing to report")
+    return parse_iso(last[-1].at)
 
 
 def _journal_span(journal: Journal) -> tuple[datetime, datetime]:
@@ -171,6 +194,7 @@ def _moments(
     origin: datetime,
     window: tuple[str, str],
     runs: list[RunStory],
+    commands: list[UpsCommand],
 ) -> list[Moment]:
     start, end = window
     out = [
@@ -190,12 +214,27 @@ def _moments(
             )
         elif event.kind == PointOfNoReturn.__name__:
             out.append(Moment(_seconds(event.at, origin), "trigger", event.text))
+        elif event.kind in _MAINS:
+            out.append(Moment(_seconds(event.at, origin), _MAINS[event.kind], event.text))
     for run in runs:
         facts = run.facts
-        text = f"{facts.kind} run starts ({facts.origin}): {facts.reason}"
+        text = f"{facts.kind} run {facts.id} starts ({facts.origin}): {facts.reason}"
         out.append(Moment(run.start_s, "trigger", text))
+        if facts.ended is not None:
+            outcome = facts.state.value + (f": {facts.detail}" if facts.detail else "")
+            ended = (facts.ended - origin).total_seconds()
+            out.append(Moment(ended, "run", f"{facts.kind} run {facts.id} ends {outcome}"))
+    for c in commands:
+        if c.ok:
+            out.append(Moment(c.at_s, "command", f"UPS {c.ups}: {c.command} sent"))
+        else:
+            out.append(Moment(c.at_s, "command_failed", f"UPS {c.ups}: {c.command}: {c.detail}"))
     out.sort(key=lambda m: m.at_s)  # stable: what happened at one instant stays in order
     return out
+
+
+_MAINS = {OnBattery.__name__: "mains_failed", PowerRestored.__name__: "mains_back"}
+"""The moment each feed event is: a person reads them as the mains failing and returning."""
 
 
 def _battery(journal: Journal, origin: datetime, window: tuple[str, str]) -> list[BatterySample]:
@@ -244,4 +283,25 @@ def _caches(
         note = event.text if clean else event.text.removeprefix(RISK_PREFIX)
         out.append(CacheSample(cache, _seconds(event.at, origin), 0 if clean else None, note))
     out.sort(key=lambda c: c.at_s)
+    return out
+
+
+def _ups_commands(events: list[EventRow], origin: datetime) -> list[UpsCommand]:
+    """Each instant command sent to a UPS, from its event's payload. An event journaled
+    before payloads were kept says what happened in its line only, and is left out."""
+    out: list[UpsCommand] = []
+    for event in events:
+        fields = event.payload
+        if event.kind != UpsCommandSent.__name__ or fields is None:
+            continue
+        out.append(
+            UpsCommand(
+                at_s=_seconds(event.at, origin),
+                ups=str(fields["ups"]),
+                command=str(fields["command"]),
+                ok=bool(fields["ok"]),
+                detail=str(fields.get("detail") or ""),
+                run=str(fields["run"]) if fields.get("run") else None,
+            )
+        )
     return out

@@ -102,14 +102,15 @@ def timeline_svg(run: RunStory) -> str:
 
 def battery_svg(samples: Sequence[BatterySample], moments: Sequence[Moment]) -> str | None:
     """Runtime left as each UPS reported it, the battery model's figure for the same charge
-    and load, charge on the right axis; trigger points as vertical lines."""
+    and load, charge on the right axis; trigger points, the mains failing and coming back
+    as vertical lines."""
     if not samples:
         return None
     chart = _chart(
         pygal.XY,
         height=420,
         title="battery: observed against the model",
-        x_title="minutes from the start of the outage",
+        x_title="minutes from T+0 (the mains failure, else the start of the outage)",
         y_title="runtime left (minutes)",
         stroke_style={"width": 2},
         secondary_range=(0, 100),
@@ -136,6 +137,11 @@ def battery_svg(samples: Sequence[BatterySample], moments: Sequence[Moment]) -> 
         for moment in triggers:
             lines += [(moment.at_s / 60, 0.0), (moment.at_s / 60, top), None]
         chart.add("trigger points", lines, stroke_style={"width": 1, "dasharray": "2,3"})
+    for kind, title in (("mains_failed", "mains failed"), ("mains_back", "mains back")):
+        marks = [m for m in moments if m.kind == kind]
+        if marks and top > 0:
+            lines = [p for m in marks for p in ((m.at_s / 60, 0.0), (m.at_s / 60, top), None)]
+            chart.add(title, lines, stroke_style={"width": 3})
     return str(chart.render(is_unicode=True))
 
 

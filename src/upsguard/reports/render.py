@@ -11,7 +11,7 @@ would carry them for its whole life (``bench/idle_rss.py``).
 from __future__ import annotations
 
 import functools
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
 from upsguard import __version__
@@ -23,6 +23,19 @@ FORMATS = ("html", "md")
 MD_READINGS = 60
 """Readings listed in a Markdown report (it has no chart): spread over the outage."""
 T = TypeVar("T")
+MOMENT_LABELS = {
+    "mains_failed": "MAINS FAILED",
+    "mains_back": "MAINS BACK",
+    "phase": "phase",
+    "trigger": "trigger",
+    "run": "run",
+    "command": "UPS command",
+    "command_failed": "UPS COMMAND FAILED",
+    "override": "override",
+    "risk": "RISK TAKEN",
+}
+"""How a report names each kind of moment; what a person looks for first is in capitals
+(and bold in Markdown)."""
 
 if TYPE_CHECKING:
     import jinja2
@@ -48,8 +61,11 @@ def _environment() -> jinja2.Environment:
         bytes=_bytes,
         pct=_pct,
         clock=_clock,
+        wall=_wall,
+        when=_when,
         md=_markdown_cell,
     )
+    env.globals["MOMENT_LABELS"] = MOMENT_LABELS
     return env
 
 
@@ -108,7 +124,24 @@ def _pct(value: float | None) -> str:
 
 
 def _clock(value: datetime) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _wall(value: float | None, origin: datetime) -> str:
+    """The wall-clock time (UTC) ``value`` seconds after ``origin``: the time of day, with
+    the date when it is not the origin's day (an outage that runs past midnight)."""
+    if value is None:
+        return ""
+    at = (origin + timedelta(seconds=value)).astimezone(UTC)
+    same_day = at.date() == origin.astimezone(UTC).date()
+    return at.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S")
+
+
+def _when(value: float | None, origin: datetime) -> str:
+    """The wall-clock time and the T+ beside it: ``00:02:35 (T+2m05s)``."""
+    if value is None:
+        return ""
+    return f"{_wall(value, origin)} ({_tplus(value)})"
 
 
 def _markdown_cell(value: str) -> str:

@@ -1,8 +1,10 @@
 """What a retrospective tells, as plain values: a neutral model that the journal (a real run)
 and the simulator (a dry run) both fill, and that one renderer draws.
 
-Times are seconds from the story's ``origin`` (the start of the outage, or of the first run
-when there was no outage), so a real run and a simulated one read the same.
+Times are seconds from the story's ``origin`` (the mains failure, else the start of the
+outage, or of the first run when there was no outage), so a real run and a simulated one
+read the same; the origin itself is an absolute time (UTC), and so is every time a report
+prints beside its T+.
 """
 
 from __future__ import annotations
@@ -112,13 +114,30 @@ class RunStory:
 
 @dataclass(frozen=True, slots=True)
 class Moment:
-    """A phase change, an override, a risk taken, or a trigger point."""
+    """A phase change, an override, a risk taken, a trigger point, a run's end, a UPS
+    command, the mains failing or coming back."""
 
     at_s: float
-    kind: str  # phase | override | risk | trigger
+    kind: str
+    """phase, override, risk, trigger, run (its end), command, command_failed (a UPS
+    command), mains_failed, mains_back."""
     text: str
     who: str = ""
     why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UpsCommand:
+    """An instant command upsguard sent a UPS, and what the UPS answered: a refused one
+    (``CMD-NOT-SUPPORTED``) means the site's way back is not what the site file says."""
+
+    at_s: float
+    ups: str
+    command: str
+    ok: bool
+    detail: str = ""
+    """The UPS's or the server's answer when it failed."""
+    run: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,8 +220,13 @@ class Story:
     battery: tuple[BatterySample, ...] = ()
     battery_fits: tuple[BatteryFit, ...] = ()
     caches: tuple[CacheSample, ...] = ()
+    ups_commands: tuple[UpsCommand, ...] = ()
     outlook: tuple[Outlook, ...] = ()
     verdict: str = ""
+    mains_failed: datetime | None = None
+    """When the mains failed (the story's origin then); None for a drill, a manual run."""
+    mains_back: datetime | None = None
+    """When the mains came back for good; None when they did not within the story."""
     notes: tuple[str, ...] = field(default=())
 
     def kind(self, kind: str) -> list[Moment]:
