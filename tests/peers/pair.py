@@ -7,12 +7,18 @@ shutdown is caught in the middle. Each controller runs on a VM of the lab (``mgm
 ``mgmt-b``): its own is ``runs_upsguard``, the other's is ``ha.peer_machine``; the
 controllers' machines are the last two steps of the plan.
 
+One step is a ``command`` resource, ``backups``, which ``dc01`` needs (so it runs once dc01
+is down, while the hosts go): its command appends the name of the controller that ran it
+to a log file of the lab.
+
 What the tests count is counted at the peers: the guest shutdowns and host shutdowns vcsim
-posted as events (in its own order), and the commands the UPS's driver received.
+posted as events (in its own order), the commands the UPS's driver received, and the lines
+of the command step's log.
 """
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +58,8 @@ ON_BATTERY = (
     "input.voltage: 0\n"
 )
 WATCHED = ("VmGuestShutdownEvent", "VmPoweredOffEvent", "HostShutdownEvent")
+COMMAND_LOG = "command-step.log"
+"""In the lab's directory: one line per run of the command step, the controller's name."""
 
 
 def start_lab(vcsim_factory: Callable[..., Vcsim], guest_ms: int = GUEST_SHUTDOWN_MS) -> Vcsim:
@@ -193,6 +201,11 @@ class PairLab:
     def ups_commands(self) -> list[str]:
         return self.nut.commands_received("ups1")
 
+    def command_step_runs(self) -> list[str]:
+        """Which controller ran the command step, each time one did."""
+        log = self.lab_dir / COMMAND_LOG
+        return log.read_text().split() if log.exists() else []
+
     def shutdown_done(self, name: str) -> bool:
         """``name`` says the shutdown ended done (its last run)."""
         try:
@@ -216,6 +229,7 @@ class PairLab:
         machines = sorted(MACHINES.values(), key=lambda m: off[m])
         assert all(off[m] > max(off[h] for h in HOSTS) for m in machines)
         assert machines[-1] == last
+        assert len(self.command_step_runs()) == 1, self.command_step_runs()
 
 
 def site_of(
@@ -233,8 +247,10 @@ def site_of(
     (directory / "nut.pw").chmod(0o600)
     own, peer = MACHINES[name], MACHINES[next(n for n in NAMES if n != name)]
     vm: dict[str, Any] = {"kind": "vm", "platform": "vc", "guest_timeout": "60s"}
+    backups = f"echo {name} >> {shlex.quote(str(lab_dir / COMMAND_LOG))}"
     resources: list[dict[str, Any]] = [
-        {"id": "dc01", **vm},
+        {"id": "backups", "kind": "command", "platform": "cmd", "shutdown": backups},
+        {"id": "dc01", **vm, "depends_on": ["backups"]},
         {"id": "sql01", **vm, "depends_on": ["dc01"]},
         {
             "id": "web",
@@ -277,7 +293,7 @@ def site_of(
                     "at_shutdown_end": {"command": "shutdown.return"},
                 }
             ],
-            "platforms": {"vc": vc.settings_dict(directory)},
+            "platforms": {"vc": vc.settings_dict(directory), "cmd": {"type": "command"}},
             "resources": resources,
             "ha": settings,
             "service": {"notify": {"webhook": {"url": webhook.url}}},
