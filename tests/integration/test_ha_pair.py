@@ -60,6 +60,37 @@ def test_kill_9_the_leader_mid_shutdown_the_standby_resumes_and_nothing_is_asked
     assert {e.run for e in events if e.kind == "RunFinished"} == {run}  # one run, the leader's
 
 
+def test_a_leader_paused_past_its_lease_starts_nothing_when_it_wakes(pair_lab: PairLab) -> None:
+    """SIGSTOP freezes the leader with a guest shutting down, past its lease; the standby
+    wins and resumes the run. SIGCONT wakes the old leader in the middle of that run, its own
+    executor still holding steps to start (sql01, dc01, the command step, the hosts): its
+    clock says its term is over, so it starts none of them (etcd would refuse their claims
+    anyway) and becomes the standby. Counted at vcsim and at the command step's log."""
+    lab = pair_lab
+    lab.start()
+    old = lab.leader()
+    new = lab.other(old)
+    lab.outage()
+    lab.wait(lambda: some_guest_asked(lab), "the leader's first guest shutdown at vcsim")
+    run = str(lab.status(old)["run"]["id"])
+    lab.pause(old)
+
+    def resumed() -> bool:
+        status = lab.status(new)
+        return status["ha"]["role"] == "leader" and bool(status["service"]["resumed"] == run)
+
+    lab.wait(resumed, "the standby to take over and resume the run", TTL_S + 30)
+    assert lab.status(new)["run"] is not None  # what is left of the run is still to do
+    lab.wake(old)
+    lab.wait(lambda: lab.role(old) == "standby", "the old leader to see its term is over")
+    lab.wait(lambda: lab.shutdown_done(new), "the resumed shutdown to finish", 120)
+    lab.assert_each_stopped_once_in_order(last=MACHINES[new])
+    assert lab.command_step_runs() == [new]  # the step left when the old leader stopped
+    assert lab.ups_commands() == ["shutdown.return"]
+    stopped = lab.run(old, run)
+    assert stopped is not None and stopped.state == "interrupted"
+
+
 def test_the_leader_hands_over_before_its_machine_and_the_other_stops_last(
     pair_lab: PairLab,
 ) -> None:

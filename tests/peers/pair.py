@@ -18,7 +18,9 @@ of the command step's log.
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -102,6 +104,18 @@ class PairLab:
     def start(self, *names: str) -> None:
         for name in names or NAMES:
             self.controllers[name].start()
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP: the process stands still, as in a frozen VM, holding its sockets."""
+        proc = self.controllers[name].proc
+        assert proc is not None
+        os.kill(proc.pid, signal.SIGSTOP)
+
+    def wake(self, name: str) -> None:
+        """SIGCONT after ``pause``: the process goes on where it stood."""
+        proc = self.controllers[name].proc
+        assert proc is not None
+        os.kill(proc.pid, signal.SIGCONT)
 
     def status(self, name: str) -> dict[str, Any]:
         return self.controllers[name].status()
