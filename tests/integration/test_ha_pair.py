@@ -9,6 +9,8 @@ end), within a bound only a hang reaches.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.peers.pair import HOSTS, MACHINES, TTL_S, PairLab
@@ -89,6 +91,56 @@ def test_a_leader_paused_past_its_lease_starts_nothing_when_it_wakes(pair_lab: P
     assert lab.ups_commands() == ["shutdown.return"]
     stopped = lab.run(old, run)
     assert stopped is not None and stopped.state == "interrupted"
+
+
+def test_the_controllers_disagree_about_the_ups_the_leaders_reading_decides(
+    pair_lab: PairLab,
+) -> None:
+    """The standby loses its path to upsd (the leader keeps its own): the standby sees the
+    UPS lost while on line, ``unknown``, and says so in its status; the leader sees it on
+    line, and nothing starts. Then the mains go: the leader's reading decides, and it shuts
+    the site down while the standby, blind to the UPS, still shows what it reads itself and
+    follows the run in the shared ledger. At the controllers' machines the leader hands the
+    run over; the standby, unable to send the UPS its load cycle (or to tell whether the
+    mains are there), hands it back, and the leader stops both machines, its own last, after
+    the UPS command."""
+    lab = pair_lab
+    lab.link_to_ups("ctl-b")
+    lab.start("ctl-a")
+    lab.wait(lambda: lab.role("ctl-a") == "leader", "ctl-a to lead")
+    lab.start("ctl-b")
+    assert lab.leader() == "ctl-a"
+
+    def ups_of(name: str) -> dict[str, Any]:
+        (ups,) = lab.status(name)["ups"]
+        return dict(ups)
+
+    lab.wait(lambda: ups_of("ctl-b")["link"] == "ok", "the standby to read the UPS")
+    lab.links["ctl-b"].cut()
+    lab.wait(
+        lambda: lab.status("ctl-b")["feeds"][0]["state"] == "unknown",
+        "the standby to find the UPS lost past its grace",
+    )
+    standby = lab.status("ctl-b")
+    assert ups_of("ctl-b")["link"] == "lost"
+    assert "UPS ups1 cannot be read" in " ".join(a["text"] for a in standby["alerts"])
+    assert ups_of("ctl-a")["link"] == "ok" and not ups_of("ctl-a")["on_battery"]
+    assert lab.status("ctl-a")["run"] is None
+
+    lab.outage()
+    lab.wait(lambda: some_guest_asked(lab), "the leader's first guest shutdown at vcsim")
+    run = lab.status("ctl-a")["run"]["id"]
+    assert ups_of("ctl-a")["on_battery"]
+    lab.wait(lambda: lab.status("ctl-b")["ha"]["shared_run"] == run, "the standby to follow")
+    seen = lab.controllers["ctl-b"].cli("status").stdout
+    assert "pair: ctl-b is STANDBY; ctl-a leads" in seen
+    assert "UPS ups1: OL" in seen and "link lost" in seen  # its own reading, the last it had
+    lab.wait(lambda: lab.shutdown_done("ctl-a"), "the leader to finish the run", 120)
+    lab.assert_each_stopped_once_in_order(last=MACHINES["ctl-a"])
+    assert lab.ups_commands() == ["shutdown.return"]
+    assert lab.command_step_runs() == ["ctl-a"]
+    by_standby = {s.resource for s in lab.steps("ctl-b", run) if s.state == "done"}
+    assert not by_standby & set(MACHINES.values())  # it stopped no machine, blind as it was
 
 
 def test_the_leader_hands_over_before_its_machine_and_the_other_stops_last(

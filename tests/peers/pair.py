@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from tests.peers.etcd import EtcdSite
+from tests.peers.link import Link
 from tests.peers.nut import NutServer
 from tests.peers.nut_driver import DRIVER_COMMANDS
 from tests.peers.service import ServiceProcess, write_site
@@ -91,15 +92,38 @@ class PairLab:
     lab_dir: Path
     controllers: dict[str, ServiceProcess] = field(default_factory=dict)
     recorder: EventRecorder | None = None
+    links: dict[str, Link] = field(default_factory=dict)
+    """The controllers that reach upsd through a link the test can cut."""
+    ha: dict[str, Any] = field(default_factory=dict)
+    """More of both site files' ``ha:`` section (``configure``)."""
 
     # -- the controllers ------------------------------------------------------------------
 
     def configure(self, **ha: Any) -> None:
         """Both site files again, with more of the ``ha:`` section (before ``start``)."""
+        self.ha = ha
         for name in NAMES:
-            self.controllers[name] = site_of(
-                self.lab_dir, name, self.etcd, self.nut, self.vc, self.webhook, **ha
-            )
+            self._write_site(name)
+
+    def _write_site(self, name: str) -> None:
+        link = self.links.get(name)
+        self.controllers[name] = site_of(
+            self.lab_dir,
+            name,
+            self.etcd,
+            self.nut,
+            self.vc,
+            self.webhook,
+            ups_port=link.port if link is not None else None,
+            **self.ha,
+        )
+
+    def link_to_ups(self, name: str) -> Link:
+        """``name`` reaches upsd through a link of its own, which the test can cut (before
+        ``start``); the other controller keeps its direct path."""
+        link = self.links[name] = Link(self.nut.port)
+        self._write_site(name)
+        return link
 
     def start(self, *names: str) -> None:
         for name in names or NAMES:
@@ -188,6 +212,8 @@ class PairLab:
     def stop(self) -> None:
         for controller in self.controllers.values():
             controller.stop()
+        for link in self.links.values():
+            link.cut()
 
     # -- the outage and what the peers saw --------------------------------------------------
 
@@ -253,8 +279,10 @@ def site_of(
     nut: NutServer,
     vc: Vcsim,
     webhook: WebhookServer,
+    ups_port: int | None = None,
     **ha: Any,
 ) -> ServiceProcess:
+    """``ups_port``: where this controller reaches upsd (its own link), if not upsd's port."""
     directory = lab_dir / name
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "nut.pw").write_text("upsguard-secret\n")
@@ -298,13 +326,14 @@ def site_of(
                     "name": "ups1",
                     "nut": {
                         "host": "127.0.0.1",
-                        "port": nut.port,
+                        "port": ups_port or nut.port,
                         "ups": "ups1",
                         "user": "upsguard",
                         "password_file": str(directory / "nut.pw"),
                         "monitor": "secondary",
                     },
                     "at_shutdown_end": {"command": "shutdown.return"},
+                    "link_grace": "1s",  # a controller cut off from upsd says so soon
                 }
             ],
             "platforms": {"vc": vc.settings_dict(directory), "cmd": {"type": "command"}},
