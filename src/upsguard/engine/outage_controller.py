@@ -39,6 +39,7 @@ from upsguard.events import (
 from upsguard.models import (
     CacheName,
     Direction,
+    LinkState,
     Phase,
     PlatformName,
     ResourceId,
@@ -396,20 +397,38 @@ class OutageController:
     async def _claim(self, step: Step) -> bool:
         """A pair's fence before a step acts. At the first of the controllers' machines the
         leader hands the run over instead (the other stops this machine, then its own after
-        the UPS command), unless the mains are there (both stay up)."""
+        the UPS command), unless the mains are there (both stay up); a controller handed the
+        run that cannot read the UPSes the end commands hands it back (once)."""
         pair, executor = self._pair, self.executor
         if pair is None or executor is None:
             return True
         spec = executor.spec
-        if (
-            executor.plan.direction is Direction.SHUTDOWN
-            and self._controller_machine(step)
-            and pair.should_hand_over(spec.id)
-            and not self._end.mains_there(step.resource, self.view)
-        ):
+        if executor.plan.direction is not Direction.SHUTDOWN or not self._controller_machine(step):
+            return await pair.claim(spec, step.id, step.resource)
+        unread = self._unread_commanded()
+        if unread and pair.should_hand_back(spec.id):
+            message = (
+                f"run {spec.id}: {pair.me} cannot read UPS {', '.join(unread)}, whose command "
+                "ends the outage: it hands the run back to the controller that handed it over"
+            )
+            self._events(Notice(self._clock.now(), message, level="warning"))
+            await pair.hand_back(spec, step.id)
+            return False
+        if pair.should_hand_over(spec.id) and not self._end.mains_there(step.resource, self.view):
             await pair.hand_over(spec, step.id)
             return False
         return await pair.claim(spec, step.id, step.resource)
+
+    def _unread_commanded(self) -> list[UpsName]:
+        """The UPSes told something at the end of an outage (``at_shutdown_end``) that this
+        controller cannot read now: it could neither tell them, nor tell whether the mains
+        are there."""
+        commanded = {u.name for u in self.site.ups if u.at_shutdown_end.command is not None}
+        return sorted(
+            name
+            for name, watch in self.watches.items()
+            if name in commanded and (watch.last is None or watch.last.link is not LinkState.OK)
+        )
 
     def _run_done(self, executor: Executor, task: asyncio.Task[RunResult]) -> None:
         """A shutdown that ended by itself on battery: tell the UPSes what the site file says

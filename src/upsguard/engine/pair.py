@@ -89,6 +89,7 @@ class Pair:
         self._queue: asyncio.Queue[Write] = asyncio.Queue()
         self._asked: dict[tuple[RunId, StepId], tuple[AskedTarget, ...]] = {}
         self._handed: set[RunId] = set()
+        self._given_back: set[RunId] = set()
         self._taken: set[RunId] = set()
         self._gone: dict[RunId, set[ResourceId]] = {}
         self.seen: SharedLedger | None = None
@@ -134,6 +135,7 @@ class Pair:
 
     def forgotten(self, run: RunId) -> None:
         self._handed.discard(run)
+        self._given_back.discard(run)
         self._taken.discard(run)
         self._gone.pop(run, None)
         self._enqueue(lambda: self.leadership.forget_run(run))
@@ -248,6 +250,23 @@ class Pair:
             and run not in self._handed
             and run not in self._taken
         )
+
+    def should_hand_back(self, run: RunId) -> bool:
+        """The run was handed over to this controller, which cannot carry out its end (it
+        cannot read a UPS the end of the outage commands): it hands the run back, once per
+        run, so two controllers that both cannot never pass it to and fro. The controller
+        that handed it over was alive a moment ago and wins again once its quiet after the
+        handover ends; were it gone since, this one wins again a lease later and goes on."""
+        return (
+            self.leadership.role is Role.LEADER
+            and run in self._handed
+            and run not in self._given_back
+        )
+
+    async def hand_back(self, spec: RunSpec, step: StepId) -> None:
+        """``hand_over``, for a run this controller was handed (``should_hand_back``)."""
+        self._given_back.add(spec.id)
+        await self.hand_over(spec, step)
 
     async def hand_over(self, spec: RunSpec, step: StepId) -> None:
         """Note the handover at ``step`` in the store, fenced, then end this term at once:
