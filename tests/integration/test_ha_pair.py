@@ -93,6 +93,37 @@ def test_a_leader_paused_past_its_lease_starts_nothing_when_it_wakes(pair_lab: P
     assert stopped is not None and stopped.state == "interrupted"
 
 
+def test_both_controllers_restart_mid_shutdown_one_resumes_the_run_and_nothing_is_repeated(
+    pair_lab: PairLab,
+) -> None:
+    """Both services restart (SIGTERM to the unit's process group, as ``systemctl restart``
+    stops it) with a guest shutting down: each leaves the run interrupted, which the shared
+    ledger keeps in progress. Started again, one wins the lease and resumes that same run
+    (never one from its own journal, never a new one); the guest it finds shutting down is
+    waited for, not asked again, and the other controller stays its standby."""
+    lab = pair_lab
+    lab.start()
+    leader = lab.leader()
+    lab.outage()
+    lab.wait(lambda: some_guest_asked(lab), "the leader's first guest shutdown at vcsim")
+    run = lab.status(leader)["run"]["id"]
+    for name in (leader, lab.other(leader)):
+        assert lab.controllers[name].terminate(group=True) == 0
+    lab.start()
+    winner = lab.leader()
+    standby = lab.other(winner)
+    lab.wait(
+        lambda: lab.status(winner)["service"]["resumed"] == run, "the winner to resume the run"
+    )
+    lab.wait(lambda: lab.shutdown_done(winner), "the resumed shutdown to finish", 120)
+    lab.assert_each_stopped_once_in_order(last=MACHINES[winner])
+    assert lab.ups_commands() == ["shutdown.return"]
+    assert lab.status(standby)["service"]["resumed"] is None
+    assert lab.role(standby) == "standby"
+    finished = [e.run for e in lab.events(winner) if e.kind == "RunFinished"]
+    assert run in finished and set(finished) <= {run}  # that run, and no other
+
+
 def test_the_controllers_disagree_about_the_ups_the_leaders_reading_decides(
     pair_lab: PairLab,
 ) -> None:
