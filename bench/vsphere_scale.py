@@ -10,18 +10,28 @@ method delay), so the critical path is guest + host.
 Targets: inventory in a constant number of round trips (not proportional to
 VMs), under 2 s; shutdown within 1.10x of the critical path.
 
-    python3 bench/vsphere_scale.py [--clusters 10 --hosts 5 --vms 100]
+With ``--pair`` the same shutdown also runs as the leader of a controller pair, on a second
+vcsim with the same inventory and three etcd members on loopback (Debian's etcd-server,
+tests/peers/etcd.py): every step is claimed first (the fenced write that records it
+started), and every request and step end goes to the shared ledger, as in ``upsguard
+run`` with ``ha:``. It prints the pair's wall time against the single controller's, both
+measured in this run. Target: at most 1.05.
+
+    python3 bench/vsphere_scale.py [--clusters 10 --hosts 5 --vms 100] [--pair]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import logging
 import os
 import resource
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -31,15 +41,24 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pyVmomi import vim
+from tests.peers.etcd import EtcdCluster, start_cluster
 from tests.peers.vcsim import Vcsim, make_tls, start_vcsim, wait_task
 from tests.runs import executor_for
 
 from upsguard.clock import SystemClock
+from upsguard.config.ha import HaConfig
 from upsguard.config.loading import load_site
 from upsguard.engine.inventory import live_inventory
+from upsguard.engine.leadership import Leadership, Role
+from upsguard.engine.pair import Pair
+from upsguard.events import Event
 from upsguard.models import Direction, PlatformName
+from upsguard.plugins.coordination.base import Candidate
+from upsguard.plugins.coordination.etcd import EtcdStore
 from upsguard.plugins.registry import build_platforms
+from upsguard.runbooks.plan import Step
 from upsguard.runbooks.planner import Planner
+from upsguard.runs import RunSpec
 
 
 def timeline(events: list[Any]) -> str:
@@ -103,7 +122,40 @@ def write_site(sim: Vcsim, directory: Path, guest_s: float, host_s: float, watch
     return path
 
 
-async def measure(site_path: Path) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def leading(cluster: EtcdCluster) -> AsyncIterator[Pair]:
+    """This process as the leader of a pair on ``cluster``: its lease renewed, its writer of
+    the shared ledger running, as ``upsguard run`` with ``ha:`` has them."""
+    settings = HaConfig.model_validate(
+        {"name": "bench", "endpoints": cluster.endpoints, "lease_ttl": "5s"}
+    )
+    store = EtcdStore("scale", settings)
+    clock = SystemClock()
+    leadership = Leadership(store, Candidate("bench"), ttl_s=5, fence_margin_s=1, clock=clock)
+    pair = Pair(leadership, store, clock, members=len(cluster.endpoints))
+    tasks = [asyncio.create_task(leadership.run()), asyncio.create_task(pair.write_in_order())]
+    try:
+        async with asyncio.timeout(30):
+            while leadership.role is not Role.LEADER:
+                await asyncio.sleep(0.01)
+        yield pair
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if leadership.term is not None:
+            await leadership.hand_over()
+        await store.close()
+
+
+async def measure(site_path: Path, cluster: EtcdCluster | None = None) -> dict[str, Any]:
+    """One whole shutdown: by one controller, or by the leader of a pair on ``cluster``."""
+    async with contextlib.AsyncExitStack() as stack:
+        pair = await stack.enter_async_context(leading(cluster)) if cluster else None
+        return await shut_down(site_path, pair)
+
+
+async def shut_down(site_path: Path, pair: Pair | None) -> dict[str, Any]:
     site = load_site(site_path)
     platforms = build_platforms(site, SystemClock())
     vc: Any = platforms[PlatformName("vc")]
@@ -115,7 +167,19 @@ async def measure(site_path: Path) -> dict[str, Any]:
         inventory = await live_inventory(site, platforms)
         plan = Planner(site, inventory).plan(Direction.SHUTDOWN)
         events: list[Any] = []
-        executor = executor_for(plan, platforms, SystemClock(), events.append)
+
+        def sink(event: Event) -> None:
+            events.append(event)
+            if pair is not None:
+                pair.observe(event)
+
+        async def claim(spec: RunSpec, step: Step) -> bool:
+            assert pair is not None
+            return await pair.claim(spec, step.id, step.resource)
+
+        executor = executor_for(
+            plan, platforms, SystemClock(), sink, claim=claim if pair is not None else None
+        )
         trips0 = vc.manager.conn.round_trips
         start = time.perf_counter()
         result = await executor.run()
@@ -151,16 +215,21 @@ def main() -> int:
         help="the platform's watch mode (vcsim re-reads an update filter's every object on "
         "every change anywhere: 'updates' is quadratic at this scale, ratio about 5)",
     )
+    ap.add_argument(
+        "--pair",
+        action="store_true",
+        help="also as the leader of a pair on three etcd members, on a second vcsim",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        sim = start_vcsim(
-            make_tls(directory / "tls"),
+        vcsim_args = (
             *("-dc", "1", "-cluster", str(args.clusters), "-host", str(args.hosts)),
             *("-vm", str(args.vms), "-standalone-host", "0", "-autostart=false"),
             *("-guest-shutdown-ms", str(int(args.guest * 1000))),
             *("-method-delay", f"ShutdownHost:{int(args.host * 1000)}"),
         )
+        sim = start_vcsim(make_tls(directory / "tls"), *vcsim_args)
         try:
             started = power_on_all(sim)
             sim_cpu0, own_cpu0 = (
@@ -175,6 +244,7 @@ def main() -> int:
             own_cpu = own.ru_utime + own.ru_stime - own_cpu0.ru_utime - own_cpu0.ru_stime
         finally:
             sim.stop()
+        paired = measure_pair(directory / "pair", vcsim_args, args) if args.pair else None
     ratio = figures["shutdown_s"] / figures["critical_path_s"]
     print(f"vcsim: {figures['vms']} VMs ({started} powered on) on {figures['hosts']} hosts")
     print(
@@ -194,7 +264,36 @@ def main() -> int:
     print(f"cpu during the run: vcsim {sim_cpu:.1f} s, upsguard {own_cpu:.1f} s")
     if figures["failed"]:
         print("failed:", *figures["failed"], sep="\n  ")
+    if paired is not None:
+        print(
+            f"pair: the leader on 3 etcd members (loopback), {paired['steps']} steps, "
+            f"{paired['shutdown_s']:.2f} s wall, critical path {paired['critical_path_s']:.2f} s, "
+            f"run {paired['state']}"
+        )
+        print(f"pair timeline: {paired['timeline']}")
+        print(
+            f"pair / one controller, shutdown wall time: "
+            f"{paired['shutdown_s'] / figures['shutdown_s']:.3f} (target <= 1.05)"
+        )
+        if paired["failed"]:
+            print("pair failed:", *paired["failed"], sep="\n  ")
     return 0
+
+
+def measure_pair(directory: Path, vcsim_args: tuple[str, ...], args: Any) -> dict[str, Any]:
+    """The same shutdown by the leader of a pair: a fresh vcsim with the same inventory (the
+    first one's hosts are down), and three etcd members."""
+    logging.getLogger("upsguard").setLevel(logging.ERROR)  # each change of role is logged
+    directory.mkdir()
+    cluster = start_cluster(directory / "etcd")
+    sim = start_vcsim(make_tls(directory / "tls"), *vcsim_args)
+    try:
+        power_on_all(sim)
+        site = write_site(sim, directory, args.guest, args.host, args.watch)
+        return asyncio.run(measure(site, cluster))
+    finally:
+        sim.stop()
+        cluster.close()
 
 
 if __name__ == "__main__":
