@@ -27,6 +27,7 @@ from upsguard.config.ha import HaConfig
 from upsguard.errors import LeadershipLost, StoreUnavailable
 from upsguard.models import ResourceId, RunId, StepId, StepState
 from upsguard.plugins.coordination.base import (
+    MAX_MARKS,
     AloneNotice,
     Candidate,
     CoordinationStore,
@@ -192,6 +193,7 @@ def test_a_deposed_leader_cannot_write_any_part_of_the_ledger(backend: Backend) 
             writes: list[Callable[[], Awaitable[None]]] = [
                 lambda: first.record_run(old, record("r1", RunOutcome.DONE)),
                 lambda: first.record_step(old, RunId("r1"), mark("s1", StepState.DONE)),
+                lambda: first.record_steps(old, [(RunId("r1"), mark("s2", StepState.DONE))]),
                 lambda: first.forget_run(old, RunId("r1")),
                 lambda: first.declare_alone(old, AloneNotice("ctl-a", old.token, AT, "why")),
             ]
@@ -203,6 +205,28 @@ def test_a_deposed_leader_cannot_write_any_part_of_the_ledger(backend: Backend) 
             assert seen.runs == (record("r1"),)
             assert seen.steps == {}
             assert seen.alone is None
+
+    run(scenario)
+
+
+def test_many_step_marks_are_written_together_and_read_back(backend: Backend) -> None:
+    """A thousand steps' claims at the start of a shutdown go in writes of ``MAX_MARKS``
+    (the most one etcd transaction takes by default), each all or nothing."""
+
+    async def scenario() -> None:
+        async with stores(backend) as (leader, standby):
+            term = await won(leader, A)
+            marks = [
+                (RunId(f"r{i % 2}"), mark(f"stop:vm{i}", StepState.RUNNING))
+                for i in range(MAX_MARKS)
+            ]
+            before = await standby.snapshot()
+            await leader.record_steps(term, marks)
+            seen = await standby.snapshot()
+            assert seen.revision == before.revision + 1  # one write, all of it
+            for run_id in (RunId("r0"), RunId("r1")):
+                written = {m.step: m for r, m in marks if r == run_id}
+                assert dict(seen.steps_of(run_id)) == written
 
     run(scenario)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from upsguard.clock import Clock
@@ -325,8 +325,25 @@ class Leadership:
         handed_over: bool = False,
     ) -> None:
         """Write one step's state (with its requests under way); see ``record_run``."""
-        mark = StepMark(step, state, self._me.name, self._clock.now(), detail, asked, handed_over)
+        mark = self.mark(step, state, detail, asked=asked, handed_over=handed_over)
         await self._write(lambda term: self._store.record_step(term, run, mark))
+
+    async def record_steps(self, marks: Sequence[tuple[RunId, StepMark]]) -> None:
+        """Write several steps' states in one fenced write (at most ``MAX_MARKS``); see
+        ``record_run``."""
+        await self._write(lambda term: self._store.record_steps(term, marks))
+
+    def mark(
+        self,
+        step: StepId,
+        state: StepState,
+        detail: str = "",
+        *,
+        asked: tuple[AskedTarget, ...] = (),
+        handed_over: bool = False,
+    ) -> StepMark:
+        """A step's state as this controller writes it now."""
+        return StepMark(step, state, self._me.name, self._clock.now(), detail, asked, handed_over)
 
     async def forget_run(self, run: RunId) -> None:
         """Remove a run the ledger no longer keeps; see ``record_run``."""

@@ -12,6 +12,10 @@ honour it and keeps the shared ledger:
 * before a step acts, ``claim`` records it started, fenced, behind every write before it.
   A leader that cannot renew (``fenced``) waits there: its lease may come back; a leader
   deposed is refused, and its step ends interrupted;
+* step marks queued one after another (a thousand VMs' claims at the start of a shutdown,
+  their requests right after) go to the store together, in one fenced write of up to
+  ``MAX_MARKS``: the order holds (a transaction applies all of it or nothing), and a step
+  start costs etcd a share of one round trip instead of a whole one in a queue;
 * before the first step that stops a machine carrying an etcd member (``ha.store_machines``)
   past what the store's quorum survives, the leader finishes alone;
 * the standby reads the whole ledger at one revision and waits for the next change
@@ -26,20 +30,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from upsguard.clock import Clock
 from upsguard.engine.actions import UnderWay
-from upsguard.engine.leadership import Leadership, LeadershipState, Role
+from upsguard.engine.leadership import RETRY_WRITE_S, Leadership, LeadershipState, Role
 from upsguard.errors import AuthenticationError, LeadershipLost, StoreUnavailable
 from upsguard.events import Event, StepFinished, TargetAsked
 from upsguard.models import PlatformName, ResourceId, RunId, StepId, StepState, Target
 from upsguard.plugins.coordination.base import (
+    MAX_MARKS,
     AskedTarget,
     CoordinationStore,
     SharedLedger,
+    StepMark,
 )
 from upsguard.runs import RunKind, RunRecord, RunSpec
 
@@ -51,6 +58,19 @@ FENCED_WAIT_S = 0.1
 """How often a step waiting at a fenced leader's claim looks again at the role."""
 
 Write = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class StepWrite:
+    """One step's state for the shared ledger, written with the step marks queued beside it.
+    ``claimed``: the step's claim (its start, before it acts), told whether it may act."""
+
+    run: RunId
+    step: StepId
+    state: StepState
+    detail: str = ""
+    asked: tuple[AskedTarget, ...] = ()
+    claimed: asyncio.Future[bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +106,7 @@ class Pair:
         self._clock = clock
         self._members = members
         self._store_machines = frozenset(store_machines)
-        self._queue: asyncio.Queue[Write] = asyncio.Queue()
+        self._queue: asyncio.Queue[Write | StepWrite] = asyncio.Queue()
         self._asked: dict[tuple[RunId, StepId], tuple[AskedTarget, ...]] = {}
         self._handed: set[RunId] = set()
         self._given_back: set[RunId] = set()
@@ -147,38 +167,89 @@ class Pair:
             target = AskedTarget(event.platform, event.target_kind, event.target, event.wanted)
             kept = tuple(a for a in self._asked.get(key, ()) if a.name != target.name)
             mark = self._asked[key] = (*kept, target)
-            self._enqueue(
-                lambda: self.leadership.record_step(
-                    event.run, event.step, StepState.RUNNING, asked=mark
-                )
-            )
+            self._enqueue(StepWrite(event.run, event.step, StepState.RUNNING, asked=mark))
         elif isinstance(event, StepFinished):
             held = self._asked.pop((event.run, event.step), ())
             left = () if event.state is StepState.DONE else held
             if event.state is StepState.DONE and event.resource is not None:
                 self._gone.setdefault(event.run, set()).add(event.resource)
-            self._enqueue(
-                lambda: self.leadership.record_step(
-                    event.run, event.step, event.state, event.detail, asked=left
-                )
-            )
+            self._enqueue(StepWrite(event.run, event.step, event.state, event.detail, left))
 
-    def _enqueue(self, write: Write) -> None:
+    def _enqueue(self, write: Write | StepWrite) -> None:
         if self.leadership.role is not Role.STANDBY:  # a standby has nothing to write
             self._queue.put_nowait(write)
 
     async def write_in_order(self) -> None:
-        """The writer task: one write at a time, in the order they were made. A write the
-        store refuses (deposed) or does not answer is dropped: the next leader re-checks
-        the real world for what the ledger lacks."""
+        """The writer task: the writes in the order they were made, step marks queued one
+        after another together. A write the store refuses (deposed) or does not answer is
+        dropped: the next leader re-checks the real world for what the ledger lacks."""
+        waiting: deque[Write | StepWrite] = deque()
         while True:
-            write = await self._queue.get()
+            if not waiting:
+                waiting.append(await self._queue.get())
+            while not self._queue.empty():
+                waiting.append(self._queue.get_nowait())
+            write = waiting.popleft()
+            if isinstance(write, StepWrite):
+                batch = [write]
+                while waiting and len(batch) < MAX_MARKS:
+                    follows = waiting[0]
+                    if not isinstance(follows, StepWrite):
+                        break
+                    batch.append(follows)
+                    waiting.popleft()
+                await self._write_steps(batch)
+                continue
             try:
                 await write()
             except (LeadershipLost, StoreUnavailable, AuthenticationError) as exc:
                 log.info("shared ledger: a write was not made: %s", exc)
             except Exception:  # a bug here must not stop the writes after it
                 log.exception("shared ledger: a write failed")
+
+    async def _write_steps(self, batch: list[StepWrite]) -> None:
+        """One fenced write of ``batch``; its claims are told whether their steps may act
+        (``Leadership.claim_step``'s rule: while a claim waits, a store that does not answer
+        is asked again until the fence). Without a claim, marks not written are dropped."""
+        claims = [w.claimed for w in batch if w.claimed is not None]
+        # one mark per step, its newest: a transaction may not put one key twice (etcd)
+        newest = {(w.run, w.step): w for w in batch}
+        marks = [
+            (w.run, self.leadership.mark(w.step, w.state, w.detail, asked=w.asked))
+            for w in newest.values()
+        ]
+        try:
+            await self._write_marks(marks, retry=bool(claims))
+        except (LeadershipLost, StoreUnavailable) as exc:
+            log.info("shared ledger: %d step mark(s) not written: %s", len(marks), exc)
+            self._tell(claims, False)
+        except Exception as exc:  # the claims' callers get it; the writes after it go on
+            if not claims:
+                log.exception("shared ledger: a write failed")
+            for claimed in claims:
+                if not claimed.done():
+                    claimed.set_exception(exc)
+        else:
+            self._tell(claims, True)
+
+    async def _write_marks(self, marks: list[tuple[RunId, StepMark]], *, retry: bool) -> None:
+        """``retry``: a claim waits on it, so a silent store is asked again (until the fence,
+        where ``record_steps`` says this controller does not lead)."""
+        while True:
+            try:
+                await self.leadership.record_steps(marks)
+                return
+            except StoreUnavailable as exc:
+                if not retry:
+                    raise
+                log.debug("shared ledger: claims not written yet: %s", exc)
+            await asyncio.sleep(RETRY_WRITE_S)
+
+    @staticmethod
+    def _tell(claims: list[asyncio.Future[bool]], may_act: bool) -> None:
+        for claimed in claims:
+            if not claimed.done():
+                claimed.set_result(may_act)
 
     async def _in_order(self, job: Callable[[], Awaitable[T]]) -> T:
         """``job`` run by the writer, after every write queued before it."""
@@ -212,7 +283,9 @@ class Pair:
                 await self._before_store_machine(spec, resource)
                 if self.leadership.role is Role.ALONE:
                     return True
-                if await self._in_order(lambda: self.leadership.claim_step(spec.id, step)):
+                claimed = asyncio.get_running_loop().create_future()
+                self._queue.put_nowait(StepWrite(spec.id, step, StepState.RUNNING, claimed=claimed))
+                if await claimed:
                     return True
                 continue
             if spec.kind is RunKind.SHUTDOWN and self.act_alone(f"run {spec.id} must go on"):

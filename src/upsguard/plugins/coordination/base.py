@@ -20,13 +20,17 @@ caller (``engine.leadership``) owns the timing: a lease is only a few seconds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from upsguard.models import PowerState, ResourceId, ResourceKind, RunId, StepId, StepState
 from upsguard.runs import RunRecord
+
+MAX_MARKS = 100
+"""The most step marks one ``record_steps`` writes: etcd refuses a transaction of more than
+128 operations unless its members are started with a larger ``--max-txn-ops``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +204,11 @@ class CoordinationStore(Protocol):
     async def record_step(self, term: Term, run: RunId, mark: StepMark) -> None:
         """Write one step's state in a run, fenced by ``term``: the write that says a step
         has started must land before the step acts. Raises ``LeadershipLost``."""
+        ...
+
+    async def record_steps(self, term: Term, marks: Sequence[tuple[RunId, StepMark]]) -> None:
+        """Write several steps' states (of one run or more) in one fenced write: all of them,
+        in order, or none. At most ``MAX_MARKS``. Raises ``LeadershipLost``."""
         ...
 
     async def forget_run(self, term: Term, run: RunId) -> None:

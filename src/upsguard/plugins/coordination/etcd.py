@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
@@ -166,6 +166,11 @@ class EtcdStore:
         key = self._step_key(run, mark.step)
         what = f"record step {mark.step} of run {run} as {mark.state}"
         await self._fenced(term, what, lambda tx: [tx.put(key, encode(mark))])
+
+    async def record_steps(self, term: Term, marks: Sequence[tuple[RunId, StepMark]]) -> None:
+        puts = [(self._step_key(run, mark.step), encode(mark)) for run, mark in marks]
+        what = f"record {len(marks)} step(s)"
+        await self._fenced(term, what, lambda tx: [tx.put(key, value) for key, value in puts])
 
     async def forget_run(self, term: Term, run: RunId) -> None:
         run_key, steps = self._run_key(run), self._steps_prefix(run)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
 
@@ -155,6 +155,15 @@ class MemoryStore:
     async def record_step(self, term: Term, run: RunId, mark: StepMark) -> None:
         data = encode(mark)
         self._fenced(term, f"record step {mark.step}", lambda s: s.put(_step(run, mark.step), data))
+
+    async def record_steps(self, term: Term, marks: Sequence[tuple[RunId, StepMark]]) -> None:
+        puts = [(_step(run, mark.step), encode(mark)) for run, mark in marks]
+
+        def put_all(s: MemorySite) -> None:
+            for key, data in puts:
+                s.put(key, data)
+
+        self._fenced(term, f"record {len(marks)} step(s)", put_all)
 
     async def forget_run(self, term: Term, run: RunId) -> None:
         def forget(s: MemorySite) -> None:
