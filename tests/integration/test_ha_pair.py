@@ -203,6 +203,28 @@ def test_the_leader_hands_over_before_its_machine_and_the_other_stops_last(
     assert by_other[MACHINES[leader]].started <= by_other[MACHINES[other]].started
 
 
+def test_one_etcd_member_stopped_mid_shutdown_changes_nothing(pair_lab: PairLab) -> None:
+    """An etcd member stops with a guest shutting down (two of three are a quorum): the
+    leader goes on in the same term, the standby stays its standby, and the run ends as it
+    would have: the handover, every target asked once, the UPS command once."""
+    lab = pair_lab
+    lab.start()
+    leader = lab.leader()
+    standby = lab.other(leader)
+    lab.outage()
+    lab.wait(lambda: some_guest_asked(lab), "the leader's first guest shutdown at vcsim")
+    term = lab.status(leader)["ha"]["token"]
+    lab.etcd.cluster.stop(0)
+    lab.wait(lambda: "sql01" in lab.asked("VmGuestShutdownEvent"), "the run's next guest")
+    assert (lab.role(leader), lab.status(leader)["ha"]["token"]) == ("leader", term)
+    assert lab.role(standby) == "standby"
+    lab.wait(lambda: lab.shutdown_done(standby), "the standby to finish the handed-over run", 120)
+    lab.assert_each_stopped_once_in_order(last=MACHINES[standby])
+    assert lab.ups_commands() == ["shutdown.return"]
+    alone = [b for b in lab.notified("LeadershipChanged") if b["role"] == "finishing_alone"]
+    assert alone == []  # nobody went without the store
+
+
 def test_with_etcd_out_of_reach_the_controller_still_shuts_the_site_down_and_says_so(
     pair_lab: PairLab,
 ) -> None:
