@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.peers.pair import HOSTS, MACHINES, TTL_S, PairLab
+from tests.peers.pair import HOSTS, MACHINES, TTL_S, VMS, PairLab
 
 pytestmark = [pytest.mark.etcd, pytest.mark.nut, pytest.mark.vcsim, pytest.mark.timeout(240)]
 
@@ -223,6 +223,42 @@ def test_one_etcd_member_stopped_mid_shutdown_changes_nothing(pair_lab: PairLab)
     assert lab.ups_commands() == ["shutdown.return"]
     alone = [b for b in lab.notified("LeadershipChanged") if b["role"] == "finishing_alone"]
     assert alone == []  # nobody went without the store
+
+
+def test_etcd_loses_its_quorum_mid_shutdown_both_go_on_alone_and_no_target_is_asked_twice(
+    pair_lab: PairLab,
+) -> None:
+    """Both controllers run; two etcd members of three stop with a guest shutting down. By
+    the documented rule the leader goes on alone once the store has been silent past its
+    limit, the standby (on battery too, a shutdown due) later, from the shared ledger as it
+    last read it: it reads each target first and finds the guests and hosts down or going
+    down, so none is shut down a second time while its task runs, and neither run fails
+    on a target the other controller took down first."""
+    lab = pair_lab
+    lab.start()
+    leader = lab.leader()
+    standby = lab.other(leader)
+    lab.outage()
+    lab.wait(lambda: some_guest_asked(lab), "the leader's first guest shutdown at vcsim")
+    lab.etcd.cluster.stop(0)
+    lab.etcd.cluster.stop(1)
+
+    def alone(name: str) -> bool:
+        return lab.role(name) == "finishing_alone"
+
+    lab.wait(lambda: alone(leader) and alone(standby), "both controllers to go on alone")
+
+    def ended(name: str) -> bool:
+        status = lab.status(name)
+        return status["run"] is None and (status.get("last_run") or {}).get("kind") == "shutdown"
+
+    lab.wait(lambda: ended(leader) and ended(standby), "both runs to end", 120)
+    assert lab.asked("VmGuestShutdownEvent") == dict.fromkeys(VMS, 1)
+    assert lab.asked("HostShutdownEvent") == dict.fromkeys(HOSTS, 1)
+    for name in (leader, standby):  # a target the other took down first is done, not failed
+        assert lab.status(name)["last_run"]["state"] == "done", lab.status(name)["last_run"]
+    # what cannot be read back may go twice, as the rule says: the UPS's load cycle
+    assert set(lab.ups_commands()) == {"shutdown.return"}
 
 
 def test_with_etcd_out_of_reach_the_controller_still_shuts_the_site_down_and_says_so(
