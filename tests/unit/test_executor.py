@@ -18,7 +18,7 @@ from upsguard.config.platforms import SimulatedPlatformSettings
 from upsguard.config.site import SiteConfig
 from upsguard.engine.executor import RunResult
 from upsguard.engine.slots import Slots
-from upsguard.errors import PlatformUnreachable
+from upsguard.errors import PermanentError, PlatformUnreachable
 from upsguard.events import Event, PointOfNoReturn, RunFinished, StepFinished, StepStarted
 from upsguard.models import PlatformName, PowerState, ResourceId, StepState, StopMethod, Target
 from upsguard.plugins.platforms.simulated import Behaviour, Fleet, SimulatedPlatform
@@ -29,16 +29,30 @@ from upsguard.runs import RunOutcome
 class FlakyPlatform(SimulatedPlatform):
     """Refuses the first ``failures`` stop requests with a temporary error; counts concurrency."""
 
-    def __init__(self, *args: Any, failures: int = 0, naming: bool = False, **kwargs: Any) -> None:
-        """``naming``: its errors name their target, as some SDKs' messages do."""
+    def __init__(
+        self,
+        *args: Any,
+        failures: int = 0,
+        naming: bool = False,
+        beaten: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        """``naming``: its errors name their target, as some SDKs' messages do. ``beaten``:
+        the first stop requests find their target taken down by someone else just after
+        it was read on, and are refused as vSphere refuses them (not powered on)."""
         super().__init__(*args, **kwargs)  # SimulatedPlatform's own arguments
         self.failures = failures
         self.naming = naming
+        self.beaten = beaten
         self.stops: list[str] = []
         self.busy = 0
         self.most_busy = 0
 
     async def stop(self, target: Target, method: StopMethod) -> None:
+        if self.beaten > 0:
+            self.beaten -= 1
+            self.fleet.state[target.name] = PowerState.OFF
+            raise PermanentError(f"{target.name} is not powered on (InvalidState)")
         if self.failures > 0:
             self.failures -= 1
             named = f"{target.name}: " if self.naming else ""
@@ -62,6 +76,7 @@ def execute(
     cancel_after: float | None = None,
     naming: bool = False,
     behaviour: dict[ResourceId, Behaviour] | None = None,
+    beaten: int = 0,
 ) -> tuple[RunResult, list[Event], FlakyPlatform]:
     events: list[Event] = []
     holder: dict[str, FlakyPlatform] = {}
@@ -80,6 +95,7 @@ def execute(
                 fleet,
                 failures=failures if name == "vc" else 0,
                 naming=naming,
+                beaten=beaten if name == "vc" else 0,
             )
         holder["vc"] = platforms[PlatformName("vc")]
         if direction == "startup":  # everything is off after an outage
@@ -123,6 +139,16 @@ def test_temporary_errors_are_retried(tmp_path: Path) -> None:
     result, _, vc = execute(site_from(tmp_path, simple_site()), failures=2)
     assert result.outcome == "done"
     assert len(vc.stops) == 4 + 2 + 2  # web x4, app, db, h1, h2 all stopped in the end
+
+
+def test_a_target_taken_down_between_the_read_and_the_request_is_done(tmp_path: Path) -> None:
+    """The other controller of a pair going on alone (or a person) stops a target just
+    after the step read it on: the platform refuses the request, and the step reads it
+    again: off, what it wanted; the run is done, not failed."""
+    result, _, vc = execute(site_from(tmp_path, simple_site()), beaten=2)
+    assert result.outcome == "done"
+    assert outcomes_by_step(result)["stop:web"].state is StepState.DONE
+    assert sorted(vc.stops) == ["app", "db", "h1", "h2", "web-03", "web-04"]  # not asked again
 
 
 def test_exhausted_retries_fail_the_step_and_say_why(tmp_path: Path) -> None:

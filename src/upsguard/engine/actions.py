@@ -272,7 +272,15 @@ class StepRunner:
             return ALREADY_THERE
         under_way = await self._found(platform, target, PowerState.OFF)
         if under_way is None:
-            await platform.stop(target, StopMethod.GRACEFUL)
+            try:
+                await platform.stop(target, StopMethod.GRACEFUL)
+            except UpsguardError:
+                if await platform.power_state(target) is not PowerState.OFF:
+                    raise
+                # it went down between the read and the request (the other controller of a
+                # pair going on alone, a person): what the step wanted, not a failure
+                self._reached(target, PowerState.OFF)
+                return ALREADY_THERE
             self._asked(step, target, PowerState.OFF)
         return Request(under_way=under_way)
 
