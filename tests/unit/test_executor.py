@@ -7,9 +7,12 @@ test double of the ``Platform`` protocol, which the real plugins implement too.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.runs import executor_for, outcomes_by_step
 from tests.sites import simple_site, site_from
@@ -21,7 +24,9 @@ from upsguard.engine.slots import Slots
 from upsguard.errors import PermanentError, PlatformUnreachable
 from upsguard.events import Event, PointOfNoReturn, RunFinished, StepFinished, StepStarted
 from upsguard.models import PlatformName, PowerState, ResourceId, StepState, StopMethod, Target
+from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.platforms.simulated import Behaviour, Fleet, SimulatedPlatform
+from upsguard.plugins.platforms.simulated import Request as SimRequest
 from upsguard.runbooks.planner import Planner
 from upsguard.runs import RunOutcome
 
@@ -149,6 +154,95 @@ def test_a_target_taken_down_between_the_read_and_the_request_is_done(tmp_path: 
     assert result.outcome == "done"
     assert outcomes_by_step(result)["stop:web"].state is StepState.DONE
     assert sorted(vc.stops) == ["app", "db", "h1", "h2", "web-03", "web-04"]  # not asked again
+
+
+@dataclass(frozen=True)
+class Alone:
+    """A controller of a pair going on without the store (``Unfenced``): its lag, and when
+    it starts the run (the two are never quite in step: a journal, a last write)."""
+
+    lag_s: float
+    starts_s: float = 0.0
+
+    def alone_lag_s(self) -> float | None:
+        return self.lag_s
+
+
+STANDBY_LAG_S = 8.0
+"""The former standby's lag in these tests (a default lease's silence limit, rounded up)."""
+
+
+def shutdown_alone(
+    site: SiteConfig, *controllers: Alone
+) -> tuple[list[RunResult], dict[str, int], list[float]]:
+    """The same shutdown run by each of ``controllers`` going on alone, against one vCenter
+    (a shared fleet), each with platforms of its own as each has its own connection; a
+    controller that lags was the standby, and resumes the run. Returns the runs' results,
+    how often each target was asked, and when each request was made."""
+    asked: dict[str, int] = {}
+    when: list[float] = []
+
+    async def main() -> list[RunResult]:
+        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        fleet = Fleet()
+
+        def heard(request: SimRequest) -> None:
+            asked[request.target.name] = asked.get(request.target.name, 0) + 1
+            when.append(clock.monotonic())
+
+        fleet.on_request = heard
+        plan = Planner(site).plan("shutdown")
+
+        async def run(alone: Alone) -> RunResult:
+            platforms: dict[PlatformName, Platform] = {}
+            for name in ("vc", "dev"):
+                settings = site.platforms[name]
+                assert isinstance(settings, SimulatedPlatformSettings)
+                platforms[PlatformName(name)] = SimulatedPlatform(
+                    PlatformName(name), settings, clock, fleet
+                )
+            resumed = alone.lag_s > 0
+            executor = executor_for(
+                plan, platforms, clock, lambda e: None, resumed=resumed, unfenced=alone
+            )
+            await asyncio.sleep(alone.starts_s)
+            return await executor.run()
+
+        return list(await asyncio.gather(*(run(alone) for alone in controllers)))
+
+    results = run_virtual(main())
+    return results, asked, when
+
+
+@pytest.mark.parametrize("leader_behind_s", [0.0, 0.01, STANDBY_LAG_S + 2])
+def test_two_controllers_alone_ask_each_target_once_the_former_standby_lagging(
+    tmp_path: Path, leader_behind_s: float
+) -> None:
+    """Both controllers of a pair go on alone with the same shutdown (the store lost its
+    quorum), the former leader in step with the other, a moment behind it, or further
+    behind than the lag. Each reads the platform's requests under way before asking; the
+    former standby lags each target, so a leader in step asks first. Whoever asks first,
+    the other finds the request under way (or the target off) and waits for it: every
+    target asked once, both runs done."""
+    site = site_from(tmp_path, simple_site())
+    leader, standby = Alone(0.0, starts_s=leader_behind_s), Alone(STANDBY_LAG_S)
+    results, asked, _ = shutdown_alone(site, leader, standby)
+    assert [r.outcome for r in results] == ["done", "done"]
+    assert set(asked) == {"db", "app", "web-01", "web-02", "web-03", "web-04", "h1", "h2", "nas"}
+    assert set(asked.values()) == {1}, asked
+
+
+def test_the_former_standby_alone_still_shuts_everything_down_only_later(
+    tmp_path: Path,
+) -> None:
+    """The former leader is dead: the former standby, alone, asks every target itself, once,
+    each a lag later than the leader would have (the cost of the rule)."""
+    site = site_from(tmp_path, simple_site())
+    _, _, leader_when = shutdown_alone(site, Alone(0.0))
+    results, asked, when = shutdown_alone(site, Alone(STANDBY_LAG_S))
+    assert results[0].outcome == "done"
+    assert len(asked) == 9 and set(asked.values()) == {1}, asked
+    assert when[0] == leader_when[0] + STANDBY_LAG_S
 
 
 def test_exhausted_retries_fail_the_step_and_say_why(tmp_path: Path) -> None:

@@ -241,7 +241,8 @@ def test_a_step_is_claimed_while_the_store_answers_and_refused_past_the_fence() 
 
 def test_with_the_store_silent_a_needed_action_goes_on_alone_after_the_limit() -> None:
     """The rule: never missing a shutdown outranks never acting twice. A standby waits
-    twice as long as a leader would: a leader still alive is well ahead of it."""
+    twice as long as a leader would: a leader still alive is well ahead of it; alone, it
+    lags each target by the leader's head start (the silence limit)."""
 
     async def scenario(pair: Pair) -> None:
         b = pair.controller("b")
@@ -255,6 +256,7 @@ def test_with_the_store_silent_a_needed_action_goes_on_alone_after_the_limit() -
         await pair.until(16)
         assert b.act_without_store("shutdown needed") is True
         assert (b.role, b.may_act()) == (Role.ALONE, True)  # a tuple: mypy keeps no narrowing
+        assert b.alone_lag_s == b.silence_limit_s
         assert await b.claim_step(RUN, STEP) is True  # nothing written: the journal keeps it
         await b.record_step(RUN, STEP, StepState.DONE)
         assert pair.changes["b"][-1] == (16.0, Role.ALONE)
@@ -273,6 +275,7 @@ def test_a_leader_whose_store_falls_silent_goes_on_alone_after_the_limit() -> No
         assert (a.role, a.act_without_store("shutdown needed")) == (Role.FENCED, False)
         await pair.until(2 + a.silence_limit_s)
         assert (a.act_without_store("shutdown needed"), a.role) == (True, Role.ALONE)
+        assert a.alone_lag_s == 0  # the leader asks first: no lag
 
     virtual(scenario)
 

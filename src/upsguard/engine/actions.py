@@ -9,6 +9,13 @@ of asking again. In a resumed run it also asks a platform that lists its tasks
 (``InFlightTasks``) whether a request is still under way (a host shutting down still reads
 on). A step whose target has the opposite request under way lets it land first: a startup
 would find a VM up that goes off a moment later, and a shutdown a host off that boots.
+
+Both controllers of a pair going on without the store (``Unfenced``) have nothing between
+them to say who asks: each then reads the platform's requests under way before asking, as
+a resumed run does, and the controller that was the standby lags each target by a fixed
+time first, so that a former leader still alive asks first and the other finds its request
+under way (or the target off) instead of asking again; with the former leader dead, the
+other still asks everything, later by the lag.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from upsguard.clock import Clock
 from upsguard.config.resources import Fallback
@@ -90,6 +98,17 @@ def key_of(target: Target) -> TargetKey:
 RequestListener = Callable[[UnderWay], None]
 
 
+class Unfenced(Protocol):
+    """A controller of a pair, which may go on without the store (``engine.pair``)."""
+
+    def alone_lag_s(self) -> float | None:
+        """None while the store fences this controller's steps (nobody else acts on the
+        targets). Without the store, how long each target waits before the step reads it to
+        ask it: 0 for the controller that held the term, longer for the other, so that the
+        first, if alive, has always asked before the second reads."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """What a step found before it waits: nothing to ask (already there), a request made
@@ -135,12 +154,14 @@ class StepRunner:
         under_way: Mapping[TargetKey, UnderWay] | None = None,
         on_request: RequestListener | None = None,
         on_wait: Callable[[StepId, str], None] | None = None,
+        unfenced: Unfenced | None = None,
     ) -> None:
         """``network_probes``: False in a dry run (health checks ask the platform only).
         ``resumed``: the run was cut short before; tasks still under way are waited for.
         ``under_way``: requests accepted before this run and not seen to land (waited for).
         ``on_request``: hears each request a platform accepts (the journal keeps it).
-        ``on_wait``: hears a step waiting for a request of a run before it to land."""
+        ``on_wait``: hears a step waiting for a request of a run before it to land.
+        ``unfenced``: this controller's side of a pair, which may go on without the store."""
         self._network_probes = network_probes
         self._resumed = resumed
         self._platforms = platforms
@@ -152,6 +173,7 @@ class StepRunner:
         """Requests accepted and not seen to land, this run's and those it took over."""
         self._on_request = on_request
         self._on_wait = on_wait
+        self._unfenced = unfenced
 
     async def run(self, step: Step, started: datetime) -> StepOutcome:
         settings = step.settings
@@ -183,6 +205,7 @@ class StepRunner:
         try:
             async with slot or contextlib.nullcontext():
                 if self._direction is Direction.SHUTDOWN:
+                    await self._lag()
                     return await self._stop(step.id, settings, platform, target)
                 return await self._start(step.id, settings, platform, target)
         except UpsguardError as exc:
@@ -284,6 +307,17 @@ class StepRunner:
             self._asked(step, target, PowerState.OFF)
         return Request(under_way=under_way)
 
+    def _alone_lag_s(self) -> float | None:
+        return None if self._unfenced is None else self._unfenced.alone_lag_s()
+
+    async def _lag(self) -> None:
+        """Without the store, the controller that was the standby lets the other ask first.
+        Waited inside the platform's slot: a target whose slot both controllers get at once
+        (the same request landed for both) is still read by this one a lag later."""
+        lag = self._alone_lag_s()
+        if lag:
+            await asyncio.sleep(lag)
+
     def _asked(self, step: StepId, target: Target, wanted: PowerState) -> None:
         """A platform accepted a request: it is under way until seen to land."""
         request = UnderWay(self._run, step, target, wanted)
@@ -342,12 +376,16 @@ class StepRunner:
         self.under_way.pop(key_of(target), None)
 
     async def _under_way(self, platform: Platform, target: Target, state: PowerState) -> str | None:
-        """In a resumed run, the platform's own task still taking ``target`` to ``state``.
-        Tasks that cannot be read are no reason to leave a target running: the step asks."""
-        if not self._resumed:
+        """In a resumed run, or without the store (the other controller may have asked), the
+        platform's own task still taking ``target`` to ``state``. Tasks that cannot be read
+        are no reason to leave a target running: the step asks."""
+        if not self._resumed and self._alone_lag_s() is None:
             return None
         listed = await self._listed(platform, target, state)
-        return f"{listed}, under way before the restart" if isinstance(listed, str) else None
+        if not isinstance(listed, str):
+            return None
+        since = ", under way before the restart" if self._resumed else ", under way"
+        return f"{listed}{since}"
 
     async def _listed(
         self, platform: Platform, target: Target, state: PowerState
@@ -365,7 +403,7 @@ class StepRunner:
             return None
         if found is None:
             return False
-        log.info("%s: %s is still under way from before the restart", target.name, found)
+        log.info("%s: %s is under way already", target.name, found)
         return found
 
     async def _power_on(self, settings: StepSettings, platform: Platform, target: Target) -> None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from upsguard.clock import Clock
-from upsguard.engine.actions import StepRunner, TargetKey, UnderWay
+from upsguard.engine.actions import StepRunner, TargetKey, UnderWay, Unfenced
 from upsguard.engine.ledger import RunLedger
 from upsguard.engine.slots import Slots
 from upsguard.events import EventSink, StepFinished, StepStarted, StepWaiting, TargetAsked
@@ -85,6 +85,7 @@ class Executor:
         dry_run: bool = False,
         under_way: Mapping[TargetKey, UnderWay] | None = None,
         claim: Callable[[Step], Awaitable[bool]] | None = None,
+        unfenced: Unfenced | None = None,
     ) -> None:
         """``already_done``: steps a resumed run finished before (done or skipped).
         ``resumed``: the run was cut short before; its steps look for the platform's own
@@ -94,7 +95,9 @@ class Executor:
         ``dry_run``: the simulator's run; health checks do not probe the network.
         ``under_way``: requests of runs before this one that have not landed yet.
         ``claim``: awaited before ``before_step`` (after the cache gate); False: another
-        controller of the pair acts now, and this run ends interrupted."""
+        controller of the pair acts now, and this run ends interrupted.
+        ``unfenced``: this controller's side of a pair, for when it goes on without the store
+        (``StepRunner``)."""
         self.plan = plan
         self.spec = spec
         self._clock = clock
@@ -115,6 +118,7 @@ class Executor:
             under_way=under_way,
             on_request=self._asked,
             on_wait=self._waits,
+            unfenced=unfenced,
         )
         self.result = RunResult(spec)
         self._steps = plan.by_id()

@@ -113,6 +113,7 @@ class Leadership:
         self._seen: Leader | None = None
         self._silent_since: float | None = None
         self._alone: str | None = None
+        self._lag_s = 0.0
         self._quiet_until = float("-inf")  # no campaign before (after a handover)
         self._reported: Role | None = None
         self._detail = ""
@@ -299,11 +300,21 @@ class Leadership:
         limit = self.silence_limit_s if self._term is not None else self.standby_limit_s
         if silent is None or silent < limit:
             return False
-        self._go_alone(f"{reason} (the store silent for {silent:.1f}s)")
+        lag = 0.0 if self._term is not None else self.silence_limit_s
+        self._go_alone(f"{reason} (the store silent for {silent:.1f}s)", lag)
         return True
 
-    def _go_alone(self, reason: str) -> None:
-        self._alone = reason
+    @property
+    def alone_lag_s(self) -> float:
+        """Alone, how long each target waits before a step reads it to ask it: 0 for the
+        controller that held the term; for a standby, the head start the leader had on it
+        (``silence_limit_s``), so that both alone, a former leader still alive has asked
+        each target before the former standby reads it, and the standby finds the request
+        under way or the target off. With the leader dead it only delays the shutdown."""
+        return self._lag_s
+
+    def _go_alone(self, reason: str, lag_s: float = 0.0) -> None:
+        self._alone, self._lag_s = reason, lag_s
         self._detail = f"finishing alone: {reason}"
         self._report()
 

@@ -365,6 +365,7 @@ class OutageController:
             dry_run=self._dry_run,
             under_way=self._take_under_way(),
             claim=self._claim if self._pair is not None else None,
+            unfenced=self._pair,
         )
         self.executor = executor
         executor.begin()

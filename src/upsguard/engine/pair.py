@@ -144,6 +144,11 @@ class Pair:
     def state(self) -> LeadershipState:
         return self.leadership.state()
 
+    def alone_lag_s(self) -> float | None:
+        """``Unfenced``: without the store, the lag ``Leadership.alone_lag_s`` gives this
+        controller; None while the store fences its steps."""
+        return self.leadership.alone_lag_s if self.leadership.alone else None
+
     # -- the shared ledger: writes, in order ----------------------------------------------
 
     def changed(self, record: RunRecord) -> None:
