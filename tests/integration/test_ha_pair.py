@@ -22,6 +22,16 @@ def some_guest_asked(lab: PairLab) -> bool:
     return bool(lab.asked("VmGuestShutdownEvent"))
 
 
+def shutdown_under_way(lab: PairLab) -> str:
+    """Both controllers up, then the mains fail; once the leader's first guest shutdown
+    reaches vcsim, the leader's name."""
+    lab.start()
+    leader = lab.leader()
+    lab.outage()
+    lab.wait(lambda: some_guest_asked(lab), "the leader's first guest shutdown at vcsim")
+    return leader
+
+
 def test_kill_9_the_leader_mid_shutdown_the_standby_resumes_and_nothing_is_asked_twice(
     pair_lab: PairLab,
 ) -> None:
@@ -30,11 +40,8 @@ def test_kill_9_the_leader_mid_shutdown_the_standby_resumes_and_nothing_is_asked
     it finds shutting down instead of asking again, and finishes. How long the takeover
     takes is bench/ha.py's figure, not an assertion here."""
     lab = pair_lab
-    lab.start()
-    leader = lab.leader()
+    leader = shutdown_under_way(lab)
     standby = lab.other(leader)
-    lab.outage()
-    lab.wait(lambda: some_guest_asked(lab), "the leader's first guest shutdown at vcsim")
     before = lab.status(leader)
     run, term = before["run"]["id"], before["ha"]["token"]
     assert before["ha"]["lease_age_s"] is not None
@@ -69,11 +76,8 @@ def test_a_leader_paused_past_its_lease_starts_nothing_when_it_wakes(pair_lab: P
     clock says its term is over, so it starts none of them (etcd would refuse their claims
     anyway) and becomes the standby. Counted at vcsim and at the command step's log."""
     lab = pair_lab
-    lab.start()
-    old = lab.leader()
+    old = shutdown_under_way(lab)
     new = lab.other(old)
-    lab.outage()
-    lab.wait(lambda: some_guest_asked(lab), "the leader's first guest shutdown at vcsim")
     run = str(lab.status(old)["run"]["id"])
     lab.pause(old)
 
@@ -102,10 +106,7 @@ def test_both_controllers_restart_mid_shutdown_one_resumes_the_run_and_nothing_i
     (never one from its own journal, never a new one); the guest it finds shutting down is
     waited for, not asked again, and the other controller stays its standby."""
     lab = pair_lab
-    lab.start()
-    leader = lab.leader()
-    lab.outage()
-    lab.wait(lambda: some_guest_asked(lab), "the leader's first guest shutdown at vcsim")
+    leader = shutdown_under_way(lab)
     run = lab.status(leader)["run"]["id"]
     for name in (leader, lab.other(leader)):
         assert lab.controllers[name].terminate(group=True) == 0
@@ -208,11 +209,8 @@ def test_one_etcd_member_stopped_mid_shutdown_changes_nothing(pair_lab: PairLab)
     leader goes on in the same term, the standby stays its standby, and the run ends as it
     would have: the handover, every target asked once, the UPS command once."""
     lab = pair_lab
-    lab.start()
-    leader = lab.leader()
+    leader = shutdown_under_way(lab)
     standby = lab.other(leader)
-    lab.outage()
-    lab.wait(lambda: some_guest_asked(lab), "the leader's first guest shutdown at vcsim")
     term = lab.status(leader)["ha"]["token"]
     lab.etcd.cluster.stop(0)
     lab.wait(lambda: "sql01" in lab.asked("VmGuestShutdownEvent"), "the run's next guest")
@@ -236,11 +234,8 @@ def test_etcd_loses_its_quorum_mid_shutdown_both_go_on_alone_and_both_runs_end_d
     request under way or the target off. Every VM and host is asked once in all (counted at
     vcsim), both runs end done; the UPS command may go out from each (harmless)."""
     lab = pair_lab
-    lab.start()
-    leader = lab.leader()
+    leader = shutdown_under_way(lab)
     standby = lab.other(leader)
-    lab.outage()
-    lab.wait(lambda: some_guest_asked(lab), "the leader's first guest shutdown at vcsim")
     lab.etcd.cluster.stop(0)
     lab.etcd.cluster.stop(1)
 
