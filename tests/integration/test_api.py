@@ -14,7 +14,6 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -275,16 +274,20 @@ def test_status_is_the_status_model_idle_mid_run_and_without_a_service(
     assert idle.service.running and idle.run is None and idle.countdown is not None
     svc.cli("trigger", "shutdown", "--yes", "--reason", "status model")
 
-    def at_the_gate() -> dict[str, object] | None:
-        answer: dict[str, Any] = svc.api().get("/status")
-        run = answer["run"]
-        return answer if run and [s["step"] for s in run["running"]] == ["stop:gate"] else None
+    def held_at_the_gate() -> SiteStatus | None:
+        """The gate alone holds the run: the VMs are down (between web's end and db's start
+        the gate runs alone too)."""
+        answer = the_model(svc.api().get("/status"))
+        if answer.run is None:
+            return None
+        states = {step.id: step.state for step in answer.run.plan.steps}
+        vms_down = states["stop:web"] == states["stop:db"] == StepProgress.DONE
+        return answer if vms_down and states["stop:gate"] == StepProgress.RUNNING else None
 
-    busy = the_model(svc.wait(at_the_gate, "the run to wait at the gate"))
+    busy: SiteStatus = svc.wait(held_at_the_gate, "the run to wait at the gate alone")
     assert busy.run is not None
+    assert [s.step for s in busy.run.running] == ["stop:gate"]
     states = {step.id: step.state for step in busy.run.plan.steps}
-    assert states["stop:web"] == states["stop:db"] == StepProgress.DONE
-    assert states["stop:gate"] == StepProgress.RUNNING
     assert states["stop:h1"] == StepProgress.WAITING
     assert busy.run.left_s is not None and busy.run.left_s > 0
     release.touch()
