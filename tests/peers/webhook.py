@@ -5,11 +5,15 @@ Fixture (register ``tests.peers.webhook`` in tests/conftest.py's ``pytest_plugin
 
 * ``aiohttp_webhook`` (function): a ``WebhookServer``; ``url``, ``status`` (settable),
   ``received`` (the bodies, in order).
+
+``serve_webhook()`` is the same server as a context manager, for code outside pytest
+(bench/ha.py's pair lab).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,8 +34,9 @@ class WebhookServer:
         return web.Response(status=self.status)
 
 
-@pytest.fixture
-def aiohttp_webhook() -> Iterator[WebhookServer]:
+@contextlib.contextmanager
+def serve_webhook() -> Iterator[WebhookServer]:
+    """A webhook on a free loopback port, in a thread of its own; stopped on leaving."""
     server = WebhookServer()
     loop = asyncio.new_event_loop()
     ready = threading.Event()
@@ -53,8 +58,16 @@ def aiohttp_webhook() -> Iterator[WebhookServer]:
     thread.start()
     asyncio.run_coroutine_threadsafe(start(), loop)
     assert ready.wait(10), "the aiohttp webhook did not start"
-    yield server
-    asyncio.run_coroutine_threadsafe(runner[0].cleanup(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.close()
+    try:
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(runner[0].cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+@pytest.fixture
+def aiohttp_webhook() -> Iterator[WebhookServer]:
+    with serve_webhook() as server:
+        yield server
