@@ -80,11 +80,9 @@ def last_outage(journal: Journal) -> Outage | None:
 
 
 def outage_of(journal: Journal, run_id: str) -> Outage | None:
-    """The outage a run belongs to (its runs with their steps)."""
-    for outage in outages(journal):
-        if any(r.id == run_id for r in outage.runs):
-            return with_steps(journal, outage)
-    return None
+    """The outage a run belongs to, for its times (its runs without their steps: a report of
+    one run has that run's steps already)."""
+    return next((o for o in outages(journal) if any(r.id == run_id for r in o.runs)), None)
 
 
 def with_steps(journal: Journal, outage: Outage) -> Outage:
