@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -28,15 +29,22 @@ from typing import Any, TypeVar
 
 from upsguard.clock import LoopClock, VirtualTimeLoop
 from upsguard.config.caches import SimulatedCacheSettings
-from upsguard.config.loading import validate
+from upsguard.config.loading import check_site
 from upsguard.config.platforms import SimulatedPlatformSettings
-from upsguard.config.scenario import parse_scenario
+from upsguard.config.scenario import Scenario, parse_scenario
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import parse_yaml
 from upsguard.controller.service import Service
 from upsguard.engine.outage_controller import REPLAN_WITHIN_S
 from upsguard.errors import PermanentError, RunBusy
-from upsguard.events import Event, EventSink, RiskAccepted, RunStarted, StepFinished
+from upsguard.events import (
+    Event,
+    EventSink,
+    Notice,
+    RiskAccepted,
+    RunStarted,
+    StepFinished,
+)
 from upsguard.models import (
     CacheMode,
     CacheName,
@@ -56,6 +64,7 @@ from upsguard.plugins.caches.simulated import SimulatedCache
 from upsguard.plugins.platforms.simulated import Behaviour, Fleet, Request, SimulatedPlatform
 from upsguard.plugins.registry import SitePlugins
 from upsguard.plugins.ups.simulated import SimulatedUps
+from upsguard.runbooks.plan import Plan
 from upsguard.runbooks.planner import Planner
 from upsguard.runs import RunKind, RunOutcome
 from upsguard.simulation.simulator import ORIGIN
@@ -102,7 +111,8 @@ resources:
   - {{id: h2, kind: host, platform: vc, watts: 100, depends_on: [nas]}}
   - {{id: h3, kind: host, platform: vc, watts: 80}}
   - {{id: nas, kind: storage, platform: dev, watts: 50, depends_on: [sw]}}
-  - {{id: mgmt, kind: host, platform: own, runs_upsguard: true, watts: 10, depends_on: [sw]}}
+  - {{id: mgmt, kind: host, platform: own, runs_upsguard: true, watts: 10, depends_on: [sw],
+     estimate: {{stop: 1m}}}}
   - {{id: sw, kind: switch, watts: 20}}
 policies:
   poll_interval: 5s
@@ -279,11 +289,8 @@ class OutageLab:
         journal = tmp / "lab.sqlite"
         self.site_path = tmp / "lab.yaml"
         self.site_path.write_text((site_text or SITE).format(journal=journal))
-        self.site = validate(SiteConfig, parse_yaml(self.site_path.read_text(), "lab.yaml"))
-        self.planner = Planner(self.site)
-        self.shutdown = self.planner.plan(Direction.SHUTDOWN)
-        self.startup = self.planner.plan(Direction.STARTUP)
-        scenario = parse_scenario(SCENARIO, self.site, "lab-scenario.yaml")
+        site, self.shutdown, self.startup, scenario = _prepared(site_text or SITE)
+        self.site = site.model_copy(update={"journal": journal})
         protected = {s.resource for s in self.shutdown.steps}
         self.power = PowerWorld(self.site, scenario, self.clock, protected)
         self.fleet = Fleet(self._power_changed, {})
@@ -413,7 +420,15 @@ class OutageLab:
             )
             changed = text.replace("required_margin: 6m", "@").replace("required_margin: 5m", "@")
             self.site_path.write_text(changed.replace("@", margin))
+            heard = len(self.events)
             await self.process.service.reload()
+            refused = [
+                e.message
+                for _, _, e in self.events[heard:]
+                if isinstance(e, Notice) and e.level == "error"
+            ]
+            if refused:
+                self.violations.append(f"a good site file was refused: {refused[0]}")
             return
         self.site_path.write_text(text.replace("kind: vm,", "kind: vmm,", 1))
         await self.process.service.reload()
@@ -796,6 +811,17 @@ class _Tracebacks(logging.Handler):
 
 class Stuck(AssertionError):
     """Something the test waited for never ended on the virtual clock."""
+
+
+@functools.cache
+def _prepared(site_text: str) -> tuple[SiteConfig, Plan, Plan, Scenario]:
+    """The site (its journal aside), its plans and the scenario, read once per site text
+    rather than once per story: thousands of stories share them, and none changes them. The
+    site is checked as the service checks it, so that its reloads are not refused."""
+    site = check_site(parse_yaml(site_text.format(journal="lab.sqlite"), "lab.yaml"))
+    planner = Planner(site)
+    shutdown, startup = planner.plan(Direction.SHUTDOWN), planner.plan(Direction.STARTUP)
+    return site, shutdown, startup, parse_scenario(SCENARIO, site, "lab-scenario.yaml")
 
 
 async def _answers(coro: Coroutine[Any, Any, T], within_s: float) -> T:

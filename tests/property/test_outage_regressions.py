@@ -359,3 +359,18 @@ def test_a_guest_gone_while_its_state_read_hangs_may_be_asked_again_after_a_cras
         step("platform_fault", fault="slow request", resource="web"),
         step("time_passes", seconds=60),
     )
+
+
+def test_a_good_site_file_read_again_is_taken_in_force() -> None:
+    """The lab's own site had become one that ``check_site`` refuses (its UPSes cut the power
+    before the controller's machine is down), so every 'good' SIGHUP of the machine was
+    refused and a margin changed at run time was never tried."""
+    machine = OutageMachine()
+    try:
+        machine.site_file_read_again(good=True)
+        machine.every_request_kept_the_rules()
+        assert machine.lab.serving is not None
+        margin = machine.lab.serving.service.site.policies.required_margin
+        assert margin.total_seconds() == 6 * 60
+    finally:
+        machine.teardown()
