@@ -48,6 +48,7 @@ settings.register_profile("full", settings.get_profile("dev"), max_examples=200,
 settings.load_profile("dev")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist names each test by its group (loadgroup)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests of the QEMU guest run one after the other on one xdist worker (``--dist
     loadgroup``): the guest is one per session, it takes a whole core to emulate, and two
