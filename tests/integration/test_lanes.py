@@ -37,8 +37,8 @@ def workers_by_test(tmp_path: Path, *paths: str) -> dict[str, str]:
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    handed = dict(reversed(line.split(" ", 1)) for line in log.read_text().splitlines())
-    return {nodeid.split("@")[0]: worker for nodeid, worker in handed.items()}
+    handed = [line.split(" ", 1) for line in log.read_text().splitlines()]
+    return {nodeid.split("@")[0]: worker for worker, nodeid in handed}
 
 
 def test_the_guests_tests_and_the_pairs_tests_each_keep_to_one_worker(tmp_path: Path) -> None:
