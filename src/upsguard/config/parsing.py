@@ -344,6 +344,7 @@ def _plain_data(text: str) -> Any:
     resolver, constructor = yaml.resolver, yaml.constructor
     open_: list[_Collection] = []
     document: list[Any] = []
+    typed: dict[tuple[str, str], Any] = {}
     values = 0
     for event in yaml.parse(text):
         kind = type(event)
@@ -355,9 +356,12 @@ def _plain_data(text: str) -> Any:
                 value: Any = event.value
             elif tag.suffix == _MERGE:
                 raise _NotPlain
-            else:  # a number, a boolean, null
-                node = ScalarNode(tag, event.value, event.start_mark, event.end_mark)
-                value = constructor.construct_object(node)
+            else:  # a number, a boolean, null: read once per text (thousands say watts: 8)
+                key = (tag.suffix, event.value)
+                if key not in typed:
+                    node = ScalarNode(tag, event.value, event.start_mark, event.end_mark)
+                    typed[key] = constructor.construct_object(node)
+                value = typed[key]
         elif kind is MappingStartEvent or kind is SequenceStartEvent:
             if event.anchor is not None or event.tag is not None or len(open_) >= MAX_NESTING:
                 raise _NotPlain

@@ -259,7 +259,7 @@ class _StepMaker:
         self.unplanned = unplanned
         self._settings: dict[ResourceId, StepSettings] = {}
         self._limits: dict[str, int] = {}
-        self._timings: dict[tuple[str, ResourceKind], float | None] = {}
+        self._timings: dict[tuple[str, ResourceKind], _Figure | None] = {}
         self._ids = {n: StepId(f"{self._prefix}:{n}") for n in nodes}
 
     def step(self, node: Node, waits: set[NodeId]) -> Step:
@@ -404,18 +404,23 @@ class _StepMaker:
             return _Figure(given.total_seconds(), EstimateSource.ESTIMATE.value)
         simulated = self._simulated_timing(res) if res.platform else None
         if simulated is not None:
-            return _Figure(simulated, EstimateSource.PLATFORM.value)
+            return simulated
         table = DEFAULT_STOP_S if self._direction is Direction.SHUTDOWN else DEFAULT_START_S
         extra = 60.0 if res.maintenance_mode and self._direction is Direction.SHUTDOWN else 0.0
         return _Figure(table[res.kind] + extra, EstimateSource.DEFAULT.value)
 
-    def _simulated_timing(self, res: ResourceConfig) -> float | None:
+    def _simulated_timing(self, res: ResourceConfig) -> _Figure | None:
+        """The simulated platform's typical duration, one figure per platform and kind."""
         key = (res.platform or "", res.kind)
         if key not in self._timings:
             typical = self._site.platform(key[0]).typical_duration(
                 _simulated_field(res.kind, self._direction)
             )
-            self._timings[key] = typical.total_seconds() if typical is not None else None
+            self._timings[key] = (
+                _Figure(typical.total_seconds(), EstimateSource.PLATFORM.value)
+                if typical is not None
+                else None
+            )
         return self._timings[key]
 
 

@@ -348,10 +348,9 @@ class Simulation:
         executor = outage.executor
         running = sorted(executor.running) if executor is not None and outage.busy else []
         done = executor.result.outcomes if executor is not None else {}
+        lost = set(loss.resources)
         pending = [
-            s.id
-            for s in outage.shutdown_plan.steps
-            if s.resource in loss.resources and s.id not in done
+            s.id for s in outage.shutdown_plan.steps if s.resource in lost and s.id not in done
         ]
         rep = self.report
         rep.ran_out_at_s = loss.at_s

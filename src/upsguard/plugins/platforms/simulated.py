@@ -88,6 +88,9 @@ class Fleet:
         self.behaviour = behaviour or {}
         self.state: dict[str, PowerState] = {}
         self.owner: dict[str, tuple[ResourceId, float]] = {}
+        self.names: dict[ResourceId, list[str]] = {}
+        """Each resource's targets, in the order ``owner`` came to know them: a UPS that cuts
+        thousands of resources looks each up here, not in every target's owner."""
         self.changed: dict[str, list[asyncio.Future[None]]] = {}  # waiters per target
         self.pending: dict[str, tuple[float, PowerState]] = {}  # target -> (when, new state)
         self.due: dict[float, tuple[asyncio.TimerHandle, list[str]]] = {}
@@ -119,6 +122,7 @@ class SimulatedPlatform:
         self._behaviour = fleet.behaviour
         self._state = fleet.state
         self._owner = fleet.owner
+        self._names = fleet.names
         self._changed = fleet.changed
         self._pending = fleet.pending
         self._due = fleet.due
@@ -149,7 +153,9 @@ class SimulatedPlatform:
         host = resource.runs_on[0] if resource.runs_on else None
         targets = [Target(self.name, kind, n, host=host, direct=direct) for n in names]
         for target in targets:
-            self._owner.setdefault(target.name, (resource.id, 1.0 / len(targets)))
+            if target.name not in self._owner:
+                self._owner[target.name] = (resource.id, 1.0 / len(targets))
+                self._names.setdefault(resource.id, []).append(target.name)
             self._state.setdefault(target.name, PowerState.ON)
         return targets
 
@@ -263,7 +269,7 @@ class SimulatedPlatform:
             self._schedule(name, PowerState.ON, after_s)
 
     def _names_of(self, resource: ResourceId) -> list[str]:
-        return [name for name, (rid, _) in self._owner.items() if rid == resource]
+        return list(self._names.get(resource, ()))
 
     def _schedule(self, name: str, state: PowerState, delay: float) -> None:
         if self._pending.pop(name, None) is not None:
