@@ -374,3 +374,44 @@ def test_a_good_site_file_read_again_is_taken_in_force() -> None:
         assert margin.total_seconds() == 6 * 60
     finally:
         machine.teardown()
+
+
+def test_a_reload_during_a_poll_keeps_the_phase_that_poll_moved_to() -> None:
+    """SIGHUP took the new site file in force while a poll was still applying its decisions
+    (one waiting on a hung vCenter): the old controller went on alone, moved the phase
+    to on_battery and flipped the cache; the new one stayed ``normal`` and never restored
+    the cache."""
+    replay(
+        step("platform_hangs", platform="vc", seconds=30),
+        step("mains", ups="ua", on=False),
+        step("mains", ups="ub", on=False),
+        step("kill_9"),
+        step("site_file_read_again", good=True),
+    )
+
+
+def test_a_reload_during_a_poll_leaves_no_run_the_ledger_does_not_know() -> None:
+    """The same race after an aborted shutdown: the poll the reload overtook started a
+    startup on the old controller, which the journal held as running and the new controller
+    never ended."""
+    replay(
+        step("trigger", direction="shutdown", only=[]),
+        step("abort"),
+        step("kill_9"),
+        step("release"),
+        step("site_file_read_again", good=True),
+        step("trigger", direction="startup", only=["db"]),
+    )
+
+
+def test_a_reload_during_a_poll_asks_no_guest_twice() -> None:
+    """The same race on FSD: the overtaken poll's shutdown and the new controller's each
+    asked lab1 and h3 to stop."""
+    replay(
+        step("fsd", ups="ub", on=True),
+        step("kill_9"),
+        step("self_test", ups="ub", on=True),
+        step("kill_9"),
+        step("site_file_read_again", good=True),
+        step("trigger", direction="shutdown", only=["db"]),
+    )

@@ -397,13 +397,18 @@ class Service:
             message = f"site file {self.site_path} not reloaded, the one in force stays: {first}"
             self.bus(Notice(now(), message, level="error"))
             return
-        if self.controller.busy:
-            self._waiting_site = site
-            run = self.controller.executor.run_id if self.controller.executor else "?"
-            message = f"site file {self.site_path} read again: it takes effect once run {run} ends"
-            self.bus(Notice(now(), message))
-            return
-        await self._swap(site)
+        # between polls: a controller swapped in the middle of a poll's decisions would go on
+        # alone with them (a phase, a run, a cache flip the new one never hears of)
+        async with self._poll_lock:
+            if self.controller.busy:
+                self._waiting_site = site
+                run = self.controller.executor.run_id if self.controller.executor else "?"
+                message = (
+                    f"site file {self.site_path} read again: it takes effect once run {run} ends"
+                )
+                self.bus(Notice(now(), message))
+                return
+            await self._swap(site)
 
     async def _swap(self, site: SiteConfig) -> None:
         """Take ``site`` in force: new plugins and plans, the same runs, phase and hold."""
