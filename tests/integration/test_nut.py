@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.peers.nut import ON_LINE, NutServer
+from tests.peers.nut import ON_LINE, NutPool, NutServer
 from upsguard.clock import SystemClock
 from upsguard.errors import AuthenticationError, PermanentError
 from upsguard.models import LinkState, UpsFlag, UpsReading
@@ -264,11 +264,11 @@ def test_frozen_driver_is_stale(nut_factory: Any) -> None:
 
     async def scenario() -> UpsReading:
         source = NutSource(server.ups_config("ups1"), SystemClock())
-        server.drivers["ups1"].send_signal(signal.SIGSTOP)
+        server.signal_driver("ups1", signal.SIGSTOP)
         try:
             return await _poll_until(source.read, lambda r: r.link is LinkState.STALE)
         finally:
-            server.drivers["ups1"].send_signal(signal.SIGCONT)
+            server.signal_driver("ups1", signal.SIGCONT)
             await source.close()
 
     stale = asyncio.run(scenario())
@@ -315,3 +315,20 @@ def test_an_unreachable_upsd_is_one_error_however_often_it_is_polled(nut_factory
     changes = [b for a, b in itertools.pairwise(errors) if a != b]
     assert len(changes) <= 1  # the connection closed, then refused: two facts, no more
     assert all(e is not None and "next try" not in e for e in errors)
+
+
+def test_a_server_whose_upsd_a_test_killed_is_never_handed_to_another_test(
+    nut_pool: NutPool,
+) -> None:
+    """Started again, such a server looked well and went back to the session's pool; its
+    dummy-ups, still holding the killed upsd's socket, aborted at a later write, in the middle
+    of the next test that took it (``ERR DRIVER-NOT-CONNECTED``; the driver's log: "bit out
+    of range 0 - FD_SETSIZE")."""
+    first = nut_pool.take({"ups1": ON_LINE}, "dev", 5, False, {})
+    first.kill_upsd()
+    first.start_upsd()
+    nut_pool.give_back(first)
+    second = nut_pool.take({"ups1": ON_LINE}, "dev", 5, False, {})
+    nut_pool.give_back(second)
+    assert second is not first
+    assert not first.alive()  # stopped, not left running

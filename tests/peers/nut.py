@@ -70,6 +70,10 @@ class NutServer:
     own: dict[str, frozenset[str]] = field(default_factory=dict)
     fake_drivers: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """UPSes served by ``tests.peers.nut_driver`` (with these instant commands), not dummy-ups."""
+    signalled: bool = False
+    """A test killed or stopped upsd or a driver (and maybe started it again): never handed to
+    another test. Started again, it looks well, but a dummy-ups that outlived its upsd aborts at
+    a later write (NUT 2.8.0: "bit out of range 0 - FD_SETSIZE"), in the middle of that test."""
 
     @property
     def env(self) -> dict[str, str]:
@@ -129,7 +133,12 @@ class NutServer:
         path = self.commands_file(name)
         return path.read_text().splitlines() if path.exists() else []
 
+    def signal_driver(self, name: str, sig: int) -> None:
+        self.signalled = True
+        self.drivers[name].send_signal(sig)
+
     def kill_driver(self, name: str, sig: int = signal.SIGKILL) -> None:
+        self.signalled = True
         proc = self.drivers.pop(name)
         proc.send_signal(sig)
         proc.wait(10)
@@ -145,6 +154,7 @@ class NutServer:
         _wait_for(self._listening, "upsd listening")
 
     def kill_upsd(self) -> None:
+        self.signalled = True
         assert self.upsd is not None
         self.upsd.kill()
         self.upsd.wait(10)
@@ -452,7 +462,7 @@ class NutPool:
         return server
 
     def give_back(self, server: NutServer) -> None:
-        if server.alive() and not server.fake_drivers:
+        if server.alive() and not server.fake_drivers and not server.signalled:
             self.idle.setdefault(self.keys[id(server)], []).append(server)
         else:
             self._forget(server)
