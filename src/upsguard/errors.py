@@ -15,7 +15,8 @@ Plugins translate the errors of the SDK underneath at their boundary
     │   ├── StoreUnavailable      no endpoint of the coordination store (etcd) answered in
     │   │                         time, or the store has no quorum
     │   ├── RunBusy               a person asked for a run while another is in progress,
-    │   │                         or a startup while a shutdown is due
+    │   │                         a startup while a shutdown is due, or asked during a
+    │   │                         reload of the site file
     │   └── ApiBusy               the local API is at one of its bounds; ask again shortly
     ├── PermanentError            retrying will not help
     │   ├── AuthenticationError   wrong user, password or key
@@ -122,7 +123,8 @@ class RequestTimedOut(TemporaryError):
 
 
 class RunBusy(TemporaryError):
-    """A manual run was asked for while another run is in progress."""
+    """A manual run was asked for while another run is in progress (or the site file was
+    being read again)."""
 
 
 class ApiBusy(TemporaryError):

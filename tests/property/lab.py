@@ -214,11 +214,12 @@ class LabPlatform:
 
 @dataclass
 class WorldCache:
-    """A cache of the world, and the fault the test injects into it: a provider that refuses
-    to change the mode (with the provider's own kind of error)."""
+    """A cache of the world, and the faults the test injects into it: a provider that refuses
+    to change the mode (with the provider's own kind of error), or takes ``flip_s`` to."""
 
     inner: SimulatedCache
     refuse: bool = False
+    flip_s: float = 0.0
 
 
 class LabCache:
@@ -241,6 +242,8 @@ class LabCache:
         await self._life.check()
         if self._cache.refuse:
             raise PermanentError(f"cache {target.name}: the provider refused {mode} (injected)")
+        if self._cache.flip_s:
+            await asyncio.sleep(self._cache.flip_s)
         await self._cache.inner.set_mode(target, mode)
 
     async def flush(self, target: CacheTarget) -> None:

@@ -7,9 +7,12 @@ Each failed on the engine as it was before its fix; the test's docstring says wh
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
 from tests.property.test_outage_invariants import OutageMachine
+from upsguard.errors import RunBusy, UpsguardError
 from upsguard.events import (
     Event,
     RunStarted,
@@ -19,7 +22,7 @@ from upsguard.events import (
     StepWaiting,
     TargetAsked,
 )
-from upsguard.models import LinkState, StepState
+from upsguard.models import CacheName, LinkState, StepState
 
 Step = tuple[str, dict[str, Any]]
 
@@ -415,3 +418,63 @@ def test_a_reload_during_a_poll_asks_no_guest_twice() -> None:
         step("site_file_read_again", good=True),
         step("trigger", direction="shutdown", only=["db"]),
     )
+
+
+def test_a_reload_while_a_persons_shutdown_flips_the_caches_starts_one_run() -> None:
+    """SIGHUP came while a person's whole-site shutdown waited for its cache flip: the swap
+    went ahead, the person's run then started on the controller swapped out, and the new one
+    (in ``shutting_down``, with no run it knew of) started a second shutdown."""
+    machine = OutageMachine()
+    lab = machine.lab
+    try:
+        lab.caches[CacheName("flash")].flip_s = 5.0
+        assert lab.serving is not None
+        overrides = lab.serving.service.overrides
+
+        async def shutdown_then_reload() -> None:
+            trigger = asyncio.create_task(overrides.trigger("lab", "shutdown", [], "drill"))
+            await asyncio.sleep(1)  # the trigger is flipping the cache
+            await lab.reload(good=True)
+            with contextlib.suppress(UpsguardError):
+                await trigger
+
+        lab.run(shutdown_then_reload())
+        lab.wait(60)
+        machine.every_request_kept_the_rules()
+        machine.never_misses_a_shutdown()
+        machine.journal_and_status_tell_the_same_story()
+    finally:
+        machine.teardown()
+
+
+def test_a_persons_command_that_waited_behind_a_reload_is_refused_not_run_unseen() -> None:
+    """A person's shutdown asked while a reload waited on a hung vCenter's inventory: once
+    the reload took the new site file in force, the command went on with the controller it
+    had waited for, swapped out by then, and its run went unseen by the new one."""
+    machine = OutageMachine()
+    lab = machine.lab
+    try:
+        machine.platform_hangs(platform="vc", seconds=30)
+        assert lab.serving is not None
+        overrides = lab.serving.service.overrides
+
+        async def reload_then_shutdown() -> str:
+            reload = asyncio.create_task(lab.reload(good=True))
+            await asyncio.sleep(1)  # the reload waits for the inventory
+            try:
+                await overrides.trigger("lab", "shutdown", [], "drill")
+            except RunBusy as refused:
+                return str(refused)
+            finally:
+                await reload
+            return "run started"
+
+        assert (
+            lab.run(reload_then_shutdown()) == "the site file was read again meanwhile: ask again"
+        )
+        lab.wait(60)
+        machine.every_request_kept_the_rules()
+        machine.never_misses_a_shutdown()
+        machine.journal_and_status_tell_the_same_story()
+    finally:
+        machine.teardown()

@@ -330,8 +330,8 @@ class Service:
         """One poll; an unexpected error is logged and the next poll tries again."""
         try:
             await self.controller.tick()
-            if self._waiting_site is not None and not self.controller.busy:
-                await self._swap(self._waiting_site)
+            if self._waiting_site is not None:
+                await self._take_in_force(self._waiting_site)
             self.last_tick_error = None
         except Exception as exc:  # the service must keep watching the power
             if str(exc) != self.last_tick_error:
@@ -397,18 +397,24 @@ class Service:
             message = f"site file {self.site_path} not reloaded, the one in force stays: {first}"
             self.bus(Notice(now(), message, level="error"))
             return
-        # between polls: a controller swapped in the middle of a poll's decisions would go on
-        # alone with them (a phase, a run, a cache flip the new one never hears of)
-        async with self._poll_lock:
-            if self.controller.busy:
-                self._waiting_site = site
-                run = self.controller.executor.run_id if self.controller.executor else "?"
-                message = (
-                    f"site file {self.site_path} read again: it takes effect once run {run} ends"
-                )
-                self.bus(Notice(now(), message))
+        async with self._poll_lock:  # between polls (a tick takes a waiting file in force)
+            if await self._take_in_force(site):
                 return
+            self._waiting_site = site
+            run = self.controller.executor.run_id if self.controller.executor else "?"
+            message = f"site file {self.site_path} read again: it takes effect once run {run} ends"
+            self.bus(Notice(now(), message))
+
+    async def _take_in_force(self, site: SiteConfig) -> bool:
+        """Swap in the controller of ``site``, unless a run is in progress. Between polls (the
+        caller holds the poll lock) and between acts: a controller swapped in the middle of a
+        poll's decisions or a person's command would go on alone with them (a phase, a run, a
+        cache flip the new one never hears of)."""
+        async with self.controller.between_acts():
+            if self.controller.busy:
+                return False
             await self._swap(site)
+            return True
 
     async def _swap(self, site: SiteConfig) -> None:
         """Take ``site`` in force: new plugins and plans, the same runs, phase and hold."""

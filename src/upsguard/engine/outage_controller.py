@@ -13,9 +13,10 @@ due) resumes the run the shared ledger holds rather than starting a new one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -142,6 +143,9 @@ class OutageController:
         self._acting = asyncio.Lock()
         """Held while runs are started or stopped: a policy's decision and a person's
         override never interleave (one would abandon the run the other just began)."""
+        self._swapped_out = False
+        """A controller of a newer site file took over (``take_over``): a person's command
+        that waited for ``_acting`` here must not start or stop a run behind its back."""
         self._cache_reading: asyncio.Task[Any] | None = None
 
     # -- each poll ---------------------------------------------------------------------
@@ -498,6 +502,7 @@ class OutageController:
     ) -> RunId:
         """A run asked for by a person; the whole site, or only some resources."""
         async with self._acting:
+            self._refuse_once_swapped_out()
             return await self._trigger(direction, only, reason)
 
     async def _trigger(
@@ -547,6 +552,7 @@ class OutageController:
         """Cancel the run in progress (it ends ``aborted``); returns its id (None when
         nothing ran)."""
         async with self._acting:
+            self._refuse_once_swapped_out()
             return await self._abort()
 
     async def _abort(self) -> RunId | None:
@@ -562,10 +568,22 @@ class OutageController:
             )
         return run
 
+    @contextlib.asynccontextmanager
+    async def between_acts(self) -> AsyncIterator[None]:
+        """No run starts or stops meanwhile: a policy's decision or a person's command under
+        way ends first. A reload swaps in the controller of a new site file here."""
+        async with self._acting:
+            yield
+
+    def _refuse_once_swapped_out(self) -> None:
+        if self._swapped_out:
+            raise RunBusy("the site file was read again meanwhile: ask again")
+
     def take_over(self, before: OutageController) -> None:
         """Carry on from a controller of an older site file (``SIGHUP``): its phase, hold and
         timers, the caches it owes write-back, its requests not landed yet. The ledger is
         handed over at construction; readings and plans start afresh from the new file."""
+        before._swapped_out = True
         self.engine = replace(
             before.engine, policies=self.site.policies, on_change=self._phase_changed
         )
