@@ -25,7 +25,9 @@ def pytest_runtest_logstart(nodeid, location):
 def workers_by_test(tmp_path: Path, *paths: str) -> dict[str, str]:
     (tmp_path / "lanes_recorder.py").write_text(RECORDER)
     log = tmp_path / "handed.log"
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "LANES_LOG": str(log)}
+    # not this worker's own xdist names: the plan's controller would pass for one of its workers
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env |= {"PYTHONPATH": str(tmp_path), "LANES_LOG": str(log)}
     lane = ["-m", "", "-n", "2", "--dist", "loadgroup"]  # as scripts/test runs the full lane
     plan = ["--setup-plan", "-p", "lanes_recorder", "-p", "no:cacheprovider", "-q"]
     done = subprocess.run(
