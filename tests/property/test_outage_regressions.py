@@ -34,12 +34,17 @@ def replay(*steps: Step) -> OutageMachine:
     try:
         for name, arguments in steps:
             getattr(machine, name)(**arguments)
-            machine.every_request_kept_the_rules()
-            machine.never_misses_a_shutdown()
-            machine.journal_and_status_tell_the_same_story()
+            check_invariants(machine)
     finally:
         machine.teardown()
     return machine
+
+
+def check_invariants(machine: OutageMachine) -> None:
+    """What the machine checks after each step."""
+    machine.every_request_kept_the_rules()
+    machine.never_misses_a_shutdown()
+    machine.journal_and_status_tell_the_same_story()
 
 
 def heard(machine: OutageMachine) -> list[tuple[float, Event]]:
@@ -371,7 +376,7 @@ def test_a_good_site_file_read_again_is_taken_in_force() -> None:
     machine = OutageMachine()
     try:
         machine.site_file_read_again(good=True)
-        machine.every_request_kept_the_rules()
+        check_invariants(machine)
         assert machine.lab.serving is not None
         margin = machine.lab.serving.service.site.policies.required_margin
         assert margin.total_seconds() == 6 * 60
@@ -440,9 +445,7 @@ def test_a_reload_while_a_persons_shutdown_flips_the_caches_starts_one_run() -> 
 
         lab.run(shutdown_then_reload())
         lab.wait(60)
-        machine.every_request_kept_the_rules()
-        machine.never_misses_a_shutdown()
-        machine.journal_and_status_tell_the_same_story()
+        check_invariants(machine)
     finally:
         machine.teardown()
 
@@ -473,8 +476,6 @@ def test_a_persons_command_that_waited_behind_a_reload_is_refused_not_run_unseen
             lab.run(reload_then_shutdown()) == "the site file was read again meanwhile: ask again"
         )
         lab.wait(60)
-        machine.every_request_kept_the_rules()
-        machine.never_misses_a_shutdown()
-        machine.journal_and_status_tell_the_same_story()
+        check_invariants(machine)
     finally:
         machine.teardown()
