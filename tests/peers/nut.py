@@ -138,10 +138,8 @@ class NutServer:
         self.drivers[name].send_signal(sig)
 
     def kill_driver(self, name: str, sig: int = signal.SIGKILL) -> None:
-        self.signalled = True
-        proc = self.drivers.pop(name)
-        proc.send_signal(sig)
-        proc.wait(10)
+        self.signal_driver(name, sig)
+        self.drivers.pop(name).wait(10)
         (self.root / f"dummy-ups-{name}").unlink(missing_ok=True)
 
     def start_upsd(self) -> None:

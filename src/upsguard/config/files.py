@@ -78,11 +78,13 @@ def _fields_to_walk(model: type[BaseModel]) -> tuple[str, ...]:
     read from the field types once per model class. On the 5,000-VM bench site, reading every
     field of every resource took a quarter of ``validate``; of a resource's thirty fields only
     ``health`` can lead to a file."""
-    return tuple(
-        name
-        for name, field in model.model_fields.items()
-        if name in FILE_FIELDS or _can_hold_a_file(field.annotation, frozenset({model}))
-    )
+    return tuple(_fields_that_can_hold_a_file(model, frozenset({model})))
+
+
+def _fields_that_can_hold_a_file(model: type[BaseModel], models: frozenset[type]) -> Iterator[str]:
+    for name, field in model.model_fields.items():
+        if name in FILE_FIELDS or _can_hold_a_file(field.annotation, models):
+            yield name
 
 
 def _can_hold_a_file(annotation: object, models: frozenset[type]) -> bool:
@@ -105,10 +107,7 @@ def _can_hold_a_file(annotation: object, models: frozenset[type]) -> bool:
         if annotation in models:
             return True
         inner = models | {annotation}
-        return any(
-            name in FILE_FIELDS or _can_hold_a_file(field.annotation, inner)
-            for name, field in annotation.model_fields.items()
-        )
+        return next(_fields_that_can_hold_a_file(annotation, inner), None) is not None
     if issubclass(annotation, PurePath):
         return True
     return annotation is object or issubclass(annotation, list | tuple | dict | set | frozenset)
