@@ -324,6 +324,7 @@ def test_one_member_stopped_or_paused_changes_nothing(etcd: EtcdSite) -> None:
             term = await won(leader, A)
             await leader.record_run(term, record("r1"))
             etcd.cluster.stop(0)  # the endpoint both stores use first
+            etcd.cluster.wait_ready([1, 2])  # the two elect a leader if it was m1: etcd's part
             await leader.renew(term)
             await leader.record_step(term, RunId("r1"), mark("s1", StepState.RUNNING))
             assert (await standby.snapshot()).steps_of(RunId("r1"))
@@ -331,6 +332,7 @@ def test_one_member_stopped_or_paused_changes_nothing(etcd: EtcdSite) -> None:
             etcd.cluster.start(0)
             etcd.cluster.wait_ready([0])
             etcd.cluster.pause(1)  # a partitioned member: it holds the connection, says nothing
+            etcd.cluster.wait_ready([0, 2])
             await leader.renew(term)
             await leader.record_step(term, RunId("r1"), mark("s1", StepState.DONE))
             after = await standby.snapshot()
