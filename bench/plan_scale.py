@@ -3,12 +3,14 @@
 
 Each is done once per run: the site file is read and checked, both plans are
 built, and the simulation runs, building its own plan as ``upsguard simulate``
-does. Every run is a fresh process, so nothing is
+does, with the garbage collector's thresholds of those commands
+(``upsguard.cli.collecting_for_a_batch``). Every run is a fresh process, so nothing is
 warm from the run before, and is held to one core; the verdict is on the median
 of ``--runs`` runs, as this machine's speed drifts by a fifth from one minute to
 the next.
 
-Target: under 2 s for all three together. A benchmark, not a test: it prints its figures,
+Target: under 0.8 s for all three together (``TARGET_S``; it was 2 s until a sysadmin's
+rerun on every edit asked for more). A benchmark, not a test: it prints its figures,
 and beside each run the time the hypervisor gave this core to others (steal).
 """
 
@@ -27,24 +29,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 PHASES = ("validate", "plan", "simulate")
+TARGET_S = 0.8
 
 
 def one_run(site_file: Path) -> dict[str, object]:
     """The three phases, timed, in this process."""
+    from upsguard.cli import collecting_for_a_batch
     from upsguard.config import load_site
     from upsguard.config.scenario import DEFAULT_SCENARIO
     from upsguard.runbooks.planner import Planner
     from upsguard.simulation.simulator import simulate
 
     stolen = _stolen_s()
-    t0 = time.perf_counter()
-    site = load_site(site_file)
-    t1 = time.perf_counter()
-    planner = Planner(site)
-    shutdown, startup = planner.plan("shutdown"), planner.plan("startup")
-    t2 = time.perf_counter()
-    report = simulate(site, DEFAULT_SCENARIO, planner)
-    t3 = time.perf_counter()
+    with collecting_for_a_batch():
+        t0 = time.perf_counter()
+        site = load_site(site_file)
+        t1 = time.perf_counter()
+        planner = Planner(site)
+        shutdown, startup = planner.plan("shutdown"), planner.plan("startup")
+        t2 = time.perf_counter()
+        report = simulate(site, DEFAULT_SCENARIO, planner)
+        t3 = time.perf_counter()
     return {
         "validate": t1 - t0,
         "plan": t2 - t1,
@@ -86,7 +91,8 @@ def main() -> int:
         figures = "".join(f"{run[p]:8.3f}" for p in PHASES)
         print(f"{i:3d}  {figures}{_total(run):8.3f}   ({run['stolen']:.2f})")
     median = statistics.median(_total(r) for r in runs)
-    print(f"median total: {median:.3f} s  (target < 2 s: {'met' if median < 2 else 'NOT met'})")
+    verdict = "met" if median < TARGET_S else "NOT met"
+    print(f"median total: {median:.3f} s  (target < {TARGET_S:g} s: {verdict})")
     reference = _reference_s()
     print(
         f"machine speed: a fixed pure-Python workload took {reference * 1000:.0f} ms "
