@@ -493,7 +493,7 @@ class OutageLab:
         return self.platforms[PlatformName(res.platform or "")]
 
     def targets_of(self, resource: ResourceId) -> list[str]:
-        return [name for name, (rid, _) in self.fleet.owner.items() if rid == resource]
+        return self.fleet.names.get(resource, [])
 
     def state(self, target: str) -> PowerState:
         return self.fleet.state.get(target, PowerState.ON)
