@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from tests.property.test_outage_invariants import OutageMachine
@@ -30,14 +31,21 @@ Step = tuple[str, dict[str, Any]]
 def replay(*steps: Step) -> OutageMachine:
     """Play the steps as hypothesis would, checking the invariants after each, then let the
     mains come back for good and check the site returns (the machine's teardown)."""
-    machine = OutageMachine()
-    try:
+    with story() as machine:
         for name, arguments in steps:
             getattr(machine, name)(**arguments)
             check_invariants(machine)
+    return machine
+
+
+@contextlib.contextmanager
+def story() -> Iterator[OutageMachine]:
+    """A story told by hand: the machine's teardown after it, as hypothesis runs it."""
+    machine = OutageMachine()
+    try:
+        yield machine
     finally:
         machine.teardown()
-    return machine
 
 
 def check_invariants(machine: OutageMachine) -> None:
@@ -373,15 +381,12 @@ def test_a_good_site_file_read_again_is_taken_in_force() -> None:
     """The lab's own site had become one that ``check_site`` refuses (its UPSes cut the power
     before the controller's machine is down), so every 'good' SIGHUP of the machine was
     refused and a margin changed at run time was never tried."""
-    machine = OutageMachine()
-    try:
+    with story() as machine:
         machine.site_file_read_again(good=True)
         check_invariants(machine)
         assert machine.lab.serving is not None
         margin = machine.lab.serving.service.site.policies.required_margin
         assert margin.total_seconds() == 6 * 60
-    finally:
-        machine.teardown()
 
 
 def test_a_reload_during_a_poll_keeps_the_phase_that_poll_moved_to() -> None:
@@ -429,9 +434,8 @@ def test_a_reload_while_a_persons_shutdown_flips_the_caches_starts_one_run() -> 
     """SIGHUP came while a person's whole-site shutdown waited for its cache flip: the swap
     went ahead, the person's run then started on the controller swapped out, and the new one
     (in ``shutting_down``, with no run it knew of) started a second shutdown."""
-    machine = OutageMachine()
-    lab = machine.lab
-    try:
+    with story() as machine:
+        lab = machine.lab
         lab.caches[CacheName("flash")].flip_s = 5.0
         assert lab.serving is not None
         overrides = lab.serving.service.overrides
@@ -446,17 +450,14 @@ def test_a_reload_while_a_persons_shutdown_flips_the_caches_starts_one_run() -> 
         lab.run(shutdown_then_reload())
         lab.wait(60)
         check_invariants(machine)
-    finally:
-        machine.teardown()
 
 
 def test_a_persons_command_that_waited_behind_a_reload_is_refused_not_run_unseen() -> None:
     """A person's shutdown asked while a reload waited on a hung vCenter's inventory: once
     the reload took the new site file in force, the command went on with the controller it
     had waited for, swapped out by then, and its run went unseen by the new one."""
-    machine = OutageMachine()
-    lab = machine.lab
-    try:
+    with story() as machine:
+        lab = machine.lab
         machine.platform_hangs(platform="vc", seconds=30)
         assert lab.serving is not None
         overrides = lab.serving.service.overrides
@@ -477,5 +478,3 @@ def test_a_persons_command_that_waited_behind_a_reload_is_refused_not_run_unseen
         )
         lab.wait(60)
         check_invariants(machine)
-    finally:
-        machine.teardown()
