@@ -202,11 +202,11 @@ QUICK = settings(
 example takes a tenth of a second), 10,000 in the full one."""
 STORIES_AT_LENGTH = 10_000
 SHARDS = 8
-"""The 10,000 stories are told in shards, each its own test, so that the full lane's workers
-share them: one test of them all took longer than the rest of the suite."""
+"""The 10,000 stories are told in shards, each its own test, so that the workers of their stage
+of ``scripts/test`` (one per core) share them."""
 EXPLORE = os.environ.get("UPSGUARD_EXPLORE") is not None
 """The shards' stories are the same every run (each shard seeded by its number), so that CI
-judges the change and not the draw; ``UPSGUARD_EXPLORE=1 scripts/test -m slow -k AtLength``
+judges the change and not the draw; ``UPSGUARD_EXPLORE=1 scripts/test -m at_length``
 draws new ones (the quick lane always does)."""
 
 
@@ -223,7 +223,8 @@ def at_length(shard: int) -> type[unittest.TestCase]:
         machine = seed(shard)(machine)
     case = machine.TestCase
     case.settings = settings(QUICK, max_examples=STORIES_AT_LENGTH // SHARDS)
-    return pytest.mark.slow(pytest.mark.timeout(900)(case))  # generous: a loaded worker
+    case = pytest.mark.timeout(900)(case)  # generous: a loaded worker
+    return pytest.mark.slow(pytest.mark.at_length(case))
 
 
 for _shard in range(SHARDS):
