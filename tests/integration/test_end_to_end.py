@@ -38,13 +38,13 @@ def on_battery(runtime: int, charge: int = 60, extra: str = "") -> str:
     )
 
 
+BACK = "ups.status: OL CHRG\nbattery.charge: 80\nbattery.runtime: 1500\ninput.voltage: 230\n"
+"""The mains back for good, the battery charged enough to start up."""
+
+
 def outage_then_back(seconds: int, runtime: int = 120) -> str:
-    """A .dev script: on battery for ``seconds``, then on line for good, charge 80 %."""
-    return (
-        on_battery(runtime)
-        + f"TIMER {seconds}\n"
-        + "ups.status: OL CHRG\nbattery.charge: 80\nbattery.runtime: 1500\ninput.voltage: 230\n"
-    )
+    """A .dev script: on battery for ``seconds``, then ``BACK``."""
+    return on_battery(runtime) + f"TIMER {seconds}\n" + BACK
 
 
 @pytest.fixture
@@ -225,7 +225,9 @@ def test_power_back_after_the_point_of_no_return_finishes_then_starts_up(
     try:
         svc.start()
         svc.wait(lambda: svc.status()["ups"][0].get("status") == "OL", "the first reading")
-        nut.write("ups1", outage_then_back(5))  # esx0 is down by then, esx1 still waits
+        nut.write("ups1", on_battery(runtime=120))
+        svc.wait(lambda: HOSTS["esx0"] in recorder.names("HostShutdownEvent"), "esx0 down", 60)
+        nut.write("ups1", BACK)  # esx1 still waits for the cache to drain
         svc.wait(
             lambda: svc.status()["phase"] == "normal" and "recovering" in phases(svc),
             "the site to be back",
@@ -281,7 +283,9 @@ def test_power_back_before_the_point_of_no_return_cancels_and_restarts_in_order(
     try:
         svc.start()
         svc.wait(lambda: svc.status()["ups"][0].get("status") == "OL", "the first reading")
-        nut.write("ups1", outage_then_back(2))  # back while the web guests shut down
+        nut.write("ups1", on_battery(runtime=120))
+        svc.wait(lambda: len(recorder.names("VmGuestShutdownEvent")) == 2, "web guests asked", 60)
+        nut.write("ups1", BACK)  # while they shut down (6 s each): before the point of no return
         svc.wait(lambda: "recovering" in phases(svc), "the cancel", 60)
         svc.wait(lambda: svc.status()["phase"] == "normal", "the site to be back", 120)
     finally:
