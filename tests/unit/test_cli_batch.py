@@ -15,17 +15,23 @@ from upsguard.cli import site as site_commands
 HANDLERS = {"validate": "cmd_validate", "plan": "cmd_plan", "simulate": "cmd_simulate"}
 
 
+def thresholds_seen_by(handler: str, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
+    """The collector's thresholds each call of the site command's ``handler`` ran with."""
+    seen: list[tuple[int, ...]] = []
+
+    def record(args: argparse.Namespace) -> int:
+        seen.append(gc.get_threshold())
+        return 0
+
+    monkeypatch.setattr(site_commands, handler, record)
+    return seen
+
+
 @pytest.mark.parametrize("command", sorted(BATCH_COMMANDS))
 def test_a_batch_command_collects_less_often_and_restores_the_thresholds(
     command: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seen: list[tuple[int, ...]] = []
-
-    def handler(args: argparse.Namespace) -> int:
-        seen.append(gc.get_threshold())
-        return 0
-
-    monkeypatch.setattr(site_commands, HANDLERS[command], handler)
+    seen = thresholds_seen_by(HANDLERS[command], monkeypatch)
     before = gc.get_threshold()
     argv = [command, "shutdown"] if command == "plan" else [command]
     assert main([*argv, "-c", "site.yaml"]) == 0
@@ -34,12 +40,6 @@ def test_a_batch_command_collects_less_often_and_restores_the_thresholds(
 
 
 def test_other_commands_keep_pythons_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[tuple[int, ...]] = []
-
-    def handler(args: argparse.Namespace) -> int:
-        seen.append(gc.get_threshold())
-        return 0
-
-    monkeypatch.setattr(site_commands, "cmd_schema", handler)
+    seen = thresholds_seen_by("cmd_schema", monkeypatch)
     assert main(["schema"]) == 0
     assert seen == [gc.get_threshold()]
