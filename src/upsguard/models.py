@@ -8,7 +8,7 @@ is its own row type, not these.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NewType
@@ -71,6 +71,62 @@ class UpsFlag(enum.StrEnum):
     BOOST = "BOOST"
     FSD = "FSD"
     ALARM = "ALARM"
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """A yes-or-no fact about the site as it was read: known true, known false, or unknown,
+    with why.
+
+    A reading that failed (unreachable, timed out, garbage) is unknown, and unknown is never
+    good news: a gate passes only on ``is_true``, and what counts something as off or clean
+    asks ``is_true`` of that. ``if fact:`` is refused (``TypeError``): it would take unknown
+    for one of the answers.
+    """
+
+    value: bool | None
+    why: str = ""
+
+    @classmethod
+    def true(cls, why: str = "") -> Fact:
+        return cls(True, why)
+
+    @classmethod
+    def false(cls, why: str = "") -> Fact:
+        return cls(False, why)
+
+    @classmethod
+    def unknown(cls, why: str) -> Fact:
+        return cls(None, why)
+
+    @property
+    def is_true(self) -> bool:
+        return self.value is True
+
+    @property
+    def is_false(self) -> bool:
+        return self.value is False
+
+    @property
+    def known(self) -> bool:
+        return self.value is not None
+
+    def __bool__(self) -> bool:
+        raise TypeError("a Fact may be unknown: ask is_true or is_false")
+
+    @classmethod
+    def all_of(cls, facts: Iterable[Fact], nothing: str) -> Fact:
+        """True only when there is at least one fact and each is true; false when one is
+        false; unknown otherwise, and when there is none at all (``nothing`` says why):
+        ``all(...)`` over nothing would be true."""
+        seen = list(facts)
+        if not seen:
+            return cls.unknown(nothing)
+        false = next((f for f in seen if f.is_false), None)
+        if false is not None:
+            return false
+        unknown = next((f for f in seen if not f.known), None)
+        return unknown if unknown is not None else cls.true()
 
 
 class LinkState(enum.StrEnum):

@@ -58,6 +58,14 @@ def site(tmp_path: Path) -> tuple[Path, FakeTools]:
                 "lvs_command": "/nonexistent/lvs",
                 "lvchange_command": "/nonexistent/lvchange",
             },
+            {
+                "name": "undiscovered",
+                "provider": "lvmcache",
+                "targets": [],
+                "dmsetup_command": "/nonexistent/dmsetup",
+                "lvs_command": "/nonexistent/lvs",
+                "lvchange_command": "/nonexistent/lvchange",
+            },
         ],
     }
     path = tmp_path / "site.yaml"
@@ -130,11 +138,25 @@ def test_wait_times_out_with_a_non_zero_exit_naming_what_is_dirty(
     assert "upsguard: not clean after 1s: old-array/slow (" in err and "MiB still dirty)" in err
 
 
+def test_wait_on_a_cache_that_cannot_be_read_never_says_clean(
+    site: tuple[Path, FakeTools], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its targets cannot be discovered: ``wait`` said ``0/0 clean``, then ``clean: ...``, and
+    exit 0. It is not known clean: exit 1 when the time runs out, naming why."""
+    path, _ = site
+    code = main(["cache", "wait", "undiscovered", "--timeout", "1s", "-c", str(path)])
+    out, err = capsys.readouterr()
+    assert code == 1 and "clean:" not in out
+    assert "0/1 clean, 1 unreadable" in err and not err.startswith(f"[{'#' * 30}]")
+    assert "upsguard: not clean after 1s: undiscovered could not be read (" in err
+    assert "/nonexistent/lvs: program not found" in err
+
+
 def test_unknown_cache_name_is_a_config_error(
     site: tuple[Path, FakeTools], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, _ = site
     assert main(["cache", "wait", "nope", "-c", str(path)]) == 2
-    assert "no cache named nope (caches: nas-ssd, array-nvram, old-array, gone)" in (
+    assert "no cache named nope (caches: nas-ssd, array-nvram, old-array, gone, undiscovered)" in (
         capsys.readouterr().err
     )

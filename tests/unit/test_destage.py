@@ -9,7 +9,9 @@ from upsguard.clock import LoopClock, run_virtual
 from upsguard.config.caches import SimulatedCacheSettings
 from upsguard.config.site import SiteConfig
 from upsguard.engine.destage import DestageWatch
-from upsguard.models import CacheMode
+from upsguard.errors import TemporaryError
+from upsguard.events import CacheClean, Event, RiskAccepted
+from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget, Fact
 from upsguard.plugins.caches.simulated import SimulatedCache
 
 
@@ -105,3 +107,58 @@ def test_the_second_outage_owes_the_cache_back_too() -> None:
         return sim.mode
 
     assert run_virtual(mode_after_two_outages()) == CacheMode.WRITE_BACK
+
+
+class UnreachableCache:
+    """A cache whose host does not answer: neither its targets nor a reading can be had."""
+
+    def __init__(self, name: str) -> None:
+        self.name = CacheName(name)
+
+    async def targets(self) -> list[CacheTarget]:
+        raise TemporaryError(f"cache {self.name}: cannot connect to nas01: no answer")
+
+    async def read(self, target: CacheTarget) -> CacheState:
+        raise TemporaryError(f"cache {self.name}: cannot connect to nas01: no answer")
+
+    async def set_mode(self, target: CacheTarget, mode: CacheMode) -> None:
+        raise TemporaryError(f"cache {self.name}: cannot connect to nas01: no answer")
+
+    async def flush(self, target: CacheTarget) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+def unreachable_cache_watch(events: list[Event], clock: LoopClock) -> DestageWatch:
+    cache = SimulatedCacheSettings.model_validate(
+        {"name": "nas01-ssd", "provider": "simulated", "destage_timeout": "10m"}
+    )
+    site = SiteConfig.model_validate(
+        {"site": "t", "ups": [{"name": "u", "simulated": {}}], "caches": [cache]}
+    )
+    return DestageWatch(site, {cache.name: UnreachableCache("nas01-ssd")}, clock, events.append)
+
+
+def test_a_cache_that_cannot_be_read_is_never_clean() -> None:
+    """Its targets could not be listed: ``all(...)`` over no statuses said clean at once, and
+    the host steps behind it went ahead with no RiskAccepted (``cache wait`` printed
+    ``0/0 clean`` and exit 0 while ``cache status`` said ``cannot connect``). Unknown waits,
+    and only the critical floor lets go of it, as the risk it is."""
+    events: list[Event] = []
+    floor_at = 90.0
+
+    async def wait() -> tuple[bool, float, Fact]:
+        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        watch = unreachable_cache_watch(events, clock)
+        name = CacheName("nas01-ssd")
+        clean = await watch.wait_clean([name], floor=lambda: clock.monotonic() >= floor_at)
+        return clean, clock.monotonic(), watch.clean(name)
+
+    clean, at, fact = run_virtual(wait())
+    assert clean is False and at >= floor_at
+    assert not fact.known and "cannot connect" in fact.why
+    assert not [e for e in events if isinstance(e, CacheClean)]
+    (risk,) = [e for e in events if isinstance(e, RiskAccepted)]
+    assert risk.cache == "nas01-ssd" and "could not be read" in risk.why

@@ -213,10 +213,21 @@ def _longest_timeout(site: SiteConfig, names: list[CacheName]) -> float:
 
 
 def _still_dirty(watch: DestageWatch, names: list[CacheName], timeout: float) -> str:
-    dirty = [s for s in watch.status.values() if s.cache in names and not s.clean]
+    """What is not known clean when the time runs out: what is dirty, and what could not be
+    read (and why)."""
+    statuses = [s for s in watch.status.values() if s.cache in names and not s.clean]
+    dirty = [s for s in statuses if s.state is not None]
     left = sum(s.state.dirty_bytes or 0 for s in dirty if s.state is not None)
-    which = ", ".join(sorted({f"{s.cache}/{s.target.name}" for s in dirty})) or "?"
-    return f"not clean after {format_duration(timeout)}: {which} ({format_bytes(left)} still dirty)"
+    said = []
+    if dirty:
+        which = ", ".join(sorted({f"{s.cache}/{s.target.name}" for s in dirty}))
+        said.append(f"{which} ({format_bytes(left)} still dirty)")
+    for status in (s for s in statuses if s.state is None):
+        where = (
+            status.cache if status.target.name == "*" else f"{status.cache}/{status.target.name}"
+        )
+        said.append(f"{where} could not be read ({status.error or 'no answer'})")
+    return f"not clean after {format_duration(timeout)}: {'; '.join(said) or 'not read'}"
 
 
 def _log_event(event: Event) -> None:
@@ -297,15 +308,17 @@ class ProgressBar:
         if self._start is None or dirty > self._start:
             self._start = dirty
         done = 1.0 if self._start == 0 else 1 - dirty / self._start
+        errors = sum(1 for s in statuses if s.error)
+        if errors or not statuses:  # what was not read is not drained: the bar never fills
+            done = min(done, 0.0 if not statuses else 1 - errors / len(statuses))
         rate = sum(s.rate_bps or 0.0 for s in statuses if not s.clean)
         etas = [s.eta_s for s in statuses if not s.clean]
         known = [e for e in etas if e is not None]
         eta = "?" if len(known) < len(etas) else format_duration(max(known, default=0.0))
         clean = sum(1 for s in statuses if s.clean)
-        errors = sum(1 for s in statuses if s.error)
         text = (
-            f"{format_bytes(dirty)} dirty, {format_bytes(max(rate, 0.0))}/s, ETA {eta}, "
-            f"{clean}/{len(statuses)} clean"
+            f"{format_bytes(dirty)}{'+?' if errors else ''} dirty, "
+            f"{format_bytes(max(rate, 0.0))}/s, ETA {eta}, {clean}/{len(statuses)} clean"
         )
         return done, text + (f", {errors} unreadable" if errors else "")
 

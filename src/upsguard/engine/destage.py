@@ -32,7 +32,7 @@ from upsguard.events import (
     Notice,
     RiskAccepted,
 )
-from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
+from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget, Fact
 from upsguard.plugins.caches.base import CacheProvider
 from upsguard.runbooks.plan import Step
 
@@ -58,7 +58,14 @@ class CacheStatus:
 
     @property
     def clean(self) -> bool:
+        """Read clean: a target that could not be read is not."""
         return self.state is not None and self.state.clean
+
+    @property
+    def cleanliness(self) -> Fact:
+        if self.state is None:
+            return Fact.unknown(self.error or "not read")
+        return Fact(self.state.clean)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,10 +253,16 @@ class DestageWatch:
         return [s for group in groups for s in group]
 
     async def _poll_cache(self, cache: CacheName) -> list[CacheStatus]:
+        """A cache whose targets cannot be listed has one status, ``*``, that says why: with
+        none at all it would be clean by default."""
+        unlisted = (cache, "*")
         try:
             targets = await self.targets(cache)
         except Exception as exc:
-            return [CacheStatus(cache, CacheTarget(cache, "*"), None, _why(exc, cache), None, None)]
+            status = CacheStatus(cache, CacheTarget(cache, "*"), None, _why(exc, cache), None, None)
+            self.status[unlisted] = status
+            return [status]
+        self.status.pop(unlisted, None)
         return list(await asyncio.gather(*(self._poll_target(cache, t) for t in targets)))
 
     async def _poll_target(self, cache: CacheName, target: CacheTarget) -> CacheStatus:
@@ -270,6 +283,12 @@ class DestageWatch:
         status = CacheStatus(cache, target, state, error, rate, eta)
         self.status[key] = status
         return status
+
+    def clean(self, cache: CacheName) -> Fact:
+        """Whether every target of ``cache`` was read clean at the last poll: unknown when
+        one could not be read, or none was read at all."""
+        mine = [s.cleanliness for s in self.status.values() if s.cache == cache]
+        return Fact.all_of(mine, f"cache {cache}: not read yet")
 
     def eta_s(self, names: Iterable[CacheName] | None = None) -> float:
         """The longest time the named caches' targets need to be clean (see ``eta``)."""
@@ -325,7 +344,7 @@ class DestageWatch:
             if progress is not None:
                 progress(statuses)
             for cache in sorted(waiting):
-                if all(s.clean for s in statuses if s.cache == cache):
+                if self.clean(cache).is_true:
                     waiting.discard(cache)
                     self._events(
                         CacheClean(self._clock.now(), cache, self._clock.monotonic() - started)
@@ -408,7 +427,9 @@ class DestageWatch:
                 for s in self.status.values()
                 if s.cache == name and s.state is not None
             )
-            risk = RiskAccepted(self._clock.now(), name, dirty, why)
+            clean = self.clean(name)
+            unread = "" if clean.known else f"; it could not be read ({clean.why})"
+            risk = RiskAccepted(self._clock.now(), name, dirty, why + unread)
             log.error(risk.what)
             self._events(risk)
 
