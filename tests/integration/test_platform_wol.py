@@ -55,7 +55,8 @@ def test_wakes_the_named_host_and_sees_it_answer(wol_network: WolNetwork) -> Non
         up = await wol.wait_for(a, PowerState.ON, 10)
         return before, up, await wol.power_state(b)
 
-    assert asyncio.run(scenario()) == (PowerState.OFF, True, PowerState.OFF)
+    # a box that does not answer may be off or out of reach: unknown, and woken all the same
+    assert asyncio.run(scenario()) == (PowerState.UNKNOWN, True, PowerState.UNKNOWN)
     assert set(wol_network.woken) == {MAC_A} and len(wol_network.woken) == 3
     assert wol_network.malformed == 0
 

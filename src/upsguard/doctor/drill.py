@@ -202,6 +202,11 @@ async def _rehearse(
     except UpsguardError as exc:
         return row(Would.FAIL, str(exc))
     words = [s.value for s in states]
+    unread = [t.name for t, s in zip(targets, states, strict=True) if s is PowerState.UNKNOWN]
+    if unread:  # never "already off": the step would ask, and fail if it still cannot reach
+        refused = await _preconditions(platform, step, timeout_s)
+        said = f"the state of {', '.join(unread[:4])} cannot be read"
+        return row(Would.FAIL, f"{said}: {refused}" if refused else said, targets, words)
     up = [t for t, s in zip(targets, states, strict=True) if s is not PowerState.OFF]
     if not up:
         return row(Would.DONE, "already off" if targets else "nothing to stop", targets, words)

@@ -56,6 +56,10 @@ async def check_resource(
         if isinstance(result, BaseException):
             raise result
     states = [r for r in read if isinstance(r, PowerState)]
+    if PowerState.UNKNOWN in states:  # never "ok" for what was not read
+        fix = "check that upsguard reaches it (address, DNS, its service): a step reads it first"
+        said = f"cannot be read: {_states(targets, states)}"
+        return [fail(Area.RESOURCE, res.id, "state", said, fix)]
     found = [ok(Area.RESOURCE, res.id, "state", _states(targets, states))]
     if res.kind in _VMS and res.stops:
         found += _guest_shutdown(site, res, targets, states)

@@ -54,7 +54,7 @@ from upsguard.models import (
     StopMethod,
     Target,
 )
-from upsguard.plugins.platforms.base import InFlightTasks, Platform
+from upsguard.plugins.platforms.base import InFlightTasks, Platform, SeenWhileItAnswers
 from upsguard.runbooks.plan import Step, StepSettings
 
 log = logging.getLogger(__name__)
@@ -289,7 +289,15 @@ class StepRunner:
 
     async def _ask_to_stop(self, step: StepId, platform: Platform, target: Target) -> Request:
         """Read the state, then ask for a graceful stop unless its request is under way
-        already: one request allowance covers them, and a retry reads the state again."""
+        already: one request allowance covers them, and a retry reads the state again. Only
+        a target read off is already off: one that could not be read is asked."""
+        earlier = self.under_way.get(key_of(target))
+        if (
+            earlier is not None
+            and earlier.wanted is PowerState.OFF
+            and isinstance(platform, SeenWhileItAnswers)
+        ):
+            platform.shutdown_accepted(target)  # its going quiet is that shutdown landing
         if await platform.power_state(target) is PowerState.OFF:
             self._reached(target, PowerState.OFF)
             return ALREADY_THERE

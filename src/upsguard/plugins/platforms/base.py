@@ -95,12 +95,14 @@ async def poll_for_state(
 
 
 async def port_state(host: str, port: int, timeout: float) -> PowerState:
-    """ON when ``host`` accepts a TCP connection on ``port`` within ``timeout``, else OFF."""
+    """ON when ``host`` accepts a TCP connection on ``port`` within ``timeout``, else UNKNOWN:
+    a refused or unanswered connection, or a name that does not resolve, is what a machine
+    that is off looks like, and also one behind a broken path or DNS server."""
     try:
         async with asyncio.timeout(timeout):
             _, writer = await asyncio.open_connection(host, port)
     except (OSError, TimeoutError):
-        return PowerState.OFF
+        return PowerState.UNKNOWN
     writer.close()
     with contextlib.suppress(OSError):
         await writer.wait_closed()
@@ -143,6 +145,21 @@ class InFlightTasks(Protocol):
         power-off toward ``OFF``, a power-on toward ``ON``), as one line naming the task;
         None when nothing is under way. Finished and failed tasks are not under way.
         Raises ``PlatformUnreachable``."""
+        ...
+
+
+@runtime_checkable
+class SeenWhileItAnswers(Protocol):
+    """A platform that sees a target only while the target itself answers (SSH): an optional
+    capability. Silence reads ``UNKNOWN`` (the device may be off, or the path to it, or its
+    DNS server, down), except once a shutdown the target accepted is under way: then a
+    target that stops answering has gone down, and silence reads ``OFF``. The platform
+    remembers the shutdowns it sent; a resumed run tells it of those accepted before the
+    restart."""
+
+    def shutdown_accepted(self, target: Target) -> None:
+        """``target`` accepted a shutdown (before a restart): from now on silence is ``OFF``,
+        until it is seen up again or asked to start."""
         ...
 
 

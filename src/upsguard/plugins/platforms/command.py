@@ -85,8 +85,8 @@ class CommandPlatform:
 
     async def healthy(self, target: Target) -> bool:
         res = self._targets.resource(target)
-        if res.status is None:
-            return self._known.get(str(res.id)) is not PowerState.OFF
+        if res.status is None:  # healthy when its startup command succeeded, not by default
+            return self._known.get(str(res.id)) is PowerState.ON
         return await self.power_state(target) is PowerState.ON
 
     async def diagnose(self, resources: Sequence[ResourceConfig]) -> list[Finding]:

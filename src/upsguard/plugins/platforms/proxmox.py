@@ -48,6 +48,10 @@ _TOWARD: dict[PowerState, dict[str, tuple[str, ...]]] = {
     PowerState.OFF: {"qemu": ("qmshutdown", "qmstop"), "lxc": ("vzshutdown", "vzstop")},
     PowerState.ON: {"qemu": ("qmstart",), "lxc": ("vzstart",)},
 }
+_NODE_STATES = {"online": PowerState.ON, "offline": PowerState.OFF}
+"""PVE's node status; its third value, ``unknown`` (no quorum, no news), is unknown here too."""
+_GUEST_STATES = {"running": PowerState.ON, "stopped": PowerState.OFF}
+"""PVE's guest status; anything else (a status PVE adds later, none at all) is unknown."""
 
 
 class ProxmoxPlatform:
@@ -96,9 +100,9 @@ class ProxmoxPlatform:
         ref = _ref(target)
         if "/" not in ref:
             status = (await self._call("list nodes", _nodes)).get(ref)
-            return PowerState.ON if status == "online" else PowerState.OFF
+            return _NODE_STATES.get(str(status), PowerState.UNKNOWN)
         current = await self._call(f"read the state of {target.name}", _current, ref)
-        return PowerState.ON if current.get("status") == "running" else PowerState.OFF
+        return _GUEST_STATES.get(str(current.get("status")), PowerState.UNKNOWN)
 
     async def stop(self, target: Target, method: StopMethod) -> None:
         """Guest ``shutdown`` or ``stop``; a node is shut down (there is no hard node stop)."""

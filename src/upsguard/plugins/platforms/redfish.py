@@ -41,7 +41,7 @@ _STATES = {
     sushy.PowerState.ON: PowerState.ON,
     sushy.PowerState.POWERING_OFF: PowerState.ON,  # not off until it says Off
     sushy.PowerState.OFF: PowerState.OFF,
-    sushy.PowerState.POWERING_ON: PowerState.OFF,  # not usable until it says On
+    sushy.PowerState.POWERING_ON: PowerState.UNKNOWN,  # neither off nor usable yet
     sushy.PowerState.PAUSED: PowerState.STANDBY,
 }
 

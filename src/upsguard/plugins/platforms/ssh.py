@@ -5,8 +5,13 @@ A resource gives its address (``host``) and ``shutdown`` command (``poweroff``,
 ``known_hosts``: an unknown or changed key is refused, never accepted silently.
 
 Whether the device is down: with a ``status`` command (run over SSH, exit 0 =
-up), the device is down once it exits non-zero or stops answering; without
-one, once its SSH port stops accepting connections. ``startup`` (optional) is
+up), the device is down once it exits non-zero; without one, its SSH port
+accepting connections says it is up. A device that does not answer at all is
+``unknown`` (off looks like that, and so does a broken path, a DNS server
+already stopped, or a wrong address), except once it accepted its shutdown
+command: then it going quiet is that shutdown landing, and it reads ``off``
+(``SeenWhileItAnswers``). So a step is done only when the device was seen
+down after its shutdown, never because it could not be reached. ``startup`` (optional) is
 for devices that are reachable but idle (bring a service or ports back up);
 powering a device on belongs to a BMC or Wake-on-LAN via ``power_on_via``.
 
@@ -60,6 +65,9 @@ class SshPlatform:
         self._clock = clock
         self._targets = ResourceTargets(name)
         self._runners: dict[str, remote.Runner] = {}
+        self._asked_down: dict[str, bool] = {}
+        """Devices that accepted their shutdown command (silence from them is ``OFF``), and
+        whether each has been seen down since: one seen up after that came back."""
 
     async def open(self) -> None:
         return None  # connections are opened per device, on first use
@@ -73,17 +81,34 @@ class SshPlatform:
         return [self._targets.target(resource)]
 
     async def power_state(self, target: Target) -> PowerState:
-        """ON while it answers (its ``status`` exits 0, or its SSH port accepts), else OFF."""
+        """ON while it answers (its ``status`` exits 0, or its SSH port accepts); OFF when its
+        ``status`` exits non-zero; no answer is UNKNOWN, or OFF once it accepted its shutdown
+        (see the module's docstring)."""
         res = self._targets.resource(target)
         if res.status is None:
             timeout = min(self._settings.timeout.total_seconds(), 5.0)
-            return await port_state(target.name, self._settings.port, timeout)
-        try:
-            result = await self._run(target, res.status)
-        except TemporaryError:  # no answer, connection lost: a device going down does that
-            await self._drop(target.name)
-            return PowerState.OFF
-        return PowerState.ON if result.ok else PowerState.OFF
+            state = await port_state(target.name, self._settings.port, timeout)
+        else:
+            try:
+                result = await self._run(target, res.status)
+            except TemporaryError:  # no answer, connection lost
+                await self._drop(target.name)
+                state = PowerState.UNKNOWN
+            else:
+                state = PowerState.ON if result.ok else PowerState.OFF
+        went_down = self._asked_down.get(target.name)
+        if went_down is None:
+            return state
+        if state is PowerState.ON:
+            if went_down:  # up again since its shutdown: silence is unknown again
+                del self._asked_down[target.name]
+            return state
+        self._asked_down[target.name] = True
+        return PowerState.OFF  # quiet (or down) after it accepted its shutdown: gone down
+
+    def shutdown_accepted(self, target: Target) -> None:
+        """``SeenWhileItAnswers``: the device took its shutdown command (before a restart)."""
+        self._asked_down.setdefault(target.name, False)
 
     async def stop(self, target: Target, method: StopMethod) -> None:
         """Run ``shutdown`` on the device; return once it accepted the command."""
@@ -102,12 +127,14 @@ class SshPlatform:
                 raise
             log.info("%s dropped the SSH connection during shutdown: going down", target.name)
             await self._drop(target.name)
+            self._asked_down[target.name] = False
             return
         if not result.ok and not _dropped(result):
             raise PermanentError(
                 f"resource '{res.id}': shutdown command on {target.name} exited "
                 f"{result.exit_status}: {result.first_error_line()}"
             )
+        self._asked_down[target.name] = False
 
     async def start(self, target: Target) -> None:
         """Run ``startup`` on a reachable device; power-on itself needs ``power_on_via``."""
@@ -117,6 +144,7 @@ class SshPlatform:
                 f"resource '{res.id}': SSH cannot power {target.name} on: "
                 "set power_on_via (a BMC or wol) or a 'startup' command"
             )
+        self._asked_down.pop(target.name, None)
         result = await self._run(target, res.startup)
         if not result.ok:
             raise PermanentError(

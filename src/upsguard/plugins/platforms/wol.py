@@ -66,7 +66,8 @@ class WolPlatform:
         return [target]
 
     async def power_state(self, target: Target) -> PowerState:
-        """ON when the machine's check port accepts a connection, else OFF."""
+        """ON when the machine's check port accepts a connection, else UNKNOWN (a machine
+        that is off and one out of reach look alike); a power-on is sent for anything not ON."""
         return await port_state(self._address(target), self._settings.check_port, _CONNECT_TIMEOUT)
 
     async def stop(self, target: Target, method: StopMethod) -> None:
