@@ -286,3 +286,6 @@ class StepOutcome:
     fallback_used: bool = False
     already_there: bool = False
     """Every target was in the wanted state already: nothing was asked of the platform."""
+    left_running: int = 0
+    """Targets of a done group step left running (fallback ``skip``): its resource is not
+    known off."""

@@ -21,6 +21,7 @@ from upsguard.cli import main
 from upsguard.config import SiteConfig, load_site
 from upsguard.config.checks import site_warnings
 from upsguard.config.scenario import load_scenario, parse_scenario
+from upsguard.models import UpsName
 from upsguard.simulation.simulator import SimulationReport, simulate
 from upsguard.units import format_duration
 
@@ -132,3 +133,36 @@ def test_the_verdict_says_from_when_the_site_is_unguarded_and_the_service_said_i
         f"unguarded from T+{since}: esx01, esx02, esx03, nas01 ran on while upsguard's machine "
         "was off"
     )
+
+
+def test_a_failed_shutdown_cuts_nothing_not_known_off_until_the_critical_floor() -> None:
+    """The NAS refused its shutdown: the UPS's load cycle went out when the other steps were
+    done, counting every planned resource as stopped, and cut nas01 under its running
+    system with most of the battery left. It waits for the critical floor now, says so,
+    and upsguard's machine stays up meanwhile (nothing would bring it back)."""
+    site = load_site(HOMELAB)
+    report = simulate_text(
+        site, "name: nas refuses\noutage: {at: 1m}\nsteps: {nas01: {fail: stop}}\nhorizon: 3h\n"
+    )
+    said = lines(report)
+    failed = next(i for i, t in enumerate(said) if t.startswith("  failed    stop:nas01"))
+    withheld = said.index(
+        "WARNING: UPS cp1500: shutdown.return not sent: it would cut nas01, not known off; "
+        "sent at the critical floor if they are still not"
+    )
+    sent = said.index("UPS cp1500: sent shutdown.return")
+    floor = next(i for i, t in enumerate(said) if "the battery is at the critical floor" in t)
+    assert failed < withheld < floor == sent - 1
+    assert said[floor] == (
+        "ERROR: UPS cp1500: the battery is at the critical floor: shutdown.return sent "
+        "although it cuts nas01, not known off (the battery would drop them in moments; the "
+        "load cycle brings them back)"
+    )
+    assert said.count(said[withheld]) == 1
+    charge_when_sent = report.timeline[sent].battery[UpsName("cp1500")][0]
+    assert charge_when_sent < 10
+    own = [t for t in said if "stop:mgmt" in t]
+    assert own == [
+        "  skipped   stop:mgmt: nothing would bring power back to mgmt (no load cycle from "
+        "UPS cp1500): upsguard stays up while the battery lasts"
+    ]

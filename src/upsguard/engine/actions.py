@@ -454,4 +454,6 @@ def _combine(
     if failed:
         detail += "; " + "; ".join(r.detail for r in failed[:3])
     already = all(r.already_there for r in results)
-    return StepOutcome(step.id, state, started, ended, detail, 1, fallback, already)
+    return StepOutcome(
+        step.id, state, started, ended, detail, 1, fallback, already, left_running=len(skipped)
+    )

@@ -18,8 +18,13 @@ The machine running upsguard goes down last, and only when something will bring 
   hard boots when the UPS comes back, while one halted on a UPS that never cycles would
   never start again.
 
-A UPS is told only when cutting its output harms nothing still running: every feed it
-belongs to either keeps enough other UPSes, or powers nothing but what the run stopped.
+A UPS is told only when cutting its output harms nothing that is not known off: every feed
+it belongs to either keeps enough other UPSes, or powers nothing but what the run is known to
+have stopped (steps done: seen off, or their command succeeded). A step that failed or was
+skipped leaves its resource not known off, and its UPS is not told, with one exception: at
+the battery's last moment (the critical floor), the UPS is told all the same, after an error
+naming what it cuts. The batteries drop those resources in moments either way, and the load
+cycle is what brings them, and the site, back.
 """
 
 from __future__ import annotations
@@ -65,19 +70,36 @@ class EndOfOutage:
         self._configs = {u.name: u for u in site.ups}
         self._feeds = {feed_name(f, i): f for i, f in enumerate(site.effective_feeds())}
         self._told: dict[RunId, dict[UpsName, bool]] = {}
+        self._withheld: set[tuple[RunId, UpsName]] = set()
+        """UPSes not told yet because they would cut what is not known off (said once)."""
         own = next((r for r in site.resources if r.runs_upsguard), None)
         self._own_ups = (
             {u for f in site.feeds_powering(own.id) for u in f.ups} if own is not None else set()
         )
 
     async def tell_ups(
-        self, spec: RunSpec, stopped: Collection[ResourceId], view: PowerView | None
+        self,
+        spec: RunSpec,
+        stopped: Collection[ResourceId],
+        view: PowerView | None,
+        *,
+        last_moment: bool = False,
     ) -> None:
         """Once a whole shutdown ended on battery: tell the UPSes of its feeds (those whose
-        every feed the run covered, and whose cut harms nothing still running)."""
+        every feed the run covered, and whose cut harms nothing not known off in
+        ``stopped``; at the ``last_moment``, whatever it harms)."""
         if view is None or not view.on_battery:
             return
-        await self._tell(spec, self._run_ups(spec), stopped)
+        await self._tell(spec, self._run_ups(spec), stopped, last_moment)
+
+    def untold(self, spec: RunSpec) -> list[UpsName]:
+        """The UPSes of ``spec``'s feeds with an end command that were not told yet."""
+        told = self._told.get(spec.id, {})
+        return sorted(
+            u
+            for u in self._run_ups(spec)
+            if u not in told and self._configs[u].at_shutdown_end.command is not None
+        )
 
     async def own_machine(
         self,
@@ -142,17 +164,32 @@ class EndOfOutage:
         }
 
     async def _tell(
-        self, spec: RunSpec, upses: set[UpsName], stopped: Collection[ResourceId]
+        self,
+        spec: RunSpec,
+        upses: set[UpsName],
+        stopped: Collection[ResourceId],
+        last_moment: bool = False,
     ) -> dict[UpsName, bool]:
-        """Send each UPS its end command, once per run; which of them took a load cycle."""
+        """Send each UPS its end command, once per run; which of them took a load cycle. A
+        UPS not told because it would cut what is not known off is asked about again later
+        (once more is known off, or at the last moment)."""
         told = self._told.setdefault(spec.id, {})
         for ups in sorted(upses - told.keys()):
-            told[ups] = await self._tell_one(spec, ups, stopped, upses)
+            answer = await self._tell_one(spec, ups, stopped, upses, last_moment)
+            if answer is not None:
+                told[ups] = answer
         return told
 
     async def _tell_one(
-        self, spec: RunSpec, ups: UpsName, stopped: Collection[ResourceId], cut: set[UpsName]
-    ) -> bool:
+        self,
+        spec: RunSpec,
+        ups: UpsName,
+        stopped: Collection[ResourceId],
+        cut: set[UpsName],
+        last_moment: bool,
+    ) -> bool | None:
+        """Whether ``ups`` took a load cycle; None when it was not told for now (it would
+        cut what is not known off)."""
         config = self._configs.get(ups)
         source = self._sources.get(ups)
         command = config.at_shutdown_end.command if config is not None else None
@@ -170,12 +207,22 @@ class EndOfOutage:
             self._events(Notice(self._clock.now(), message, level="warning"))
             return False
         harmed = self._still_running(ups, cut, set(stopped))
+        if harmed and not last_moment:
+            if (spec.id, ups) not in self._withheld:
+                self._withheld.add((spec.id, ups))
+                message = (
+                    f"UPS {ups}: {command} not sent: it would cut {', '.join(harmed)}, not "
+                    "known off; sent at the critical floor if they are still not"
+                )
+                self._events(Notice(self._clock.now(), message, level="warning"))
+            return None
         if harmed:
             message = (
-                f"UPS {ups}: {command} not sent: it would cut {', '.join(harmed)}, still running"
+                f"UPS {ups}: the battery is at the critical floor: {command} sent although "
+                f"it cuts {', '.join(harmed)}, not known off (the battery would drop them in "
+                "moments; the load cycle brings them back)"
             )
-            self._events(Notice(self._clock.now(), message, level="warning"))
-            return False
+            self._events(Notice(self._clock.now(), message, level="error"))
         try:
             await source.command(command)
         except Exception as exc:  # the run is over; report, never crash
@@ -188,7 +235,8 @@ class EndOfOutage:
     def _still_running(
         self, ups: UpsName, cut: set[UpsName], stopped: set[ResourceId]
     ) -> list[ResourceId]:
-        """What cutting ``ups`` (with the others in ``cut``) would take down that still runs."""
+        """What cutting ``ups`` (with the others in ``cut``) would take down that is not
+        known off."""
         out: list[ResourceId] = []
         for feed in self._feeds.values():
             if ups not in feed.ups or len(set(feed.ups) - cut) >= feed.min_supplies:

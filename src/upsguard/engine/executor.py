@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -36,7 +36,7 @@ from upsguard.engine.actions import StepRunner, TargetKey, UnderWay, Unfenced
 from upsguard.engine.ledger import RunLedger
 from upsguard.engine.slots import Slots
 from upsguard.events import EventSink, StepFinished, StepStarted, StepWaiting, TargetAsked
-from upsguard.models import Direction, PlatformName, StepId, StepOutcome, StepState
+from upsguard.models import Direction, PlatformName, ResourceId, StepId, StepOutcome, StepState
 from upsguard.plugins.platforms.base import Platform
 from upsguard.runbooks.plan import Action, Plan, Step
 from upsguard.runs import RunOutcome, RunSpec
@@ -79,7 +79,7 @@ class Executor:
         ledger: RunLedger,
         spec: RunSpec,
         cache_gate: CacheGate | None = None,
-        already_done: Collection[StepId] = (),
+        already_done: Mapping[StepId, StepState] | None = None,
         resumed: bool = False,
         before_step: Callable[[Step], Awaitable[str | None]] | None = None,
         dry_run: bool = False,
@@ -87,7 +87,7 @@ class Executor:
         claim: Callable[[Step], Awaitable[bool]] | None = None,
         unfenced: Unfenced | None = None,
     ) -> None:
-        """``already_done``: steps a resumed run finished before (done or skipped).
+        """``already_done``: steps a resumed run finished before, and how (done or skipped).
         ``resumed``: the run was cut short before; its steps look for the platform's own
         tasks still under way and wait for them instead of asking again.
         ``before_step``: awaited just before a step acts (after its cache gate); a reason it
@@ -122,7 +122,10 @@ class Executor:
         )
         self.result = RunResult(spec)
         self._steps = plan.by_id()
-        self._already = set(already_done) & self._steps.keys()
+        self._already_states = {
+            step: state for step, state in (already_done or {}).items() if step in self._steps
+        }
+        self._already = set(self._already_states)
         self._dependents = plan.dependents()
         self._missing = {s.id: len(s.waits_for) for s in plan.steps}
         self._tasks: dict[StepId, asyncio.Task[None]] = {}
@@ -260,6 +263,23 @@ class Executor:
         for step in self.plan.steps:
             if step.id not in self.result.outcomes and step.id not in self._already:
                 self._finish(StepOutcome(step.id, StepState.CANCELLED, now, now, "run cancelled"))
+
+    def known_down(self) -> set[ResourceId]:
+        """The resources a shutdown is known to have stopped: each of their steps ended done
+        (seen off, or its command succeeded) with no target left running, in this run or in
+        the run it resumes. A step failed, skipped, cancelled, interrupted or not run yet
+        leaves its resource not known off, whatever the plan says."""
+        states: dict[ResourceId, list[bool]] = {}
+        for step in self.plan.steps:
+            if step.settings is None:
+                continue
+            outcome = self.result.outcomes.get(step.id)
+            if outcome is not None:
+                down = outcome.state is StepState.DONE and not outcome.left_running
+            else:
+                down = self._already_states.get(step.id) is StepState.DONE
+            states.setdefault(step.resource, []).append(down)
+        return {resource for resource, downs in states.items() if all(downs)}
 
     def _summary(self) -> str:
         counts = Counter(outcome.state for outcome in self.result.outcomes.values())

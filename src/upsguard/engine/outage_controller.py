@@ -147,6 +147,8 @@ class OutageController:
         """A controller of a newer site file took over (``take_over``): a person's command
         that waited for ``_acting`` here must not start or stop a run behind its back."""
         self._cache_reading: asyncio.Task[Any] | None = None
+        self._ended_shutdown: tuple[RunSpec, frozenset[ResourceId]] | None = None
+        """The last shutdown that ended by itself, and what it is known to have stopped."""
 
     # -- each poll ---------------------------------------------------------------------
 
@@ -176,6 +178,7 @@ class OutageController:
                     self._events(Notice(self._clock.now(), message, level="error"))
             if self.may_act:
                 await self._keep_caches(view)
+                await self._last_moment(view)
         return view
 
     @property
@@ -351,10 +354,11 @@ class OutageController:
         self,
         plan: Plan,
         spec: RunSpec,
-        already_done: Collection[StepId] = (),
+        already_done: Mapping[StepId, StepState] | None = None,
         resumed: bool = False,
     ) -> RunId:
         await self._stop_run(RunOutcome.ABANDONED)
+        self._ended_shutdown = None
         executor = Executor(
             plan,
             self.platforms,
@@ -393,9 +397,8 @@ class OutageController:
             return None
         if executor.plan.direction is not Direction.SHUTDOWN:
             return None
-        stopped = {s.resource for s in executor.plan.steps}
         stay = await self._end.own_machine(
-            executor.spec, step.settings.resource, stopped, self.view
+            executor.spec, step.settings.resource, executor.known_down(), self.view
         )
         return stay.reason if stay is not None else None
 
@@ -437,15 +440,36 @@ class OutageController:
 
     def _run_done(self, executor: Executor, task: asyncio.Task[RunResult]) -> None:
         """A shutdown that ended by itself on battery: tell the UPSes what the site file says
-        (unless the controller's own machine's step did already)."""
+        (unless the controller's own machine's step did already), cutting nothing that is
+        not known off: what a failed run left running keeps its power until the battery's
+        last moment (``_last_moment``)."""
         if task.cancelled() or task.exception() is not None:
             return
         result = task.result()
         spec = result.run
         ended = result.outcome in (RunOutcome.DONE, RunOutcome.FAILED)
         if ended and spec.kind is RunKind.SHUTDOWN and spec.concerns_the_site:
-            stopped = {s.resource for s in executor.plan.steps}
-            asyncio.get_running_loop().create_task(self._end.tell_ups(spec, stopped, self.view))
+            down = frozenset(executor.known_down())
+            self._ended_shutdown = (spec, down)
+            asyncio.get_running_loop().create_task(self._end.tell_ups(spec, down, self.view))
+
+    @property
+    def waits_for_the_floor(self) -> bool:
+        """The last shutdown ended with UPSes not told (they would have cut what is not known
+        off): they are told at the critical floor (``_last_moment``)."""
+        ended = self._ended_shutdown
+        return ended is not None and bool(self._end.untold(ended[0]))
+
+    async def _last_moment(self, view: PowerView) -> None:
+        """At the critical floor, after a shutdown ended with resources not known off, the
+        UPSes not told yet are told now all the same: the batteries drop those resources in
+        moments either way, and the load cycle is what brings the site back. Level-triggered
+        (every tick at the floor), told once per UPS; each cut is named as an error first."""
+        ended = self._ended_shutdown
+        if ended is None or self.busy or not view.on_battery or not self.engine.at_floor:
+            return
+        spec, down = ended
+        await self._end.tell_ups(spec, down, view, last_moment=True)
 
     def _take_under_way(self) -> dict[TargetKey, UnderWay]:
         """What the run before left under way (stopped, or ended by itself a moment ago),
@@ -595,7 +619,7 @@ class OutageController:
         journal): the next run's steps wait for them rather than asking again."""
         self._under_way.update({request.key: request for request in requests})
 
-    async def resume(self, spec: RunSpec, done: Collection[StepId]) -> RunId:
+    async def resume(self, spec: RunSpec, done: Mapping[StepId, StepState]) -> RunId:
         """Finish a run a dead or stopped controller left: the steps in ``done`` are not run
         again; every other step first reads its target's real state, and waits for a request
         of it under way (``asked_before`` the restart, or a task its platform lists) rather
@@ -678,7 +702,7 @@ class OutageController:
         await self._stop_run(RunOutcome.INTERRUPTED)
 
 
-def _still_started(plan: Plan, done: Collection[StepId]) -> set[StepId]:
+def _still_started(plan: Plan, done: Mapping[StepId, StepState]) -> dict[StepId, StepState]:
     """The startup steps a resume may trust as done: a power cycle since (the one that
     restarted this controller) may have undone any start, so each step that can read its
     target does so again (one found up is "already up"); a command's start cannot be read,
@@ -688,4 +712,4 @@ def _still_started(plan: Plan, done: Collection[StepId]) -> set[StepId]:
         for s in plan.steps
         if s.settings is not None and s.settings.resource.kind is ResourceKind.COMMAND
     }
-    return {step for step in done if step in trusted}
+    return {step: state for step, state in done.items() if step in trusted}

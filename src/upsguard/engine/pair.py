@@ -78,7 +78,8 @@ class SharedRun:
     """A run the shared ledger holds in progress, as the controller that leads resumes it."""
 
     spec: RunSpec
-    done: frozenset[StepId]
+    done: Mapping[StepId, StepState]
+    """The steps finished (done or skipped), and how."""
     requests: tuple[UnderWay, ...]
     unsure: tuple[StepId, ...]
     """Steps marked started and not finished: re-checked against the real world."""
@@ -406,7 +407,7 @@ class Pair:
         spec = ledger.active.spec
         self._taken.add(spec.id)
         marks = ledger.steps_of(spec.id)
-        done = frozenset(s for s, m in marks.items() if m.state.finished)
+        done = {s: m.state for s, m in marks.items() if m.state.finished}
         if ledger.handed_over(spec.id) is not None:
             self._handed.add(spec.id)
         requests = tuple(

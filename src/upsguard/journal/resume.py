@@ -30,6 +30,7 @@ from upsguard.models import (
     ResourceKind,
     RunId,
     StepId,
+    StepState,
     Target,
 )
 from upsguard.runs import RunKind, RunOutcome
@@ -98,16 +99,17 @@ def _only_own_machine_left(journal: Journal, controller: OutageController, run: 
     )
 
 
-def _done_steps(journal: Journal, run: RunRow) -> set[StepId]:
+def _done_steps(journal: Journal, run: RunRow) -> dict[StepId, StepState]:
+    """The steps the run finished (done or skipped), and how."""
     latest = {s.step: s.state for s in journal.read.steps(run.id)}
-    return {StepId(s) for s, state in latest.items() if state.finished}
+    return {StepId(s): state for s, state in latest.items() if state.finished}
 
 
 async def _resume(
     journal: Journal, controller: OutageController, run: RunRow, clock: Clock, events: EventSink
 ) -> str:
     done = _done_steps(journal, run)
-    unsure = sorted({s.step for s in journal.read.steps(run.id)} - done)
+    unsure = sorted({s.step for s in journal.read.steps(run.id)} - done.keys())
     message = f"resuming {run.kind} run {run.id}: {len(done)} step(s) already done" + (
         f"; checking the real state of {', '.join(unsure)}" if unsure else ""
     )

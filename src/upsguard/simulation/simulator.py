@@ -331,8 +331,9 @@ class Simulation:
         return True
 
     def _settled(self, outage: OutageController) -> bool:
-        """Nothing more will happen: back to normal, or down with no power to come back."""
-        if outage.busy:
+        """Nothing more will happen: back to normal, or down with no power to come back (and
+        no UPS left to tell at the critical floor)."""
+        if outage.busy or outage.waits_for_the_floor:
             return False
         phase = outage.engine.phase
         if phase is Phase.NORMAL:
