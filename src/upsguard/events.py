@@ -234,6 +234,9 @@ class UpsCommandSent(Event):
     detail: str = ""
     """Why it failed (the UPS's or the source's own words); empty when it took it."""
     run: RunId | None = None
+    cuts_not_known_off: tuple[str, ...] = ()
+    """Resources it cuts that were not known off: sent at the battery's critical floor all
+    the same (``engine.end_of_outage``); empty otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

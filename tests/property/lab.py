@@ -12,8 +12,13 @@ is off nothing acts until the UPS cycles its power and it boots again.
 
 Every request a platform accepts is checked the moment it is made (``Request``): its
 order against what depends on it, the caches in its data path, whether it acts twice, and
-the path back before the controller's own machine stops. What breaks a rule is kept in
-``violations``; the state machine asserts it is empty after every step.
+the path back before the controller's own machine stops. The world can also stop answering,
+as the real one does: a cache that cannot be read, a platform whose reads come back unknown
+or fail. Unknown is never good news: a host or storage stop passes its cache gate only on a
+cache read clean (or the risk recorded), a step is done only when its targets are off, and
+a UPS's command cuts nothing that is not off but what it named at the critical floor. What
+breaks a rule is kept in ``violations``; the state machine asserts it is empty after every
+step.
 """
 
 from __future__ import annotations
@@ -36,14 +41,16 @@ from upsguard.config.site import SiteConfig
 from upsguard.config.source import parse_yaml
 from upsguard.controller.service import Service
 from upsguard.engine.outage_controller import REPLAN_WITHIN_S
-from upsguard.errors import PermanentError, RunBusy
+from upsguard.errors import PermanentError, PlatformUnreachable, RunBusy, TemporaryError
 from upsguard.events import (
+    CacheClean,
     Event,
     EventSink,
     Notice,
     RiskAccepted,
     RunStarted,
     StepFinished,
+    UpsCommandSent,
 )
 from upsguard.models import (
     CacheMode,
@@ -61,6 +68,7 @@ from upsguard.models import (
     UpsName,
 )
 from upsguard.plugins.caches.simulated import SimulatedCache
+from upsguard.plugins.platforms.base import poll_for_state
 from upsguard.plugins.platforms.simulated import Behaviour, Fleet, Request, SimulatedPlatform
 from upsguard.plugins.registry import SitePlugins
 from upsguard.plugins.ups.simulated import SimulatedUps
@@ -168,13 +176,26 @@ class Life:
             await asyncio.get_running_loop().create_future()
 
 
+UNKNOWN_READS = "unknown"
+"""A platform's reads answer, but say nothing usable (garbage, a status it does not know)."""
+FAILING_READS = "fail"
+"""A platform's reads fail (no answer, a broken path): its requests still get through."""
+READ_POLL_S = 5.0
+
+
 class LabPlatform:
     """A world's platform lent to one controller process: it outlives the process, so
-    opening and closing it is nothing."""
+    opening and closing it is nothing. Its reads may go wrong (``reads``: ``UNKNOWN_READS``
+    or ``FAILING_READS``, set by the test per platform): then a wait reads the state, as a
+    platform without pushed changes does, and never sees what it waits for."""
 
-    def __init__(self, inner: SimulatedPlatform, life: Life) -> None:
+    def __init__(
+        self, inner: SimulatedPlatform, life: Life, reads: dict[PlatformName, str], clock: Any
+    ) -> None:
         self._inner = inner
         self._life = life
+        self._reads = reads
+        self._clock = clock
         self.name = inner.name
 
     async def open(self) -> None:
@@ -189,6 +210,11 @@ class LabPlatform:
 
     async def power_state(self, target: Target) -> PowerState:
         await self._life.check()
+        reads = self._reads.get(self.name)
+        if reads == FAILING_READS:
+            raise PlatformUnreachable(f"platform {self.name}: no answer (injected)")
+        if reads == UNKNOWN_READS:
+            return PowerState.UNKNOWN
         return await self._inner.power_state(target)
 
     async def stop(self, target: Target, method: StopMethod) -> None:
@@ -201,7 +227,27 @@ class LabPlatform:
 
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
         await self._life.check()
+        if self.name in self._reads:
+            return await self._poll(target, state, timeout)
         return await self._inner.wait_for(target, state, timeout)
+
+    async def _poll(self, target: Target, state: PowerState, timeout: float) -> bool:
+        """What a platform that cannot push changes does; a read that fails is no answer."""
+        deadline = self._clock.monotonic() + timeout
+        while True:
+            try:
+                return await poll_for_state(
+                    self,
+                    target,
+                    state,
+                    deadline - self._clock.monotonic(),
+                    READ_POLL_S,
+                    self._clock,
+                )
+            except TemporaryError:
+                if self._clock.monotonic() >= deadline:
+                    return False
+                await asyncio.sleep(READ_POLL_S)
 
     async def healthy(self, target: Target) -> bool:
         await self._life.check()
@@ -220,6 +266,8 @@ class WorldCache:
     inner: SimulatedCache
     refuse: bool = False
     flip_s: float = 0.0
+    unreadable: bool = False
+    """Its host does not answer: neither its targets nor a reading can be had."""
 
 
 class LabCache:
@@ -232,11 +280,17 @@ class LabCache:
 
     async def targets(self) -> list[CacheTarget]:
         await self._life.check()
+        self._answers()
         return await self._cache.inner.targets()
 
     async def read(self, target: CacheTarget) -> CacheState:
         await self._life.check()
+        self._answers()
         return await self._cache.inner.read(target)
+
+    def _answers(self) -> None:
+        if self._cache.unreadable:
+            raise TemporaryError(f"cache {self.name}: cannot connect (injected)")
 
     async def set_mode(self, target: CacheTarget, mode: CacheMode) -> None:
         await self._life.check()
@@ -309,6 +363,8 @@ class OutageLab:
             for c in self.site.caches
             if isinstance(c, SimulatedCacheSettings)
         }
+        self.reads: dict[PlatformName, str] = {}
+        """Platforms whose reads go wrong, and how (``UNKNOWN_READS``, ``FAILING_READS``)."""
         self.power.power_cut = self._power_cut
         self.power.power_back = self._power_back
         self.own = next(r.id for r in self.site.resources if r.runs_upsguard)
@@ -326,6 +382,13 @@ class OutageLab:
             s.id: s.resource for p in (self.shutdown, self.startup) for s in p.steps
         }
         self._risk_since: dict[CacheName, float] = {}
+        self._clean_since: dict[CacheName, float] = {}
+        self._shutdown_steps = {s.id for s in self.shutdown.steps}
+        self._known_dead: set[UpsName] = set()
+        """The UPSes whose output was off at the last cut or return: the next cut's cause is
+        the one that went off since."""
+        self._declared_cuts: dict[UpsName, tuple[float, set[str]]] = {}
+        """Per UPS, when its last command was sent and what it said it cuts not known off."""
         self._run_started_at = 0.0
         self._excused: set[ResourceId] = set()
         self._due: dict[str, float] = {}
@@ -471,7 +534,9 @@ class OutageLab:
     def _plugins(self, site: SiteConfig, clock: Any, life: Life) -> SitePlugins:
         return SitePlugins(
             sources={u.name: LabUps(u, clock, self.power, life) for u in site.ups},
-            platforms={name: LabPlatform(p, life) for name, p in self.platforms.items()},
+            platforms={
+                name: LabPlatform(p, life, self.reads, clock) for name, p in self.platforms.items()
+            },
             caches={name: LabCache(c, life) for name, c in self.caches.items()},
         )
 
@@ -522,11 +587,13 @@ class OutageLab:
             await self.start()
 
     def _power_cut(self, resources: tuple[ResourceId, ...]) -> None:
+        self._check_cut(resources)
         platform = next(iter(self.platforms.values()))
         for rid in resources:
             platform.power_lost(rid)
 
     def _power_back(self, resources: tuple[ResourceId, ...]) -> None:
+        self._known_dead = set(self.power.dead)
         for rid in resources:
             platform = self.platform_of(rid)
             platform.boot(rid, self._simulated(platform.name).host_power_on.total_seconds())
@@ -653,10 +720,12 @@ class OutageLab:
 
     def _clear_faults(self) -> None:
         self.fleet.behaviour.clear()
+        self.reads.clear()
         for platform in self.platforms.values():
             platform.hang = None
         for cache in self.caches.values():
             cache.refuse = False
+            cache.unreadable = False
         self.power.set_link(None, LinkState.OK)
         self.power.set_self_test(None, False)
         self.power.set_fsd(None, False)
@@ -710,14 +779,18 @@ class OutageLab:
         self.events.append((process, self.now, event))
         if isinstance(event, RiskAccepted):
             self._risk_since[CacheName(event.cache)] = self.now
+        elif isinstance(event, CacheClean):
+            self._clean_since[CacheName(event.cache)] = self.now
         elif isinstance(event, RunStarted):
             self._run_started_at = self.now
-        elif isinstance(event, StepFinished) and event.state in (
-            StepState.FAILED,
-            StepState.SKIPPED,
-        ):
-            assert event.resource is not None
-            self._excused.add(event.resource)
+        elif isinstance(event, UpsCommandSent) and event.ok:
+            self._declared_cuts[UpsName(event.ups)] = (self.now, set(event.cuts_not_known_off))
+        elif isinstance(event, StepFinished):
+            if event.state in (StepState.FAILED, StepState.SKIPPED):
+                assert event.resource is not None
+                self._excused.add(event.resource)
+            elif event.state is StepState.DONE and event.step in self._shutdown_steps:
+                self._check_done(event)
 
     def _requested(self, request: Request) -> None:
         process = self.process.number if self.process is not None else 0
@@ -761,7 +834,9 @@ class OutageLab:
         )
         if resent_guest:
             return
-        if there:
+        # a controller that cannot read the target asks: the platform refuses what is there
+        blind = request.target.platform in self.reads
+        if there and not blind:
             self.violations.append(f"{_said(seen)}: {target} is {wanted} already")
         elif under_way and previous is not None:
             self.violations.append(
@@ -783,13 +858,64 @@ class OutageLab:
                 self.violations.append(f"{_said(seen)} while {rid}, which it needs, is not up")
 
     def _check_caches(self, seen: Seen) -> None:
-        """No host or storage stops while a cache in its data path is dirty, unless that
-        risk was recorded in this run."""
+        """No host or storage stops while a cache in its data path is dirty, or was not read
+        clean, unless that risk was recorded in this run."""
         for cache in self._gates.get(seen.request.resource, ()):
             dirty = self.caches[cache].inner.dirty_bytes()
             accepted = self._risk_since.get(cache, -1.0) >= self._run_started_at
-            if dirty and not accepted:
+            read_clean = self._clean_since.get(cache, -1.0) >= self._run_started_at
+            if accepted:
+                continue
+            if dirty:
                 self.violations.append(f"{_said(seen)} while cache {cache} holds {dirty} B dirty")
+            elif not read_clean:
+                self.violations.append(f"{_said(seen)} while cache {cache} was not read clean")
+
+    def _check_done(self, event: StepFinished) -> None:
+        """A shutdown step is done only when its targets are off (seen off, or its command
+        succeeded), never because they could not be read. A group's member step and the
+        controller's own machine (off only once its poweroff lands) are left out."""
+        resource = event.resource
+        res = self.site.resource_index().get(resource) if resource is not None else None
+        if res is None or event.member or res.runs_upsguard or res.kind.value == "vm_group":
+            return
+        on = [t for t in self.targets_of(res.id) if self.state(t) is not PowerState.OFF]
+        if on:
+            self.violations.append(
+                f"T+{self.now:.0f}s: step {event.step} done ({event.detail}) while "
+                f"{', '.join(on)} {'is' if len(on) == 1 else 'are'} not off"
+            )
+
+    def _check_cut(self, resources: tuple[ResourceId, ...]) -> None:
+        """A UPS's command cuts nothing that is not off, but what it named as such when sent
+        at the critical floor. A resource started since the command was sent (the mains came
+        back meanwhile) is the load cycle's own business, not the command's choice."""
+        newly = {u for u in self.power.dead if u not in self._known_dead}
+        self._known_dead = set(self.power.dead)
+        by_command = {u for u in newly if self.power.dead[u] == "switched off by a command"}
+        if not by_command:
+            return
+        commanded = [
+            (ups, at, declared)
+            for ups, (at, declared) in self._declared_cuts.items()
+            if self.power.dead.get(ups) == "switched off by a command"
+        ]
+        declared = {r for _, _, names in commanded for r in names}
+        sent_at = min(at for _, at, _ in commanded)
+        for rid in resources:
+            res = self.site.resource_index().get(rid)
+            if res is None or not res.stops or res.runs_upsguard or rid in declared:
+                continue
+            on = [t for t in self.targets_of(rid) if self.state(t) is PowerState.ON]
+            started = any(
+                s.at_s >= sent_at and s.request.resource == rid and s.request.method is None
+                for s in self.seen
+            )
+            if on and not started:
+                self.violations.append(
+                    f"T+{self.now:.0f}s: UPS {', '.join(u for u, _, _ in commanded)} cut "
+                    f"{rid} ({', '.join(on)} on), not known off and not named at the floor"
+                )
 
     def _check_path_back(self, seen: Seen) -> None:
         """The controller's own machine stops only once its UPSes will bring power back."""

@@ -4,7 +4,8 @@ service on the virtual clock.
 Hypothesis plays any interleaving of what happens in an outage: the mains of each UPS failing
 and returning, a UPS out of contact or stale, a self-test, FSD, a battery that is older than
 its model; a person holding, releasing, triggering and aborting; platforms refusing,
-hanging, answering late; caches getting dirty or refusing to flip; the controller killed
+hanging, answering late, their reads failing or coming back unknown; caches getting dirty,
+refusing to flip or not answering at all; the controller killed
 (``kill -9``) or stopped and started again from its journal; and time passing. After every
 step the rules that must hold in every outage are checked (``OutageLab`` checks each
 request the moment a platform accepts it); at the end the mains come back for good and the
@@ -33,9 +34,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from tests.property.lab import OutageLab
+from tests.property.lab import FAILING_READS, UNKNOWN_READS, OutageLab
 from upsguard.errors import UpsguardError
-from upsguard.models import CacheName, LinkState, ResourceId, UpsName
+from upsguard.models import CacheName, LinkState, PlatformName, ResourceId, UpsName
 from upsguard.plugins.platforms.simulated import Behaviour, Hang
 
 UPSES = [UpsName("ua"), UpsName("ub")]
@@ -154,6 +155,21 @@ class OutageMachine(RuleBasedStateMachine):
     @rule(refuse=st.booleans())
     def cache_refuses_to_flip(self, refuse: bool) -> None:
         self.lab.caches[CacheName("flash")].refuse = refuse
+
+    @rule(unreadable=st.booleans())
+    def cache_stops_answering(self, unreadable: bool) -> None:
+        self.lab.caches[CacheName("flash")].unreadable = unreadable
+
+    @rule(
+        platform=st.sampled_from([PlatformName("vc"), PlatformName("dev")]),
+        reads=st.sampled_from([None, UNKNOWN_READS, FAILING_READS]),
+    )
+    def platform_reads_go_wrong(self, platform: PlatformName, reads: str | None) -> None:
+        """Its reads come back unknown (garbage) or fail, while its requests get through."""
+        if reads is None:
+            self.lab.reads.pop(platform, None)
+        else:
+            self.lab.reads[platform] = reads
 
     # -- the controller itself ----------------------------------------------------------------
 

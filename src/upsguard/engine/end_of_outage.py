@@ -227,9 +227,15 @@ class EndOfOutage:
             await source.command(command)
         except Exception as exc:  # the run is over; report, never crash
             detail = str(exc) if str(exc) else type(exc).__name__
-            self._events(UpsCommandSent(self._clock.now(), ups, command, False, detail, spec.id))
+            self._events(
+                UpsCommandSent(
+                    self._clock.now(), ups, command, False, detail, spec.id, tuple(harmed)
+                )
+            )
             return False
-        self._events(UpsCommandSent(self._clock.now(), ups, command, True, "", spec.id))
+        self._events(
+            UpsCommandSent(self._clock.now(), ups, command, True, "", spec.id, tuple(harmed))
+        )
         return config is not None and config.at_shutdown_end.brings_power_back
 
     def _still_running(
