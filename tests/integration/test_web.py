@@ -134,6 +134,17 @@ def web_site(tmp_path: Path, nut: NutServer, lab: Vcsim) -> tuple[ServiceProcess
                 {"name": "ups1", "nut": {"host": "127.0.0.1", "port": nut.port, "ups": "ups1"}}
             ],
             "platforms": {"vc": lab.settings_dict(tmp_path), "cmd": {"type": "command"}},
+            "caches": [  # its host does not answer: read on battery, never shown as ok
+                {
+                    "name": "nas-ssd",
+                    "provider": "command",
+                    "targets": ["ssd0"],
+                    "read_mode": "/nonexistent/cachetool mode {target}",
+                    "set_write_through": "/nonexistent/cachetool wt {target}",
+                    "set_write_back": "/nonexistent/cachetool wb {target}",
+                    "read_dirty_bytes": "/nonexistent/cachetool dirty {target}",
+                }
+            ],
             "resources": [
                 {"id": "dc01", **vm},
                 {"id": "sql01", **vm, "depends_on": ["dc01"]},
@@ -233,6 +244,12 @@ def test_the_page_follows_a_real_outage_live_and_guards_its_controls(
         assert DURATION.match(text(overview, "#plan-left")), text(overview, "#plan-left")
         assert "low_battery" in text(overview, "#triggers")
         browsers.shot(overview, "1-on-battery")
+        caches = browsers.page(operator, "/caches")
+        unread = "#caches tr[data-cache='nas-ssd/ssd0']"
+        caches.wait_for_selector(f"{unread} .state[data-state=error]")
+        assert "unread: " in text(caches, unread) and "clean" not in text(caches, unread)
+        assert caches.locator(f"{unread} .state[data-state=ok]").count() == 0
+        caches.close()
 
         # low battery: the shutdown starts and waits at the gate for the test
         nut.write("ups1", LOW_BATTERY)

@@ -209,13 +209,23 @@ function drawPlans() {
   }
 }
 
+// A cache that was not read is unknown, never ok: its mode and cleanliness say so.
+function cacheMode(c) {
+  if (c.mode === null) return badge(c.error ? "error" : "unknown", c.error ? "unread" : "?");
+  return badge(c.mode === "write-back" ? "warning" : "ok", c.mode);
+}
+function cacheClean(c) {
+  if (c.clean === true) return "clean";
+  if (c.clean === null) return c.error ? `unread: ${c.error}` : "not read yet";
+  return dur(c.eta_s);
+}
 function drawCaches() {
   fill("caches", status.caches.map((c) => el("tr", { "data-cache": `${c.cache}/${c.target}` },
     el("td", {}, c.cache), el("td", {}, c.target),
-    el("td", {}, badge(c.mode === "write-back" ? "warning" : "ok", c.mode || "?")),
+    el("td", {}, cacheMode(c)),
     el("td", {}, bytes(c.dirty_bytes)),
     el("td", {}, c.rate_bps === null ? "–" : `${bytes(c.rate_bps)}/s`),
-    el("td", {}, c.clean ? "clean" : dur(c.eta_s)),
+    el("td", {}, cacheClean(c)),
     el("td", {}, c.gates.join(", ") || "–"))));
 }
 
