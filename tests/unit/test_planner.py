@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.runs import steps_by_id
 from tests.sites import EXAMPLES, simple_site, site_from
 from upsguard.config import SiteConfig, load_site
+from upsguard.errors import ConfigError
 from upsguard.models import PlatformName, ResourceId, ResourceKind, Target
 from upsguard.runbooks import render
 from upsguard.runbooks.plan import Action, Plan
@@ -267,3 +269,23 @@ def test_a_group_of_unknown_placement_puts_every_host_it_could_be_on_in_the_data
     data["caches"] = [{"name": "flash", "provider": "simulated", "carries": ["web"]}]
     steps = steps_by_id(Planner(site_from(tmp_path, data)).plan("shutdown"))
     assert steps["stop:h1"].caches == ("flash",) and steps["stop:h2"].caches == ("flash",)
+
+
+def test_a_host_that_needs_a_vm_live_inventory_finds_on_it_is_a_cycle_said_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """The site file runs db on h1; h2 needs db. Live inventory finds db moved to h2: the
+    planner's ``ValueError: the plan has a cycle`` came out as a traceback."""
+    data = simple_site()
+    data["resources"][4]["depends_on"] = ["nas", "db"]  # h2
+    site = site_from(tmp_path, data)
+    Planner(site).plan("shutdown")  # as the site file places it: no cycle
+    moved = {ResourceId("db"): [Target(VC, ResourceKind.VM, "db", host="h2")]}
+    with pytest.raises(ConfigError) as info:
+        Planner(site, moved)
+    (problem,) = info.value.problems
+    assert problem.startswith(
+        "resources[4].depends_on[1]: cycle: h2 -> db -> h2 (live inventory finds db on h2): "
+        "a host cannot need a VM that runs on it; drop the dependency, or run the VM "
+        f"elsewhere ({tmp_path / 'site.yaml'}:"
+    )

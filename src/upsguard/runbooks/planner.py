@@ -13,9 +13,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from upsguard.config.checks import (
+    Placements,
+    cycle_problems,
+    of_unknown_placement,
+    on_its_runs_on,
+)
 from upsguard.config.resources import DEFAULT_START_S, DEFAULT_STOP_S, ResourceConfig
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
+from upsguard.errors import ConfigError
 from upsguard.models import (
     CacheName,
     Direction,
@@ -70,6 +77,7 @@ class Planner:
         self.durations: Durations = durations or {}
         self._unplanned = unplanned or {}
         self._graph = build_graph(site, inventory)
+        _refuse_cycles(site, self._graph)
         self._managers = _manager_descendants(site, self._graph)
         self._gated = _cache_gates(site, self._graph)
         self._plans: dict[tuple[Direction, frozenset[ResourceId] | None], Plan] = {}
@@ -129,6 +137,42 @@ def build_plans(site: SiteConfig, inventory: Inventory | None = None) -> tuple[P
     """The site's shutdown and startup plans."""
     planner = Planner(site, inventory)
     return planner.plan(Direction.SHUTDOWN), planner.plan(Direction.STARTUP)
+
+
+def _refuse_cycles(site: SiteConfig, graph: ResourceGraph) -> None:
+    """``ConfigError`` naming each cycle and where the VM in it runs. The site file's own
+    cycles were refused when it was loaded; live inventory can make one more: a host that
+    needs a VM found running on it."""
+    needs: dict[ResourceId, list[ResourceId]] = {}
+    placed: Placements = {}
+    index = site.resource_index()
+    for node in graph.nodes.values():
+        if node.barrier:
+            continue
+        mine = needs.setdefault(node.resource, [])
+        for then in graph.needs[node.id]:
+            other = graph.nodes[then]
+            hosts = [graph.nodes[h] for h in graph.needs[then]] if other.barrier else [other]
+            for host in hosts:
+                mine.append(host.resource)
+                if other.barrier or host.resource not in index[node.resource].depends_on:
+                    hop = (node.resource, host.resource)
+                    placed.setdefault(hop, _placed_by(index[node.resource], node, host, site))
+    problems = [site.problem(loc, message) for loc, message in cycle_problems(site, needs, placed)]
+    if problems:
+        raise ConfigError(problems)
+
+
+def _placed_by(res: ResourceConfig, node: Node, host: Node, site: SiteConfig) -> str:
+    """Why a VM stops before a host: where live inventory found it, else the site file."""
+    name = site.resource(host.resource).target_name
+    found = [t.name for t in node.targets if t.host == name]
+    if found:
+        shown = found[0] if found[0] == res.id else f"{found[0]} of {res.id}"
+        return f"live inventory finds {shown} on {host.resource}"
+    if host.resource in res.runs_on:
+        return on_its_runs_on(res.id, host.resource)
+    return of_unknown_placement(res.id, res.platform or "")
 
 
 def _select_nodes(
