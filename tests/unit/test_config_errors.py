@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.sites import write_site
+from tests.sites import EXAMPLES, write_site
 from upsguard.cli import main
 from upsguard.config import load_site
-from upsguard.config.platforms import RedfishSettings
+from upsguard.config.platforms import RedfishSettings, WolSettings
 from upsguard.errors import ConfigError
 
 GOOD = """\
@@ -304,3 +304,36 @@ def test_every_command_refuses_a_placement_cycle_in_one_line(
         assert main([*command, "-c", str(site)]) == 2
     (line,) = err.getvalue().splitlines()
     assert line.startswith("upsguard: resources[3].depends_on[0]: cycle: esx01 -> dc01 -> esx01")
+
+
+WAKE = GOOD.replace(
+    "  vcenter: {type: vsphere,",
+    "  wake: {type: wol, broadcast: 192.168.1.255}\n  vcenter: {type: vsphere,",
+)
+
+
+def test_a_machine_woken_by_wake_on_lan_needs_its_mac(tmp_path: Path) -> None:
+    """validate accepted it and only doctor failed it: the homelab example's ESXi hosts could
+    not be powered back on."""
+    site_file = tmp_path / "site.yaml"
+    text = WAKE.replace(
+        "{id: esx01, kind: host, platform: vcenter}",
+        "{id: esx01, kind: host, platform: vcenter, power_on_via: wake}",
+    )
+    assert problems(tmp_path, text) == [
+        "resources[3].power_on_via: 'wake' wakes esx01 with Wake-on-LAN, which needs its "
+        f"MAC address: set mac like 'aa:bb:cc:dd:ee:ff' ({site_file}:13)"
+    ]
+    malformed = text.replace("power_on_via: wake}", "power_on_via: wake, mac: 'aa:bb:cc'}")
+    (only,) = problems(tmp_path, malformed)
+    assert only.startswith("resources[3].mac: not a MAC address: 'aa:bb:cc'")
+    good = text.replace("power_on_via: wake}", "power_on_via: wake, mac: 'AA-BB-CC-DD-EE-01'}")
+    assert load_site(write_site(tmp_path, good)).resource("esx01").mac == "AA-BB-CC-DD-EE-01"
+
+
+def test_the_examples_validate_and_can_power_each_host_back_on() -> None:
+    for name in ("homelab.yaml", "cluster.yaml"):
+        site = load_site(EXAMPLES / name)
+        for res in site.resources:
+            if res.power_on_via and isinstance(site.platform(res.power_on_via), WolSettings):
+                assert res.mac, f"{name}: {res.id} has no mac"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from upsguard.config.ha_checks import ha_problems, ha_warnings
 from upsguard.config.own_machine import weaker_feeds, without_a_way_back
+from upsguard.config.platforms import WolSettings
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import Suggestions, suggest
 from upsguard.config.types import format_duration, shorten
@@ -47,6 +48,7 @@ def site_problems(site: SiteConfig, unchecked: Unchecked = _NOTHING) -> list[Pro
     for check in (_duplicates, _references, _platform_refs, _feeds, _caches):
         problems.extend(check(site, unchecked))
     problems.extend(_cycles(site))
+    problems.extend(_woken_without_a_mac(site))
     problems.extend(_ups_command_outlasts_own_machine(site))
     problems.extend(_snmp_can_send(site))
     problems.extend(ha_problems(site, unchecked.resources))
@@ -154,6 +156,28 @@ def _caches_of_unknown_placement(site: SiteConfig) -> Iterator[Problem]:
                     f"every host of {res.platform} ({', '.join(hosts)}) waits for the cache "
                     f"(see 'upsguard plan shutdown --live')",
                 )
+
+
+def _woken_without_a_mac(site: SiteConfig) -> Iterator[Problem]:
+    """A machine brought back by Wake-on-LAN (its ``power_on_via``, or its platform) needs its
+    MAC address: without one the startup cannot power it on, so ``validate`` refuses it now
+    rather than ``doctor`` (or the startup after an outage) finding it."""
+    for i, res in enumerate(site.resources):
+        if res.mac is not None:
+            continue
+        for field in ("power_on_via", "platform"):
+            name = getattr(res, field)
+            if name is not None and site.knows_platform(name) and _wakes(site, name):
+                yield (
+                    ("resources", i, field),
+                    f"{shorten(name)!r} wakes {shorten(res.id)} with Wake-on-LAN, which needs "
+                    "its MAC address: set mac like 'aa:bb:cc:dd:ee:ff'",
+                )
+                break
+
+
+def _wakes(site: SiteConfig, name: str) -> bool:
+    return isinstance(site.platform(name), WolSettings)
 
 
 def _duplicates(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
