@@ -289,3 +289,19 @@ def test_a_host_that_needs_a_vm_live_inventory_finds_on_it_is_a_cycle_said_in_on
         "a host cannot need a VM that runs on it; drop the dependency, or run the VM "
         f"elsewhere ({tmp_path / 'site.yaml'}:"
     )
+
+
+def test_the_startup_waits_for_hosts_to_be_up_before_vms_of_unknown_placement(
+    tmp_path: Path,
+) -> None:
+    """It said "wait until every VM of unknown placement is down" in a startup."""
+    data = simple_site()
+    data["resources"][0].pop("runs_on")
+    planner = Planner(site_from(tmp_path, data))
+    barrier = steps_by_id(planner.plan("startup"))["start:vc:vms-of-unknown-placement"]
+    assert barrier.waits_for == ("start:h1", "start:h2")
+    assert barrier.description == (
+        "wait until every host of vc is up: VMs of unknown placement may run on any of them"
+    )
+    down = steps_by_id(planner.plan("shutdown"))["stop:vc:vms-of-unknown-placement"]
+    assert down.description == "wait until every VM of unknown placement on vc is down"

@@ -170,7 +170,7 @@ def _contact(res: ResourceConfig | None, contacts: dict[str, Contact]) -> str:
 
 def _automatic(step: Step, res: ResourceConfig | None, platform: PlatformBase | None) -> str:
     if step.action is Action.BARRIER or res is None:
-        return "waits until every VM of unknown placement is down"
+        return step.description
     name = res.target_name
     timeout = format_duration(res.guest_timeout)
     match step.action, platform:
@@ -202,8 +202,13 @@ def _automatic(step: Step, res: ResourceConfig | None, platform: PlatformBase | 
 def _by_hand(
     step: Step, res: ResourceConfig | None, platform: PlatformBase | None, site: SiteConfig
 ) -> str:
-    if res is None:
-        return "check that every VM is off before going on"
+    if res is None:  # a barrier
+        if step.id.startswith("stop:"):
+            return "check that every VM it waits for is off before going on"
+        return (
+            "check that every host it waits for is up (connected) before going on: VMs of "
+            "unknown placement may run on any of them"
+        )
     if res.manual:
         return res.manual
     stop = step.id.startswith("stop:")

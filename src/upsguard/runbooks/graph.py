@@ -36,6 +36,9 @@ class Node:
     targets: tuple[Target, ...] = ()
     count: int = 1
     barrier: bool = False
+    gathers: str | None = None
+    """A barrier's platform: it stands between that platform's VMs of unknown placement and
+    its hosts (they may run on any of them)."""
 
 
 @dataclass
@@ -201,7 +204,16 @@ def _placement_edges(
         if not hosts:
             continue
         barrier = f"{platform}:vms-of-unknown-placement"
-        graph.add(Node(barrier, ResourceId(barrier), ResourceKind.COMMAND, None, barrier=True))
+        graph.add(
+            Node(
+                barrier,
+                ResourceId(barrier),
+                ResourceKind.COMMAND,
+                None,
+                barrier=True,
+                gathers=platform,
+            )
+        )
         for vm in vms:
             graph.edge(vm, barrier)
         for host in hosts:

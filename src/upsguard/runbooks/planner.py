@@ -319,7 +319,7 @@ class _StepMaker:
                 Action.BARRIER,
                 waits_for,
                 0.0,
-                "wait until every VM of unknown placement is down",
+                self._barrier_text(node),
             )
         res = self._resources[node.resource]
         direct = node.platform is not None and node.id in self._managers.get(node.platform, ())
@@ -349,6 +349,16 @@ class _StepMaker:
             estimate_source=figure.source,
             learned=figure.learned,
             configured_s=configured_s,
+        )
+
+    def _barrier_text(self, node: Node) -> str:
+        """A shutdown stops the VMs no one placed before any host of their platform; a
+        startup starts every host of the platform before them."""
+        if self._direction is Direction.SHUTDOWN:
+            return f"wait until every VM of unknown placement on {node.gathers} is down"
+        return (
+            f"wait until every host of {node.gathers} is up: VMs of unknown placement may "
+            "run on any of them"
         )
 
     def _settings_of(self, res: ResourceConfig) -> StepSettings:
