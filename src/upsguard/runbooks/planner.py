@@ -79,6 +79,7 @@ class Planner:
         self._graph = build_graph(site, inventory)
         _refuse_cycles(site, self._graph)
         self._managers = _manager_descendants(site, self._graph)
+        self._starting_apart = _started_apart(self._graph, self._managers)
         self._gated = _cache_gates(site, self._graph)
         self._plans: dict[tuple[Direction, frozenset[ResourceId] | None], Plan] = {}
 
@@ -99,14 +100,14 @@ class Planner:
             # What ``only`` needs is the whole site (a feed that powers every host): the
             # site's plan, made once, not a copy of it per feed.
             return self.plan(direction)
-        order_edges = contract(graph, keep)
+        order_edges = contract(graph, keep, direction)
         if direction is Direction.STARTUP:
             order_edges = _reversed(order_edges)
         order = topological_order(order_edges, [n for n in graph.nodes if n in keep])
         maker = _StepMaker(
             site,
             direction,
-            self._managers,
+            self._managers if direction is Direction.SHUTDOWN else self._starting_apart,
             self._gated,
             order,
             self._unplanned,
@@ -223,6 +224,19 @@ def _manager_descendants(site: SiteConfig, graph: ResourceGraph) -> dict[str, se
     return out
 
 
+def _started_apart(
+    graph: ResourceGraph, managers: dict[str, set[NodeId]]
+) -> dict[str, set[NodeId]]:
+    """For each managed platform, the nodes a startup reaches directly: those that stop after
+    its manager, and the hosts that start without it (powered on by their BMC)."""
+    out = {platform: set(nodes) for platform, nodes in managers.items()}
+    for first, _ in graph.shutdown_only:
+        platform = graph.nodes[first].platform
+        if platform is not None:
+            out.setdefault(platform, set()).add(first)
+    return out
+
+
 def _cache_gates(site: SiteConfig, graph: ResourceGraph) -> dict[NodeId, list[CacheName]]:
     """Hardware nodes in the data path of each cache: they wait until it is clean."""
     gated: dict[NodeId, list[CacheName]] = {}
@@ -328,8 +342,7 @@ class _StepMaker:
             len(node.targets) if node.targets and node.kind is ResourceKind.VM_GROUP else node.count
         )
         rounds = math.ceil(count / self._limit(res.platform)) if count > 1 else 1
-        configured = self._estimate(res)
-        figure, configured_s = self._trusted(self._learned(res, node), configured, rounds)
+        figure, configured_s = self._figure(res, node, rounds)
         seconds = figure.step_seconds(rounds)
         return Step(
             id=sid,
@@ -360,6 +373,12 @@ class _StepMaker:
             f"wait until every host of {node.gathers} is up: VMs of unknown placement may "
             "run on any of them"
         )
+
+    def _figure(self, res: ResourceConfig, node: Node, rounds: int) -> tuple[_Figure, float | None]:
+        """The step's duration, and the configured one when a learned figure is below it."""
+        if res.runs_upsguard and self._direction is Direction.STARTUP:
+            return _Figure(0.0, EstimateSource.OWN_MACHINE.value), None
+        return self._trusted(self._learned(res, node), self._estimate(res), rounds)
 
     def _settings_of(self, res: ResourceConfig) -> StepSettings:
         """One per resource: a group's members share their resource's settings."""
@@ -526,7 +545,10 @@ def _timeout(res: ResourceConfig, direction: Direction) -> float:
 
 
 def _describe(res: ResourceConfig, node: Node, action: Action, count: int, direct: bool) -> str:
-    via = " (directly on the host: its manager is down)" if direct else ""
+    via = ""
+    if direct:
+        down = "is down" if action is not Action.HOST_POWER_ON else "may not be up yet"
+        via = f" (directly on the host: its manager {down})"
     what = _what(res, node, count)
     if action is Action.GUEST_SHUTDOWN:
         return f"guest shutdown of {what}, {_fallback_phrase(res.fallback, res.guest_timeout)}{via}"
