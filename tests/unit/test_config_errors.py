@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.sites import write_site
+from tests.sites import EXAMPLES, write_site
 from upsguard.cli import main
 from upsguard.config import load_site
-from upsguard.config.platforms import RedfishSettings
+from upsguard.config.platforms import RedfishSettings, WolSettings
 from upsguard.errors import ConfigError
 
 GOOD = """\
@@ -253,3 +253,87 @@ def test_a_merged_key_is_placed_where_it_is_written(tmp_path: Path) -> None:
         f"'maintenance_mode'?) ({site_file}:13)"
         for i in (3, 4)
     ]
+
+
+HOST_NEEDS_ITS_VM = GOOD.replace(
+    "{id: dc01, kind: vm, platform: vcenter}",
+    "{id: dc01, kind: vm, platform: vcenter, runs_on: [esx01]}",
+).replace(
+    "{id: esx01, kind: host, platform: vcenter}",
+    "{id: esx01, kind: host, platform: vcenter, depends_on: [dc01]}",
+)
+
+
+def test_a_host_that_depends_on_a_vm_it_runs_is_a_cycle_named_by_its_placement(
+    tmp_path: Path,
+) -> None:
+    """The planner's ``ValueError: the plan has a cycle`` came out as a traceback: the
+    check of cycles read depends_on alone, not where the site file runs each VM."""
+    site_file = tmp_path / "site.yaml"
+    assert problems(tmp_path, HOST_NEEDS_ITS_VM) == [
+        "resources[3].depends_on[0]: cycle: esx01 -> dc01 -> esx01 (dc01 runs on esx01, "
+        "its runs_on): a host cannot need a VM that runs on it; drop the dependency, or "
+        f"run the VM elsewhere ({site_file}:12)"
+    ]
+
+
+def test_a_host_that_depends_on_a_vm_of_unknown_placement_on_its_platform_is_a_cycle(
+    tmp_path: Path,
+) -> None:
+    """Such a VM stops before every host of its platform, that host among them."""
+    text = GOOD.replace(
+        "{id: esx01, kind: host, platform: vcenter}",
+        "{id: esx01, kind: host, platform: vcenter, depends_on: [dc01]}",
+    )
+    (only,) = problems(tmp_path, text)
+    assert only.startswith(
+        "resources[3].depends_on[0]: cycle: esx01 -> dc01 -> esx01 (dc01 has no runs_on: it "
+        "may run on any host of platform vcenter)"
+    )
+
+
+@pytest.mark.parametrize(
+    "command", [["validate"], ["plan", "shutdown"], ["simulate"], ["runbook"], ["doctor"]]
+)
+def test_every_command_refuses_a_placement_cycle_in_one_line(
+    tmp_path: Path, command: list[str]
+) -> None:
+    site = write_site(tmp_path, HOST_NEEDS_ITS_VM)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert main([*command, "-c", str(site)]) == 2
+    (line,) = err.getvalue().splitlines()
+    assert line.startswith("upsguard: resources[3].depends_on[0]: cycle: esx01 -> dc01 -> esx01")
+
+
+WAKE = GOOD.replace(
+    "  vcenter: {type: vsphere,",
+    "  wake: {type: wol, broadcast: 192.168.1.255}\n  vcenter: {type: vsphere,",
+)
+
+
+def test_a_machine_woken_by_wake_on_lan_needs_its_mac(tmp_path: Path) -> None:
+    """validate accepted it and only doctor failed it: the homelab example's ESXi hosts could
+    not be powered back on."""
+    site_file = tmp_path / "site.yaml"
+    text = WAKE.replace(
+        "{id: esx01, kind: host, platform: vcenter}",
+        "{id: esx01, kind: host, platform: vcenter, power_on_via: wake}",
+    )
+    assert problems(tmp_path, text) == [
+        "resources[3].power_on_via: 'wake' wakes esx01 with Wake-on-LAN, which needs its "
+        f"MAC address: set mac like 'aa:bb:cc:dd:ee:ff' ({site_file}:13)"
+    ]
+    malformed = text.replace("power_on_via: wake}", "power_on_via: wake, mac: 'aa:bb:cc'}")
+    (only,) = problems(tmp_path, malformed)
+    assert only.startswith("resources[3].mac: not a MAC address: 'aa:bb:cc'")
+    good = text.replace("power_on_via: wake}", "power_on_via: wake, mac: 'AA-BB-CC-DD-EE-01'}")
+    assert load_site(write_site(tmp_path, good)).resource("esx01").mac == "AA-BB-CC-DD-EE-01"
+
+
+def test_the_examples_validate_and_can_power_each_host_back_on() -> None:
+    for name in ("homelab.yaml", "cluster.yaml"):
+        site = load_site(EXAMPLES / name)
+        for res in site.resources:
+            if res.power_on_via and isinstance(site.platform(res.power_on_via), WolSettings):
+                assert res.mac, f"{name}: {res.id} has no mac"

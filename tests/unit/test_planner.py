@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.runs import steps_by_id
 from tests.sites import EXAMPLES, simple_site, site_from
 from upsguard.config import SiteConfig, load_site
-from upsguard.models import PlatformName, ResourceId, ResourceKind, Target
+from upsguard.errors import ConfigError
+from upsguard.models import Direction, PlatformName, ResourceId, ResourceKind, StepId, Target
 from upsguard.runbooks import render
-from upsguard.runbooks.plan import Action, Plan
+from upsguard.runbooks.plan import Action, LearnedDuration, Plan
 from upsguard.runbooks.planner import Planner
 
 VC = PlatformName("vc")
@@ -267,3 +270,73 @@ def test_a_group_of_unknown_placement_puts_every_host_it_could_be_on_in_the_data
     data["caches"] = [{"name": "flash", "provider": "simulated", "carries": ["web"]}]
     steps = steps_by_id(Planner(site_from(tmp_path, data)).plan("shutdown"))
     assert steps["stop:h1"].caches == ("flash",) and steps["stop:h2"].caches == ("flash",)
+
+
+def test_a_host_that_needs_a_vm_live_inventory_finds_on_it_is_a_cycle_said_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """The site file runs db on h1; h2 needs db. Live inventory finds db moved to h2: the
+    planner's ``ValueError: the plan has a cycle`` came out as a traceback."""
+    data = simple_site()
+    data["resources"][4]["depends_on"] = ["nas", "db"]  # h2
+    site = site_from(tmp_path, data)
+    Planner(site).plan("shutdown")  # as the site file places it: no cycle
+    moved = {ResourceId("db"): [Target(VC, ResourceKind.VM, "db", host="h2")]}
+    with pytest.raises(ConfigError) as info:
+        Planner(site, moved)
+    (problem,) = info.value.problems
+    assert problem.startswith(
+        "resources[4].depends_on[1]: cycle: h2 -> db -> h2 (live inventory finds db on h2): "
+        "a host cannot need a VM that runs on it; drop the dependency, or run the VM "
+        f"elsewhere ({tmp_path / 'site.yaml'}:"
+    )
+
+
+def test_the_startup_waits_for_hosts_to_be_up_before_vms_of_unknown_placement(
+    tmp_path: Path,
+) -> None:
+    """It said "wait until every VM of unknown placement is down" in a startup."""
+    data = simple_site()
+    data["resources"][0].pop("runs_on")
+    planner = Planner(site_from(tmp_path, data))
+    barrier = steps_by_id(planner.plan("startup"))["start:vc:vms-of-unknown-placement"]
+    assert barrier.waits_for == ("start:h1", "start:h2")
+    assert barrier.description == (
+        "wait until every host of vc is up: VMs of unknown placement may run on any of them"
+    )
+    down = steps_by_id(planner.plan("shutdown"))["stop:vc:vms-of-unknown-placement"]
+    assert down.description == "wait until every VM of unknown placement on vc is down"
+
+
+def test_the_controllers_own_boot_is_not_part_of_the_startup_it_runs() -> None:
+    """start:mgmt01 counted 5 minutes on the startup's critical path: the controller cannot be
+    running the startup before its own machine is up."""
+    site = load_site(EXAMPLES / "cluster.yaml")
+    learned = {(ResourceId("mgmt01"), Direction.STARTUP): LearnedDuration(200.0, 240.0, 5)}
+    for planner in (Planner(site), Planner(site, durations=learned)):
+        plan = planner.plan("startup")
+        own = plan.step(StepId("start:mgmt01"))
+        assert own.estimate_s == 0.0
+        assert own.estimate_source == "up before the startup"
+        assert render.plan_text(plan).startswith("startup plan: 13 steps, about 21m30s")
+
+
+def test_hosts_powered_on_by_their_bmc_do_not_wait_for_vcenter() -> None:
+    """start:esx02 and start:esx03 waited for start:vcenter, though their BMCs power them on
+    and vCenter is not needed to reach them (direct_hosts): 5 minutes lost on the cluster."""
+    site = load_site(EXAMPLES / "cluster.yaml")
+    steps = steps_by_id(Planner(site).plan("startup"))
+    for host in ("esx02", "esx03"):
+        step = steps[StepId(f"start:{host}")]
+        assert step.waits_for == ("start:nas01",)
+        assert step.direct
+    assert "start:vcenter" in steps[StepId("start:dc02")].waits_for  # vCenter starts its VMs
+    shutdown = steps_by_id(Planner(site).plan("shutdown"))  # vCenter still stops them first
+    assert "stop:esx02" in shutdown[StepId("stop:vcenter")].waits_for
+
+
+def test_without_direct_access_a_host_waits_for_its_manager_to_start(tmp_path: Path) -> None:
+    data = yaml.safe_load((EXAMPLES / "cluster.yaml").read_text())
+    del data["platforms"]["vcenter"]["direct_hosts"]
+    steps = steps_by_id(Planner(site_from(tmp_path, data)).plan("startup"))
+    assert "start:vcenter" in steps[StepId("start:esx02")].waits_for

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from upsguard.config.ha_checks import ha_problems, ha_warnings
 from upsguard.config.own_machine import weaker_feeds, without_a_way_back
+from upsguard.config.platforms import WolSettings
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import Suggestions, suggest
 from upsguard.config.types import format_duration, shorten
@@ -47,6 +48,7 @@ def site_problems(site: SiteConfig, unchecked: Unchecked = _NOTHING) -> list[Pro
     for check in (_duplicates, _references, _platform_refs, _feeds, _caches):
         problems.extend(check(site, unchecked))
     problems.extend(_cycles(site))
+    problems.extend(_woken_without_a_mac(site))
     problems.extend(_ups_command_outlasts_own_machine(site))
     problems.extend(_snmp_can_send(site))
     problems.extend(ha_problems(site, unchecked.resources))
@@ -154,6 +156,28 @@ def _caches_of_unknown_placement(site: SiteConfig) -> Iterator[Problem]:
                     f"every host of {res.platform} ({', '.join(hosts)}) waits for the cache "
                     f"(see 'upsguard plan shutdown --live')",
                 )
+
+
+def _woken_without_a_mac(site: SiteConfig) -> Iterator[Problem]:
+    """A machine brought back by Wake-on-LAN (its ``power_on_via``, or its platform) needs its
+    MAC address: without one the startup cannot power it on, so ``validate`` refuses it now
+    rather than ``doctor`` (or the startup after an outage) finding it."""
+    for i, res in enumerate(site.resources):
+        if res.mac is not None:
+            continue
+        for field in ("power_on_via", "platform"):
+            name = getattr(res, field)
+            if name is not None and site.knows_platform(name) and _wakes(site, name):
+                yield (
+                    ("resources", i, field),
+                    f"{shorten(name)!r} wakes {shorten(res.id)} with Wake-on-LAN, which needs "
+                    "its MAC address: set mac like 'aa:bb:cc:dd:ee:ff'",
+                )
+                break
+
+
+def _wakes(site: SiteConfig, name: str) -> bool:
+    return isinstance(site.platform(name), WolSettings)
 
 
 def _duplicates(site: SiteConfig, unchecked: Unchecked) -> Iterator[Problem]:
@@ -301,15 +325,84 @@ def _snmp_can_send(site: SiteConfig) -> Iterator[Problem]:
 
 
 def _cycles(site: SiteConfig) -> Iterator[Problem]:
-    """Report each dependency cycle once, spelled out: ``cycle: a -> b -> a``."""
-    graph = {r.id: [d for d in r.depends_on if d != r.id] for r in site.resources}
+    """Report each cycle once, spelled out: ``cycle: a -> b -> a``. A VM needs the host it
+    runs on as much as what it depends on, so where the site file places each VM counts too
+    (``runs_on``; a VM it does not place may be on any host of its platform)."""
+    needs, placed = _needs(site)
+    yield from cycle_problems(site, needs, placed)
+
+
+Placements = dict[tuple[ResourceId, ResourceId], str]
+"""Why a VM needs a host, per (VM, host): where it runs, in words (``dc01 runs on esx01,
+its runs_on``)."""
+
+
+def _needs(site: SiteConfig) -> tuple[dict[ResourceId, list[ResourceId]], Placements]:
+    """What each resource needs running: its ``depends_on``, and for a VM its hosts."""
+    index = site.resource_index()
+    needs = {r.id: [d for d in r.depends_on if d != r.id] for r in site.resources}
+    placed: Placements = {}
+    for res in site.resources:
+        if res.kind not in (ResourceKind.VM, ResourceKind.VM_GROUP):
+            continue
+        if res.runs_on:
+            for host in res.runs_on:
+                if host in index and index[host].kind is ResourceKind.HOST:
+                    placed[res.id, host] = on_its_runs_on(res.id, host)
+        elif res.platform is not None:
+            for found in site.hosts_of_platform(res.platform):
+                placed[res.id, found.id] = of_unknown_placement(res.id, res.platform)
+    for vm, host in placed:
+        if host not in needs[vm]:
+            needs[vm].append(host)
+    return needs, placed
+
+
+def on_its_runs_on(vm: ResourceId, host: ResourceId) -> str:
+    return f"{vm} runs on {host}, its runs_on"
+
+
+def of_unknown_placement(vm: ResourceId, platform: str) -> str:
+    return f"{vm} has no runs_on: it may run on any host of platform {platform}"
+
+
+def cycle_problems(
+    site: SiteConfig, needs: dict[ResourceId, list[ResourceId]], placed: Placements
+) -> Iterator[Problem]:
+    """One problem per cycle of ``needs``. A cycle through a VM's placement is told from the
+    host, at the ``depends_on`` entry that leads back to a VM on it, and says where that VM
+    runs; any other at the ``depends_on`` of its first resource."""
     position = {r.id: i for i, r in enumerate(site.resources)}
-    for cycle in find_cycles(graph):
-        start = cycle[0]
-        names = [shorten(n, 40) for n in [*cycle, start]]
+    index = site.resource_index()
+    for cycle in find_cycles(needs):
+        hops = _hops(cycle)
+        where = [
+            placed[hop] for hop in hops if hop in placed and hop[1] not in index[hop[0]].depends_on
+        ]
+        loc: Loc = ("resources", position[cycle[0]], "depends_on")
+        if where:
+            first = next(i for i, hop in enumerate(hops) if placed.get(hop) == where[0])
+            cycle = [*cycle[first + 1 :], *cycle[: first + 1]]  # from the host on
+            host, then = cycle[0], cycle[1 % len(cycle)]
+            deps = index[host].depends_on
+            loc = ("resources", position[host], "depends_on")
+            if then in deps:
+                loc = (*loc, deps.index(then))
+        names = [shorten(n, 40) for n in [*cycle, cycle[0]]]
         if len(names) > 9:  # the start, the way back, and how many in between
             names = [*names[:4], f"... {len(names) - 8} more", *names[-4:]]
-        yield ("resources", position[start], "depends_on"), f"cycle: {' -> '.join(names)}"
+        message = f"cycle: {' -> '.join(names)}"
+        if where:
+            message += (
+                f" ({'; '.join(where)}): a host cannot need a VM that runs on it; drop the "
+                "dependency, or run the VM elsewhere"
+            )
+        yield loc, message
+
+
+def _hops(cycle: list[ResourceId]) -> list[tuple[ResourceId, ResourceId]]:
+    """Each step of a cycle, the last one back to its start."""
+    return list(zip(cycle, [*cycle[1:], cycle[0]], strict=True))
 
 
 def find_cycles(graph: dict[ResourceId, list[ResourceId]]) -> list[list[ResourceId]]:

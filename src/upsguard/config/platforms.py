@@ -44,6 +44,11 @@ class PlatformBase(Model):
         ``power_on_via``): a BMC, Wake-on-LAN, a hypervisor for its VMs."""
         return True
 
+    @property
+    def reaches_hosts_directly(self) -> bool:
+        """Whether upsguard can read its hosts without their manager (vCenter) up."""
+        return False
+
 
 class DirectHostAccess(Credentials):
     """How to reach ESXi hosts directly once vCenter is down."""
@@ -93,6 +98,10 @@ class VsphereSettings(PlatformBase, Credentials):
     @property
     def leaves_unplanned_vms(self) -> bool:
         return self.unplanned_vms == "ignore"
+
+    @property
+    def reaches_hosts_directly(self) -> bool:
+        return self.direct_hosts is not None
 
 
 class IpmiSettings(PlatformBase, Credentials):

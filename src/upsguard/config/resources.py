@@ -6,7 +6,7 @@ import re
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from upsguard.config.base import Credentials, Model
 from upsguard.config.types import Duration, HealthUrl, Interval, LocalPath, PassEnv
@@ -32,6 +32,9 @@ DEFAULT_START_S = {
     ResourceKind.COMMAND: 30.0,
 }
 """After a graceful stop timed out: power off, leave it running, or fail the step."""
+
+#: A MAC address as ``ip link`` shows it, or with dashes or no separator.
+MAC_ADDRESS = re.compile(r"^[0-9a-f]{2}([:-]?)[0-9a-f]{2}(\1[0-9a-f]{2}){4}$", re.IGNORECASE)
 
 #: One resource draws at most a megawatt.
 MAX_WATTS = 1_000_000
@@ -167,6 +170,13 @@ class ResourceConfig(Model):
     manual: str | None = Field(
         None, description="how to stop and start it by hand when upsguard is down (run book)"
     )
+
+    @field_validator("mac")
+    @classmethod
+    def _a_mac_address(cls, mac: str | None) -> str | None:
+        if mac is not None and not MAC_ADDRESS.match(mac):
+            raise ValueError(f"not a MAC address: {mac!r}: write it like 'aa:bb:cc:dd:ee:ff'")
+        return mac
 
     @model_validator(mode="after")
     def _kind_fields(self) -> ResourceConfig:

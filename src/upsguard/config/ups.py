@@ -53,13 +53,18 @@ class NutSettings(Credentials):
         text: the password (and readings a forger could replace) cross the network."""
         if self.starttls or self.allow_plaintext:
             return False
+        return not self.on_this_machine
+
+    @property
+    def on_this_machine(self) -> bool:
+        """Whether upsd is on the machine upsguard runs on: a loopback address or localhost."""
         host = self.host.strip("[]").lower().rstrip(".")
         if host == "localhost" or host.endswith(".localhost"):
-            return False
-        try:
-            return not ipaddress.ip_address(host).is_loopback
-        except ValueError:  # a name: only its resolver knows, and names rarely mean loopback
             return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:  # a name: only its resolver knows, and names rarely mean loopback
+            return False
 
 
 class SnmpSettings(Model):

@@ -290,11 +290,13 @@ class Service:
     async def planner(self) -> Planner:
         """Plans from live inventory (where each VM runs decides which hosts wait on which
         cache) and learned durations; without inventory, from the site file alone, and the
-        risk is said."""
+        risk is said. A plan live inventory cannot make (a host found running a VM it needs:
+        a cycle) is said the same way: the site file's own plan has none."""
         durations = learned_durations(self.journal)
         try:
             async with asyncio.timeout(INVENTORY_WITHIN_S):
                 found = await read_inventory(self.site, self.platforms)
+            live = Planner(self.site, found.targets, found.unplanned, durations=durations)
         except Exception as exc:  # a platform down, or a plugin's bug: plan without it
             if not isinstance(exc, UpsguardError | TimeoutError):
                 log.exception("reading live inventory failed")
@@ -308,7 +310,7 @@ class Service:
                 self.bus(Notice(self.clock.now(), message, level="warning"))
             return Planner(self.site, durations=durations)
         self._inventory_problem = None
-        return Planner(self.site, found.targets, found.unplanned, durations=durations)
+        return live
 
     async def _refresh_plans(self) -> None:
         if self._controller is not None:

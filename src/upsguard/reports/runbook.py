@@ -26,6 +26,7 @@ from upsguard.config.platforms import (
 from upsguard.config.resources import ResourceConfig
 from upsguard.config.site import Contact, SiteConfig
 from upsguard.config.types import format_duration
+from upsguard.config.ups import UpsConfig
 from upsguard.models import Direction, ResourceKind
 from upsguard.runbooks.plan import Action, Plan, Step
 from upsguard.runbooks.planner import Planner
@@ -56,6 +57,8 @@ class BookCache:
     carries: tuple[str, ...]
     automatic: str
     by_hand: str
+    back: str
+    """How a person puts it back to write-back after the outage."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +145,7 @@ def _steps(site: SiteConfig, plan: Plan, contacts: dict[str, Contact]) -> list[B
                 resource=step.resource,
                 what=step.description,
                 waits_for=step.waits_for,
-                automatic=_automatic(step, res, platform),
+                automatic=_automatic(step, res, platform, site),
                 by_hand=_by_hand(step, res, platform, site),
                 contact=_contact(res, contacts),
                 estimate=format_duration(step.estimate_s),
@@ -168,26 +171,35 @@ def _contact(res: ResourceConfig | None, contacts: dict[str, Contact]) -> str:
 # -- what upsguard does, and what a person does instead -----------------------------------------
 
 
-def _automatic(step: Step, res: ResourceConfig | None, platform: PlatformBase | None) -> str:
+def _automatic(
+    step: Step, res: ResourceConfig | None, platform: PlatformBase | None, site: SiteConfig
+) -> str:
     if step.action is Action.BARRIER or res is None:
-        return "waits until every VM of unknown placement is down"
+        return step.description
     name = res.target_name
+    vms = _vms(step, res)
     timeout = format_duration(res.guest_timeout)
     match step.action, platform:
         case Action.GUEST_SHUTDOWN, VsphereSettings():
-            return f"vSphere API: ShutdownGuest on {name}; PowerOffVM_Task after {timeout}"
+            return f"vSphere API: ShutdownGuest on {vms}; PowerOffVM_Task after {timeout}"
         case Action.HOST_SHUTDOWN, VsphereSettings():
             mm = "EnterMaintenanceMode_Task, then " if res.maintenance_mode else ""
             return f"vSphere API: {mm}ShutdownHost_Task on {name}"
         case Action.POWER_ON, VsphereSettings():
-            return f"vSphere API: PowerOnVM_Task on {name}"
+            return f"vSphere API: PowerOnVM_Task on {vms}"
         case (Action.GUEST_SHUTDOWN, ProxmoxSettings()):
-            return f"Proxmox API: status/shutdown of {name}; status/stop after {timeout}"
+            return f"Proxmox API: status/shutdown of {vms}; status/stop after {timeout}"
         case (Action.GUEST_SHUTDOWN, LibvirtSettings()):
-            return f"libvirt: virDomainShutdown {name}; virDomainDestroy after {timeout}"
+            return f"libvirt: virDomainShutdown {vms}; virDomainDestroy after {timeout}"
     stop = step.id.startswith("stop:")
     if not stop and res.power_on_via:
-        return f"powers {name} on through {res.power_on_via}, then waits until it answers"
+        then = "then waits until it answers"
+        if isinstance(platform, VsphereSettings) and res.kind is ResourceKind.HOST:
+            then = (
+                "waits until it is connected, then ExitMaintenanceMode_Task if it is in "
+                "maintenance mode"
+            )
+        return f"powers {name} on {_power_on_automatic(res, site)}, {then}"
     command = res.shutdown if stop else res.startup
     match platform:
         case SshSettings() if command:
@@ -199,17 +211,69 @@ def _automatic(step: Step, res: ResourceConfig | None, platform: PlatformBase | 
     return step.description
 
 
+def _power_on_automatic(res: ResourceConfig, site: SiteConfig) -> str:
+    """How ``power_on_via`` powers it on, with the address or MAC it uses."""
+    via_name = res.power_on_via or ""
+    match site.platform(via_name):
+        case WolSettings() as wol:
+            mac = res.mac or "no MAC given"
+            return f"by Wake-on-LAN to {mac} ({via_name}: {wol.broadcast} port {wol.port})"
+        case IpmiSettings() as ipmi:
+            return f"through {via_name} (IPMI chassis power on at {ipmi.host})"
+        case RedfishSettings() as redfish:
+            return f"through {via_name} (Redfish Reset On at {redfish.host})"
+    return f"through {via_name}"
+
+
+MAX_VMS_NAMED = 6
+
+
+def _vms(step: Step, res: ResourceConfig) -> str:
+    """The VMs a step acts on: named where the plan knows them (live inventory, the site
+    file); a group the plan was made without inventory for is told by its selector, and
+    that which VMs it covers is read when the plan runs."""
+    if step.targets:
+        names = [t.name for t in step.targets]
+        more = len(names) - MAX_VMS_NAMED
+        return ", ".join(names[:MAX_VMS_NAMED]) + (f" and {more} more" if more > 0 else "")
+    if res.kind is ResourceKind.VM_GROUP:
+        criteria = ", ".join(
+            f"{k} {v}"
+            for k, v in (res.select.model_dump(exclude_none=True) if res.select else {}).items()
+        )
+        return (
+            f"each VM of group {res.id} ({criteria}; which ones is read from live inventory "
+            "when the plan runs: upsguard inventory lists them)"
+        )
+    return res.target_name
+
+
 def _by_hand(
     step: Step, res: ResourceConfig | None, platform: PlatformBase | None, site: SiteConfig
 ) -> str:
-    if res is None:
-        return "check that every VM is off before going on"
+    if res is None:  # a barrier
+        if step.id.startswith("stop:"):
+            return "check that every VM it waits for is off before going on"
+        return (
+            "check that every host it waits for is up (connected) before going on: VMs of "
+            "unknown placement may run on any of them"
+        )
     if res.manual:
         return res.manual
     stop = step.id.startswith("stop:")
     if res.runs_upsguard:
         return _own_machine_by_hand(res, stop, site)
     name = res.target_name
+    vsphere_vm = isinstance(platform, VsphereSettings) and not res.kind.is_hardware
+    if not stop and res.power_on_via and not vsphere_vm:
+        back = _power_on_by_hand(res, site)
+        if isinstance(platform, VsphereSettings):
+            back += (
+                f"; then take it out of maintenance mode: ESXi host client https://{name}/ui > "
+                f"Exit maintenance mode, or ssh root@{name} 'esxcli system maintenanceMode "
+                "set -e false'"
+            )
+        return back
     match platform:
         case VsphereSettings() if res.kind is ResourceKind.HOST:
             if stop:
@@ -220,13 +284,13 @@ def _by_hand(
                 )
             return _power_on_by_hand(res, site)
         case VsphereSettings():
+            where = _vsphere_client(step, res, site)
             if stop:
                 return (
-                    f"vSphere Client (once vCenter is down: the ESXi host client): {name} > "
-                    f"Power > Shut Down Guest OS; Power Off if still on after "
-                    f"{format_duration(res.guest_timeout)}"
+                    f"{where}: {_vms(step, res)} > Power > Shut Down Guest OS; Power Off if "
+                    f"still on after {format_duration(res.guest_timeout)}"
                 )
-            return f"vSphere Client (or the ESXi host client): {name} > Power > Power On"
+            return f"{where}: {_vms(step, res)} > Power > Power On"
         case ProxmoxSettings():
             return f"on the Proxmox node: qm {'shutdown' if stop else 'start'} <vmid of {name}>"
         case LibvirtSettings():
@@ -244,14 +308,36 @@ def _by_hand(
     return f"shut {res.kind} {name} down from its own console or front panel"
 
 
+def _vsphere_client(step: Step, res: ResourceConfig, site: SiteConfig) -> str:
+    """Where a person acts on a VM: vCenter's client, or, for a step planned directly on
+    the host (vCenter is down by then), the ESXi host client of the host it runs on."""
+    if not step.direct:
+        return "vSphere Client (once vCenter is down: the ESXi host client)"
+    index = site.resource_index()
+    hosts = sorted({t.host for t in step.targets if t.host})
+    hosts = hosts or [index[h].target_name for h in res.runs_on if h in index]
+    if hosts:
+        clients = " or ".join(f"https://{h}/ui" for h in hosts)
+        return f"vCenter is down: ESXi host client {clients}"
+    candidates = ", ".join(h.target_name for h in site.hosts_of_platform(res.platform or ""))
+    return (
+        "vCenter is down: the ESXi host client of the host it runs on (not known to the site "
+        f"file: one of {candidates or 'its hosts'})"
+    )
+
+
 def _own_machine_by_hand(res: ResourceConfig, stop: bool, site: SiteConfig) -> str:
     """The controller's machine, named by its id: the run book is read when upsguard is
-    gone, and its address (often loopback) says nothing to the person at the rack."""
+    gone, and its address (often loopback) says nothing to the person at the rack. Before
+    it stops, each UPS is told what upsguard would tell it (``at_shutdown_end``): without
+    it, a UPS that is not cut brings nothing back when the mains return."""
     if stop:
         command = res.shutdown or "systemctl poweroff"
+        told = [_tell_ups(ups, res) for ups in site.ups if ups.at_shutdown_end.command]
+        first = f" First {'; '.join(told)}; then," if told else ""
         return (
-            f"{res.id} runs upsguard: stop it last, after everything above, from its own "
-            f"console or an SSH session to it: {command}"
+            f"{res.id} runs upsguard: stop it last, after everything above.{first} from its "
+            f"own console or an SSH session to it: {command}"
         )
     cycles = [u.name for u in site.ups if u.at_shutdown_end.command == "shutdown.return"]
     back = (
@@ -260,6 +346,34 @@ def _own_machine_by_hand(res: ResourceConfig, stop: bool, site: SiteConfig) -> s
         else ""
     )
     return _power_on_by_hand(res, site).replace(res.target_name, res.id) + back
+
+
+def _tell_ups(ups: UpsConfig, own: ResourceConfig) -> str:
+    """The UPS command of the shutdown's end, as a person sends it (on the controller's
+    machine when upsd runs there: its loopback address means nothing elsewhere)."""
+    end = ups.at_shutdown_end
+    why = " to give power back when the mains return" if end.brings_power_back else ""
+    delay = round(end.delay.total_seconds())
+    if ups.nut is not None:
+        nut = ups.nut
+        at, where = f"{nut.ups}@{nut.host}:{nut.port}", ""
+        if nut.on_this_machine:
+            at, where = (
+                nut.ups if nut.port == 3493 else f"{nut.ups}@localhost:{nut.port}",
+                (f", on {own.id}"),
+            )
+        user = f" -u {nut.user}" if nut.user else ""
+        return (
+            f"tell UPS {ups.name}{why}{where}: upsc {at} ups.delay.shutdown should read {delay} "
+            f"(upsrw -s ups.delay.shutdown={delay}{user} {at}), then upscmd{user} {at} "
+            f"{end.command}"
+        )
+    if ups.snmp is not None:
+        return (
+            f"tell UPS {ups.name} (SNMP, {ups.snmp.mib} at {ups.snmp.host}): on its web page "
+            f"or front panel{why}, {end.command} after {format_duration(end.delay)}"
+        )
+    return f"tell UPS {ups.name}{why}: {end.command}"
 
 
 def _power_on_by_hand(res: ResourceConfig, site: SiteConfig) -> str:
@@ -274,7 +388,9 @@ def _power_on_by_hand(res: ResourceConfig, site: SiteConfig) -> str:
         case RedfishSettings():
             return f"BMC web page {via.host}: Power On (or the power button of {name})"
         case WolSettings():
-            return f"wakeonlan {res.mac or '<MAC of ' + name + '>'} (or the power button)"
+            port = f" -p {via.port}" if via.port != 9 else ""
+            mac = res.mac or "<MAC of " + name + ">"
+            return f"wakeonlan -i {via.broadcast}{port} {mac} (or the power button)"
     return f"press the power button of {name}"
 
 
@@ -291,10 +407,23 @@ _CACHE_BY_HAND = {
 }
 
 
+_CACHE_BACK = {
+    "bcache": "echo writeback > /sys/block/<bcacheN>/bcache/cache_mode, and writeback_percent, "
+    "writeback_delay back to what they read before (bcache's defaults: 10 and 30)",
+    "lvmcache": "lvchange --cachepolicy <the policy noted> <vg>/<lv>",
+    "writecache": "dmsetup reload <vg-lv> with its table as before (without 'cleaner'), then "
+    "dmsetup resume <vg-lv>",
+    "opencas": "casadm -Q -i <cache id> -c wb",
+    "storcli": "storcli64 /c0/v<N> set wrcache=WB",
+    "fvp": "FVP management console: set the VMs' policy back to write-back",
+}
+
+
 def _cache(cache: CacheConfig) -> BookCache:
     by_hand = _CACHE_BY_HAND.get(
         cache.provider, "the provider's own tool: set write-through, wait until clean"
     )
+    back = _CACHE_BACK.get(cache.provider, "the provider's own tool: set write-back again")
     return BookCache(
         name=cache.name,
         provider=cache.provider,
@@ -303,4 +432,5 @@ def _cache(cache: CacheConfig) -> BookCache:
         f"{format_duration(cache.destage_timeout)}); by hand with upsguard: "
         f"upsguard cache set write-through {cache.name} --wait -c SITE.yaml",
         by_hand=by_hand,
+        back=f"once power is back and the hosts are up: {back}",
     )

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from upsguard.config.site import SiteConfig
-from upsguard.models import ResourceId, ResourceKind, Target
+from upsguard.models import Direction, ResourceId, ResourceKind, Target
 
 NodeId = str
 
@@ -36,6 +36,9 @@ class Node:
     targets: tuple[Target, ...] = ()
     count: int = 1
     barrier: bool = False
+    gathers: str | None = None
+    """A barrier's platform: it stands between that platform's VMs of unknown placement and
+    its hosts (they may run on any of them)."""
 
 
 @dataclass
@@ -43,24 +46,32 @@ class ResourceGraph:
     nodes: dict[NodeId, Node] = field(default_factory=dict)
     after: dict[NodeId, set[NodeId]] = field(default_factory=dict)  # a -> {b: stop b after a}
     needs: dict[NodeId, set[NodeId]] = field(default_factory=dict)  # a -> {b: a needs b up}
-    _before: dict[NodeId, set[NodeId]] | None = field(
-        default=None, init=False, repr=False, compare=False
+    shutdown_only: set[tuple[NodeId, NodeId]] = field(default_factory=set)
+    """Edges that order the shutdown alone: vCenter shuts a host down before it stops itself,
+    but a host its BMC powers on and upsguard reaches directly does not wait for vCenter to
+    start."""
+    _before: dict[Direction, dict[NodeId, set[NodeId]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
     )
 
     def add(self, node: Node) -> None:
         self.nodes[node.id] = node
         self.after.setdefault(node.id, set())
         self.needs.setdefault(node.id, set())
-        self._before = None
+        self._before.clear()
 
-    def edge(self, first: NodeId, then: NodeId, need: bool = True) -> None:
+    def edge(
+        self, first: NodeId, then: NodeId, need: bool = True, shutdown_only: bool = False
+    ) -> None:
         """Stop ``first`` before ``then``; ``need``: because ``first`` needs ``then`` running
-        (not only to order the plan)."""
+        (not only to order the plan); ``shutdown_only``: the startup need not mirror it."""
         if first != then:
             self.after[first].add(then)
             if need:
                 self.needs[first].add(then)
-            self._before = None
+            if shutdown_only:
+                self.shutdown_only.add((first, then))
+            self._before.clear()
 
     def needed_by(self, nodes: Iterable[NodeId]) -> set[NodeId]:
         """``nodes`` and every node that needs one of them running, transitively: what
@@ -90,16 +101,20 @@ class ResourceGraph:
                     stack.append(needed)
         return found
 
-    def before(self) -> dict[NodeId, set[NodeId]]:
-        """The reverse map: for each node, the nodes that must stop before it. Kept until the
-        graph changes, as both plans of a site ask for it; callers only read it."""
-        if self._before is None:
-            rev: dict[NodeId, set[NodeId]] = {n: set() for n in self.nodes}
+    def before(self, direction: Direction = Direction.SHUTDOWN) -> dict[NodeId, set[NodeId]]:
+        """The reverse map: for each node, the nodes that must stop before it (in a startup:
+        start after it, without the edges of the shutdown alone). Kept until the graph
+        changes, as every plan of a site asks for it; callers only read it."""
+        found = self._before.get(direction)
+        if found is None:
+            skip = self.shutdown_only if direction is Direction.STARTUP else set()
+            found = {n: set() for n in self.nodes}
             for first, thens in self.after.items():
                 for then in thens:
-                    rev[then].add(first)
-            self._before = rev
-        return self._before
+                    if (first, then) not in skip:
+                        found[then].add(first)
+            self._before[direction] = found
+        return found
 
     def descendants(self, start: NodeId) -> set[NodeId]:
         seen = {start}
@@ -111,7 +126,7 @@ class ResourceGraph:
                     queue.append(nxt)
         return seen
 
-    def put_last(self, node: NodeId, among: Iterable[NodeId]) -> None:
+    def put_last(self, node: NodeId, among: Iterable[NodeId], shutdown_only: bool = False) -> None:
         """Make ``node`` stop after every node of ``among`` that does not already come after it.
 
         Only nodes with no successor inside the candidate set get an edge; the rest
@@ -121,7 +136,7 @@ class ResourceGraph:
         candidates = {n for n in among if n not in later and n != node}
         for cand in candidates:
             if candidates.isdisjoint(self.after[cand]):
-                self.edge(cand, node, need=False)
+                self.edge(cand, node, need=False, shutdown_only=shutdown_only)
 
 
 def build_graph(
@@ -201,7 +216,16 @@ def _placement_edges(
         if not hosts:
             continue
         barrier = f"{platform}:vms-of-unknown-placement"
-        graph.add(Node(barrier, ResourceId(barrier), ResourceKind.COMMAND, None, barrier=True))
+        graph.add(
+            Node(
+                barrier,
+                ResourceId(barrier),
+                ResourceKind.COMMAND,
+                None,
+                barrier=True,
+                gathers=platform,
+            )
+        )
         for vm in vms:
             graph.edge(vm, barrier)
         for host in hosts:
@@ -210,6 +234,22 @@ def _placement_edges(
 
 def _hosts_from_targets(node: Node, host_by_name: dict[str, ResourceId]) -> list[ResourceId]:
     return sorted({host_by_name[t.host] for t in node.targets if t.host in host_by_name})
+
+
+def _powered_on_apart(site: SiteConfig, graph: ResourceGraph, platform: str) -> set[NodeId]:
+    """The hosts of a managed platform that come back without its manager: another platform
+    (a BMC, Wake-on-LAN) powers them on, and upsguard reaches them directly (vSphere's
+    ``direct_hosts``) to see them up. Their start does not wait for vCenter's."""
+    if not site.platform(platform).reaches_hosts_directly:
+        return set()
+    index = site.resource_index()
+    return {
+        n.id
+        for n in graph.nodes.values()
+        if n.kind is ResourceKind.HOST
+        and n.platform == platform
+        and index[n.resource].power_on_via is not None
+    }
 
 
 def _last_rules(
@@ -227,8 +267,10 @@ def _last_rules(
             for n in graph.nodes.values()
             if n.platform == res.serves_platform and n.resource != res.id
         ]
+        apart = _powered_on_apart(site, graph, res.serves_platform)
         for nid in members[res.id]:
-            graph.put_last(nid, managed)
+            graph.put_last(nid, [n for n in managed if n not in apart])
+            graph.put_last(nid, [n for n in managed if n in apart], shutdown_only=True)
     switches = {n.id for n in graph.nodes.values() if n.kind is ResourceKind.SWITCH}
     others = [n for n in graph.nodes if n not in switches]
     for sw in switches:

@@ -70,6 +70,9 @@ class EstimateSource(enum.StrEnum):
     """The simulated platform's typical duration for the action."""
     DEFAULT = "default"
     """upsguard's default for the resource's kind."""
+    OWN_MACHINE = "up before the startup"
+    """The machine upsguard runs on, in a startup: it is up before the startup it runs can
+    begin, so its boot is no part of it (the step finds it up)."""
 
 
 @dataclass(frozen=True, slots=True)

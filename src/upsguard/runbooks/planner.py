@@ -13,9 +13,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from upsguard.config.checks import (
+    Placements,
+    cycle_problems,
+    of_unknown_placement,
+    on_its_runs_on,
+)
 from upsguard.config.resources import DEFAULT_START_S, DEFAULT_STOP_S, ResourceConfig
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
+from upsguard.errors import ConfigError
 from upsguard.models import (
     CacheName,
     Direction,
@@ -70,7 +77,9 @@ class Planner:
         self.durations: Durations = durations or {}
         self._unplanned = unplanned or {}
         self._graph = build_graph(site, inventory)
+        _refuse_cycles(site, self._graph)
         self._managers = _manager_descendants(site, self._graph)
+        self._starting_apart = _started_apart(self._graph, self._managers)
         self._gated = _cache_gates(site, self._graph)
         self._plans: dict[tuple[Direction, frozenset[ResourceId] | None], Plan] = {}
 
@@ -91,14 +100,14 @@ class Planner:
             # What ``only`` needs is the whole site (a feed that powers every host): the
             # site's plan, made once, not a copy of it per feed.
             return self.plan(direction)
-        order_edges = contract(graph, keep)
+        order_edges = contract(graph, keep, direction)
         if direction is Direction.STARTUP:
             order_edges = _reversed(order_edges)
         order = topological_order(order_edges, [n for n in graph.nodes if n in keep])
         maker = _StepMaker(
             site,
             direction,
-            self._managers,
+            self._managers if direction is Direction.SHUTDOWN else self._starting_apart,
             self._gated,
             order,
             self._unplanned,
@@ -129,6 +138,42 @@ def build_plans(site: SiteConfig, inventory: Inventory | None = None) -> tuple[P
     """The site's shutdown and startup plans."""
     planner = Planner(site, inventory)
     return planner.plan(Direction.SHUTDOWN), planner.plan(Direction.STARTUP)
+
+
+def _refuse_cycles(site: SiteConfig, graph: ResourceGraph) -> None:
+    """``ConfigError`` naming each cycle and where the VM in it runs. The site file's own
+    cycles were refused when it was loaded; live inventory can make one more: a host that
+    needs a VM found running on it."""
+    needs: dict[ResourceId, list[ResourceId]] = {}
+    placed: Placements = {}
+    index = site.resource_index()
+    for node in graph.nodes.values():
+        if node.barrier:
+            continue
+        mine = needs.setdefault(node.resource, [])
+        for then in graph.needs[node.id]:
+            other = graph.nodes[then]
+            hosts = [graph.nodes[h] for h in graph.needs[then]] if other.barrier else [other]
+            for host in hosts:
+                mine.append(host.resource)
+                if other.barrier or host.resource not in index[node.resource].depends_on:
+                    hop = (node.resource, host.resource)
+                    placed.setdefault(hop, _placed_by(index[node.resource], node, host, site))
+    problems = [site.problem(loc, message) for loc, message in cycle_problems(site, needs, placed)]
+    if problems:
+        raise ConfigError(problems)
+
+
+def _placed_by(res: ResourceConfig, node: Node, host: Node, site: SiteConfig) -> str:
+    """Why a VM stops before a host: where live inventory found it, else the site file."""
+    name = site.resource(host.resource).target_name
+    found = [t.name for t in node.targets if t.host == name]
+    if found:
+        shown = found[0] if found[0] == res.id else f"{found[0]} of {res.id}"
+        return f"live inventory finds {shown} on {host.resource}"
+    if host.resource in res.runs_on:
+        return on_its_runs_on(res.id, host.resource)
+    return of_unknown_placement(res.id, res.platform or "")
 
 
 def _select_nodes(
@@ -176,6 +221,19 @@ def _manager_descendants(site: SiteConfig, graph: ResourceGraph) -> dict[str, se
     for res in site.resources:
         if res.serves_platform is not None and res.id in graph.nodes:
             out[res.serves_platform] = graph.descendants(res.id) - {res.id}
+    return out
+
+
+def _started_apart(
+    graph: ResourceGraph, managers: dict[str, set[NodeId]]
+) -> dict[str, set[NodeId]]:
+    """For each managed platform, the nodes a startup reaches directly: those that stop after
+    its manager, and the hosts that start without it (powered on by their BMC)."""
+    out = {platform: set(nodes) for platform, nodes in managers.items()}
+    for first, _ in graph.shutdown_only:
+        platform = graph.nodes[first].platform
+        if platform is not None:
+            out.setdefault(platform, set()).add(first)
     return out
 
 
@@ -275,7 +333,7 @@ class _StepMaker:
                 Action.BARRIER,
                 waits_for,
                 0.0,
-                "wait until every VM of unknown placement is down",
+                self._barrier_text(node),
             )
         res = self._resources[node.resource]
         direct = node.platform is not None and node.id in self._managers.get(node.platform, ())
@@ -284,8 +342,7 @@ class _StepMaker:
             len(node.targets) if node.targets and node.kind is ResourceKind.VM_GROUP else node.count
         )
         rounds = math.ceil(count / self._limit(res.platform)) if count > 1 else 1
-        configured = self._estimate(res)
-        figure, configured_s = self._trusted(self._learned(res, node), configured, rounds)
+        figure, configured_s = self._figure(res, node, rounds)
         seconds = figure.step_seconds(rounds)
         return Step(
             id=sid,
@@ -306,6 +363,22 @@ class _StepMaker:
             learned=figure.learned,
             configured_s=configured_s,
         )
+
+    def _barrier_text(self, node: Node) -> str:
+        """A shutdown stops the VMs no one placed before any host of their platform; a
+        startup starts every host of the platform before them."""
+        if self._direction is Direction.SHUTDOWN:
+            return f"wait until every VM of unknown placement on {node.gathers} is down"
+        return (
+            f"wait until every host of {node.gathers} is up: VMs of unknown placement may "
+            "run on any of them"
+        )
+
+    def _figure(self, res: ResourceConfig, node: Node, rounds: int) -> tuple[_Figure, float | None]:
+        """The step's duration, and the configured one when a learned figure is below it."""
+        if res.runs_upsguard and self._direction is Direction.STARTUP:
+            return _Figure(0.0, EstimateSource.OWN_MACHINE.value), None
+        return self._trusted(self._learned(res, node), self._estimate(res), rounds)
 
     def _settings_of(self, res: ResourceConfig) -> StepSettings:
         """One per resource: a group's members share their resource's settings."""
@@ -472,7 +545,10 @@ def _timeout(res: ResourceConfig, direction: Direction) -> float:
 
 
 def _describe(res: ResourceConfig, node: Node, action: Action, count: int, direct: bool) -> str:
-    via = " (directly on the host: its manager is down)" if direct else ""
+    via = ""
+    if direct:
+        down = "is down" if action is not Action.HOST_POWER_ON else "may not be up yet"
+        via = f" (directly on the host: its manager {down})"
     what = _what(res, node, count)
     if action is Action.GUEST_SHUTDOWN:
         return f"guest shutdown of {what}, {_fallback_phrase(res.fallback, res.guest_timeout)}{via}"

@@ -5,15 +5,19 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
+from upsguard.models import Direction
 from upsguard.runbooks.graph import NodeId, ResourceGraph
 
 
-def contract(graph: ResourceGraph, keep: set[NodeId]) -> dict[NodeId, set[NodeId]]:
-    """What each kept node waits for (in stop order), passing through dropped nodes.
+def contract(
+    graph: ResourceGraph, keep: set[NodeId], direction: Direction = Direction.SHUTDOWN
+) -> dict[NodeId, set[NodeId]]:
+    """What each kept node waits for (in stop order), passing through dropped nodes; for a
+    startup, without the edges that order the shutdown alone (reverse it to start).
 
     If a must stop before b and b before c, dropping b still leaves c waiting for a.
     """
-    before = graph.before()
+    before = graph.before(direction)
     memo: dict[NodeId, set[NodeId]] = {}
 
     def kept_before(node: NodeId) -> set[NodeId]:

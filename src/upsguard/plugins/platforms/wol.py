@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from upsguard.clock import Clock
 from upsguard.config.platforms import WolSettings
-from upsguard.config.resources import ResourceConfig
+from upsguard.config.resources import MAC_ADDRESS, ResourceConfig
 from upsguard.errors import PermanentError, PlatformUnreachable
 from upsguard.findings import Area, Finding, fail, ok
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
@@ -26,7 +26,6 @@ from upsguard.plugins.platforms.base import poll_for_state, port_state
 
 __all__ = ["WolPlatform", "magic_packet"]
 
-_MAC = re.compile(r"^[0-9a-f]{2}([:-]?)[0-9a-f]{2}(\1[0-9a-f]{2}){4}$", re.IGNORECASE)
 _REPEATS = 3
 _CONNECT_TIMEOUT = 2.0
 
@@ -55,7 +54,7 @@ class WolPlatform:
     async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
         """The machine with ``resource.mac``; ``PermanentError`` when it is missing or malformed."""
         mac = resource.mac
-        if mac is None or not _MAC.match(mac):
+        if mac is None or not MAC_ADDRESS.match(mac):
             shown = f"'{mac}'" if mac else "no 'mac'"
             raise PermanentError(
                 f"resource '{resource.id}': Wake-on-LAN needs its MAC address, and it has "
