@@ -14,7 +14,7 @@ from upsguard.cli.common import (
     run_async,
     site_of,
 )
-from upsguard.cli.reports import add_durations_option, durations_of
+from upsguard.cli.reports import add_durations_option, durations_of, write_output
 from upsguard.cli.simulated import simulated_report
 from upsguard.clock import SystemClock
 from upsguard.config.checks import site_warnings
@@ -80,11 +80,7 @@ def schema_text() -> str:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    text = schema_text()
-    if args.output:
-        args.output.write_text(text, encoding="utf-8")
-    else:
-        print(text, end="")
+    write_output(schema_text(), args.output, "the schema")
     return 0
 
 
