@@ -14,7 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
+from tests.sites import simple_site, write_site
 from upsguard.cli import main
 
 
@@ -38,3 +40,33 @@ def test_schema_is_written_where_asked(tmp_path: Path) -> None:
     output = tmp_path / "site.schema.json"
     assert main(["schema", "-o", str(output)]) == 0
     assert output.read_text(encoding="utf-8").startswith("{")
+
+
+def scenario_file(tmp_path: Path, text: str) -> Path:
+    return write_site(tmp_path, text, "scenario.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "line"),
+    [
+        ("outage: {at: 25h}\n", "outage.at", 1),
+        ("horizon: 2h\npower:\n  - {at: 3h, state: battery}\n", "power[0].at", 3),
+        ("horizon: 2h\nflapping:\n  - {start: 2h, stop: 3h}\n", "flapping[0].start", 3),
+        ("horizon: 1h\noutage: {at: 1m}\nups: {ups1: {fails_at: 2h}}\n", "ups.ups1.fails_at", 3),
+    ],
+)
+def test_a_change_after_the_horizon_is_a_scenario_mistake_naming_its_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, field: str, line: int
+) -> None:
+    site = write_site(tmp_path, yaml.safe_dump(simple_site(), sort_keys=False))  # UPS ups1
+    scenario = scenario_file(tmp_path, text)
+
+    code = main(["simulate", "-c", str(site), "--scenario", str(scenario)])
+
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    assert err.startswith(f"upsguard: {field}: ")
+    assert "after the horizon" in err
+    assert err.rstrip().endswith(f"({scenario}:{line})")
+    assert err.count("\n") == 1
