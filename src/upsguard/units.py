@@ -24,6 +24,12 @@ def format_duration(value: timedelta | float) -> str:
     return f"{sign}{hours}h{minutes:02d}m"
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 cache``, ``2 caches``, ``0 caches``: a number with its noun in agreement
+    (``plural`` for a noun that does not take an s: ``counted(2, "UPS", "UPS")``)."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
 def format_bytes(value: float | None) -> str:
     """Binary units, one decimal: ``512 B``, ``1.5 GiB``; ``?`` when unknown."""
     if value is None:

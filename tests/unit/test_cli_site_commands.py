@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.sites import simple_site, write_site
+from tests.sites import EXAMPLES, simple_site, site_from, write_site
 from upsguard.cli import main
 
 
@@ -70,3 +70,29 @@ def test_a_change_after_the_horizon_is_a_scenario_mistake_naming_its_field(
     assert "after the horizon" in err
     assert err.rstrip().endswith(f"({scenario}:{line})")
     assert err.count("\n") == 1
+
+
+def test_validate_counts_in_words_that_agree_with_their_number(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = simple_site()
+    data["caches"] = [{"name": "c1", "provider": "simulated", "carries": ["db"]}]
+    site = site_from(tmp_path, data)
+    path = tmp_path / "site.yaml"
+    assert site.caches and path.exists()
+
+    assert main(["validate", "-c", str(path)]) == 0
+
+    out = capsys.readouterr().out
+    assert "1 cache," in out and "1 caches" not in out
+    assert "7 resources" in out and "1 UPS" in out
+
+
+def test_a_selector_reads_as_words_in_the_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "shutdown", "-c", str(EXAMPLES / "cluster.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "{" not in out and "'" not in out.replace("'/sbin/shutdown -h now'", "")
+    assert "4 VMs of group batch (attribute tier=batch)" in out
+    assert "8 VMs of group web (name web-*, folder Prod/Web)" in out

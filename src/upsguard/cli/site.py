@@ -26,6 +26,7 @@ from upsguard.runbooks import render
 from upsguard.runbooks.planner import Planner
 from upsguard.simulation import report
 from upsguard.simulation.simulator import simulate
+from upsguard.units import counted
 
 
 def register(commands: Subparsers) -> None:
@@ -65,9 +66,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for loc, message in site_warnings(site):
         print(f"upsguard: warning: {site.problem(loc, message)}", file=sys.stderr)
     print(
-        f"{args.config}: ok: site '{site.site}', {len(site.ups)} UPS, "
-        f"{len(site.resources)} resources, {len(site.caches)} caches, "
-        f"shutdown plan of {len(shutdown.steps)} steps"
+        f"{args.config}: ok: site '{site.site}', {counted(len(site.ups), 'UPS', 'UPS')}, "
+        f"{counted(len(site.resources), 'resource')}, {counted(len(site.caches), 'cache')}, "
+        f"shutdown plan of {counted(len(shutdown.steps), 'step')}"
     )
     return 0
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from upsguard.config.types import format_duration
 from upsguard.runbooks.plan import Action, Plan, Step
+from upsguard.units import counted
 
 MAX_WAITS_SHOWN = 4
 
@@ -14,7 +15,7 @@ MAX_WAITS_SHOWN = 4
 def plan_text(plan: Plan) -> str:
     critical = set(plan.critical_path)
     lines = [
-        f"{plan.direction.value} plan: {len(plan.steps)} steps, "
+        f"{plan.direction.value} plan: {counted(len(plan.steps), 'step')}, "
         f"about {format_duration(plan.estimate_s)} with the parallelism limits "
         f"(critical path {format_duration(plan.critical_path_s)})",
         "limits: " + (", ".join(f"{p} {n} at once" for p, n in plan.limits.items()) or "none"),
