@@ -11,6 +11,8 @@ wall-clock times on stderr beside its own timeline.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,3 +98,16 @@ def test_a_selector_reads_as_words_in_the_plan(
     assert "{" not in out and "'" not in out.replace("'/sbin/shutdown -h now'", "")
     assert "4 VMs of group batch (attribute tier=batch)" in out
     assert "8 VMs of group web (name web-*, folder Prod/Web)" in out
+
+
+def test_simulate_says_what_happened_on_its_timeline_only() -> None:
+    scenario = EXAMPLES / "scenarios" / "lost-contact.yaml"
+    argv = ["simulate", "-c", str(EXAMPLES / "homelab.yaml"), "--scenario", str(scenario)]
+
+    done = subprocess.run(
+        [sys.executable, "-m", "upsguard", *argv], capture_output=True, text=True, check=False
+    )
+
+    assert done.returncode == 0
+    assert done.stderr == ""  # no wall-clock log lines beside the virtual clock's timeline
+    assert "WARNING: UPS cp1500 cannot be read" in done.stdout

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from upsguard.cli.common import (
@@ -58,6 +61,23 @@ def register(commands: Subparsers) -> None:
         help="also write the retrospective of the dry run (FILE.html, or .md for Markdown)",
     )
     p.set_defaults(handler=cmd_simulate)
+
+
+@contextlib.contextmanager
+def _told_by_the_timeline(verbose: int) -> Iterator[None]:
+    """A dry run tells what happens on its timeline, on the virtual clock. The log records of
+    the same things (a UPS that cannot be read, a step that failed) would say them again on
+    stderr, stamped with the wall clock of a run that took a second: they are left to ``-v``.
+    Errors still show. The logger's level is restored after (the CLI may run in a caller's
+    process)."""
+    logger = logging.getLogger("upsguard")
+    before = logger.level
+    if not verbose:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -121,9 +141,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     site = site_of(args)
     scenario = load_scenario(args.scenario, site)
     planner = Planner(site, durations=durations_of(args, site))
-    if args.report is None:
-        outcome = simulate(site, scenario, planner)
-    else:
-        outcome = simulated_report(site, scenario, planner, args.report)
+    with _told_by_the_timeline(args.verbose):
+        if args.report is None:
+            outcome = simulate(site, scenario, planner)
+        else:
+            outcome = simulated_report(site, scenario, planner, args.report)
     print(report.report_json(outcome) if args.format == "json" else report.report_text(outcome))
     return outcome.exit_code
