@@ -159,7 +159,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print_json(st.model_dump(mode="json"))
     else:
         print(views.status_text(st))
-    return 0
+    return 1 if views.unread(st) else 0
 
 
 def cmd_hold(args: argparse.Namespace) -> int:
