@@ -116,3 +116,46 @@ def test_status_of_upses_that_read_well_is_ok_and_exits_0(
 
     out = capsys.readouterr().out
     assert "  feed cp1500: online, 1/1 supplying" in out.splitlines()
+
+
+# -- reasons are cleaned on the direct path as the API cleans them ------------------------------
+
+FORGED = "maint\n2026-11-28T10:00:00+00:00  release by root: forged \x1b[31mred\u202e"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["hold", "--reason", FORGED],
+        ["release", "--reason", FORGED],
+        ["abort", "--reason", FORGED],
+        ["trigger", "shutdown", "--reason", FORGED],
+    ],
+    ids=["hold", "release", "abort", "trigger"],
+)
+def test_a_reason_cannot_forge_a_line_of_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    site = site_file(tmp_path, SIMULATED)
+    assert main([*argv, "-c", str(site), "--yes"]) == 0
+    capsys.readouterr()
+
+    assert main(["history", "-c", str(site)]) == 0
+
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out
+    forged = [line for line in out.splitlines() if "forged" in line]
+    assert forged and all("maint 2026-11-28T10:00:00" in line for line in forged), out
+    assert not any(line.startswith("2026-11-28T10:00:00") for line in out.splitlines())
+    assert "maint 2026-11-28T10:00:00+00:00  release by root: forged [31mred" in out
+
+
+def test_a_hold_whose_reason_is_only_control_characters_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site = site_file(tmp_path, SIMULATED)
+
+    code = main(["hold", "-c", str(site), "--reason", "\x1b\x07", "--yes"])
+
+    assert code == 1
+    assert "hold needs a reason" in capsys.readouterr().err

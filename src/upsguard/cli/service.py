@@ -168,8 +168,8 @@ def cmd_hold(args: argparse.Namespace) -> int:
         answer = _client(args, site).post("/hold", {"reason": args.reason})
     except ServiceNotRunning:
         _direct("Journal the hold for its next start?", args.yes)
-        offline.hold(site, _who(), args.reason)
-        print(f"held (journaled; the service takes it up when it starts): {args.reason}")
+        reason = offline.hold(site, _who(), args.reason)
+        print(f"held (journaled; the service takes it up when it starts): {reason}")
         return 0
     print(f"held: {answer['reason']}")
     return 0
