@@ -159,3 +159,27 @@ def test_a_hold_whose_reason_is_only_control_characters_is_refused(
 
     assert code == 1
     assert "hold needs a reason" in capsys.readouterr().err
+
+
+# -- the read commands never create a journal ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["status"], ["status", "--format", "json"], ["history"], ["events"]],
+    ids=["status", "status-json", "history", "events"],
+)
+def test_a_read_command_without_a_journal_says_so_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    journal = tmp_path / "var" / "lib" / "upsguard" / "journal.sqlite"
+    site = site_file(tmp_path, SIMULATED, journal=journal)
+
+    code = main([*argv, "-c", str(site)])
+
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith(f"upsguard: journal {journal} does not exist yet")
+    assert not (tmp_path / "var").exists()

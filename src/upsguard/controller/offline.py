@@ -22,6 +22,7 @@ from upsguard.controller.status import offline_status
 from upsguard.errors import PermanentError
 from upsguard.events import Event, OverrideApplied, describe
 from upsguard.journal import Journal
+from upsguard.journal.file import journal_exists
 from upsguard.models import UpsName
 from upsguard.plugins.registry import build_ups_sources
 from upsguard.policies.watch import UpsWatch
@@ -30,16 +31,28 @@ from upsguard.status import SiteStatus
 
 
 def open_journal(site: SiteConfig) -> Journal:
+    """The journal, created when it is not there yet: for the commands that write to it."""
     return Journal(site.journal, site.service.readings_every)
+
+
+def read_journal(site: SiteConfig, hint: str = "") -> Journal:
+    """The journal as it is, for the commands that only read it (``status``, ``history``,
+    ``events``): they create nothing, neither the file nor its folder. None there is one
+    line (``PermanentError``), with ``hint`` after it."""
+    if not journal_exists(site.journal):
+        raise PermanentError(
+            f"journal {site.journal} does not exist yet: the service has not run with this "
+            f"site file (is -c the site file it runs with?){hint}"
+        )
+    return open_journal(site)
 
 
 async def status(site: SiteConfig) -> SiteStatus:
     """The journal's word, with one fresh poll of each UPS (one that cannot be read is
     shown with its error: status must show every UPS, reachable or not)."""
-    watches = await _poll_once(site)
-    journal = open_journal(site)
+    journal = read_journal(site, "; 'upsguard ups status' reads the UPSes without it")
     try:
-        return offline_status(site, journal, watches)
+        return offline_status(site, journal, await _poll_once(site))
     finally:
         journal.close()
 
