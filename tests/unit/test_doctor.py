@@ -289,3 +289,34 @@ def test_notify_test_runs_the_hook_and_says_what_it_answered(tmp_path: Path) -> 
     )
     (nothing,) = asyncio.run(Notifier(NotifySettings(), "lab").test())
     assert nothing.verdict is Verdict.WARN
+
+
+# -- rows that said something else than what was wrong --------------------------------------
+#
+# Defects these reproduce (each failed before its fix): a missing SSH key file was "cannot
+# connect: No such file or directory -> check ... that its SSH server runs"; the Wake-on-LAN
+# path was "ok" for a broadcast address reached only through the default gateway, where a
+# router drops a directed broadcast and no machine wakes.
+
+
+def test_a_missing_ssh_key_file_is_said_as_such_with_its_fix(tmp_path: Path) -> None:
+    key = tmp_path / "id_ed25519"
+    data = simple_site()
+    data["platforms"]["nas-ssh"] = {"type": "ssh", "user": "admin", "key_file": str(key)}
+    data["resources"].append(
+        {"id": "nas2", "kind": "storage", "platform": "nas-ssh", "host": "127.0.0.1",
+         "shutdown": "poweroff"}
+    )  # fmt: skip
+    site = site_from(tmp_path, data)
+
+    checkup = asyncio.run(
+        run_checkup(site, SystemClock(), only=Selection(names=frozenset({"nas2"})))
+    )
+
+    (row,) = [f for f in checkup.findings if (f.subject, f.check) == ("nas2", "ssh")]
+    assert row.verdict is Verdict.FAIL
+    assert f"private key {key}" in row.detail and "No such file or directory" in row.detail
+    assert "cannot connect" not in row.detail
+    assert "SSH server" not in row.fix
+    assert f"ssh-keygen -t ed25519 -N '' -f {key}" in row.fix
+    assert "authorized_keys" in row.fix
