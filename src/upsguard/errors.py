@@ -21,6 +21,7 @@ Plugins translate the errors of the SDK underneath at their boundary
     ├── PermanentError            retrying will not help
     │   ├── AuthenticationError   wrong user, password or key
     │   │   └── HostKeyUnknown    an SSH host not in known_hosts, or with another key
+    │   ├── KeyFileUnreadable     an SSH private key file that is not there, or not readable
     │   ├── GracefulUnavailable   no graceful path (no VMware Tools, no agent)
     │   ├── PluginNotFound        the site file names a plugin nobody provides
     │   ├── StepFailed            a runbook step gave up after retries and fallback
@@ -81,6 +82,11 @@ class PermanentError(UpsguardError):
 
 class AuthenticationError(PermanentError):
     """Credentials were refused. The message never contains the secret."""
+
+
+class KeyFileUnreadable(PermanentError):
+    """The SSH private key the site file names is not there, or this user may not read it:
+    no connection was tried (asyncssh reads it first, and says so as a connect error)."""
 
 
 class GracefulUnavailable(PermanentError):

@@ -30,7 +30,7 @@ from upsguard.models import (
 )
 from upsguard.runs import RunOutcome, RunSpec
 from upsguard.selftest import TestState
-from upsguard.units import format_bytes
+from upsguard.units import format_bytes, format_duration
 
 log = logging.getLogger(__name__)
 
@@ -345,7 +345,7 @@ def describe(event: Event) -> str | None:
             verdict = "" if ok else f" FAILED: {detail}"
             return f"cache {cache}/{target} -> {mode}{verdict}"
         case CacheClean(cache=cache, waited_s=waited):
-            return f"cache {cache} clean (waited {waited:.0f} s)"
+            return f"cache {cache} clean (waited {format_duration(waited)})"
         case DestageProgress(cache=cache, dirty_bytes=dirty, rate_bps=rate, eta_s=eta):
             return _destage_line(cache, dirty, rate, eta)
         case OnBattery(feed=feed, detail=detail):

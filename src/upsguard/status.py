@@ -89,6 +89,14 @@ class FeedStatus(_Model):
     plan_s: float | None = Field(
         None, description="what this feed's shutdown would take from now, destage included"
     )
+    unknown: int = Field(
+        0,
+        description="members that cannot be read (out of contact since last seen on mains, or "
+        "never read); with on_lost_contact_while_on_line: alert they count in ``online``",
+    )
+    why: str | None = Field(
+        None, description="when ``state`` is unknown: which members cannot be read, and why"
+    )
 
 
 class Trigger(_Model):

@@ -58,6 +58,7 @@ def test_status_json_shows_every_ups_and_the_feed(
             "state": "online",
             "online": 2,
             "needed": 1,
+            "unknown": 0,
             "members": {"ups-a": "online", "ups-b": "online"},
             "held": 0,
             "at_risk_for_s": 0.0,

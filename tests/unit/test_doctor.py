@@ -16,6 +16,7 @@ from tests.sites import simple_site, site_from, write_site
 from upsguard.cli import main
 from upsguard.clock import SystemClock
 from upsguard.config.checks_schedule import BatteryTestConfig, parse_at
+from upsguard.config.platforms import WolSettings
 from upsguard.config.service import NotifySettings
 from upsguard.controller.notify import Notifier
 from upsguard.doctor.changes import compare
@@ -30,7 +31,8 @@ from upsguard.events import (
 from upsguard.findings import Area, Finding, Verdict, fail, ok, warn
 from upsguard.journal import Journal
 from upsguard.journal.checkups import battery_tests, last_checkup
-from upsguard.models import UpsName
+from upsguard.models import PlatformName, UpsName
+from upsguard.plugins.platforms.wol import WolPlatform, gateway_for
 from upsguard.selftest import TestState as SelfTest  # not a class of tests for pytest to collect
 from upsguard.selftest import from_nut
 
@@ -289,3 +291,78 @@ def test_notify_test_runs_the_hook_and_says_what_it_answered(tmp_path: Path) -> 
     )
     (nothing,) = asyncio.run(Notifier(NotifySettings(), "lab").test())
     assert nothing.verdict is Verdict.WARN
+
+
+# -- rows that said something else than what was wrong --------------------------------------
+#
+# Defects these reproduce (each failed before its fix): a missing SSH key file was "cannot
+# connect: No such file or directory -> check ... that its SSH server runs"; the Wake-on-LAN
+# path was "ok" for a broadcast address reached only through the default gateway, where a
+# router drops a directed broadcast and no machine wakes.
+
+
+def test_a_missing_ssh_key_file_is_said_as_such_with_its_fix(tmp_path: Path) -> None:
+    key = tmp_path / "id_ed25519"
+    data = simple_site()
+    data["platforms"]["nas-ssh"] = {"type": "ssh", "user": "admin", "key_file": str(key)}
+    data["resources"].append(
+        {"id": "nas2", "kind": "storage", "platform": "nas-ssh", "host": "127.0.0.1",
+         "shutdown": "poweroff"}
+    )  # fmt: skip
+    site = site_from(tmp_path, data)
+
+    checkup = asyncio.run(
+        run_checkup(site, SystemClock(), only=Selection(names=frozenset({"nas2"})))
+    )
+
+    (row,) = [f for f in checkup.findings if (f.subject, f.check) == ("nas2", "ssh")]
+    assert row.verdict is Verdict.FAIL
+    assert f"private key {key}" in row.detail and "No such file or directory" in row.detail
+    assert "cannot connect" not in row.detail
+    assert "SSH server" not in row.fix
+    assert f"ssh-keygen -t ed25519 -N '' -f {key}" in row.fix
+    assert "authorized_keys" in row.fix
+
+
+#: /proc/net/route of a machine on 192.0.2.0/24 whose default gateway is 192.0.2.1.
+ROUTES = (
+    "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+    "eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
+    "eth0\t000200C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n"
+)
+
+
+def wol(tmp_path: Path, broadcast: str) -> WolPlatform:
+    routes = tmp_path / "route"
+    routes.write_text(ROUTES)
+    settings = WolSettings.model_validate({"type": "wol", "broadcast": broadcast})
+    return WolPlatform(PlatformName("wake"), settings, SystemClock(), routes=routes)
+
+
+def test_wake_on_lan_through_the_default_gateway_is_not_ok(tmp_path: Path) -> None:
+    (row,) = asyncio.run(wol(tmp_path, "192.168.1.255").diagnose([]))
+
+    assert row.verdict is Verdict.WARN
+    assert "through the gateway 192.0.2.1" in row.detail
+    assert "192.168.1.255:9" in row.detail
+    assert "broadcast address of the machines' network" in row.fix
+
+
+def test_wake_on_lan_on_a_network_of_this_machine_is_ok(tmp_path: Path) -> None:
+    (row,) = asyncio.run(wol(tmp_path, "127.255.255.255").diagnose([]))
+
+    assert row.verdict is Verdict.OK
+    assert row.detail == "packets to 127.255.255.255:9 go out on a network of this machine"
+
+
+@pytest.mark.parametrize(
+    ("address", "gateway"),
+    [
+        ("192.168.1.255", "192.0.2.1"),
+        ("192.0.2.255", None),
+        ("127.0.0.1", None),
+        ("255.255.255.255", None),
+    ],
+)
+def test_the_gateway_a_broadcast_would_leave_through(address: str, gateway: str | None) -> None:
+    assert gateway_for(address, ROUTES) == gateway

@@ -7,7 +7,15 @@ from datetime import UTC, datetime
 
 import pytest
 
-from upsguard.events import Event, PhaseChanged, RunFinished, StepFinished, StepWaiting, describe
+from upsguard.events import (
+    CacheClean,
+    Event,
+    PhaseChanged,
+    RunFinished,
+    StepFinished,
+    StepWaiting,
+    describe,
+)
 from upsguard.models import Phase, RunId, StepId, StepState
 from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunSpec
 
@@ -34,3 +42,10 @@ SPEC = RunSpec(R1, RunKind.SHUTDOWN, RunOrigin.POLICY, "low battery", AT)
 def test_an_empty_detail_leaves_no_colon(event: Event, line: str) -> None:
     text = describe(event)
     assert text is not None and text.strip() == line and text == text.rstrip()
+
+
+def test_a_cache_waited_for_says_its_wait_as_every_duration_reads() -> None:
+    """Defect this reproduces (it failed before the fix): ``waited 154 s`` beside the
+    ``2m34s`` of the lines around it."""
+    assert describe(CacheClean(AT, "esx-flash", 154.0)) == "cache esx-flash clean (waited 2m34s)"
+    assert describe(CacheClean(AT, "esx-flash", 0.0)) == "cache esx-flash clean (waited 0s)"

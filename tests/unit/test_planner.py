@@ -246,6 +246,31 @@ def test_text_json_dot_mermaid(tmp_path: Path) -> None:
     assert "flowchart LR" in render.plan_mermaid(plan)
 
 
+def test_dot_and_mermaid_escape_quotes_and_backslashes_in_ids(tmp_path: Path) -> None:
+    """Defect this reproduces (it failed before the fix): a resource id with a ``"`` ended
+    the quoted id early in DOT and the label in Mermaid, and a trailing ``\\`` escaped DOT's
+    closing quote; ``dot`` and Mermaid refused the graph, or drew other nodes."""
+    data = simple_site()
+    data["resources"] = [
+        {"id": 'say "hi"', "kind": "vm", "platform": "vc", "runs_on": ["h1"]},
+        {"id": "back\\", "kind": "vm", "platform": "vc", "runs_on": ["h1"]},
+        {"id": "h1", "kind": "host", "platform": "vc"},
+    ]
+    plan = Planner(site_from(tmp_path, data)).plan("shutdown")
+
+    dot = render.plan_dot(plan)
+    assert '"stop:say \\"hi\\"" -> "stop:h1";' in dot
+    assert '"stop:back\\\\" -> "stop:h1";' in dot
+    for line in dot.splitlines():  # every quote left in a line opens or closes a string
+        unescaped = line.replace("\\\\", "").replace('\\"', "")
+        assert unescaped.count('"') % 2 == 0, line
+
+    mermaid = render.plan_mermaid(plan)
+    assert '["stop:say #quot;hi#quot; ~40s"]' in mermaid
+    for line in mermaid.splitlines():
+        assert line.count('"') in (0, 2), line
+
+
 def test_examples_plan_cleanly() -> None:
     for name in ("homelab.yaml", "cluster.yaml"):
         site = load_site(EXAMPLES / name)

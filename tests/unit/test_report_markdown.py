@@ -111,4 +111,4 @@ def test_times_are_utc_and_a_moment_past_midnight_has_its_date(journal: Journal)
     journal.write.record(OverrideApplied(at(12 * 3600 + 5), "ops", "release", "over"))
     text = markdown(journal)
     assert "Times are UTC; T+0 = 2026-03-01 12:00:00 UTC." in text
-    assert "- 2026-03-02 00:00:05 (T+12h00m) override: release by ops (over)" in text
+    assert "- 2026-03-02 00:00:05 (T+12h00m05s) override: release by ops (over)" in text

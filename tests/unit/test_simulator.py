@@ -17,7 +17,7 @@ from upsguard.config import SiteConfig, load_site
 from upsguard.config.scenario import DEFAULT_SCENARIO, load_scenario, parse_scenario
 from upsguard.config.types import format_duration
 from upsguard.errors import ConfigError
-from upsguard.simulation.report import report_json
+from upsguard.simulation.report import report_json, report_text
 from upsguard.simulation.simulator import SimulationReport, simulate
 
 
@@ -355,3 +355,67 @@ def test_what_nothing_can_power_on_fails_to_start_as_the_real_run_will(tmp_path:
     assert [words[:2] for words in starts] == [["start", "start:nas"], ["failed", "start:nas:"]]
     assert "nothing can power it on" in lines[index(report, "failed    start:nas")]
     assert not report.ok
+
+
+# -- how the timeline and the verdict read ----------------------------------------------------
+#
+# Defects these reproduce (each failed before its fix): past one hour the timeline dropped
+# its seconds (``T+ 1h28m``); the verdict's "at worst" was one poll better than the lowest
+# runtime on the timeline; a 500-VM site that ran out of battery listed 490 names on the
+# verdict's one line.
+
+
+def test_durations_past_an_hour_keep_their_seconds() -> None:
+    assert format_duration(5285) == "1h28m05s"
+    assert format_duration(3600) == "1h00m"
+    assert format_duration(3660) == "1h01m"
+
+
+def test_the_timeline_past_an_hour_keeps_its_seconds(tmp_path: Path) -> None:
+    site = site_from(tmp_path, simple_site())
+    report = run(site, "outage: {at: 1h28m05s}\nhorizon: 3h")
+
+    lines = report_text(report).splitlines()
+
+    assert any(line.startswith("T+1h28m05s  [ups1 ") for line in lines), lines[:8]
+    widths = {line.index("[") for line in lines if line.startswith("T+")}
+    assert len(widths) == 1  # the battery column stays where it was
+
+
+@pytest.mark.parametrize(
+    ("site", "scenario"),
+    [
+        ("homelab.yaml", "short-blip.yaml"),
+        ("homelab.yaml", "flapping.yaml"),
+        ("cluster.yaml", "power-back-before-ponr.yaml"),
+    ],
+)
+def test_at_worst_is_the_lowest_runtime_the_timeline_shows(site: str, scenario: str) -> None:
+    loaded = load_site(EXAMPLES / site)
+    report = simulate(loaded, load_scenario(EXAMPLES / "scenarios" / scenario, loaded))
+    lowest = min(r for m in report.timeline for _, r in m.battery.values())
+
+    assert "at worst" in report.verdict
+    assert f"at worst {format_duration(lowest)} of battery was left" in report.verdict
+    assert report.margin_s == lowest
+
+
+def test_a_big_site_that_runs_out_names_a_few_and_counts_the_rest(tmp_path: Path) -> None:
+    gen_site = EXAMPLES.parent.parent / "bench" / "gen_site.py"
+    made = subprocess.run(
+        [sys.executable, str(gen_site), "--vms", "500", "--hosts", "20"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    text = made.stdout.replace("load_watts: 60000", "load_watts: 500")  # too small a battery
+    site = load_site(write_site(tmp_path, text))
+
+    report = simulate(site, DEFAULT_SCENARIO)
+
+    assert not report.ok and report.ran_out_at_s is not None
+    assert len(report.lost_power) > 100  # the data keeps every name
+    assert len(report.verdict) < 400, report.verdict
+    assert f": {len(report.lost_power)} resources (esx000, " in report.verdict
+    assert f" and {len(report.lost_power) - 5} more) lost power" in report.verdict
+    assert all(len(line) < 400 for line in report_text(report).splitlines())

@@ -35,6 +35,7 @@ from upsguard.doctor.drill import Drill, Would, run_drill
 from upsguard.errors import ConfigError
 from upsguard.findings import Area, Finding, Verdict
 from upsguard.plugins import registry
+from upsguard.units import counted
 
 
 def register(commands: Subparsers) -> None:
@@ -206,7 +207,7 @@ def drill_summary(drill: Drill) -> str:
     longest = max((s.read_s for s in drill.steps), default=0.0)
     source = "live inventory" if drill.live else "the site file alone (no live inventory)"
     return (
-        f"drill: {len(drill.steps)} steps: {tally[Would.ACT]} would act, "
+        f"drill: {counted(len(drill.steps), 'step')}: {tally[Would.ACT]} would act, "
         f"{tally[Would.DONE]} already done, {tally[Would.FAIL]} would fail; planned from "
         f"{source}; the drill took {format_duration(drill.took_s)} (the slowest step's reads "
         f"{longest:.2f}s); the plan's estimate is {format_duration(drill.estimate_s)}.\n"

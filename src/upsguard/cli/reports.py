@@ -90,14 +90,16 @@ def durations_of(args: argparse.Namespace, site: SiteConfig) -> Durations | None
     return learned
 
 
-def write_output(text: str, output: Path | None) -> None:
+def write_output(text: str, output: Path | None, what: str = "the report") -> None:
+    """``text`` to ``output`` (stdout without one); a file that cannot be written (a folder
+    that is not there, a folder, /proc) is one line naming it, not a traceback."""
     if output is None:
         print(text, end="" if text.endswith("\n") else "\n")
         return
     try:
         output.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise PermanentError(f"{output}: cannot write the report ({exc.strerror})") from exc
+        raise PermanentError(f"{output}: cannot write {what} ({exc.strerror or exc})") from exc
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -35,6 +35,7 @@ from upsguard.controller import offline
 from upsguard.controller.service import run_service
 from upsguard.errors import PermanentError, ServiceNotRunning, TemporaryError
 from upsguard.journal import Journal
+from upsguard.journal.file import journal_exists
 
 
 def register(commands: Subparsers) -> None:
@@ -159,7 +160,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print_json(st.model_dump(mode="json"))
     else:
         print(views.status_text(st))
-    return 0
+    return 1 if views.unread(st) else 0
 
 
 def cmd_hold(args: argparse.Namespace) -> int:
@@ -168,8 +169,8 @@ def cmd_hold(args: argparse.Namespace) -> int:
         answer = _client(args, site).post("/hold", {"reason": args.reason})
     except ServiceNotRunning:
         _direct("Journal the hold for its next start?", args.yes)
-        offline.hold(site, _who(), args.reason)
-        print(f"held (journaled; the service takes it up when it starts): {args.reason}")
+        reason = offline.hold(site, _who(), args.reason)
+        print(f"held (journaled; the service takes it up when it starts): {reason}")
         return 0
     print(f"held: {answer['reason']}")
     return 0
@@ -235,7 +236,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def _journal_history(site: SiteConfig, limit: int) -> dict[str, Any]:
-    journal = offline.open_journal(site)
+    journal = offline.read_journal(site)
     try:
         return {
             "runs": [r.to_dict() for r in journal.read.runs(limit=limit)],
@@ -256,7 +257,7 @@ def cmd_events(args: argparse.Namespace) -> int:
             answer = client.get(f"/events?after={after}&wait={25 if args.follow else 0}", 40.0)
             rows, after = answer["events"], answer["last"]
         except ServiceNotRunning:
-            rows = _journal_events(site, after)
+            rows = _journal_events(site, after, args.follow)
             after = rows[-1]["id"] if rows else max(after, 0)
             if args.follow and not rows:
                 time.sleep(1.0)
@@ -272,8 +273,12 @@ def cmd_events(args: argparse.Namespace) -> int:
             return 0
 
 
-def _journal_events(site: SiteConfig, after: int) -> list[dict[str, Any]]:
-    journal = offline.open_journal(site)
+def _journal_events(site: SiteConfig, after: int, follow: bool) -> list[dict[str, Any]]:
+    """The events after ``after`` in the journal; following, none until there is one (the
+    service may be about to start), else no journal is one line."""
+    if follow and not journal_exists(site.journal):
+        return []
+    journal = offline.read_journal(site)
     try:
         return [e.to_dict() for e in journal.read.events(after=after)]
     finally:

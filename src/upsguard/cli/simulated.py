@@ -44,6 +44,7 @@ def simulated_report(
                 source="simulation",
                 planned_with=planner.durations,
                 learned=learned_or_none(site.journal) or {},
+                origin=ORIGIN,
             )
         finally:
             journal.close()
@@ -54,17 +55,15 @@ def simulated_report(
 
 
 def _with_simulation(story: Story, outcome: SimulationReport) -> Story:
-    """The verdict, and the dirty bytes the destage watch read (in the story's time)."""
-    shift = (story.origin - ORIGIN).total_seconds()
+    """The verdict, and the dirty bytes the destage watch read. The story counts its T+ from
+    the start of the scenario (``ORIGIN``), as the verdict and simulate's timeline do: one
+    T+ for all three."""
     drained = [
-        CacheSample(s.cache, s.at_s - shift, s.dirty_bytes, DRAIN_READING)
-        for s in outcome.cache_samples
+        CacheSample(s.cache, s.at_s, s.dirty_bytes, DRAIN_READING) for s in outcome.cache_samples
     ]
     caches = sorted((*story.caches, *drained), key=lambda c: c.at_s)
     notes = (
         *story.notes,
         "A dry run: the UPS readings are the battery model's own, and every platform is simulated.",
-        f"The verdict counts its T+ from the start of the scenario, {ORIGIN:%Y-%m-%d %H:%M:%S} UTC "
-        "on the virtual clock, as simulate prints its timeline.",
     )
     return replace(story, verdict=outcome.verdict, caches=tuple(caches), notes=notes)

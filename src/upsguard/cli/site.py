@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from upsguard.cli.common import (
@@ -14,7 +17,7 @@ from upsguard.cli.common import (
     run_async,
     site_of,
 )
-from upsguard.cli.reports import add_durations_option, durations_of
+from upsguard.cli.reports import add_durations_option, durations_of, write_output
 from upsguard.cli.simulated import simulated_report
 from upsguard.clock import SystemClock
 from upsguard.config.checks import site_warnings
@@ -26,6 +29,7 @@ from upsguard.runbooks import render
 from upsguard.runbooks.planner import Planner
 from upsguard.simulation import report
 from upsguard.simulation.simulator import simulate
+from upsguard.units import counted
 
 
 def register(commands: Subparsers) -> None:
@@ -59,15 +63,32 @@ def register(commands: Subparsers) -> None:
     p.set_defaults(handler=cmd_simulate)
 
 
+@contextlib.contextmanager
+def _told_by_the_timeline(verbose: int) -> Iterator[None]:
+    """A dry run tells what happens on its timeline, on the virtual clock. The log records of
+    the same things (a UPS that cannot be read, a step that failed) would say them again on
+    stderr, stamped with the wall clock of a run that took a second: they are left to ``-v``.
+    Errors still show. The logger's level is restored after (the CLI may run in a caller's
+    process)."""
+    logger = logging.getLogger("upsguard")
+    before = logger.level
+    if not verbose:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     site = site_of(args)
     shutdown = Planner(site).plan("shutdown")
     for loc, message in site_warnings(site):
         print(f"upsguard: warning: {site.problem(loc, message)}", file=sys.stderr)
     print(
-        f"{args.config}: ok: site '{site.site}', {len(site.ups)} UPS, "
-        f"{len(site.resources)} resources, {len(site.caches)} caches, "
-        f"shutdown plan of {len(shutdown.steps)} steps"
+        f"{args.config}: ok: site '{site.site}', {counted(len(site.ups), 'UPS', 'UPS')}, "
+        f"{counted(len(site.resources), 'resource')}, {counted(len(site.caches), 'cache')}, "
+        f"shutdown plan of {counted(len(shutdown.steps), 'step')}"
     )
     return 0
 
@@ -80,11 +101,7 @@ def schema_text() -> str:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    text = schema_text()
-    if args.output:
-        args.output.write_text(text, encoding="utf-8")
-    else:
-        print(text, end="")
+    write_output(schema_text(), args.output, "the schema")
     return 0
 
 
@@ -124,9 +141,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     site = site_of(args)
     scenario = load_scenario(args.scenario, site)
     planner = Planner(site, durations=durations_of(args, site))
-    if args.report is None:
-        outcome = simulate(site, scenario, planner)
-    else:
-        outcome = simulated_report(site, scenario, planner, args.report)
+    with _told_by_the_timeline(args.verbose):
+        if args.report is None:
+            outcome = simulate(site, scenario, planner)
+        else:
+            outcome = simulated_report(site, scenario, planner, args.report)
     print(report.report_json(outcome) if args.format == "json" else report.report_text(outcome))
     return outcome.exit_code

@@ -210,6 +210,7 @@ def feed_json(pair: Feed) -> dict[str, Any]:
         "state": feed.state,
         "online": feed.online,
         "needed": feed.needed,
+        "unknown": feed.unknown,
         "members": _members(pair),
         "held": feed.held,
         "at_risk_for_s": round(feed.at_risk_for_s, 1),
@@ -275,7 +276,7 @@ def feed_table(feeds: list[Feed]) -> Table:
             [
                 f.name,
                 f.state,
-                f"{f.online}/{f.needed}",
+                f"{f.online}/{f.needed}" + (f" ({f.unknown} unknown)" if f.unknown else ""),
                 members,
                 _dur(f.runtime_s),
                 _dur(f.at_risk_for_s) if f.at_risk else "-",

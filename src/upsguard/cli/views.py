@@ -10,6 +10,7 @@ from upsguard.models import LinkState
 from upsguard.status import (
     CacheStatus,
     Countdown,
+    FeedStatus,
     LastRun,
     PairStatus,
     RunStatus,
@@ -42,12 +43,7 @@ def status_text(st: SiteStatus) -> str:
     lines += [f"ALERT: {alert.text}" for alert in st.alerts]
     lines += _pair_lines(st.ha)
     lines += _ups_lines(st.ups)
-    for feed in st.feeds:
-        risk = "AT RISK" if feed.at_risk else "ok"
-        lines.append(
-            f"  feed {feed.name}: {risk}, {feed.online}/{feed.needed} supplying"
-            + (f", runtime {_dur(feed.runtime_s)}" if feed.runtime_s is not None else "")
-        )
+    lines += [_feed_line(feed) for feed in st.feeds]
     lines += _countdown_lines(st.countdown)
     lines += _run_lines(st.run, st.last_run)
     if st.unfinished_runs:
@@ -56,6 +52,28 @@ def status_text(st: SiteStatus) -> str:
         )
     lines += _cache_lines(st.caches)
     return "\n".join(lines)
+
+
+def _feed_line(feed: FeedStatus) -> str:
+    """The feed's state in one word (in capitals when it needs a person), its quorum, and
+    for a feed that cannot be read, which UPS and why: unknown is never shown as ok."""
+    state = feed.state if feed.state in ("online", "degraded") else feed.state.upper()
+    if feed.why:
+        state += f" ({feed.why})"
+    counted = (
+        f" ({feed.unknown} of them unread, counted as supplying)"
+        if feed.unknown and not feed.at_risk
+        else ""
+    )
+    runtime = f", runtime {_dur(feed.runtime_s)}" if feed.runtime_s is not None else ""
+    return f"  feed {feed.name}: {state}, {feed.online}/{feed.needed} supplying{counted}{runtime}"
+
+
+def unread(st: SiteStatus) -> bool:
+    """A UPS that cannot be read now, or a feed that is unknown for it: ``status`` then ends
+    non-zero, as ``ups status`` does."""
+    upses = any(not u.polled or u.link is not LinkState.OK for u in st.ups)
+    return upses or any(f.state == "unknown" for f in st.feeds)
 
 
 def _pair_lines(pair: PairStatus | None) -> list[str]:
@@ -104,7 +122,8 @@ def _ups_lines(upses: list[UpsStatus]) -> list[str]:
             lines.append(f"  UPS {ups.name}: not read yet" + _error(ups.error))
             continue
         link = ups.link.value if ups.link else "?"
-        link_text = "" if ups.link is LinkState.OK else f", link {link} ({_dur(ups.age_s)} old)"
+        age = "never read" if ups.age_s is None else f"{_dur(ups.age_s)} old"
+        link_text = "" if ups.link is LinkState.OK else f", link {link} ({age})"
         drain = (
             f", draining {ups.depletion_pct_per_min:.1f} %/min" if ups.depletion_pct_per_min else ""
         )

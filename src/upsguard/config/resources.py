@@ -54,6 +54,17 @@ class Selector(Model):
             raise ValueError("a selector needs at least one of name, folder, tag, attribute")
         return self
 
+    def describe(self) -> str:
+        """As a plan says it: ``name web-*, folder Prod/Web, attribute tier=batch`` (the
+        attributes as ``upsguard inventory`` shows them)."""
+        words = [
+            f"{field} {value}"
+            for field, value in (("name", self.name), ("folder", self.folder), ("tag", self.tag))
+            if value is not None
+        ]
+        words += [f"attribute {k}={v}" for k, v in sorted((self.attribute or {}).items())]
+        return ", ".join(words)
+
 
 #: An HTTP header's name (RFC 9110 token): no colon, no space, no line break.
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")

@@ -184,7 +184,7 @@ def _check(scenario: Scenario, site: SiteConfig, source: SourceText | None) -> N
         if ups.runtime_at is None
     ]
     own = _site(scenario, site) or _references(scenario, site)
-    own += _polls(scenario, site)
+    own += _polls(scenario, site) + _after_horizon(scenario)
     if source is not None:
         problems += [source.problem(loc, msg) for loc, msg in own]
     else:
@@ -221,6 +221,45 @@ def _polls(scenario: Scenario, site: SiteConfig) -> list[Problem]:
             f"{polls:,.0f} polls of {duration_phrase(poll)} (the site's {field}): the "
             f"simulator makes at most {MAX_POLLS:,}; shorten the horizon",
         )
+    ]
+
+
+def _starts(scenario: Scenario) -> list[tuple[tuple[str | int, ...], timedelta]]:
+    """Where each thing the scenario makes happen starts, and when."""
+    out: list[tuple[tuple[str | int, ...], timedelta]] = []
+    if scenario.outage is not None:
+        out.append((("outage", "at"), scenario.outage.at))
+    out += [(("power", i, "at"), e.at) for i, e in enumerate(scenario.power)]
+    out += [(("flapping", i, "start"), f.start) for i, f in enumerate(scenario.flapping)]
+    for section in ("contact", "self_test", "fsd"):
+        windows: list[Window] = getattr(scenario, section)
+        out += [((section, i, "at"), w.at) for i, w in enumerate(windows)]
+    out += [
+        (("ups", name, "fails_at"), ups.fails_at)
+        for name, ups in scenario.ups.items()
+        if ups.fails_at is not None
+    ]
+    out += [
+        (("platforms", name, "hang", "at"), p.hang.at)
+        for name, p in scenario.platforms.items()
+        if p.hang is not None
+    ]
+    return out
+
+
+def _after_horizon(scenario: Scenario) -> list[Problem]:
+    """Something set to happen at or after the horizon never happens: the simulation stops
+    first, and a dry run of nothing would pass quietly. A mistake in the file, said as one."""
+    horizon = scenario.horizon
+    return [
+        (
+            loc,
+            f"{duration_phrase(at)} is after the horizon ({duration_phrase(horizon)}), where "
+            "the simulation stops: it would never happen; make it earlier or the horizon "
+            "longer",
+        )
+        for loc, at in _starts(scenario)
+        if at >= horizon
     ]
 
 

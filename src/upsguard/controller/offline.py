@@ -16,10 +16,13 @@ from datetime import UTC, datetime
 
 from upsguard.clock import SystemClock
 from upsguard.config.site import SiteConfig
+from upsguard.controller.api import MAX_NAME, MAX_REASON, clean_text
 from upsguard.controller.service import Service
 from upsguard.controller.status import offline_status
+from upsguard.errors import PermanentError
 from upsguard.events import Event, OverrideApplied, describe
 from upsguard.journal import Journal
+from upsguard.journal.file import journal_exists
 from upsguard.models import UpsName
 from upsguard.plugins.registry import build_ups_sources
 from upsguard.policies.watch import UpsWatch
@@ -28,16 +31,28 @@ from upsguard.status import SiteStatus
 
 
 def open_journal(site: SiteConfig) -> Journal:
+    """The journal, created when it is not there yet: for the commands that write to it."""
     return Journal(site.journal, site.service.readings_every)
+
+
+def read_journal(site: SiteConfig, hint: str = "") -> Journal:
+    """The journal as it is, for the commands that only read it (``status``, ``history``,
+    ``events``): they create nothing, neither the file nor its folder. None there is one
+    line (``PermanentError``), with ``hint`` after it."""
+    if not journal_exists(site.journal):
+        raise PermanentError(
+            f"journal {site.journal} does not exist yet: the service has not run with this "
+            f"site file (is -c the site file it runs with?){hint}"
+        )
+    return open_journal(site)
 
 
 async def status(site: SiteConfig) -> SiteStatus:
     """The journal's word, with one fresh poll of each UPS (one that cannot be read is
     shown with its error: status must show every UPS, reachable or not)."""
-    watches = await _poll_once(site)
-    journal = open_journal(site)
+    journal = read_journal(site, "; 'upsguard ups status' reads the UPSes without it")
     try:
-        return offline_status(site, journal, watches)
+        return offline_status(site, journal, await _poll_once(site))
     finally:
         journal.close()
 
@@ -56,7 +71,19 @@ async def _poll_once(site: SiteConfig) -> dict[UpsName, UpsWatch]:
     return watches
 
 
-def hold(site: SiteConfig, who: str, reason: str, release: bool = False) -> None:
+def _cleaned(who: str, reason: str) -> tuple[str, str]:
+    """Who and why, cleaned as the API cleans what its callers send (``api.clean_text``):
+    a line break or an escape sequence in a reason (or in ``$SUDO_USER``) would forge a line
+    of ``history`` or of a terminal; the direct path journals the same text the API would."""
+    return clean_text(who, MAX_NAME), clean_text(reason, MAX_REASON)
+
+
+def hold(site: SiteConfig, who: str, reason: str, release: bool = False) -> str:
+    """Journal a hold (or its release) for the service's next start; returns the reason as
+    journaled. A hold needs a reason, as the service's does."""
+    who, reason = _cleaned(who, reason)
+    if not release and not reason:
+        raise PermanentError("hold needs a reason: upsguard hold --reason 'why'")
     journal = open_journal(site)
     try:
         action = "release" if release else "hold"
@@ -64,9 +91,11 @@ def hold(site: SiteConfig, who: str, reason: str, release: bool = False) -> None
         journal.write.record(OverrideApplied(datetime.now(UTC), who, action, reason, detail))
     finally:
         journal.close()
+    return reason
 
 
 def abort(site: SiteConfig, who: str, reason: str) -> list[str]:
+    who, reason = _cleaned(who, reason)
     journal = open_journal(site)
     try:
         now = datetime.now(UTC)
@@ -94,6 +123,8 @@ async def trigger(
     show: Callable[[str], None],
 ) -> int:
     """Run the plan here and now; returns 0 when every step ended well."""
+    who, reason = _cleaned(who, reason)
+    only = [clean_text(rid, MAX_NAME) for rid in only]
     svc = Service(site, log_events=False)
 
     def printer(event: Event) -> None:

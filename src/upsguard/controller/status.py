@@ -70,6 +70,7 @@ def service_status(
         held = Hold(reason=controller.engine.held)
     run = run_status(controller, journal, now)
     view = controller.view
+    upses = ups_status(controller.watches)
     plan_s = controller.plan_seconds() if view is not None else {}
     return SiteStatus(
         site=site.site,
@@ -87,8 +88,8 @@ def service_status(
         phase_since=_phase_since(journal),
         held=held,
         at_floor=controller.engine.at_floor,
-        ups=ups_status(controller.watches),
-        feeds=feeds_status(site, view.feeds if view is not None else (), plan_s),
+        ups=upses,
+        feeds=feeds_status(site, view.feeds if view is not None else (), plan_s, upses),
         countdown=countdown(site, controller, run, plan_s),
         run=run,
         last_run=_last_run(journal),
@@ -142,6 +143,7 @@ def offline_status(
     last_phase = journal.read.last_phase()
     polled = {name: w.figures() for name, w in watches.items() if w.last is not None}
     feeds = read_feeds(site.effective_feeds(), polled, site.policies.on_lost_contact_while_on_line)
+    upses = [_or_journaled(u, journal, now) for u in ups_status(watches)]
     return SiteStatus(
         site=site.site,
         at=now,
@@ -149,8 +151,8 @@ def offline_status(
         phase=last_phase or Phase.NORMAL,
         phase_since=_phase_since(journal),
         held=_hold(journal.read.hold()),
-        ups=[_or_journaled(u, journal, now) for u in ups_status(watches)],
-        feeds=feeds_status(site, feeds, {}),
+        ups=upses,
+        feeds=feeds_status(site, feeds, {}, upses),
         last_run=_last_run(journal),
         unfinished_runs=[
             r.id for r in journal.read.runs(limit=20, with_steps=False) if r.unfinished
@@ -240,27 +242,47 @@ def ups_status(watches: Mapping[UpsName, UpsWatch]) -> list[UpsStatus]:
 
 
 def feeds_status(
-    site: SiteConfig, feeds: Sequence[FeedReading], plan_s: Mapping[str, PlanTime]
+    site: SiteConfig,
+    feeds: Sequence[FeedReading],
+    plan_s: Mapping[str, PlanTime],
+    upses: Sequence[UpsStatus] = (),
 ) -> list[FeedStatus]:
+    """Each feed as read; one whose members cannot be read says which and why (``upses``:
+    their status, with each one's error)."""
     configs = {feed_name(c, i): c for i, c in enumerate(site.effective_feeds())}
-    return [
-        FeedStatus(
-            name=f.name,
-            state=f.state,
-            at_risk=f.at_risk,
-            online=f.online,
-            needed=f.needed,
-            members=dict(zip((str(u) for u in configs[f.name].ups), f.members, strict=True)),
-            runtime_s=f.runtime_s,
-            charge_pct=f.charge_pct,
-            depletion_pct_per_min=f.depletion_pct_per_min,
-            low_battery=f.low_battery,
-            lost=f.lost,
-            at_risk_for_s=f.at_risk_for_s,
-            plan_s=plan_s[f.name].total_s if f.name in plan_s else None,
+    errors = {u.name: u.error for u in upses}
+    out = []
+    for f in feeds:  # none before the first poll
+        members = dict(zip((str(u) for u in configs[f.name].ups), f.members, strict=True))
+        out.append(
+            FeedStatus(
+                name=f.name,
+                state=f.state,
+                at_risk=f.at_risk,
+                online=f.online,
+                needed=f.needed,
+                members=members,
+                runtime_s=f.runtime_s,
+                charge_pct=f.charge_pct,
+                depletion_pct_per_min=f.depletion_pct_per_min,
+                low_battery=f.low_battery,
+                lost=f.lost,
+                at_risk_for_s=f.at_risk_for_s,
+                plan_s=plan_s[f.name].total_s if f.name in plan_s else None,
+                unknown=f.unknown,
+                why=_unread(members, errors) if f.unknown else None,
+            )
         )
-        for f in feeds  # none before the first poll
-    ]
+    return out
+
+
+def _unread(members: Mapping[str, str], errors: Mapping[str, str | None]) -> str:
+    """``cp1500 cannot be read: <its error>`` for each member whose word is unknown."""
+    return "; ".join(
+        f"{name} cannot be read: {errors.get(name) or 'no reading yet'}"
+        for name, word in members.items()
+        if word == "unknown"
+    )
 
 
 def countdown(

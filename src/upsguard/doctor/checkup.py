@@ -166,8 +166,18 @@ _BUG = "report this as an upsguard bug, with the output of doctor -v"
 
 
 def _fix(exc: UpsguardError) -> str:
-    from upsguard.errors import AuthenticationError, ConfigError, TemporaryError
+    from upsguard.errors import (
+        AuthenticationError,
+        ConfigError,
+        KeyFileUnreadable,
+        TemporaryError,
+    )
 
+    if isinstance(exc, KeyFileUnreadable):
+        return (
+            "make the key (ssh-keygen -t ed25519 -N '' -f FILE) and add its .pub to the user's "
+            "authorized_keys there, or set key_file to one this user can read"
+        )
     if isinstance(exc, AuthenticationError):
         return "check the user and its password (or key) file, and its rights there"
     if isinstance(exc, ConfigError):

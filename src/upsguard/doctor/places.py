@@ -18,6 +18,7 @@ from upsguard.findings import Area, Finding, fail, ok, warn
 from upsguard.models import Direction, PlatformName, PowerState, ResourceId, ResourceKind, Target
 from upsguard.plugins.platforms.base import Platform
 from upsguard.runbooks.planner import Planner
+from upsguard.units import counted
 
 _VMS = (ResourceKind.VM, ResourceKind.VM_GROUP)
 
@@ -129,8 +130,8 @@ async def check_plan(site: SiteConfig, platforms: Mapping[PlatformName, Platform
                 Area.PLAN,
                 "shutdown",
                 "plan",
-                f"{len(plan.steps)} steps, about {format_duration(plan.estimate_s)}, from the "
-                f"site file alone: no live inventory ({why})",
+                f"{counted(len(plan.steps), 'step')}, about {format_duration(plan.estimate_s)}, "
+                f"from the site file alone: no live inventory ({why})",
                 "fix what the other rows say; 'upsguard plan shutdown --live' shows the plan",
             )
         ]
@@ -142,8 +143,8 @@ async def check_plan(site: SiteConfig, platforms: Mapping[PlatformName, Platform
             Area.PLAN,
             "shutdown",
             "plan",
-            f"{len(plan.steps)} steps, about {format_duration(plan.estimate_s)} (critical path "
-            f"{format_duration(plan.critical_path_s)}), from live inventory",
+            f"{counted(len(plan.steps), 'step')}, about {format_duration(plan.estimate_s)} "
+            f"(critical path {format_duration(plan.critical_path_s)}), from live inventory",
         )
     ]
     for host, vms in sorted(live.unplanned.items()):

@@ -71,6 +71,7 @@ def story_from_journal(
     outage: Outage | None = None,
     planned_with: Durations | None = None,
     learned: Durations | None = None,
+    origin: datetime | None = None,
 ) -> Story:
     """The story of ``runs``, from the start of the outage around them (``outage``, by
     default the first run's) to their end, or to the outage's end when ``outage`` is given
@@ -79,7 +80,9 @@ def story_from_journal(
 
     Each run is compared with the plan its planner made: by default with the durations the
     journal had learned before it; ``planned_with`` when the runs were planned otherwise (a
-    dry run). The outlook uses ``learned``, by default everything this journal learned."""
+    dry run). The outlook uses ``learned``, by default everything this journal learned.
+    ``origin``: the story's T+0 when it is not the outage's start (a dry run counts from the
+    start of its scenario, as its timeline and verdict do)."""
     runs = sorted(runs, key=lambda r: r.started)
     ends = [_run_end(r) for r in runs]
     if outage is not None:
@@ -87,15 +90,16 @@ def story_from_journal(
     elif runs:
         outage = outage_of(journal, runs[0].id)
     if outage is not None:
-        origin, end = outage.origin, max(ends)
+        start, end = outage.origin, max(ends)
     elif runs:
-        origin, end = parse_iso(runs[0].started), max(ends)
+        start, end = parse_iso(runs[0].started), max(ends)
     else:
-        origin, end = _journal_span(journal)
+        start, end = _journal_span(journal)
         found = outages(journal)
         if found:  # the whole journal: from its first mains failure to its last return
             outage = replace(found[0], mains_back=found[-1].mains_back)
-            origin = outage.mains_failed or origin
+            start = outage.mains_failed or start
+    origin = origin or start
     window = (iso(origin - MARGIN), iso(end + MARGIN))
     events = journal.read.events_between(*window)
     if learned is None:

@@ -6,7 +6,8 @@ share this one runner so that they all report the same clear errors:
 * the host key does not match ``known_hosts`` (or the host is not listed):
   ``PermanentError``, never a silent connect;
 * the host does not answer: ``PlatformUnreachable`` (retry later);
-* the key is refused: ``AuthenticationError``;
+* the key is refused: ``AuthenticationError``; the key file is not there or cannot be read:
+  ``KeyFileUnreadable``;
 * the program is missing: ``PermanentError``; it ran too long: ``TemporaryError``.
 
 A ``Runner`` keeps one SSH connection per endpoint open between calls (a
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from upsguard.errors import (
     AuthenticationError,
     HostKeyUnknown,
+    KeyFileUnreadable,
     PermanentError,
     PlatformUnreachable,
     TemporaryError,
@@ -50,6 +52,7 @@ __all__ = [
     "CommandResult",
     "Detached",
     "HostKeyUnknown",
+    "KeyFileUnreadable",
     "Runner",
     "SshEndpoint",
     "SshTarget",
@@ -391,6 +394,8 @@ async def connect(ssh: SshTarget, *, timeout: float) -> asyncssh.SSHClientConnec
     known = str(ssh.known_hosts) if ssh.known_hosts is not None else ()
     keys = [str(ssh.key_file)] if ssh.key_file is not None else ()
     where = _where(ssh)
+    if ssh.key_file is not None:
+        _check_key_file(ssh, where)
     try:
         return await asyncssh.connect(
             ssh.host,
@@ -423,6 +428,19 @@ async def connect(ssh: SshTarget, *, timeout: float) -> asyncssh.SSHClientConnec
         raise PlatformUnreachable(f"{where}: cannot connect: {reason}") from exc
     except asyncssh.Error as exc:
         raise PlatformUnreachable(f"{where}: SSH failed: {exc.reason}") from exc
+
+
+def _check_key_file(ssh: SshTarget, where: str) -> None:
+    """A key file that is not there, or that this user may not read, is said as such: asyncssh
+    raises the ``OSError`` of reading it where it would raise one of connecting. Raises
+    ``KeyFileUnreadable``."""
+    try:
+        with open(ssh.key_file or "", "rb"):
+            pass
+    except OSError as exc:
+        raise KeyFileUnreadable(
+            f"{where}: cannot read the private key {ssh.key_file}: {exc.strerror or exc}"
+        ) from exc
 
 
 async def check_login(ssh: SshTarget, *, timeout: float) -> None:

@@ -578,11 +578,8 @@ def _fallback_phrase(fallback: str, guest_timeout: timedelta) -> str:
 
 def _what(res: ResourceConfig, node: Node, count: int) -> str:
     if res.kind is ResourceKind.VM_GROUP and node.kind is ResourceKind.VM_GROUP:
-        sel = res.select
-        crit = ", ".join(
-            f"{k} {v}" for k, v in (sel.model_dump(exclude_none=True) if sel else {}).items()
-        )
-        return f"{count} VMs of group {res.id} ({crit})"
+        crit = f" ({res.select.describe()})" if res.select is not None else ""
+        return f"{count} VMs of group {res.id}{crit}"
     if node.kind is ResourceKind.VM and node.targets:
         return f"VM {node.targets[0].name}"
     return f"{res.kind} {res.target_name}"

@@ -7,6 +7,7 @@ from typing import Any
 
 from upsguard.config.types import format_duration
 from upsguard.runbooks.plan import Action, Plan, Step
+from upsguard.units import counted
 
 MAX_WAITS_SHOWN = 4
 
@@ -14,7 +15,7 @@ MAX_WAITS_SHOWN = 4
 def plan_text(plan: Plan) -> str:
     critical = set(plan.critical_path)
     lines = [
-        f"{plan.direction.value} plan: {len(plan.steps)} steps, "
+        f"{plan.direction.value} plan: {counted(len(plan.steps), 'step')}, "
         f"about {format_duration(plan.estimate_s)} with the parallelism limits "
         f"(critical path {format_duration(plan.critical_path_s)})",
         "limits: " + (", ".join(f"{p} {n} at once" for p, n in plan.limits.items()) or "none"),
@@ -108,21 +109,33 @@ def plan_dot(plan: Plan) -> str:
     lines = [f'digraph "{plan.direction.value}" {{', "  rankdir=LR;", "  node [shape=box];"]
     for s in plan.steps:
         style = ", style=bold, color=red" if s.id in critical else ""
-        label = f"{s.id}\\n~{format_duration(s.estimate_s)}"
-        lines.append(f'  "{s.id}" [label="{label}"{style}];')
-        lines.extend(f'  "{w}" -> "{s.id}";' for w in s.waits_for)
+        label = f"{_dot(s.id)}\\n~{format_duration(s.estimate_s)}"
+        lines.append(f'  "{_dot(s.id)}" [label="{label}"{style}];')
+        lines.extend(f'  "{_dot(w)}" -> "{_dot(s.id)}";' for w in s.waits_for)
     lines.append("}")
     return "\n".join(lines)
+
+
+def _dot(text: str) -> str:
+    """Text inside a DOT quoted string: a ``"`` would end it, and a ``\\`` escape what
+    follows (the closing quote, or an ``n`` into a line break in a label)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def plan_mermaid(plan: Plan) -> str:
     ids = {s.id: f"s{i}" for i, s in enumerate(plan.steps)}
     lines = ["flowchart LR"]
     for s in plan.steps:
-        lines.append(f'  {ids[s.id]}["{s.id} ~{format_duration(s.estimate_s)}"]')
+        lines.append(f'  {ids[s.id]}["{_mermaid(s.id)} ~{format_duration(s.estimate_s)}"]')
         lines.extend(f"  {ids[w]} --> {ids[s.id]}" for w in s.waits_for)
     critical = [ids[c] for c in plan.critical_path]
     if critical:
         lines.append("  classDef critical stroke:#d00,stroke-width:3px")
         lines.append(f"  class {','.join(critical)} critical")
     return "\n".join(lines)
+
+
+def _mermaid(text: str) -> str:
+    """Text inside a Mermaid ``["..."]`` label, which knows no backslash escape: ``"`` and
+    ``#`` (which starts one of its entity codes) as entity codes."""
+    return text.replace("#", "#35;").replace('"', "#quot;")

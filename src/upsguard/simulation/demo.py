@@ -22,9 +22,8 @@ from upsguard.config.loading import validate
 from upsguard.config.scenario import parse_scenario
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import parse_yaml
-from upsguard.config.types import format_duration
 from upsguard.events import Event, PhaseChanged
-from upsguard.simulation.report import report_text
+from upsguard.simulation.report import moment_line, report_text
 from upsguard.simulation.simulator import EventObserver, Moment, Simulation, SimulationReport
 
 DEMO_SITE = """
@@ -109,11 +108,7 @@ def run_demo(
             out.write(f"\n== {event.new.value.upper()} ==\n")
 
     def print_moment(moment: Moment) -> None:
-        battery = "  ".join(
-            f"{name} {charge:5.1f}% {format_duration(runtime):>6}"
-            for name, (charge, runtime) in moment.battery.items()
-        )
-        out.write(f"T+{format_duration(moment.at_s):>7}  [{battery}]  {moment.text}\n")
+        out.write(moment_line(moment) + "\n")
         out.flush()
 
     sim = Simulation(site, scenario, observers=[*observers, phase_header], on_moment=print_moment)

@@ -6,7 +6,7 @@ import dataclasses
 import json
 
 from upsguard.config.types import format_duration
-from upsguard.simulation.simulator import SimulationReport
+from upsguard.simulation.simulator import Moment, SimulationReport
 
 
 def report_text(report: SimulationReport) -> str:
@@ -16,16 +16,22 @@ def report_text(report: SimulationReport) -> str:
         f"(critical path {format_duration(report.plan_critical_path_s)})",
         "",
     ]
-    for moment in report.timeline:
-        battery = "  ".join(
-            f"{n} {c:5.1f}% {format_duration(r):>6}" for n, (c, r) in moment.battery.items()
-        )
-        lines.append(f"T+{format_duration(moment.at_s):>7}  [{battery}]  {moment.text}")
+    lines += [moment_line(moment) for moment in report.timeline]
     lines.append("")
     lines.append(("OK: " if report.ok else "NOT OK: ") + report.verdict)
     lines.extend(f"  failed: {f}" for f in report.failed_steps)
     lines.extend(f"  risk: {r}" for r in report.risks)
     return "\n".join(lines)
+
+
+def moment_line(moment: Moment) -> str:
+    """One line of the timeline: when (``T+1h28m05s``), each UPS's charge and runtime, what
+    happened. The columns are wide enough for a duration past an hour with its seconds, so
+    they stay in place down a day-long timeline."""
+    battery = "  ".join(
+        f"{n} {c:5.1f}% {format_duration(r):>8}" for n, (c, r) in moment.battery.items()
+    )
+    return f"T+{format_duration(moment.at_s):>8}  [{battery}]  {moment.text}"
 
 
 def report_json(report: SimulationReport) -> str:

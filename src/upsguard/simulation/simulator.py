@@ -54,6 +54,7 @@ from upsguard.simulation.behaviour import planned_behaviour
 from upsguard.simulation.own_machine import ControllerMachine, Unguarded
 from upsguard.simulation.verdict import EndOfShutdown, ShutdownWatch, describe_end
 from upsguard.simulation.world import PowerWorld
+from upsguard.units import format_names
 
 ORIGIN = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -200,7 +201,8 @@ class Simulation:
 
     def _power_cut(self, resources: tuple[ResourceId, ...]) -> None:
         """A UPS's output went: what it alone powered is off (the platforms share a fleet)."""
-        self._note(self.clock.monotonic(), f"power cut: {', '.join(resources)} off", "power")
+        cut = format_names(resources, "resource")
+        self._note(self.clock.monotonic(), f"power cut: {cut} off", "power")
         for platform in list(self.platforms.values())[:1]:
             for rid in resources:
                 platform.power_lost(rid)
@@ -298,6 +300,22 @@ class Simulation:
                 return
             await asyncio.sleep(poll)
 
+    def _lowest_shown(self) -> float | None:
+        """The lowest runtime of the outage, as the timeline shows it (the battery model's, at
+        each moment, of the UPSes that lost the mains), so that the verdict's "at worst" is
+        a figure of the timeline: the engine reads once a poll, and its last reading on
+        battery was up to a poll before the mains came back. The engine's own lowest when
+        the timeline shows none (None: the engine never saw a feed at risk)."""
+        if self._min_runtime_s is None:
+            return None
+        shown = [
+            runtime
+            for moment in self.report.timeline
+            for name, (_, runtime) in moment.battery.items()
+            if name in self._lost_mains
+        ]
+        return min(shown, default=self._min_runtime_s)
+
     def _watch_runtime(self, on_battery: bool, runtime: float | None) -> None:
         if on_battery and runtime is not None:
             low = self._min_runtime_s
@@ -358,7 +376,7 @@ class Simulation:
         rep.ran_out_during = [str(s) for s in (running or pending[:5])]
         rep.lost_power = list(loss.resources)
         what = "ran out of battery" if loss.why == "ran empty" else loss.why
-        names = ", ".join(loss.resources)
+        names = format_names(loss.resources, "resource")
         self._note(loss.at_s, f"UPS {loss.ups} {what}: {names} lost power", "ran_out")
         return True
 
@@ -409,17 +427,18 @@ class Simulation:
         rep.end_s = self.clock.monotonic()
         rep.final_phase = outage.engine.phase.value
         if rep.ran_out_at_s is not None:
-            during = ", ".join(rep.ran_out_during) or "the shutdown"
+            during = format_names(rep.ran_out_during, "step") or "the shutdown"
             loss = self.world.losses[0]
             if loss.why == "ran empty":
                 rep.verdict = f"runs out of battery at T+{format_duration(loss.at_s)}"
             else:
                 rep.verdict = f"UPS {loss.ups} {loss.why} at T+{format_duration(loss.at_s)}"
-            rep.verdict += f", during {during}: {', '.join(rep.lost_power)} lost power"
+            lost = format_names(rep.lost_power, "resource")
+            rep.verdict += f", during {during}: {lost} lost power"
             rep.ok = False
             return
         if rep.margin_s is None and rep.shutdown_finished_at_s is None:
-            rep.margin_s = self._min_runtime_s
+            rep.margin_s = self._lowest_shown()
         margin = rep.margin_s
         required = rep.required_margin_s
         if rep.end_of_shutdown is not None:

@@ -208,6 +208,11 @@ def _fix(exc: UpsguardError, at: remote.SshEndpoint) -> str:
             f"verify the host's key, then add it to known_hosts "
             f"(ssh-keyscan -p {at.port} {at.host} >> {at.known_hosts or '~/.ssh/known_hosts'})"
         )
+    if isinstance(exc, remote.KeyFileUnreadable):
+        return (
+            f"make the key (ssh-keygen -t ed25519 -N '' -f {at.key_file}) and add its .pub to "
+            f"{at.user}'s authorized_keys on {at.host}, or set key_file to one this user can read"
+        )
     if isinstance(exc, AuthenticationError):
         return f"add the public key of {at.key_file or 'the key'} to {at.user}'s authorized_keys"
     if isinstance(exc, PermanentError):
