@@ -478,3 +478,20 @@ def test_a_persons_command_that_waited_behind_a_reload_is_refused_not_run_unseen
         )
         lab.wait(60)
         check_invariants(machine)
+
+
+def test_a_request_made_by_a_resumed_step_done_before_is_waited_for_after_a_crash() -> None:
+    """A resumed startup checked its done steps again and, unable to read h3 (the platform's
+    reads came back unknown), asked it to start; the run was aborted and the controller
+    killed. The journal's earlier 'done' attempt of the same step hid that request, and the
+    next controller asked h3 again while it was under way."""
+    replay(
+        step("trigger", direction="startup", only=[]),
+        step("self_test", on=False, ups="ua"),
+        step("kill_9"),
+        step("platform_reads_go_wrong", platform="vc", reads="unknown"),
+        step("abort"),
+        step("kill_9"),
+        step("trigger", direction="startup", only=[]),
+        step("abort"),
+    )

@@ -20,12 +20,15 @@ from upsguard.events import (
     RunStarted,
     StepFinished,
     StepStarted,
+    TargetAsked,
 )
 from upsguard.journal import Journal
 from upsguard.journal.schema import VERSION
 from upsguard.models import (
     CacheMode,
     Phase,
+    PowerState,
+    ResourceKind,
     RunId,
     StepId,
     StepState,
@@ -204,3 +207,29 @@ def test_old_readings_are_pruned(journal: Journal) -> None:
 def test_a_runs_state_is_running_or_one_of_the_outcomes() -> None:
     assert {s.outcome for s in RunState} == {None, *RunOutcome}
     assert all(RunState(o.value).outcome is o for o in RunOutcome)
+
+
+def test_a_request_of_a_step_done_earlier_in_its_run_is_still_pending(journal: Journal) -> None:
+    """A resumed startup checks its done steps again (a power cycle may have undone them) and
+    asks one: that request is under way even though an earlier attempt of the same step ended
+    done. The earlier attempt hid it, and the next controller asked the host a second time
+    (found by the outage machine: a platform whose reads came back unknown)."""
+    write = journal.write.record
+    write(started("startup-1"))
+    write(StepStarted(at(0), RunId("startup-1"), StepId("start:h3"), "host_power_on"))
+    write(StepFinished(at(0), RunId("startup-1"), StepId("start:h3"), StepState.DONE, "up"))
+    write(StepStarted(at(2), RunId("startup-1"), StepId("start:h3"), "host_power_on"))
+    write(
+        TargetAsked(
+            at(2),
+            RunId("startup-1"),
+            StepId("start:h3"),
+            "vc",
+            "h3",
+            ResourceKind.HOST,
+            PowerState.ON,
+        )
+    )
+    write(StepFinished(at(2), RunId("startup-1"), StepId("start:h3"), StepState.CANCELLED, "abort"))
+    pending = journal.read.pending_requests(at(-60))
+    assert [(r.step, r.target, r.wanted) for r in pending] == [("start:h3", "h3", "on")]

@@ -66,13 +66,14 @@ class JournalQueries:
 
     def pending_requests(self, since: datetime) -> list[RequestRow]:
         """The newest request of each target, made since ``since``, whose step did not end
-        done in its run: it may still be landing."""
+        done after it (an attempt of the same step that ended done before the request, in a
+        run resumed since, says nothing of it): it may still be landing."""
         rows = self._rows(
             "SELECT r.at, r.run, r.step, r.platform, r.target, r.target_kind, r.wanted"
             " FROM requests r WHERE r.id IN"
             " (SELECT MAX(id) FROM requests GROUP BY platform, target) AND r.at >= ?"
             " AND NOT EXISTS (SELECT 1 FROM steps s"
-            " WHERE s.run = r.run AND s.step = r.step AND s.state = ?)"
+            " WHERE s.run = r.run AND s.step = r.step AND s.state = ? AND s.ended >= r.at)"
             " ORDER BY r.id",
             (iso(since), StepState.DONE.value),
         )
