@@ -355,3 +355,22 @@ def test_what_nothing_can_power_on_fails_to_start_as_the_real_run_will(tmp_path:
     assert [words[:2] for words in starts] == [["start", "start:nas"], ["failed", "start:nas:"]]
     assert "nothing can power it on" in lines[index(report, "failed    start:nas")]
     assert not report.ok
+
+
+# -- a redundant feed ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("second", ["10m", "14m"])
+def test_a_redundant_feed_counts_the_load_moving_to_the_last_ups(second: str) -> None:
+    """The cluster example, ups-a on battery at 1m and ups-b later: the feed was counted at
+    ups-b's runtime at its half of the load (23m57s while ups-a had 12m49s), so the shutdown
+    began late; ups-a ended with 3m48s of the 5m margin, or ran empty (ups-b at 14m)."""
+    site = load_site(EXAMPLES / "cluster.yaml")
+    scenario = (
+        "site: hq\noutage: {at: 1m, ups: [ups-a]}\n"
+        f"power:\n  - {{at: {second}, state: battery, ups: [ups-b]}}\nhorizon: 3h"
+    )
+    report = run(site, scenario)
+    assert report.ran_out_at_s is None, report.verdict
+    assert report.ok, report.verdict
+    assert report.margin_s is not None and report.margin_s >= report.required_margin_s

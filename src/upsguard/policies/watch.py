@@ -45,7 +45,7 @@ from upsguard.config.ups import UpsConfig
 from upsguard.errors import UpsguardError
 from upsguard.models import LinkState, UpsFlag, UpsReading
 from upsguard.plugins.ups.base import UpsSource
-from upsguard.policies.power import UpsFigures, on_mains, self_test
+from upsguard.policies.power import DEFAULT_PEUKERT, UpsFigures, on_mains, self_test
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +63,17 @@ class UpsWatch:
         window_s: float = 300.0,
         link_grace_s: float = DEFAULT_LINK_GRACE_S,
         min_span_s: float = DEFAULT_MIN_SPAN_S,
+        peukert: float = DEFAULT_PEUKERT,
     ) -> None:
+        """``peukert``: the UPS's ``peukert_exponent``, for a feed that counts how its
+        runtime shrinks when another UPS's share of the load moves to it."""
         self.source = source
         self.name = source.name
         self._clock = clock
         self._window_s = window_s
         self.min_span_s = min_span_s
         self.link_grace_s = link_grace_s
+        self.peukert = peukert
         self._samples: deque[tuple[float, float]] = deque()
         self._fit = _LineFit()
         self.last: UpsReading | None = None
@@ -97,8 +101,13 @@ class UpsWatch:
 
     @classmethod
     def for_config(cls, source: UpsSource, config: UpsConfig, clock: Clock) -> UpsWatch:
-        """A watch with the UPS entry's own settings (``link_grace``)."""
-        return cls(source, clock, link_grace_s=config.link_grace.total_seconds())
+        """A watch with the UPS entry's own settings (``link_grace``, ``peukert_exponent``)."""
+        return cls(
+            source,
+            clock,
+            link_grace_s=config.link_grace.total_seconds(),
+            peukert=config.peukert_exponent,
+        )
 
     async def poll(self) -> UpsReading:
         """A reading now: fresh, or the last known one marked lost or stale with its age."""
@@ -222,6 +231,7 @@ class UpsWatch:
             held_online=self.held_online,
             off_line_for_s=self.off_line_for_s,
             last_seen_on_mains=self.last_ok is None or on_mains(self.last_ok),
+            peukert=self.peukert,
         )
 
 
