@@ -6,7 +6,8 @@
   When the source fails (unreachable, wrong password, unknown UPS, a plugin's bug) it
   returns the last known reading marked ``lost`` with its age, and ``last_error`` says
   why; when the source says its data is stale (NUT ``DATA-STALE``), the last known
-  values marked ``stale``. Neither is ever ``on_line``; what a feed makes of it is
+  values marked ``stale``, and ``last_error`` says that: a UPS whose data is stale cannot
+  be read either. Neither is ever ``on_line``; what a feed makes of it is
   ``policies.power``'s lost-contact rule.
 - **Blip filter.** A link that drops while the UPS last said it was on mains is
   *held* on line for ``link_grace_s`` (15 s by default, the site file's
@@ -49,6 +50,8 @@ from upsguard.policies.power import DEFAULT_PEUKERT, UpsFigures, on_mains, self_
 
 log = logging.getLogger(__name__)
 
+STALE_ERROR = "its data is stale"
+"""``last_error`` while the source answers with stale data (its driver stopped updating)."""
 DEFAULT_LINK_GRACE_S = 15.0
 DEFAULT_MIN_SPAN_S = 60.0
 """No drain rate from samples spanning less: a UPS reports whole percents, and one step
@@ -120,11 +123,11 @@ class UpsWatch:
                 log.exception("%s: the UPS source failed unexpectedly", self.name)
             reading = self._lost(f"the UPS source failed: {type(exc).__name__}: {exc}")
         else:
-            if self.last_error is not None:
-                log.warning("%s: answering again", self.name)
-            self.last_error = None
             reading = self._mark_self_test(reading)
             if reading.link is LinkState.OK:
+                if self.last_error is not None:
+                    log.warning("%s: answering again", self.name)
+                self.last_error = None
                 self.last_ok = reading
             else:
                 reading = self._stale(reading)
@@ -142,6 +145,9 @@ class UpsWatch:
 
     def _stale(self, reading: UpsReading) -> UpsReading:
         """A stale answer: the last known values, with the source's detail in ``raw``."""
+        if self.last_error != STALE_ERROR:
+            log.warning("%s: %s", self.name, STALE_ERROR)
+        self.last_error = STALE_ERROR
         aged = self._aged(reading, LinkState.STALE)
         return dataclasses.replace(aged, raw={**aged.raw, **reading.raw})
 
