@@ -374,3 +374,54 @@ def test_a_redundant_feed_counts_the_load_moving_to_the_last_ups(second: str) ->
     assert report.ran_out_at_s is None, report.verdict
     assert report.ok, report.verdict
     assert report.margin_s is not None and report.margin_s >= report.required_margin_s
+
+
+# -- the point of no return while the mains are there ----------------------------------------
+
+
+def homelab_outage(scenario: str, **policies: object) -> SimulationReport:
+    site = load_site(EXAMPLES / "homelab.yaml")
+    if policies:
+        changed = site.policies.model_copy(update=policies)
+        site = site.model_copy(update={"policies": changed})
+    return run(site, f"site: homelab\n{scenario}\nhorizon: 3h")
+
+
+def test_no_host_step_starts_while_the_mains_are_there() -> None:
+    """Homelab, mains back at T+12m: the first host step came up at T+12m25s and started,
+    because online_for (30s) had not passed, and the verdict said the mains returned 'past
+    the point of no return'. It waits; the mains stay 30 s, and the run is cancelled as
+    before the point of no return."""
+    report = homelab_outage("outage: {at: 1m, duration: 11m}")
+    lines = texts(report)
+    assert not any(line.startswith("point of no return") for line in lines)
+    assert not any(line.startswith("  start stop:esxi") for line in lines)
+    waiting = first(report, "waiting  stop:esxi02: the mains are back")
+    assert 12 * 60 < waiting < 12 * 60 + 30
+    assert first(report, "power back before the point of no return") == 12 * 60 + 30
+    assert any(line.startswith("shutdown runbook cancelled") for line in lines)
+    assert "past the point of no return" not in report.verdict
+    assert report.ok and report.final_phase == "normal", report.verdict
+
+
+def test_mains_that_fail_again_let_the_waiting_host_step_go_on() -> None:
+    report = homelab_outage(
+        "outage: {at: 1m, duration: 11m}\npower:\n  - {at: 12m28s, state: battery}"
+    )
+    assert first(report, "waiting  stop:esxi02: the mains are back") < 12 * 60 + 28
+    assert first(report, "point of no return: stop:esxi02 starts") == pytest.approx(12 * 60 + 30)
+    assert not any(t.startswith("shutdown runbook cancelled") for t in texts(report))
+    assert report.shutdown_finished_at_s is not None
+    assert report.ok, report.verdict
+
+
+def test_the_verdict_says_the_mains_returned_before_the_point_of_no_return_when_they_did() -> None:
+    """With ``before_point_of_no_return: finish`` the shutdown goes on to the end; the mains
+    came back before its first host step, and the verdict says so."""
+    returns = load_site(EXAMPLES / "homelab.yaml").policies.power_returns
+    finish = returns.model_copy(update={"before_point_of_no_return": "finish"})
+    report = homelab_outage("outage: {at: 1m, duration: 11m}", power_returns=finish)
+    ponr = first(report, "point of no return: stop:esxi02 starts")
+    assert ponr > 12 * 60  # no waiting: the site file says finish
+    assert "mains returned at T+12m, before the point of no return" in report.verdict
+    assert "past the point of no return" not in report.verdict

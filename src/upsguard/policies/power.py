@@ -65,10 +65,18 @@ class FeedReading:
     order."""
     unknown: int = 0
     """Members out of contact since they were last seen on mains (alerts, not outages)."""
+    read_on_mains: int = 0
+    """Members whose live reading says on mains now (not held, not out of contact)."""
 
     @property
     def at_risk(self) -> bool:
         return self.online < self.needed
+
+    @property
+    def mains_seen(self) -> bool:
+        """Enough members read on mains now, and no FSD: the mains are there, as seen, not
+        as assumed of a UPS out of contact or held through a blip."""
+        return self.read_on_mains >= self.needed and not self.forced_shutdown
 
     @property
     def state(self) -> str:
@@ -168,6 +176,7 @@ def read_feed(
         at_risk_for_s=_at_risk_for(feed, draining) if at_risk else 0.0,
         members=tuple(figures[u].word if u in figures else "unknown" for u in feed.ups),
         unknown=len(unknown) + sum(1 for u in feed.ups if u not in figures),
+        read_on_mains=sum(1 for f in members if on_mains(f.reading)),
     )
 
 

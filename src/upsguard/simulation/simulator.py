@@ -24,6 +24,7 @@ from upsguard.engine.outage_controller import OutageController
 from upsguard.events import (
     Event,
     PhaseChanged,
+    PointOfNoReturn,
     RiskAccepted,
     RunFinished,
     RunStarted,
@@ -274,6 +275,7 @@ class Simulation:
         self.world.set_mains(ups, on)
         if not on:
             self._lost_mains.update(ups or list(self.world.mains))
+            self._shutdowns.mains_lost(ups or list(self.world.mains))
         if on:
             self._shutdowns.mains_back(ups or list(self.world.mains), self.clock.monotonic())
 
@@ -372,6 +374,8 @@ class Simulation:
             self.report.risks.append(event.what)
         if isinstance(event, RunStarted) and event.spec.kind is RunKind.SHUTDOWN:
             self._shutdowns.started(event.spec)
+        if isinstance(event, PointOfNoReturn):
+            self._shutdowns.point_of_no_return(event.run, self.clock.monotonic())
         if isinstance(event, RunFinished) and event.spec.kind is RunKind.SHUTDOWN:
             self._shutdown_finished(event)
         after_a_shutdown = self.report.shutdown_finished_at_s is not None
