@@ -425,3 +425,51 @@ def test_the_verdict_says_the_mains_returned_before_the_point_of_no_return_when_
     assert ponr > 12 * 60  # no waiting: the site file says finish
     assert "mains returned at T+12m, before the point of no return" in report.verdict
     assert "past the point of no return" not in report.verdict
+
+
+# -- a destage beside the guests' shutdown -------------------------------------------------
+
+
+def test_a_dirty_cache_does_not_shut_a_site_down_on_full_batteries() -> None:
+    """Cluster example, a six-minute outage, 40 GiB dirty at 150 MiB/s: at T+40s 'runtime
+    32m38s < plan 19m + destage 10m (not measured yet) + margin 5m' started the whole
+    shutdown, though the destage runs while the guests shut down (the cache was clean at
+    T+5m14s) and the mains were back at T+6m30s."""
+    site = load_site(EXAMPLES / "cluster.yaml")
+    scenario = (
+        "site: hq\noutage: {at: 30s, duration: 6m}\n"
+        "caches: {esx-flash: {dirty: 40GiB, rate: 150MiB/s}}\nhorizon: 3h"
+    )
+    report = run(site, scenario)
+    assert not any(t.startswith("shutdown runbook started") for t in texts(report))
+    assert report.verdict.startswith("no full shutdown needed"), report.verdict
+    assert report.ok
+
+
+def test_the_verdict_says_when_a_shutdown_was_needless(tmp_path: Path) -> None:
+    """The hosts went down, and the mains came back while the battery still held what the
+    steps from the point of no return need, and the margin: nothing past the guests had to
+    stop yet. Said, not a failure."""
+    site = site_from(
+        tmp_path,
+        simple_site(
+            shutdown={"when_any": ["on_battery_for > 10s"]}, power_returns={"online_for": "10s"}
+        ),
+    )
+    report = run(site, "outage: {at: 1m, duration: 3m}\nhorizon: 6h")
+    end = report.end_of_shutdown
+    assert end is not None and end.mains_back_past_point_of_no_return
+    assert report.needless and report.ok
+    needed = format_duration(end.needed_from_point_of_no_return_s)
+    assert (
+        "; a needless shutdown: the mains returned before anything past the guests had to "
+        f"stop ({format_duration(end.margin_s)} of runtime left then, the steps from the point "
+        f"of no return need {needed} and the margin 5m)"
+    ) in report.verdict
+    assert json.loads(report_json(report))["needless"] is True
+
+
+def test_a_shutdown_the_battery_needed_is_not_needless() -> None:
+    report = homelab_outage("outage: {at: 1m}")
+    assert report.end_of_shutdown is not None and not report.needless
+    assert "needless" not in report.verdict

@@ -59,6 +59,7 @@ from upsguard.policies.power import feed_name, read_feeds
 from upsguard.policies.watch import UpsWatch
 from upsguard.runbooks.plan import Plan, Step
 from upsguard.runbooks.planner import Planner
+from upsguard.runbooks.schedule import finish_with_destage
 from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunRecord, RunSpec
 
 log = logging.getLogger(__name__)
@@ -257,12 +258,18 @@ class OutageController:
 
     def plan_seconds(self) -> dict[str, PlanTime]:
         """Per feed, what its shutdown would take from now: the plan of what it powers (and
-        what needs that), plus the destage still ahead in its data path."""
+        what needs that), its host steps waiting for the destage still ahead in their data
+        path while the guests shut down."""
         out = {}
         for name in self.feeds:
             plan = self.plan_for((name,))
-            eta, measured = self.caches.eta(plan.caches) if self.caches.status else (0.0, True)
-            out[name] = PlanTime(plan.estimate_s, eta, measured)
+            if not self.caches.status or not plan.caches:
+                out[name] = PlanTime(plan.estimate_s)
+                continue
+            eta, measured = self.caches.eta(plan.caches)
+            clean_in = {cache: self.caches.eta([cache])[0] for cache in plan.caches}
+            placed = finish_with_destage(plan, clean_in)
+            out[name] = PlanTime(plan.estimate_s, eta, measured, with_destage_s=placed)
         return out
 
     def use_planner(self, planner: Planner) -> None:

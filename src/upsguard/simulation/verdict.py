@@ -49,12 +49,22 @@ class EndOfShutdown:
     """The runtime left at the load left (``left_w``) after the shutdown."""
     point_of_no_return_at_s: float | None = None
     """When the shutdown's first host or storage step started (None: none did)."""
+    needed_from_point_of_no_return_s: float = 0.0
+    """What the plan needs from its first host or storage step to its end."""
 
     @property
     def mains_back_past_point_of_no_return(self) -> bool:
         """The mains returned once the shutdown had crossed its point of no return."""
         crossed = self.point_of_no_return_at_s
         return self.mains_back and crossed is not None and crossed <= self.at_s
+
+    def needless(self, required_s: float) -> bool:
+        """The mains returned before anything past the guests had to stop: past the point of
+        no return, and the battery then still held what the steps from there on need, and
+        the margin (at the load the shutdown began with). In hindsight, the host and storage
+        steps could have waited for the mains."""
+        needed = self.needed_from_point_of_no_return_s + required_s
+        return self.mains_back_past_point_of_no_return and self.margin_s >= needed
 
 
 @dataclass
@@ -64,6 +74,8 @@ class _Run:
     mains_back: dict[UpsName, EndOfShutdown]
     crossed_at: float | None = None
     """When it crossed its point of no return."""
+    needed_from_crossing_s: float = 0.0
+    """What its plan needs from its point of no return to its end."""
 
 
 class ShutdownWatch:
@@ -98,11 +110,13 @@ class ShutdownWatch:
             for name in lost & run.mains_back.keys():
                 del run.mains_back[name]
 
-    def point_of_no_return(self, run: RunId, now: float) -> None:
-        """A shutdown's first host or storage step started."""
+    def point_of_no_return(self, run: RunId, now: float, needed_s: float) -> None:
+        """A shutdown's first host or storage step started; its plan needs ``needed_s`` from
+        there to its end."""
         found = self._runs.get(run)
         if found is not None and found.crossed_at is None:
             found.crossed_at = now
+            found.needed_from_crossing_s = needed_s
 
     def dropped(self, spec: RunSpec) -> None:
         """A shutdown cancelled, abandoned or interrupted: it has no end to measure."""
@@ -118,6 +132,7 @@ class ShutdownWatch:
                 run.mains_back[n] if n in run.mains_back else self._measure(run, n, now, now),
                 finished_at_s=now,
                 point_of_no_return_at_s=run.crossed_at,
+                needed_from_point_of_no_return_s=run.needed_from_crossing_s,
             )
             for n in run.ups
         ]
@@ -164,7 +179,16 @@ def describe_end(end: EndOfShutdown, required_s: float) -> str:
     finished = f"shutdown finishes at T+{format_duration(end.finished_at_s)}"
     if end.mains_back:
         back = f"mains returned at T+{format_duration(end.at_s)}, {_crossed(end)}"
-        return f"{finished}; {back}, with {battery}"
+        said = f"{finished}; {back}, with {battery}"
+        if end.needless(required_s):
+            needed = format_duration(end.needed_from_point_of_no_return_s)
+            said += (
+                "; a needless shutdown: the mains returned before anything past the guests had "
+                f"to stop ({format_duration(end.margin_s)} of runtime left then, the steps from "
+                f"the point of no return need {needed} and the margin "
+                f"{format_duration(required_s)})"
+            )
+        return said
     return (
         f"{finished} with {battery}; {format_duration(end.runtime_left_s)} at the load left "
         f"({end.left_w:.0f} W)"
