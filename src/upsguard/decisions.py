@@ -20,16 +20,25 @@ _UNITS = {"runtime": "s", "on_battery_for": "s", "charge": "%", "depletion": "%/
 
 @dataclass(frozen=True, slots=True)
 class PlanTime:
-    """How long a feed's shutdown would take from now: its plan, and the destage ahead."""
+    """How long a feed's shutdown would take from now: its plan, and the destage ahead.
+
+    The destage runs while the guests shut down; only the host and storage steps in a cache's
+    data path wait for it. So it adds to the plan only the wait it causes there
+    (``with_destage_s``, ``runbooks.schedule.finish_with_destage``), not its whole length."""
 
     plan_s: float
     destage_s: float = 0.0
     destage_measured: bool = True
     """False while a dirty cache's drain rate is not measured yet: its destage is counted at
     its ``worst_case_rate``, or as its whole ``destage_timeout``."""
+    with_destage_s: float | None = None
+    """The plan with its host steps waiting for the destage; None: not placed in the plan,
+    counted whole after it (the most it can add)."""
 
     @property
     def total_s(self) -> float:
+        if self.with_destage_s is not None:
+            return max(self.plan_s, self.with_destage_s)
         return self.plan_s + self.destage_s
 
 
@@ -66,15 +75,26 @@ class Reckoning:
                 # rounded alike ("2m20s < 2m20s"): the seconds tell them apart
                 return f"{self.metric} {self.value:.1f}s {op} {self.limit:.0f}s"
             return f"{left} {op} {right}"
-        limit = f"plan {format_duration(self.plan.plan_s)}"
-        if self.plan.destage_s > 0:
-            measured = "" if self.plan.destage_measured else " (not measured yet)"
-            limit += f" + destage {format_duration(self.plan.destage_s)}{measured}"
+        limit = f"plan {format_duration(self.plan.plan_s)}{_destage(self.plan)}"
         if self.offset_s > 0:
             limit += f" + margin {format_duration(self.offset_s)}"
         elif self.offset_s < 0:
             limit += f" - {format_duration(-self.offset_s)}"
         return f"{left} {op} {limit}"
+
+
+def _destage(plan: PlanTime) -> str:
+    """What the destage adds to the plan, in words (nothing when nothing is dirty)."""
+    if plan.destage_s <= 0:
+        return ""
+    destage = format_duration(plan.destage_s)
+    measured = "" if plan.destage_measured else " (not measured yet)"
+    if plan.with_destage_s is None:
+        return f" + destage {destage}{measured}"
+    wait = plan.total_s - plan.plan_s
+    if wait > 0:
+        return f" + {format_duration(wait)} waiting for destage {destage}{measured}"
+    return f" (destage {destage}{measured} beside the guests' shutdown)"
 
 
 def _amount(metric: str, value: float) -> str:

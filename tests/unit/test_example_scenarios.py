@@ -86,3 +86,15 @@ def test_cli_simulate_against_the_wrong_site_says_which_in_one_line() -> None:
         f"upsguard: site: this scenario is for site 'hq', not 'homelab': simulate it with that "
         f"site's file ({scenario}:2)"
     ]
+
+
+def test_one_ups_failing_is_told_while_the_other_holds() -> None:
+    """The example said nothing between T+1m and T+30m while ups-a drained to 11.6 %."""
+    scenario = EXAMPLES / "scenarios" / "one-ups-fails.yaml"
+    site = load_site(site_of(scenario))
+    report = simulate(site, load_scenario(scenario, site))
+    warned = [m for m in report.timeline if m.text.startswith("WARNING: feed ")]
+    assert [(m.at_s, m.text.split(":")[1]) for m in warned] == [
+        (60, " feed dual-psu has lost its redundancy"),
+        (60, " feed mgmt has lost its redundancy"),
+    ]

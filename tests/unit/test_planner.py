@@ -14,10 +14,19 @@ from tests.runs import steps_by_id
 from tests.sites import EXAMPLES, simple_site, site_from
 from upsguard.config import SiteConfig, load_site
 from upsguard.errors import ConfigError
-from upsguard.models import Direction, PlatformName, ResourceId, ResourceKind, StepId, Target
+from upsguard.models import (
+    CacheName,
+    Direction,
+    PlatformName,
+    ResourceId,
+    ResourceKind,
+    StepId,
+    Target,
+)
 from upsguard.runbooks import render
 from upsguard.runbooks.plan import Action, LearnedDuration, Plan
 from upsguard.runbooks.planner import Planner
+from upsguard.runbooks.schedule import finish_with_destage
 
 VC = PlatformName("vc")
 
@@ -163,6 +172,21 @@ def test_hardware_in_a_cache_data_path_waits_for_it(tmp_path: Path) -> None:
     assert steps["stop:nas"].caches == ("flash",)  # h1 stores on nas
     assert steps["stop:h2"].caches == ()  # app only needs db: h2 is not in the data path
     assert steps["stop:db"].caches == ()
+
+
+def test_a_destage_runs_beside_the_guests_and_holds_back_only_what_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    """The destage goes on while the guests shut down: the time a shutdown needs is the longer
+    of the path to the host steps that wait for it and the destage, then the rest; not the
+    plan plus the destage (which started a whole shutdown on full batteries)."""
+    data = simple_site()
+    data["caches"] = [{"name": "flash", "provider": "simulated", "carries": ["db"]}]
+    plan = Planner(site_from(tmp_path, data)).plan("shutdown")
+    h1, nas = 120, 60  # h1 and nas wait for flash; h2 does not
+    assert finish_with_destage(plan, {}) == plan.estimate_s
+    assert finish_with_destage(plan, {CacheName("flash"): 30}) == plan.estimate_s  # in the path
+    assert finish_with_destage(plan, {CacheName("flash"): 900}) == 900 + h1 + nas
 
 
 def test_shedding_plan_includes_what_must_stop_first(tmp_path: Path) -> None:

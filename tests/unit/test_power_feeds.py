@@ -47,11 +47,54 @@ def test_two_supplies_one_on_battery_is_degraded_not_at_risk() -> None:
     assert reading.members == ("online", "on-battery")
 
 
-def test_both_on_battery_lasts_as_long_as_the_longest() -> None:
+def test_both_on_battery_last_until_the_survivor_carrying_everything_is_empty() -> None:
+    """Two power supplies share the load: once a's battery is empty, b carries all of it, and
+    its runtime shrinks by Peukert's law (``peukert_exponent``, 1.15 by default). Counting b
+    at its share (900 s) said the feed lasted 15 minutes; it lasts 300 + 600 * 0.5 ** 1.15."""
     figures = {A: fig(A, "OB", runtime=300, off_for=40), B: fig(B, "OB", runtime=900, off_for=10)}
     reading = read_feed("hosts", feed(A, B), figures)
-    assert reading.at_risk and reading.runtime_s == 900
+    assert reading.at_risk and reading.runtime_s == pytest.approx(300 + 600 * 0.5**1.15)
     assert reading.at_risk_for_s == 10  # at risk since the second one went
+
+
+def test_the_cluster_feed_lasts_far_less_than_its_longest_ups() -> None:
+    """The cluster example, ups-a on battery at 1m and ups-b at 10m: at T+25m55s ups-a had
+    12m49s and ups-b 23m57s at their shares; the trigger took 23m57s, the shutdown began too
+    late and ups-a ended with 3m48s of the 5m margin. The feed has ups-a's 12m49s, then
+    ups-b alone with what is left of its battery."""
+    figures = {A: fig(A, "OB", runtime=769, off_for=1500), B: fig(B, "OB", runtime=1437)}
+    reading = read_feed("hosts", feed(A, B), figures)
+    assert reading.runtime_s is not None
+    assert 769 < reading.runtime_s < 769 + (1437 - 769) / 2  # far below 23m57s
+    assert reading.runtime_s == pytest.approx(769 + (1437 - 769) * 0.5**1.15)
+
+
+def test_the_survivors_runtime_counts_with_each_ups_s_own_exponent() -> None:
+    ideal = UpsFigures(fig(B, "OB").reading, 900.0, None, peukert=1.0)
+    figures = {A: fig(A, "OB", runtime=300), B: ideal}
+    assert read_feed("hosts", feed(A, B), figures).runtime_s == pytest.approx(300 + 600 / 2)
+
+
+def test_a_member_already_empty_has_handed_its_load_over() -> None:
+    """A UPS at 0 s carries nothing any more: the survivor's own runtime already counts the
+    whole load, and must not be shrunk a second time."""
+    figures = {A: fig(A, "OB", runtime=0), B: fig(B, "OB", runtime=400)}
+    assert read_feed("hosts", feed(A, B), figures).runtime_s == 400
+
+
+def test_a_member_whose_runtime_is_unknown_counts_as_gone_now() -> None:
+    """Unknown is never good news: its share of the load is taken to move to the others at
+    once."""
+    figures = {A: fig(A, "OB", runtime=None), B: fig(B, "OB", runtime=900)}
+    assert read_feed("hosts", feed(A, B), figures).runtime_s == pytest.approx(900 * 0.5**1.15)
+
+
+def test_the_survivors_on_mains_take_their_share_of_the_load_too() -> None:
+    """Three supplies, two needed, c on mains: when a is empty, b and c carry a third more
+    each, so b lasts (900 - 300) * (2/3) ** 1.15 longer."""
+    figures = {A: fig(A, "OB", runtime=300), B: fig(B, "OB", runtime=900), C: fig(C, "OL")}
+    reading = read_feed("hosts", feed(A, B, C, need=2), figures)
+    assert reading.runtime_s == pytest.approx(300 + 600 * (2 / 3) ** 1.15)
 
 
 def test_min_supplies_two_needs_both() -> None:
@@ -60,14 +103,16 @@ def test_min_supplies_two_needs_both() -> None:
     assert reading.at_risk and reading.runtime_s == 300 and reading.at_risk_for_s == 5
 
 
-def test_three_supplies_need_two_runtime_is_second_longest() -> None:
+def test_three_supplies_need_two_last_until_the_second_is_empty() -> None:
+    """a goes first (100 s); b and c then carry half the load each instead of a third, and c
+    is the second to go: the feed lasts 100 + 300 * (2/3) ** 1.15, not c's 400 s."""
     figures = {
         A: fig(A, "OB", runtime=100, off_for=50),
         B: fig(B, "OB", runtime=700, off_for=20),
         C: fig(C, "OB", runtime=400, off_for=30),
     }
     reading = read_feed("hosts", feed(A, B, C, need=2), figures)
-    assert reading.runtime_s == 400
+    assert reading.runtime_s == pytest.approx(100 + 300 * (2 / 3) ** 1.15)
     assert reading.at_risk_for_s == 30  # the second UPS off line made it at risk
 
 

@@ -46,9 +46,20 @@ def test_contact_lost_on_line_is_an_alert_not_an_outage(tmp_path: Path, state: s
     assert not any("phase " in t for t in texts(report))
     assert not has(report, "runbook")
     assert report.ok and report.verdict == "the site never ran on battery"
-    if state == "lost":
-        assert first(report, "WARNING: UPS ups1 cannot be read") >= 120
-        assert first(report, "UPS ups1 answers again") >= 420
+    assert first(report, "WARNING: UPS ups1 cannot be read") >= 120
+    assert first(report, "UPS ups1 answers again") >= 420
+
+
+def test_stale_data_is_a_warning_as_lost_contact_is(tmp_path: Path) -> None:
+    """upsd answering DATA-STALE said nothing at all, while a UPS that stopped answering was
+    a warning: both are a UPS upsguard cannot read, told once, and once when it is back."""
+    site = site_from(tmp_path, simple_site())
+    report = run(site, "contact: [{at: 2m, duration: 5m, state: stale}]\nhorizon: 1h")
+    warnings = [m for m in report.timeline if m.text.startswith("WARNING: UPS ups1")]
+    assert [(m.at_s, m.text) for m in warnings] == [
+        (120, "WARNING: UPS ups1 cannot be read: its data is stale")
+    ]
+    assert [m.at_s for m in report.timeline if m.text == "UPS ups1 answers again"] == [420]
 
 
 @pytest.mark.parametrize("state", ["lost", "stale"])
@@ -145,6 +156,23 @@ def test_one_ups_on_battery_shuts_down_only_the_feed_at_risk(tmp_path: Path) -> 
     # ups-a runs empty later: the dual feed goes on, on ups-b alone
     assert report.ok, report.verdict
     assert report.ran_out_at_s is None
+
+
+def test_a_feed_that_loses_its_redundancy_says_so(tmp_path: Path) -> None:
+    """One UPS of two on battery for half an hour said nothing, while it drained to 11.6 %:
+    the feed still had its min_supplies, but one more failure would take it down."""
+    site = two_ups_site(tmp_path)
+    report = run(site, "outage: {at: 1m, duration: 10m, ups: [ups-a]}\nhorizon: 3h")
+    said = [(m.at_s, m.text) for m in report.timeline if "redundan" in m.text]
+    assert said == [
+        (
+            60,
+            "WARNING: feed dual has lost its redundancy: ups-a on-battery, ups-b online "
+            "(1 of 2 UPSes on mains, 1 needed)",
+        ),
+        (660, "feed dual is redundant again: ups-a online, ups-b online"),
+    ]
+    assert not has(report, "feed single has lost")  # one UPS: no redundancy to lose
 
 
 def test_a_failed_ups_takes_down_what_only_it_feeds(tmp_path: Path) -> None:

@@ -419,3 +419,121 @@ def test_a_big_site_that_runs_out_names_a_few_and_counts_the_rest(tmp_path: Path
     assert f": {len(report.lost_power)} resources (esx000, " in report.verdict
     assert f" and {len(report.lost_power) - 5} more) lost power" in report.verdict
     assert all(len(line) < 400 for line in report_text(report).splitlines())
+
+
+# -- a redundant feed ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("second", ["10m", "14m"])
+def test_a_redundant_feed_counts_the_load_moving_to_the_last_ups(second: str) -> None:
+    """The cluster example, ups-a on battery at 1m and ups-b later: the feed was counted at
+    ups-b's runtime at its half of the load (23m57s while ups-a had 12m49s), so the shutdown
+    began late; ups-a ended with 3m48s of the 5m margin, or ran empty (ups-b at 14m)."""
+    site = load_site(EXAMPLES / "cluster.yaml")
+    scenario = (
+        "site: hq\noutage: {at: 1m, ups: [ups-a]}\n"
+        f"power:\n  - {{at: {second}, state: battery, ups: [ups-b]}}\nhorizon: 3h"
+    )
+    report = run(site, scenario)
+    assert report.ran_out_at_s is None, report.verdict
+    assert report.ok, report.verdict
+    assert report.margin_s is not None and report.margin_s >= report.required_margin_s
+
+
+# -- the point of no return while the mains are there ----------------------------------------
+
+
+def homelab_outage(scenario: str, **policies: object) -> SimulationReport:
+    site = load_site(EXAMPLES / "homelab.yaml")
+    if policies:
+        changed = site.policies.model_copy(update=policies)
+        site = site.model_copy(update={"policies": changed})
+    return run(site, f"site: homelab\n{scenario}\nhorizon: 3h")
+
+
+def test_no_host_step_starts_while_the_mains_are_there() -> None:
+    """Homelab, mains back at T+12m: the first host step came up at T+12m25s and started,
+    because online_for (30s) had not passed, and the verdict said the mains returned 'past
+    the point of no return'. It waits; the mains stay 30 s, and the run is cancelled as
+    before the point of no return."""
+    report = homelab_outage("outage: {at: 1m, duration: 11m}")
+    lines = texts(report)
+    assert not any(line.startswith("point of no return") for line in lines)
+    assert not any(line.startswith("  start stop:esxi") for line in lines)
+    waiting = first(report, "waiting  stop:esxi02: the mains are back")
+    assert 12 * 60 < waiting < 12 * 60 + 30
+    assert first(report, "power back before the point of no return") == 12 * 60 + 30
+    assert any(line.startswith("shutdown runbook cancelled") for line in lines)
+    assert "past the point of no return" not in report.verdict
+    assert report.ok and report.final_phase == "normal", report.verdict
+
+
+def test_mains_that_fail_again_let_the_waiting_host_step_go_on() -> None:
+    report = homelab_outage(
+        "outage: {at: 1m, duration: 11m}\npower:\n  - {at: 12m28s, state: battery}"
+    )
+    assert first(report, "waiting  stop:esxi02: the mains are back") < 12 * 60 + 28
+    assert first(report, "point of no return: stop:esxi02 starts") == pytest.approx(12 * 60 + 30)
+    assert not any(t.startswith("shutdown runbook cancelled") for t in texts(report))
+    assert report.shutdown_finished_at_s is not None
+    assert report.ok, report.verdict
+
+
+def test_the_verdict_says_the_mains_returned_before_the_point_of_no_return_when_they_did() -> None:
+    """With ``before_point_of_no_return: finish`` the shutdown goes on to the end; the mains
+    came back before its first host step, and the verdict says so."""
+    returns = load_site(EXAMPLES / "homelab.yaml").policies.power_returns
+    finish = returns.model_copy(update={"before_point_of_no_return": "finish"})
+    report = homelab_outage("outage: {at: 1m, duration: 11m}", power_returns=finish)
+    ponr = first(report, "point of no return: stop:esxi02 starts")
+    assert ponr > 12 * 60  # no waiting: the site file says finish
+    assert "mains returned at T+12m, before the point of no return" in report.verdict
+    assert "past the point of no return" not in report.verdict
+
+
+# -- a destage beside the guests' shutdown -------------------------------------------------
+
+
+def test_a_dirty_cache_does_not_shut_a_site_down_on_full_batteries() -> None:
+    """Cluster example, a six-minute outage, 40 GiB dirty at 150 MiB/s: at T+40s 'runtime
+    32m38s < plan 19m + destage 10m (not measured yet) + margin 5m' started the whole
+    shutdown, though the destage runs while the guests shut down (the cache was clean at
+    T+5m14s) and the mains were back at T+6m30s."""
+    site = load_site(EXAMPLES / "cluster.yaml")
+    scenario = (
+        "site: hq\noutage: {at: 30s, duration: 6m}\n"
+        "caches: {esx-flash: {dirty: 40GiB, rate: 150MiB/s}}\nhorizon: 3h"
+    )
+    report = run(site, scenario)
+    assert not any(t.startswith("shutdown runbook started") for t in texts(report))
+    assert report.verdict.startswith("no full shutdown needed"), report.verdict
+    assert report.ok
+
+
+def test_the_verdict_says_when_a_shutdown_was_needless(tmp_path: Path) -> None:
+    """The hosts went down, and the mains came back while the battery still held what the
+    steps from the point of no return need, and the margin: nothing past the guests had to
+    stop yet. Said, not a failure."""
+    site = site_from(
+        tmp_path,
+        simple_site(
+            shutdown={"when_any": ["on_battery_for > 10s"]}, power_returns={"online_for": "10s"}
+        ),
+    )
+    report = run(site, "outage: {at: 1m, duration: 3m}\nhorizon: 6h")
+    end = report.end_of_shutdown
+    assert end is not None and end.mains_back_past_point_of_no_return
+    assert report.needless and report.ok
+    needed = format_duration(end.needed_from_point_of_no_return_s)
+    assert (
+        "; a needless shutdown: the mains returned before anything past the guests had to "
+        f"stop ({format_duration(end.margin_s)} of runtime left then, the steps from the point "
+        f"of no return need {needed} and the margin 5m)"
+    ) in report.verdict
+    assert json.loads(report_json(report))["needless"] is True
+
+
+def test_a_shutdown_the_battery_needed_is_not_needless() -> None:
+    report = homelab_outage("outage: {at: 1m}")
+    assert report.end_of_shutdown is not None and not report.needless
+    assert "needless" not in report.verdict

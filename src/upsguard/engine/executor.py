@@ -17,6 +17,10 @@ records it started in the shared store, fenced by its term). A refused claim mea
 controller acts now: the step ends ``interrupted``, and so does the run, for the leader to
 resume.
 
+The first host or storage step of a shutdown (its point of no return) may be held back by
+``before_point_of_no_return``: the outage controller holds it while the mains are there, so
+that a returning mains that stays can still cancel the run.
+
 A run's scope may grow while it runs (``widen``: a second feed's trigger): the steps it has
 running or done go on as they are, and the new ones start as soon as what they wait for is
 finished.
@@ -86,6 +90,7 @@ class Executor:
         under_way: Mapping[TargetKey, UnderWay] | None = None,
         claim: Callable[[Step], Awaitable[bool]] | None = None,
         unfenced: Unfenced | None = None,
+        before_point_of_no_return: Callable[[Step], Awaitable[None]] | None = None,
     ) -> None:
         """``already_done``: steps a resumed run finished before, and how (done or skipped).
         ``resumed``: the run was cut short before; its steps look for the platform's own
@@ -97,7 +102,10 @@ class Executor:
         ``claim``: awaited before ``before_step`` (after the cache gate); False: another
         controller of the pair acts now, and this run ends interrupted.
         ``unfenced``: this controller's side of a pair, for when it goes on without the store
-        (``StepRunner``)."""
+        (``StepRunner``).
+        ``before_point_of_no_return``: awaited (after the cache gate, before the claim) by a
+        shutdown's host and storage steps while the run has not crossed its point of no
+        return; it returns when they may cross it."""
         self.plan = plan
         self.spec = spec
         self._clock = clock
@@ -106,6 +114,7 @@ class Executor:
         self._gate = cache_gate
         self._before_step = before_step
         self._claim = claim
+        self._before_point_of_no_return = before_point_of_no_return
         slots = {PlatformName(p): Slots(n) for p, n in plan.limits.items()}
         self._runner = StepRunner(
             platforms,
@@ -293,6 +302,8 @@ class Executor:
                 return
             if step.caches and self._gate is not None:
                 await self._gate_caches(step, self._gate)
+            if self._before_point_of_no_return is not None and self._would_cross(step):
+                await self._before_point_of_no_return(step)
             if self._claim is not None and not await self._claim(step):
                 self._deposed(step)
                 return
@@ -340,6 +351,11 @@ class Executor:
         reason = "waiting for " + ", ".join(step.caches) + " to be clean"
         self._events(StepWaiting(self._clock.now(), self.spec.id, step.id, reason))
         await gate.wait_clean(step)
+
+    def _would_cross(self, step: Step) -> bool:
+        """The step would be the run's point of no return (none was crossed yet)."""
+        crosses = self.plan.direction is Direction.SHUTDOWN and step.is_point_of_no_return
+        return crosses and self.point_of_no_return is None
 
     def _mark_point_of_no_return(self, step: Step) -> None:
         if self.plan.direction is Direction.SHUTDOWN and step.is_point_of_no_return:

@@ -22,6 +22,7 @@ from typing import Any
 
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
+from upsguard.config.types import format_duration
 from upsguard.decisions import PlanTime, Reckoning
 from upsguard.engine.actions import TargetKey, UnderWay
 from upsguard.engine.destage import DestageGate, DestageWatch
@@ -36,6 +37,7 @@ from upsguard.events import (
     Notice,
     PhaseChanged,
     ReadingTaken,
+    StepWaiting,
 )
 from upsguard.models import (
     CacheName,
@@ -57,6 +59,7 @@ from upsguard.policies.power import feed_name, read_feeds
 from upsguard.policies.watch import UpsWatch
 from upsguard.runbooks.plan import Plan, Step
 from upsguard.runbooks.planner import Planner
+from upsguard.runbooks.schedule import finish_with_destage
 from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunRecord, RunSpec
 
 log = logging.getLogger(__name__)
@@ -149,6 +152,8 @@ class OutageController:
         self._cache_reading: asyncio.Task[Any] | None = None
         self._ended_shutdown: tuple[RunSpec, frozenset[ResourceId]] | None = None
         """The last shutdown that ended by itself, and what it is known to have stopped."""
+        self._viewed = asyncio.Event()
+        """Set (and replaced) at each poll: a step waiting on the power sees the new view."""
 
     # -- each poll ---------------------------------------------------------------------
 
@@ -164,6 +169,8 @@ class OutageController:
         view = self._view()
         self._news.feeds(view)
         self.view = view
+        self._viewed.set()
+        self._viewed = asyncio.Event()
         self._read_caches(view)
         async with self._acting:
             decisions = self.engine.evaluate(view, self.ledger.site(), self.plan_seconds())
@@ -254,12 +261,18 @@ class OutageController:
 
     def plan_seconds(self) -> dict[str, PlanTime]:
         """Per feed, what its shutdown would take from now: the plan of what it powers (and
-        what needs that), plus the destage still ahead in its data path."""
+        what needs that), its host steps waiting for the destage still ahead in their data
+        path while the guests shut down."""
         out = {}
         for name in self.feeds:
             plan = self.plan_for((name,))
-            eta, measured = self.caches.eta(plan.caches) if self.caches.status else (0.0, True)
-            out[name] = PlanTime(plan.estimate_s, eta, measured)
+            if not self.caches.status or not plan.caches:
+                out[name] = PlanTime(plan.estimate_s)
+                continue
+            eta, measured = self.caches.eta(plan.caches)
+            clean_in = {cache: self.caches.eta([cache])[0] for cache in plan.caches}
+            placed = finish_with_destage(plan, clean_in)
+            out[name] = PlanTime(plan.estimate_s, eta, measured, with_destage_s=placed)
         return out
 
     def use_planner(self, planner: Planner) -> None:
@@ -374,12 +387,45 @@ class OutageController:
             under_way=self._take_under_way(),
             claim=self._claim if self._pair is not None else None,
             unfenced=self._pair,
+            before_point_of_no_return=self._hold_point_of_no_return,
         )
         self.executor = executor
         executor.begin()
         self._task = asyncio.create_task(executor.run(), name=spec.id)
         self._task.add_done_callback(functools.partial(self._run_done, executor))
         return spec.id
+
+    async def _hold_point_of_no_return(self, step: Step) -> None:
+        """A policy's shutdown does not cross its point of no return while the mains are
+        there (every feed it covers read on mains): the step waits. If the mains stay for
+        ``power_returns.online_for`` the phase engine cancels the run, as before the point of
+        no return; if they fail again the step goes on. A person's shutdown, and a site file
+        that says ``before_point_of_no_return: finish``, do not wait."""
+        told = False
+        while self._mains_hold_back():
+            if not told and self.executor is not None:
+                told = True
+                online_for = format_duration(self.site.policies.power_returns.online_for)
+                reason = (
+                    "the mains are back: the point of no return waits for them to stay "
+                    f"{online_for} (the run is cancelled) or to fail again"
+                )
+                spec = self.executor.spec
+                self._events(StepWaiting(self._clock.now(), spec.id, step.id, reason))
+            await self._viewed.wait()
+
+    def _mains_hold_back(self) -> bool:
+        """The run in progress is a policy's shutdown that a returning mains may cancel, and
+        every feed it covers is read on mains now."""
+        executor, view = self.executor, self.view
+        if executor is None or view is None:
+            return False
+        spec = executor.spec
+        cancels = self.site.policies.power_returns.before_point_of_no_return == "cancel"
+        if spec.kind is not RunKind.SHUTDOWN or spec.origin is not RunOrigin.POLICY or not cancels:
+            return False
+        covered = [f for f in view.feeds if spec.feeds is None or f.name in spec.feeds]
+        return bool(covered) and all(f.mains_seen for f in covered)
 
     def _controller_machine(self, step: Step) -> bool:
         """The step stops a machine running upsguard: this one's, or its pair's."""

@@ -7,9 +7,12 @@ only for a self-test (``CAL``), or while the watch holds it through a short
 link loss (see ``policies.watch``). A UPS lost for longer, or stale, never
 counts as on line.
 
-While a feed is at risk it lasts as long as enough UPSes still deliver: the
-on-battery members' runtimes, sorted, give the moment fewer than
-``min_supplies`` are left.
+While a feed is at risk it lasts as long as enough UPSes still deliver. Its members share
+its load (one power supply on each): when the first on-battery member is empty, its share
+moves to the survivors, whose runtimes shrink by Peukert's law (a UPS's
+``peukert_exponent``), and so on until fewer than ``min_supplies`` are left. Each UPS's
+runtime is the one it has at its share now; a member whose runtime is unknown counts as
+gone now (its share moves at once), and one at 0 s has handed its share over already.
 
 **Lost contact.** A UPS that stops answering (or was never read) while its last known
 state was on mains is ``unknown``: with the default policy
@@ -31,6 +34,8 @@ from upsguard.config.site import FeedConfig
 from upsguard.config.site import feed_name as feed_name  # the name policies give a feed
 from upsguard.models import LinkState, UpsFlag, UpsName, UpsReading
 
+DEFAULT_PEUKERT = 1.15
+"""A UPS's ``peukert_exponent`` when the site file gives none (lead-acid: 1.1 to 1.3)."""
 MAINS_PRESENT_V = 80.0
 """Below this input voltage a UPS in self-test is taken as really on battery."""
 
@@ -60,10 +65,18 @@ class FeedReading:
     order."""
     unknown: int = 0
     """Members out of contact since they were last seen on mains (alerts, not outages)."""
+    read_on_mains: int = 0
+    """Members whose live reading says on mains now (not held, not out of contact)."""
 
     @property
     def at_risk(self) -> bool:
         return self.online < self.needed
+
+    @property
+    def mains_seen(self) -> bool:
+        """Enough members read on mains now, and no FSD: the mains are there, as seen, not
+        as assumed of a UPS out of contact or held through a blip."""
+        return self.read_on_mains >= self.needed and not self.forced_shutdown
 
     @property
     def state(self) -> str:
@@ -89,6 +102,9 @@ class UpsFigures:
     off_line_for_s: float = 0.0
     last_seen_on_mains: bool = True
     """Its last live reading said on mains (or there never was one)."""
+    peukert: float = DEFAULT_PEUKERT
+    """How its runtime shrinks under more load: ``runtime * (load / new_load) ** peukert``
+    (the UPS entry's ``peukert_exponent``)."""
 
     @property
     def supplying(self) -> bool:
@@ -160,16 +176,39 @@ def read_feed(
         at_risk_for_s=_at_risk_for(feed, draining) if at_risk else 0.0,
         members=tuple(figures[u].word if u in figures else "unknown" for u in feed.ups),
         unknown=len(unknown) + sum(1 for u in feed.ups if u not in figures),
+        read_on_mains=sum(1 for f in members if on_mains(f.reading)),
     )
 
 
 def _feed_runtime(feed: FeedConfig, online: int, draining: list[UpsFigures]) -> float | None:
-    """When fewer than ``min_supplies`` members will still deliver: the needed-th longest."""
-    runtimes = sorted((f.runtime_s for f in draining if f.runtime_s is not None), reverse=True)
-    index = feed.min_supplies - online - 1
-    if index >= len(runtimes):
-        return 0.0 if len(runtimes) == len(draining) else None
-    return runtimes[index]
+    """When fewer than ``min_supplies`` members will still deliver, each member's share of
+    the load moving to the survivors as it empties (see the module docstring). None when too
+    few runtimes are known to tell."""
+    needed = feed.min_supplies - online  # on-battery members that must still deliver
+    known = [f for f in draining if f.runtime_s is not None]
+    if needed > len(known):
+        return 0.0 if len(known) == len(draining) else None
+    unknown = len(draining) - len(known)
+    left = [(f.runtime_s, f.peukert) for f in known if f.runtime_s]  # at 0 s: handed over
+    live = online + len(left) + unknown
+    left = _shares_move(left, live, live - unknown)
+    live -= unknown
+    elapsed = 0.0
+    while len(left) >= needed:
+        (first, _), left = left[0], left[1:]
+        elapsed += first
+        left = _shares_move([(runtime - first, k) for runtime, k in left], live, live - 1)
+        live -= 1
+    return elapsed
+
+
+def _shares_move(
+    left: list[tuple[float, float]], live: int, now_live: int
+) -> list[tuple[float, float]]:
+    """The load ``live`` members shared is carried by ``now_live`` of them: each lasts
+    ``(now_live / live) ** peukert`` as long. Runtimes and exponents, shortest first."""
+    ratio = now_live / live if 0 < now_live < live else 1.0
+    return sorted((runtime * ratio**k, k) for runtime, k in left)
 
 
 def _at_risk_for(feed: FeedConfig, draining: list[UpsFigures]) -> float:

@@ -6,7 +6,8 @@
   When the source fails (unreachable, wrong password, unknown UPS, a plugin's bug) it
   returns the last known reading marked ``lost`` with its age, and ``last_error`` says
   why; when the source says its data is stale (NUT ``DATA-STALE``), the last known
-  values marked ``stale``. Neither is ever ``on_line``; what a feed makes of it is
+  values marked ``stale``, and ``last_error`` says that: a UPS whose data is stale cannot
+  be read either. Neither is ever ``on_line``; what a feed makes of it is
   ``policies.power``'s lost-contact rule.
 - **Blip filter.** A link that drops while the UPS last said it was on mains is
   *held* on line for ``link_grace_s`` (15 s by default, the site file's
@@ -45,10 +46,12 @@ from upsguard.config.ups import UpsConfig
 from upsguard.errors import UpsguardError
 from upsguard.models import LinkState, UpsFlag, UpsReading
 from upsguard.plugins.ups.base import UpsSource
-from upsguard.policies.power import UpsFigures, on_mains, self_test
+from upsguard.policies.power import DEFAULT_PEUKERT, UpsFigures, on_mains, self_test
 
 log = logging.getLogger(__name__)
 
+STALE_ERROR = "its data is stale"
+"""``last_error`` while the source answers with stale data (its driver stopped updating)."""
 DEFAULT_LINK_GRACE_S = 15.0
 DEFAULT_MIN_SPAN_S = 60.0
 """No drain rate from samples spanning less: a UPS reports whole percents, and one step
@@ -63,13 +66,17 @@ class UpsWatch:
         window_s: float = 300.0,
         link_grace_s: float = DEFAULT_LINK_GRACE_S,
         min_span_s: float = DEFAULT_MIN_SPAN_S,
+        peukert: float = DEFAULT_PEUKERT,
     ) -> None:
+        """``peukert``: the UPS's ``peukert_exponent``, for a feed that counts how its
+        runtime shrinks when another UPS's share of the load moves to it."""
         self.source = source
         self.name = source.name
         self._clock = clock
         self._window_s = window_s
         self.min_span_s = min_span_s
         self.link_grace_s = link_grace_s
+        self.peukert = peukert
         self._samples: deque[tuple[float, float]] = deque()
         self._fit = _LineFit()
         self.last: UpsReading | None = None
@@ -97,8 +104,13 @@ class UpsWatch:
 
     @classmethod
     def for_config(cls, source: UpsSource, config: UpsConfig, clock: Clock) -> UpsWatch:
-        """A watch with the UPS entry's own settings (``link_grace``)."""
-        return cls(source, clock, link_grace_s=config.link_grace.total_seconds())
+        """A watch with the UPS entry's own settings (``link_grace``, ``peukert_exponent``)."""
+        return cls(
+            source,
+            clock,
+            link_grace_s=config.link_grace.total_seconds(),
+            peukert=config.peukert_exponent,
+        )
 
     async def poll(self) -> UpsReading:
         """A reading now: fresh, or the last known one marked lost or stale with its age."""
@@ -111,11 +123,11 @@ class UpsWatch:
                 log.exception("%s: the UPS source failed unexpectedly", self.name)
             reading = self._lost(f"the UPS source failed: {type(exc).__name__}: {exc}")
         else:
-            if self.last_error is not None:
-                log.warning("%s: answering again", self.name)
-            self.last_error = None
             reading = self._mark_self_test(reading)
             if reading.link is LinkState.OK:
+                if self.last_error is not None:
+                    log.warning("%s: answering again", self.name)
+                self.last_error = None
                 self.last_ok = reading
             else:
                 reading = self._stale(reading)
@@ -133,6 +145,9 @@ class UpsWatch:
 
     def _stale(self, reading: UpsReading) -> UpsReading:
         """A stale answer: the last known values, with the source's detail in ``raw``."""
+        if self.last_error != STALE_ERROR:
+            log.warning("%s: %s", self.name, STALE_ERROR)
+        self.last_error = STALE_ERROR
         aged = self._aged(reading, LinkState.STALE)
         return dataclasses.replace(aged, raw={**aged.raw, **reading.raw})
 
@@ -222,6 +237,7 @@ class UpsWatch:
             held_online=self.held_online,
             off_line_for_s=self.off_line_for_s,
             last_seen_on_mains=self.last_ok is None or on_mains(self.last_ok),
+            peukert=self.peukert,
         )
 
 

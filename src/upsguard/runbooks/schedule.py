@@ -11,8 +11,8 @@ import heapq
 import math
 from collections.abc import Mapping, Sequence
 
-from upsguard.models import StepId
-from upsguard.runbooks.plan import Step
+from upsguard.models import CacheName, StepId
+from upsguard.runbooks.plan import Plan, Step
 
 
 def _unit_seconds(step: Step, limits: Mapping[str, int]) -> float:
@@ -48,16 +48,50 @@ def critical_path(
     return tuple(reversed(path)), total
 
 
-def list_schedule(steps: Sequence[Step], limits: Mapping[str, int]) -> float:
-    """Makespan when each step starts as soon as it may and a platform slot is free."""
-    return max((end for _, end in scheduled_times(steps, limits).values()), default=0.0)
+def list_schedule(
+    steps: Sequence[Step],
+    limits: Mapping[str, int],
+    not_before: Mapping[StepId, float] | None = None,
+) -> float:
+    """Makespan when each step starts as soon as it may and a platform slot is free (and not
+    before its ``not_before``)."""
+    times = scheduled_times(steps, limits, not_before)
+    return max((end for _, end in times.values()), default=0.0)
+
+
+def finish_with_destage(plan: Plan, clean_in: Mapping[CacheName, float]) -> float:
+    """How long the plan takes when the caches become clean in ``clean_in`` seconds from its
+    start: the destage runs beside the guests' shutdown, and only the steps in a cache's data
+    path wait for it (the longer of the path to them and the destage, then the rest)."""
+    not_before = {
+        step.id: max(clean_in.get(c, 0.0) for c in step.caches)
+        for step in plan.steps
+        if step.caches
+    }
+    if not any(not_before.values()):
+        return plan.estimate_s
+    return list_schedule(plan.steps, plan.limits, not_before)
+
+
+def after_point_of_no_return(plan: Plan) -> float:
+    """How long the plan takes from its first host or storage step (its point of no return)
+    to its end; 0 when it has none."""
+    times = scheduled_times(plan.steps, plan.limits)
+    crossing = [times[s.id][0] for s in plan.steps if s.is_point_of_no_return]
+    if not crossing:
+        return 0.0
+    return max(end for _, end in times.values()) - min(crossing)
 
 
 def scheduled_times(
-    steps: Sequence[Step], limits: Mapping[str, int]
+    steps: Sequence[Step],
+    limits: Mapping[str, int],
+    not_before: Mapping[StepId, float] | None = None,
 ) -> dict[StepId, tuple[float, float]]:
     """Each step's planned start and end (seconds from the run's start) in that schedule:
-    the planned side of a retrospective's timeline."""
+    the planned side of a retrospective's timeline. ``not_before``: the earliest start of
+    some steps (a host waiting for its caches to be clean)."""
+    earliest = not_before or {}
     index = {s.id: i for i, s in enumerate(steps)}
     remaining = [len(s.waits_for) for s in steps]
     dependents: list[list[int]] = [[] for _ in steps]
@@ -65,8 +99,8 @@ def scheduled_times(
         for w in s.waits_for:
             dependents[index[w]].append(i)
     slots: dict[str, list[float]] = {p: [0.0] * max(1, n) for p, n in limits.items()}
-    ready_at = [0.0] * len(steps)
-    ready = [(0.0, i) for i, s in enumerate(steps) if not s.waits_for]
+    ready_at = [earliest.get(s.id, 0.0) for s in steps]
+    ready = [(ready_at[i], i) for i, s in enumerate(steps) if not s.waits_for]
     heapq.heapify(ready)
     times: dict[StepId, tuple[float, float]] = {}
     while ready:

@@ -45,6 +45,7 @@ def report_json(report: SimulationReport) -> str:
             "ran_out_at_s": report.ran_out_at_s,
             "ran_out_during": report.ran_out_during,
             "shutdown_finished_at_s": report.shutdown_finished_at_s,
+            "needless": report.needless,
             "end_of_shutdown": (
                 dataclasses.asdict(report.end_of_shutdown) if report.end_of_shutdown else None
             ),

@@ -24,6 +24,7 @@ from upsguard.engine.outage_controller import OutageController
 from upsguard.events import (
     Event,
     PhaseChanged,
+    PointOfNoReturn,
     RiskAccepted,
     RunFinished,
     RunStarted,
@@ -48,6 +49,7 @@ from upsguard.plugins.ups.base import UpsSource
 from upsguard.plugins.ups.simulated import SimulatedUps
 from upsguard.reports.story import CacheSample
 from upsguard.runbooks.planner import Planner
+from upsguard.runbooks.schedule import after_point_of_no_return
 from upsguard.runs import RunKind, RunOutcome
 from upsguard.simulation import script
 from upsguard.simulation.behaviour import planned_behaviour
@@ -95,6 +97,9 @@ class SimulationReport:
     """Why the site does not come back (upsguard's machine off, and nothing powers it on)."""
     unguarded: list[Unguarded] = field(default_factory=list)
     """Hardware left running while upsguard's machine was off."""
+    needless: bool = False
+    """The mains returned before anything past the guests had to stop
+    (``EndOfShutdown.needless``): said in the verdict, not a failure."""
 
     @property
     def exit_code(self) -> int:
@@ -140,6 +145,7 @@ class Simulation:
         margin to within one poll, and the verdict allows that much."""
         self._last_dirty: dict[str, int | None] = {}
         self._lost_mains: set[UpsName] = set()
+        self._outage: OutageController | None = None
 
     async def run(self) -> SimulationReport:
         loop = asyncio.get_running_loop()
@@ -155,7 +161,7 @@ class Simulation:
         self.world.power_cut = self._power_cut
         self.world.power_back = self._boot
         self._providers = self._caches()
-        outage = OutageController(
+        outage = self._outage = OutageController(
             self.site,
             sources=self._sources(),
             platforms=dict(self.platforms),
@@ -276,6 +282,7 @@ class Simulation:
         self.world.set_mains(ups, on)
         if not on:
             self._lost_mains.update(ups or list(self.world.mains))
+            self._shutdowns.mains_lost(ups or list(self.world.mains))
         if on:
             self._shutdowns.mains_back(ups or list(self.world.mains), self.clock.monotonic())
 
@@ -391,6 +398,10 @@ class Simulation:
             self.report.risks.append(event.what)
         if isinstance(event, RunStarted) and event.spec.kind is RunKind.SHUTDOWN:
             self._shutdowns.started(event.spec)
+        if isinstance(event, PointOfNoReturn):
+            executor = self._outage.executor if self._outage is not None else None
+            needed = after_point_of_no_return(executor.plan) if executor is not None else 0.0
+            self._shutdowns.point_of_no_return(event.run, self.clock.monotonic(), needed)
         if isinstance(event, RunFinished) and event.spec.kind is RunKind.SHUTDOWN:
             self._shutdown_finished(event)
         after_a_shutdown = self.report.shutdown_finished_at_s is not None
@@ -443,6 +454,7 @@ class Simulation:
         required = rep.required_margin_s
         if rep.end_of_shutdown is not None:
             rep.verdict = describe_end(rep.end_of_shutdown, required)
+            rep.needless = rep.end_of_shutdown.needless(required)
         elif rep.shutdown_finished_at_s is not None:
             rep.verdict = (
                 f"shutdown finishes at T+{format_duration(rep.shutdown_finished_at_s)}, "

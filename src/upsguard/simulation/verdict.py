@@ -8,9 +8,10 @@ shutdown could have taken; it is the figure compared with ``policies.required_ma
 The runtime at the load left afterwards (a switch, a modem) is reported beside it, for what
 it is: how long what stays on lasts, not a margin.
 
-When the mains return during a shutdown already past the point of no return, the shutdown
-still finishes (on mains); the battery is measured when the mains returned, where the
-danger ended.
+When the mains return during a shutdown, the battery is measured when they returned, where
+the danger ended (unless they fail again before the shutdown ends). The shutdown still
+finishes when it had crossed its point of no return (or the site file says
+``before_point_of_no_return: finish``); the verdict says which it was.
 """
 
 from __future__ import annotations
@@ -46,6 +47,24 @@ class EndOfShutdown:
     left_w: float
     runtime_left_s: float
     """The runtime left at the load left (``left_w``) after the shutdown."""
+    point_of_no_return_at_s: float | None = None
+    """When the shutdown's first host or storage step started (None: none did)."""
+    needed_from_point_of_no_return_s: float = 0.0
+    """What the plan needs from its first host or storage step to its end."""
+
+    @property
+    def mains_back_past_point_of_no_return(self) -> bool:
+        """The mains returned once the shutdown had crossed its point of no return."""
+        crossed = self.point_of_no_return_at_s
+        return self.mains_back and crossed is not None and crossed <= self.at_s
+
+    def needless(self, required_s: float) -> bool:
+        """The mains returned before anything past the guests had to stop: past the point of
+        no return, and the battery then still held what the steps from there on need, and
+        the margin (at the load the shutdown began with). In hindsight, the host and storage
+        steps could have waited for the mains."""
+        needed = self.needed_from_point_of_no_return_s + required_s
+        return self.mains_back_past_point_of_no_return and self.margin_s >= needed
 
 
 @dataclass
@@ -53,6 +72,10 @@ class _Run:
     ups: tuple[UpsName, ...]
     loads: dict[UpsName, float]
     mains_back: dict[UpsName, EndOfShutdown]
+    crossed_at: float | None = None
+    """When it crossed its point of no return."""
+    needed_from_crossing_s: float = 0.0
+    """What its plan needs from its point of no return to its end."""
 
 
 class ShutdownWatch:
@@ -79,6 +102,22 @@ class ShutdownWatch:
                 if name in back and name not in run.mains_back:
                     run.mains_back[name] = self._measure(run, name, now, now, mains_back=True)
 
+    def mains_lost(self, names: Iterable[UpsName]) -> None:
+        """The mains fail again: for the shutdowns under way, the danger is back, and their
+        end is measured when they finish (or the mains return once more)."""
+        lost = set(names)
+        for run in self._runs.values():
+            for name in lost & run.mains_back.keys():
+                del run.mains_back[name]
+
+    def point_of_no_return(self, run: RunId, now: float, needed_s: float) -> None:
+        """A shutdown's first host or storage step started; its plan needs ``needed_s`` from
+        there to its end."""
+        found = self._runs.get(run)
+        if found is not None and found.crossed_at is None:
+            found.crossed_at = now
+            found.needed_from_crossing_s = needed_s
+
     def dropped(self, spec: RunSpec) -> None:
         """A shutdown cancelled, abandoned or interrupted: it has no end to measure."""
         self._runs.pop(spec.id, None)
@@ -89,9 +128,12 @@ class ShutdownWatch:
         if run is None or not run.ups:
             return None
         ends = [
-            replace(run.mains_back[n], finished_at_s=now)
-            if n in run.mains_back
-            else self._measure(run, n, now, now, mains_back=False)
+            replace(
+                run.mains_back[n] if n in run.mains_back else self._measure(run, n, now, now),
+                finished_at_s=now,
+                point_of_no_return_at_s=run.crossed_at,
+                needed_from_point_of_no_return_s=run.needed_from_crossing_s,
+            )
             for n in run.ups
         ]
         worst = min(ends, key=lambda e: e.margin_s)
@@ -102,7 +144,7 @@ class ShutdownWatch:
         return not self._world.mains[name] or self._world.self_test[name]
 
     def _measure(
-        self, run: _Run, name: UpsName, finished: float, at: float, *, mains_back: bool
+        self, run: _Run, name: UpsName, finished: float, at: float, *, mains_back: bool = False
     ) -> EndOfShutdown:
         world = self._world
         battery = world.batteries[name]
@@ -136,11 +178,28 @@ def describe_end(end: EndOfShutdown, required_s: float) -> str:
     )
     finished = f"shutdown finishes at T+{format_duration(end.finished_at_s)}"
     if end.mains_back:
-        return (
-            f"{finished}; mains returned at T+{format_duration(end.at_s)}, past the point of "
-            f"no return, with {battery}"
-        )
+        back = f"mains returned at T+{format_duration(end.at_s)}, {_crossed(end)}"
+        said = f"{finished}; {back}, with {battery}"
+        if end.needless(required_s):
+            needed = format_duration(end.needed_from_point_of_no_return_s)
+            said += (
+                "; a needless shutdown: the mains returned before anything past the guests had "
+                f"to stop ({format_duration(end.margin_s)} of runtime left then, the steps from "
+                f"the point of no return need {needed} and the margin "
+                f"{format_duration(required_s)})"
+            )
+        return said
     return (
         f"{finished} with {battery}; {format_duration(end.runtime_left_s)} at the load left "
         f"({end.left_w:.0f} W)"
     )
+
+
+def _crossed(end: EndOfShutdown) -> str:
+    """Where the mains found the shutdown: past its point of no return, or before it."""
+    crossed = end.point_of_no_return_at_s
+    if end.mains_back_past_point_of_no_return and crossed is not None:
+        return f"past the point of no return (T+{format_duration(crossed)})"
+    if crossed is None:
+        return "before the point of no return"
+    return f"before the point of no return (crossed at T+{format_duration(crossed)})"
