@@ -35,7 +35,7 @@ from hypothesis.stateful import (
 )
 
 from tests.property.lab import FAILING_READS, UNKNOWN_READS, OutageLab
-from upsguard.errors import UpsguardError
+from upsguard.errors import RunBusy, UpsguardError
 from upsguard.models import CacheName, LinkState, PlatformName, ResourceId, UpsName
 from upsguard.plugins.platforms.simulated import Behaviour, Hang
 
@@ -130,8 +130,15 @@ class OutageMachine(RuleBasedStateMachine):
     @precondition(alive)
     @rule()
     def abort(self) -> None:
-        assert self.lab.serving is not None
-        self.lab.run(self.lab.serving.service.overrides.abort(WHO, "stop it"))
+        """A person's abort; one that waited behind a reload of the site file is refused
+        ("ask again"), and the person asks again, of the controller now in force."""
+        for _ in range(2):
+            assert self.lab.serving is not None
+            try:
+                self.lab.run(self.lab.serving.service.overrides.abort(WHO, "stop it"))
+            except RunBusy:
+                continue
+            return
 
     # -- faults -------------------------------------------------------------------------------
 

@@ -495,3 +495,16 @@ def test_a_request_made_by_a_resumed_step_done_before_is_waited_for_after_a_cras
         step("trigger", direction="startup", only=[]),
         step("abort"),
     )
+
+
+def test_an_abort_refused_behind_a_reload_is_asked_again() -> None:
+    """A good site file read again during a person's shutdown is taken in force once the run
+    ends; an abort that waited behind that swap is refused ("ask again") by design. The
+    machine's person did not ask again, and the story ended in a RunBusy."""
+    replay(
+        step("trigger", direction="shutdown", only=[]),
+        step("site_file_read_again", good=True),
+        step("abort"),
+        step("time_passes", seconds=5),
+        step("abort"),
+    )
