@@ -649,7 +649,8 @@ class OutageLab:
         return None
 
     def story_differs(self) -> str | None:
-        """What the journal, ``status`` and the controller say is the same story."""
+        """What the journal, ``status`` and the controller say is the same story, and
+        ``status`` shows nothing unread as ok."""
         if self.serving is None:
             return None
         service = self.serving.service
@@ -673,7 +674,7 @@ class OutageLab:
         shown = {status.run.id} if status.run is not None else set()
         if shown - ledger:
             return f"status shows run {sorted(shown)}, the ledger {sorted(ledger)}"
-        return None
+        return _unread_shown_as_ok(status, controller)
 
     # -- the end: the mains come back for good -------------------------------------------------
 
@@ -992,6 +993,25 @@ def _before_steps(steps: Any) -> dict[ResourceId, set[ResourceId]]:
     for step in steps:
         out.setdefault(step.resource, set()).update(resource[w] for w in step.waits_for)
     return out
+
+
+def _unread_shown_as_ok(status: Any, controller: Any) -> str | None:
+    """``status`` never says ok for what was not read: a UPS whose last reading is not live
+    is not ``online``, and a feed with such a member is neither ``online`` nor ``degraded``
+    (a member held through a short blip says ``held``, and the feed may stay as it was)."""
+    unread = {
+        str(name)
+        for name, watch in controller.watches.items()
+        if watch.last is None or watch.last.link is not LinkState.OK
+    }
+    for feed in status.feeds:
+        for ups, word in feed.members.items():
+            if ups in unread and word == "online":
+                return f"status says UPS {ups} is online, and it cannot be read"
+        blind = [u for u, word in feed.members.items() if u in unread and word != "held"]
+        if blind and feed.state in ("online", "degraded"):
+            return f"status says feed {feed.name} {feed.state} while {', '.join(blind)} unread"
+    return None
 
 
 def _said(seen: Seen) -> str:
