@@ -17,13 +17,21 @@ import pytest
 
 from upsguard.clock import LoopClock, run_virtual
 from upsguard.engine.leadership import RETRY_WRITE_S, Leadership, LeadershipState, Role
-from upsguard.errors import LeadershipLost, StoreUnavailable
+from upsguard.errors import AuthenticationError, LeadershipLost, PermanentError, StoreUnavailable
 from upsguard.models import RunId, StepId, StepState
 from upsguard.plugins.coordination.base import Candidate, CoordinationStore
 from upsguard.plugins.coordination.memory import MemorySite, MemoryStore
 
 T = TypeVar("T")
 TTL, MARGIN = 6.0, 1.0
+REFUSALS: dict[str, Exception] = {
+    "denied": AuthenticationError("etcd: permission denied (test)"),
+    "auth store old": PermanentError("etcd: revision of auth store is old (test)"),
+    "a bug": KeyError("a lease the client lost track of (test)"),
+}
+"""What etcd (or its client) answers besides silence and a lost lease: a refused login or
+permission after a password change or a role added, a stale auth revision after any role
+change, an error of the client itself."""
 RUN, STEP = RunId("shutdown-1"), StepId("stop:vm1")
 
 
@@ -43,6 +51,8 @@ class Faulty:
                 raise StoreUnavailable("etcd: no endpoint answered (test)")
             if self.mode == "hang":
                 await asyncio.Event().wait()
+            if self.mode in REFUSALS:
+                raise REFUSALS[self.mode]
             return await method(*args)
 
         return call
@@ -355,3 +365,42 @@ def test_the_margin_must_leave_room_for_a_renewal() -> None:
             )
 
     virtual(scenario)
+
+
+@pytest.mark.parametrize("refusal", sorted(REFUSALS))
+def test_a_store_that_refuses_fences_the_leader_and_the_loop_lives_on(refusal: str) -> None:
+    """etcd refusing the renewal (a password rotated, a role added) killed the loop: the
+    role froze, and the next outage's first claim raised and failed the run. A refusal is
+    the store not answering usefully: the leader fences itself in time, the loop lives on,
+    and it leads again once the store answers."""
+
+    async def scenario(pair: Pair) -> None:
+        a = pair.controller("a")
+        pair.start("a")
+        await pair.until(5)
+        pair.stores["a"].mode = refusal  # renewals at 6 and 8 are refused
+        await pair.until(9)
+        assert not a.may_act() and a.role is Role.FENCED
+        assert not pair.tasks["a"].done()
+        claimed = await a.claim_step(RUN, STEP)
+        assert claimed is False
+        pair.stores["a"].mode = "ok"
+        await pair.until(30)
+        assert not pair.tasks["a"].done()
+        assert a.state().role is Role.LEADER
+
+    virtual(scenario)
+
+
+@pytest.mark.parametrize("refusal", sorted(REFUSALS))
+def test_a_refused_claim_is_asked_again_until_the_fence_never_raised(refusal: str) -> None:
+    async def scenario(pair: Pair) -> tuple[bool, float]:
+        a = pair.controller("a")
+        pair.start("a")
+        await pair.until(5)
+        pair.stores["a"].mode = refusal
+        claimed = await a.claim_step(RUN, STEP)
+        return claimed, pair.now
+
+    claimed, at = virtual(scenario)
+    assert claimed is False and at == pytest.approx(9.0, abs=RETRY_WRITE_S)

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from upsguard.clock import Clock
-from upsguard.errors import LeadershipLost, StoreUnavailable
+from upsguard.errors import LeadershipLost, StoreUnavailable, UpsguardError
 from upsguard.models import RunId, StepId, StepState
 from upsguard.plugins.coordination.base import (
     AloneNotice,
@@ -117,6 +117,8 @@ class Leadership:
         self._quiet_until = float("-inf")  # no campaign before (after a handover)
         self._reported: Role | None = None
         self._detail = ""
+        self._refusal: str | None = None
+        """The store's last refusal, said once until it answers again."""
 
     # -- what may be done now ----------------------------------------------------------------
 
@@ -206,6 +208,8 @@ class Leadership:
             self._lost(str(exc))
         except (StoreUnavailable, TimeoutError) as exc:
             self._silent(str(exc) or "no answer in time")
+        except Exception as exc:  # a refusal or a client's bug: the loop lives on
+            self._refused(exc)
 
     async def _renew_alone(self) -> None:
         """Finishing alone with a term: keep its lease while the store answers, so that the
@@ -221,6 +225,8 @@ class Leadership:
             self._term = None
         except (StoreUnavailable, TimeoutError) as exc:
             self._silent(str(exc) or "no answer in time")
+        except Exception as exc:
+            self._refused(exc)
 
     async def _campaign(self, sent: float) -> None:
         won = await self._store.campaign(self._me, self._ttl)
@@ -236,13 +242,31 @@ class Leadership:
         self._term = self._renewed_at = self._seen = None
         self._detail = why
 
-    def _answered(self) -> None:
-        self._silent_since = None
-
     def _silent(self, why: str) -> None:
         if self._silent_since is None:
             self._silent_since = self._clock.monotonic()
         self._detail = f"the store does not answer: {why}"
+
+    def _refused(self, exc: Exception) -> StoreUnavailable:
+        """What etcd answers besides silence and a lost lease: a refused login or permission
+        (a password rotated, a role changed), "revision of auth store is old", or an error
+        of the client itself. None says whether the term holds, so each counts as the store
+        not answering: the leader fences itself in time and a renewal that works later
+        makes it the leader again. Said once as an error (with the traceback when it is no
+        error of ours)."""
+        why = str(exc) or type(exc).__name__
+        if self._refusal != why:
+            self._refusal = why
+            if isinstance(exc, UpsguardError):
+                log.error("leadership: the store refused %s: %s", self._me.name, why)
+            else:
+                log.error("leadership: the store's client failed", exc_info=exc)
+        self._silent(f"refused: {why}")
+        return StoreUnavailable(f"{self._me.name}: the store refused: {why}")
+
+    def _answered(self) -> None:
+        self._silent_since = None
+        self._refusal = None
 
     def _report(self) -> None:
         role = self.role
@@ -266,6 +290,8 @@ class Leadership:
                 await self._store.resign(term)
             except StoreUnavailable as exc:  # the lease then ends by itself within its TTL
                 self._silent(str(exc))
+            except Exception as exc:  # likewise
+                self._refused(exc)
         self._report()
 
     async def finish_alone(self, reason: str) -> bool:
@@ -284,6 +310,8 @@ class Leadership:
             return False
         except StoreUnavailable as exc:
             self._silent(str(exc))
+        except Exception as exc:  # refused: as silent, it does not stop the leader either
+            self._refused(exc)
         self._go_alone(reason)
         return True
 
@@ -408,4 +436,6 @@ class Leadership:
         except StoreUnavailable as exc:
             self._silent(str(exc))
             raise
+        except Exception as exc:  # refused: the caller treats it as no answer
+            raise self._refused(exc) from exc
         self._answered()

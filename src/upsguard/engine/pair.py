@@ -38,7 +38,7 @@ from typing import TypeVar
 from upsguard.clock import Clock
 from upsguard.engine.actions import UnderWay
 from upsguard.engine.leadership import RETRY_WRITE_S, Leadership, LeadershipState, Role
-from upsguard.errors import AuthenticationError, LeadershipLost, StoreUnavailable
+from upsguard.errors import AuthenticationError, LeadershipLost, StoreUnavailable, UpsguardError
 from upsguard.events import Event, StepFinished, TargetAsked
 from upsguard.models import PlatformName, ResourceId, RunId, StepId, StepState, Target
 from upsguard.plugins.coordination.base import (
@@ -372,15 +372,16 @@ class Pair:
                 continue
             try:
                 ledger = await self.store.snapshot()
-            except (StoreUnavailable, AuthenticationError) as exc:
-                log.debug("following the shared ledger: %s", exc)
+            except Exception as exc:  # silent or refusing: waited out, the loop lives on
+                _not_read(exc)
                 await asyncio.sleep(pause)
                 continue
             self._saw(ledger)
             on_ledger(ledger)
             try:
                 await self.store.wait_for_change(ledger.revision, 3 * pause)
-            except (StoreUnavailable, AuthenticationError):
+            except Exception as exc:
+                _not_read(exc)
                 await asyncio.sleep(pause)
 
     async def latest(self) -> SharedLedger | None:
@@ -388,7 +389,8 @@ class Pair:
         store does not answer."""
         try:
             ledger = await self.store.snapshot()
-        except (StoreUnavailable, AuthenticationError) as exc:
+        except Exception as exc:
+            _not_read(exc)
             log.warning("reading the shared ledger: %s (using the one seen last)", exc)
             return self.seen
         self._saw(ledger)
@@ -428,3 +430,12 @@ class Pair:
     def gone(self, run: RunId, resources: Collection[ResourceId]) -> None:
         """Machines a resumed run's done steps stopped (for the store's quorum)."""
         self._gone.setdefault(run, set()).update(resources)
+
+
+def _not_read(exc: Exception) -> None:
+    """The shared ledger could not be read: the store silent or refusing is expected (it
+    is waited out); anything else is a bug of the client, logged in full."""
+    if isinstance(exc, UpsguardError):
+        log.debug("following the shared ledger: %s", exc)
+    else:
+        log.error("following the shared ledger: the store's client failed", exc_info=exc)
