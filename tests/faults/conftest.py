@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,8 @@ from tests.faults.lab import ONLINE, Lab
 
 
 @pytest.fixture
-def lab(tmp_path: Path, nut_factory: Any) -> Lab:
+def lab(tmp_path: Path, nut_factory: Any) -> Iterator[Lab]:
     nut = nut_factory({"ups1": ONLINE, "ups2": ONLINE}, ext="dev")
-    return Lab(tmp_path / "lab", nut)
+    lab = Lab(tmp_path / "lab", nut)
+    yield lab
+    lab.release_all()

@@ -3,6 +3,7 @@ and never stops the controller's own machine a second time."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ def test_sigterm_during_a_step_interrupts_it_and_the_next_start_resumes_in_order
 
 
 @pytest.fixture
-def own_lab(tmp_path: Path, nut_factory: Any) -> Lab:
+def own_lab(tmp_path: Path, nut_factory: Any) -> Iterator[Lab]:
     """The lab with the controller's own machine, on a UPS whose driver offers the load
     cycle that brings it back (dummy-ups offers only ``load.off``): without one upsguard
     never halts its own machine."""
@@ -56,7 +57,8 @@ def own_lab(tmp_path: Path, nut_factory: Any) -> Lab:
     lab.resources.append(
         {"id": "mgmt", "kind": "host", "runs_upsguard": True, "estimate": {"stop": "20s"}}
     )
-    return lab
+    yield lab
+    lab.release_all()
 
 
 def load_cycle(lab: Lab) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import yaml
 
 from tests.peers.nut import ON_LINE, NutServer
 from tests.peers.ports import free_port
+from tests.peers.process import Lines
 from upsguard.cli import main
 
 pytestmark = pytest.mark.nut
@@ -121,13 +122,14 @@ def test_watch_redraws_when_the_ups_goes_on_battery(nut_factory: Any, tmp_path: 
     cmd += ["--watch", "--interval", "0.3s", "--format", "json", "--polls", "100"]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdout is not None
+        lines = Lines(proc.stdout)
         try:
-            first = json.loads(proc.stdout.readline())
+            first = json.loads(lines.next("the first view"))
             server.write("ups1", ON_LINE.replace("OL", "OB DISCHRG").replace("100", "97"))
             deadline = time.monotonic() + 20
             doc = first
             while doc["ups"][0]["flags"] != ["OB", "DISCHRG"] and time.monotonic() < deadline:
-                doc = json.loads(proc.stdout.readline())
+                doc = json.loads(lines.next("a view on battery"))
         finally:
             proc.terminate()
     assert first["ups"][0]["flags"] == ["OL"]

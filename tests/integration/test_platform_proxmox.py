@@ -266,8 +266,9 @@ def test_start_waits_for_the_guest_agent(fake_pve: Any, tmp_path: Path) -> None:
         [app] = await px.resolve(guest("app01"))
         await px.start(app)
         seen = [await px.wait_for(app, PowerState.ON, 5), await px.healthy(app)]
-        while not await px.healthy(app):
-            await asyncio.sleep(0.1)
+        async with asyncio.timeout(30):  # a bound against a hang, never a measure
+            while not await px.healthy(app):
+                await asyncio.sleep(0.1)
         return [*seen, True]
 
     assert asyncio.run(scenario()) == [True, False, True]

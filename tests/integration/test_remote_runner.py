@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shlex
 from pathlib import Path
 
 import pytest
@@ -56,15 +57,23 @@ def test_nobody_listening_is_unreachable(sshd: Sshd) -> None:
         asyncio.run(run(["true"], ssh=target, timeout=5))
 
 
-def test_background_command_reports_output_while_running(sshd: Sshd) -> None:
+def test_background_command_reports_output_while_running(sshd: Sshd, tmp_path: Path) -> None:
+    """The command goes on once the test has seen its first line (a file it waits for), not
+    half a second later: a busy machine read both lines at once and found it ended."""
+    go = tmp_path / "go"
+    until = f"until [ -e {shlex.quote(str(go))} ] || [ $n -ge 600 ]"  # 30 s at most
+    wait = f"n=0; {until}; do n=$((n + 1)); sleep 0.05; done"
+
     async def scenario() -> tuple[list[str], int]:
         runner = Runner(sshd.target())
         try:
-            job = await runner.start(["sh", "-c", "echo first; sleep 0.5; echo second"])
-            while "first" not in job.stdout:
-                await asyncio.sleep(0.05)
+            job = await runner.start(["sh", "-c", f"echo first; {wait}; echo second"])
+            async with asyncio.timeout(30):  # a bound against a hang, never a measure
+                while "first" not in job.stdout:
+                    await asyncio.sleep(0.05)
             assert job.running
-            result = await job.wait(10)
+            go.touch()
+            result = await job.wait(30)
             return result.stdout.splitlines(), result.exit_status
         finally:
             await runner.close()

@@ -202,20 +202,29 @@ def _run_with_watch(site: SiteConfig, body: Callable[[Service], Any]) -> list[Ev
             await service.open(resume=False)
             watch = asyncio.create_task(service.watch_power(stop))
             try:
-                while service.ticks < 3:  # the watch has read every UPS
-                    await asyncio.sleep(0.05)
+                await _ticks(service, watch, 3)  # the watch has read every UPS
                 await body(service)
-                ticks = service.ticks
-                while service.ticks < ticks + 3:  # and read them again after
-                    await asyncio.sleep(0.05)
+                await _ticks(service, watch, service.ticks + 3)  # and read them again after
             finally:
                 stop.set()
-                await watch
+                async with asyncio.timeout(30):
+                    await watch
         finally:
             await service.close()
         return seen
 
     return asyncio.run(scenario())
+
+
+async def _ticks(service: Service, watch: asyncio.Task[None], count: int) -> None:
+    """Wait until the power watch has ticked ``count`` times; bounded, and failing at once
+    with the watch's own error if it ended (a bound against a hang, never a measure)."""
+    async with asyncio.timeout(30):
+        while service.ticks < count:
+            if watch.done():
+                watch.result()
+                pytest.fail(f"the power watch ended after {service.ticks} ticks")
+            await asyncio.sleep(0.05)
 
 
 async def _battery_test(service: Service) -> None:

@@ -3,11 +3,13 @@ its log."""
 
 from __future__ import annotations
 
+import queue
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -48,3 +50,25 @@ def end_process(proc: subprocess.Popen[bytes], within: float = 5.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(5)
+
+
+class Lines:
+    """A child's output (a text pipe), line by line, each waited for with a bound. A bare
+    ``readline()`` waits for ever on a child that prints nothing more; here a reader thread
+    takes the lines as they come, and the test fails naming what it waited for."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._lines.put(line)
+        self._lines.put("")  # the end of the output, as readline() says it
+
+    def next(self, what: str, within: float = 30.0) -> str:
+        """The next line; "" once the output has ended."""
+        try:
+            return self._lines.get(timeout=within)
+        except queue.Empty:
+            pytest.fail(f"no line of {what} within {within:g}s")

@@ -29,6 +29,8 @@ from upsguard.plugins.caches.base import may_flip, require_targets
 from upsguard.plugins.remote import Detached, Runner
 
 TIMEOUT = 30.0
+#: How long an interrupted flush may take to restore the normal policy and end.
+INTERRUPT_S = 10.0
 BLOCK = 4096
 _MODES = {
     "wb": CacheMode.WRITE_BACK,
@@ -60,10 +62,15 @@ def cache_id(target: CacheTarget) -> str:
 class OpencasProvider:
     """One ``caches:`` entry of provider ``opencas``: caches named ``cacheN``."""
 
-    def __init__(self, settings: OpencasSettings, clock: Clock) -> None:
+    def __init__(
+        self, settings: OpencasSettings, clock: Clock, *, interrupt_s: float = INTERRUPT_S
+    ) -> None:
+        """``interrupt_s``: how long an interrupted switch may take to end (see
+        ``_interrupt``)."""
         self.name: CacheName = settings.name
         self._settings = settings
         self._clock = clock
+        self._interrupt_s = interrupt_s
         self._runner = Runner(settings.ssh)
         self._casadm = shlex.split(settings.casadm_command)
 
@@ -104,7 +111,7 @@ class OpencasProvider:
         if job is not None and job.running:
             if mode is CacheMode.WRITE_THROUGH:
                 return  # the flush that ends in wt is under way
-            await self._interrupt(cid)
+            await self._interrupt(target)
         if mode is CacheMode.WRITE_BACK:
             if (await self.read(target)).mode is not CacheMode.WRITE_BACK:
                 await self._casadm_out(target, "-Q", "-i", cid, "-c", "wb")
@@ -112,8 +119,7 @@ class OpencasProvider:
             return
         if (await self.read(target)).mode is CacheMode.WRITE_THROUGH:
             return
-        argv = [*self._casadm, "-Q", "-i", cid, "-c", "wt", "-f", "yes"]
-        await self._runner.start_detached(argv, self._log(target), timeout=TIMEOUT)
+        await self._runner.start_detached(self._switch(cid), self._log(target), timeout=TIMEOUT)
 
     async def flush(self, target: CacheTarget) -> None:
         """The write-through switch flushes already; otherwise start ``casadm -F``."""
@@ -129,14 +135,28 @@ class OpencasProvider:
     async def close(self) -> None:
         await self._runner.close()
 
-    async def _interrupt(self, cid: str) -> None:
-        pattern = f"casadm -Q -i {cid} -c wt "
+    def _switch(self, cid: str) -> list[str]:
+        """The command that flushes cache ``cid`` and then switches it to write-through."""
+        return [*self._casadm, "-Q", "-i", cid, "-c", "wt", "-f", "yes"]
+
+    async def _interrupt(self, target: CacheTarget) -> None:
+        """Interrupt the switch this provider started, and wait for it to end: it restores
+        the normal policy on its way out. It is found by its whole command, casadm's path as
+        the site file gives it included: another casadm's flush of a cache with the same id
+        (another program's, another test's fake) is not this provider's to stop, and stopped
+        it would leave that cache dirty in write-back. ``TemporaryError`` when it has not
+        ended within ``interrupt_s``: a switch to write-back now would be undone by it."""
+        pattern = _literal(" ".join(self._switch(cache_id(target))))
         await self._runner.run(["pkill", "-INT", "-f", "--", pattern], timeout=TIMEOUT)
-        for _ in range(100):  # it restores the normal policy on its way out: wait for that
-            found = await self._runner.run(["pgrep", "-f", "--", pattern], timeout=TIMEOUT)
-            if not found.ok:
-                return
-            await asyncio.sleep(0.1)
+        try:
+            async with asyncio.timeout(self._interrupt_s):
+                while (await self._runner.run(["pgrep", "-f", "--", pattern], timeout=TIMEOUT)).ok:
+                    await asyncio.sleep(0.1)
+        except TimeoutError as exc:
+            raise TemporaryError(
+                f"{self._where(target)}: casadm -Q still flushing "
+                f"{self._interrupt_s:g}s after it was interrupted; try again"
+            ) from exc
 
     async def _casadm_out(self, target: CacheTarget | None, *args: str) -> str:
         result = await self._runner.run([*self._casadm, *args], timeout=TIMEOUT)
@@ -152,6 +172,11 @@ class OpencasProvider:
     def _where(self, target: CacheTarget) -> str:
         host = f"{self._settings.ssh.host}:" if self._settings.ssh else ""
         return f"cache '{self.name}' {host}{target.name}"
+
+
+def _literal(text: str) -> str:
+    """``text`` as an extended regular expression (``pgrep -f``) that matches it as it is."""
+    return re.sub(r"([\\.\[\](){}*+?|^$])", r"\\\1", text)
 
 
 def _job_detail(job: Detached) -> str:
