@@ -16,6 +16,7 @@ from upsguard.config.site import SiteConfig
 from upsguard.config.source import parse_yaml
 from upsguard.engine.destage import DestageWatch
 from upsguard.engine.outage_controller import OutageController
+from upsguard.engine.pair import Pair
 from upsguard.errors import UpsUnreachable
 from upsguard.events import Event, EventBus, Notice, PhaseChanged, RunFinished, StepStarted
 from upsguard.journal import Journal
@@ -106,7 +107,8 @@ class Harness:
         self.events: list[Event] = []
         self.platform: SimulatedPlatform | None = None
 
-    def build(self) -> OutageController:
+    def build(self, pair: Pair | None = None) -> OutageController:
+        """``pair``: this controller's side of a pair (a stand-in will do)."""
         s = site()
         if not hasattr(self, "clock"):  # the real world's clock outlives a controller
             self.clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
@@ -125,6 +127,7 @@ class Harness:
             caches=DestageWatch(s, {}, self.clock, bus),
             clock=self.clock,
             events=bus,
+            pair=pair,
         )
 
     async def drive(self, loop: OutageController, until: float) -> None:

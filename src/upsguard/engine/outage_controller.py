@@ -198,9 +198,12 @@ class OutageController:
         the store is silent: never missing a shutdown outranks never acting twice. It then
         goes on alone with the run the shared ledger holds, or starts the one due."""
         due = [d for d in decisions if d.act is Act.START_SHUTDOWN]
-        shared = self.ledger.site().shutdown_running
+        runs = self.ledger.site()
+        shared = runs.shutdown_running
         if self.busy or not (due or shared):
             return []
+        if not due and runs.active is not None and self._stale_on_mains(runs.active.spec):
+            return []  # a shutdown the store holds in progress, its outage over: not adopted
         reason = due[0].reason if due else "the shared ledger holds a shutdown in progress"
         if not pair.act_alone(reason):
             return []
@@ -687,13 +690,43 @@ class OutageController:
             if self.busy:
                 return None
             self.ledger.follow(records)
+            self._close_superseded(run)
             if run is None:
                 return None
             if self._went_down_with_its_machine(run):
                 self.ledger.finished(run.spec.id, RunOutcome.DONE, PAIR_POWEROFF)
                 self._events(Notice(self._clock.now(), f"run {run.spec.id}: {PAIR_POWEROFF}"))
                 return None
+            if self._stale_on_mains(run.spec):
+                why = (
+                    "not resumed: every feed it concerns is on mains (its end was not "
+                    "recorded in the store); the phase decides afresh"
+                )
+                self.ledger.finished(run.spec.id, RunOutcome.ABANDONED, why)
+                self._events(Notice(self._clock.now(), f"run {run.spec.id}: {why}", "warning"))
+                return None
             return await self._adopt(run)
+
+    def _close_superseded(self, resumed: SharedRun | None) -> None:
+        """Runs the store still holds in progress beside the one to resume (or with none):
+        their ends were not recorded, and a newer run went on since. Closed, never resumed."""
+        keep = resumed.spec.id if resumed is not None else None
+        for record in self.ledger.newest_first():
+            if record.active and record.spec.id != keep:
+                why = "superseded: a newer run went on while its end was not recorded"
+                self.ledger.finished(record.spec.id, RunOutcome.ABANDONED, why)
+
+    def _stale_on_mains(self, spec: RunSpec) -> bool:
+        """A policy's shutdown found in the store while every feed it concerns reads on
+        mains, live: what it was for is over (a person's shutdown stands). A feed not read
+        is no proof of mains: the run is resumed then."""
+        view = self.view
+        if spec.kind is not RunKind.SHUTDOWN or spec.origin is not RunOrigin.POLICY:
+            return False
+        if view is None:
+            return False
+        concerned = [f for f in view.feeds if spec.feeds is None or f.name in spec.feeds]
+        return bool(concerned) and all(f.mains_seen for f in concerned)
 
     def _went_down_with_its_machine(self, run: SharedRun) -> bool:
         """A whole-site shutdown whose only steps left stop the controllers' machines, one

@@ -136,8 +136,11 @@ class SharedLedger:
 
     @property
     def active(self) -> RunRecord | None:
-        """The newest run in progress, the one a standby would resume."""
-        return next((r for r in reversed(self.runs) if r.active), None)
+        """The newest run, when it is in progress: the one a standby would resume. An older
+        run still in progress was superseded (its end was not recorded: a write dropped
+        while the store did not answer, or made alone), never resumed."""
+        newest = self.runs[-1] if self.runs else None
+        return newest if newest is not None and newest.active else None
 
     def handed_over(self, run: RunId) -> StepMark | None:
         """The mark of the step at which a leader handed ``run`` over, if one did."""
