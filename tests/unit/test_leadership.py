@@ -404,3 +404,31 @@ def test_a_refused_claim_is_asked_again_until_the_fence_never_raised(refusal: st
 
     claimed, at = virtual(scenario)
     assert claimed is False and at == pytest.approx(9.0, abs=RETRY_WRITE_S)
+
+
+def test_a_controller_that_finished_alone_rejoins_once_the_store_answers() -> None:
+    """It stayed alone for good until its service restarted, so every later outage was run
+    by two controllers acting alone. Once its run is over and the store answers, it rejoins:
+    not while the store is still silent."""
+
+    async def scenario(pair: Pair) -> None:
+        a, b = pair.controller("a"), pair.controller("b")
+        pair.start("a")
+        await pair.until(0.1)
+        pair.start("b")
+        await pair.until(1)
+        pair.stores["a"].mode = "down"  # a is cut off from the store; b is not
+        await pair.until(2 + a.silence_limit_s)
+        assert a.act_without_store("shutdown needed") is True
+        await pair.until(30)
+        assert b.role is Role.LEADER  # the lease of a's term ended: b won
+        assert a.rejoin() is False  # the store is still silent: a stays alone
+        assert a.role is Role.ALONE
+        pair.stores["a"].mode = "ok"
+        await pair.until(40)
+        assert a.rejoin() is True
+        await pair.until(50)
+        assert (a.role, a.may_act(), a.state().leader) == (Role.STANDBY, False, "b")
+        assert pair.changes["a"][-1][1] is Role.STANDBY
+
+    virtual(scenario)

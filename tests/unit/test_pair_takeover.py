@@ -108,6 +108,9 @@ def test_a_standby_cut_off_from_the_store_does_not_adopt_a_stale_shutdown_on_mai
         def shared_run(self) -> SharedRun:
             return shared("shutdown-1")
 
+        def rejoin(self) -> bool:
+            return False
+
     h = Harness(lambda t: "OL")
     silent = Silent()
 
@@ -119,3 +122,28 @@ def test_a_standby_cut_off_from_the_store_does_not_adopt_a_stale_shutdown_on_mai
     run_virtual(go())
     assert not hasattr(silent, "went_alone")
     assert h.kinds(StepStarted) == []
+
+
+def test_a_controller_alone_with_no_run_asks_to_rejoin_at_each_poll() -> None:
+    class Alone:
+        """This controller's side of a pair, finishing alone."""
+
+        def __init__(self) -> None:
+            self.asked = 0
+
+        def may_act(self) -> bool:
+            return True
+
+        def rejoin(self) -> bool:
+            self.asked += 1
+            return False
+
+    h = Harness(lambda t: "OL")
+    alone = Alone()
+
+    async def go() -> None:
+        controller = h.build(pair=alone)  # type: ignore[arg-type]  # stands in for a Pair
+        await h.drive(controller, 30)
+
+    run_virtual(go())
+    assert alone.asked == 6  # every poll (5 s), the run over

@@ -213,16 +213,19 @@ class Leadership:
 
     async def _renew_alone(self) -> None:
         """Finishing alone with a term: keep its lease while the store answers, so that the
-        notice holds and no standby takes the run over; nothing else depends on it."""
+        notice holds and no standby takes the run over. Without one, ask who leads: whether
+        the store answers again decides when this controller may rejoin (``rejoin``)."""
         term = self._term
-        if term is None:
-            return
         try:
             async with asyncio.timeout(self.renew_every_s):
-                await self._store.renew(term)
+                if term is None:
+                    self._seen = await self._store.leader()
+                else:
+                    await self._store.renew(term)
             self._answered()
         except LeadershipLost:
             self._term = None
+            self._answered()
         except (StoreUnavailable, TimeoutError) as exc:
             self._silent(str(exc) or "no answer in time")
         except Exception as exc:
@@ -330,6 +333,17 @@ class Leadership:
             return False
         lag = 0.0 if self._term is not None else self.silence_limit_s
         self._go_alone(f"{reason} (the store silent for {silent:.1f}s)", lag)
+        return True
+
+    def rejoin(self) -> bool:
+        """Back to the pair after finishing alone, once the run is over (the caller knows)
+        and the store answers: leading again if its term still holds, else a standby that
+        campaigns. False while the store is silent: it stays alone."""
+        if self._alone is None or self._silent_since is not None:
+            return False
+        self._alone, self._lag_s = None, 0.0
+        self._detail = "rejoined the pair: the run is over and the store answers"
+        self._report()
         return True
 
     @property

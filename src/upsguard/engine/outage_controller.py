@@ -186,6 +186,8 @@ class OutageController:
             if self.may_act:
                 await self._keep_caches(view)
                 await self._last_moment(view)
+            if self._pair is not None and not self.busy:
+                self._pair.rejoin()  # finished alone, the run over: back once the store answers
         return view
 
     @property

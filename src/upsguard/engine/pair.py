@@ -145,6 +145,11 @@ class Pair:
     def state(self) -> LeadershipState:
         return self.leadership.state()
 
+    def rejoin(self) -> bool:
+        """Finished alone, the run over (the caller's word): back to the pair once the store
+        answers (``Leadership.rejoin``)."""
+        return self.leadership.rejoin()
+
     def alone_lag_s(self) -> float | None:
         """``Unfenced``: without the store, the lag ``Leadership.alone_lag_s`` gives this
         controller; None while the store fences its steps."""
