@@ -252,9 +252,14 @@ class EndOfOutage:
 
     def _powered_by(self, feed: FeedConfig) -> list[ResourceId]:
         """Everything the feed powers that upsguard would stop: its resources and the VMs
-        on them."""
+        on them, but the controllers' own machines (this one's, and its pair's), which go
+        down last, after the UPS was told (their steps wait for that)."""
+        peer = self._site.ha.peer_machine if self._site.ha is not None else None
         return [
             r.id
             for r in self._site.resources
-            if r.stops and not r.runs_upsguard and feed in self._site.feeds_powering(r.id)
+            if r.stops
+            and not r.runs_upsguard
+            and r.id != peer
+            and feed in self._site.feeds_powering(r.id)
         ]
