@@ -1,7 +1,8 @@
 """The etcd store over TLS with client certificates (etcd's ``--client-cert-auth``): a pair
 campaigns, writes fenced and follows over ``https://`` endpoints, named by address or by
 host name, each member's certificate verified; a controller that shows no certificate, or
-trusts another CA, is refused in one line that says which part of ``ha.tls`` to look at."""
+trusts another CA, is refused in one line that says which part of ``ha.tls`` to look at;
+``doctor`` asks each member over TLS as the pair does."""
 
 from __future__ import annotations
 
@@ -15,8 +16,12 @@ import pytest
 
 from tests.peers.etcd import EtcdCluster, start_cluster
 from tests.peers.tls import MutualTls, mutual_tls
+from tests.sites import simple_site, site_from
+from upsguard.clock import SystemClock
 from upsguard.config.ha import HaConfig
+from upsguard.doctor.checkup import Selection, run_checkup
 from upsguard.errors import LeadershipLost, StoreUnavailable
+from upsguard.findings import Area, Verdict
 from upsguard.models import ResourceId, RunId
 from upsguard.plugins.coordination.base import Candidate, Leader, Term
 from upsguard.plugins.coordination.etcd import EtcdStore
@@ -157,3 +162,46 @@ def test_tls_files_that_cannot_be_read_are_named_when_the_store_is_built(
     assert str(refused.value) == f"ha.tls.cert_file: {missing}: cannot read the file: " + (
         "No such file or directory"
     )
+
+
+def test_doctor_reaches_each_tls_endpoint_and_reads_the_pairs_keys(
+    secured: EtcdCluster, certificates: MutualTls, tmp_path: Path
+) -> None:
+    """``doctor --only store``: each member asked on its own over TLS, with the client
+    certificate, then this controller's keys read; nothing written."""
+    ha = {"name": "ctl-a", "endpoints": endpoints(secured), "tls": full(certificates)}
+    site = site_from(tmp_path, {**simple_site(), "ha": json_paths(ha)})
+    checkup = asyncio.run(run_checkup(site, SystemClock(), only=Selection(frozenset({"store"}))))
+    said = [(f.area, f.subject, f.check, f.verdict) for f in checkup.findings]
+    urls = endpoints(secured)
+    assert said == [
+        *[(Area.STORE, url, "answer", Verdict.OK) for url in urls],
+        (Area.STORE, "etcd", "access", Verdict.OK),
+    ], checkup.findings
+    answers, access = checkup.findings[:-1], checkup.findings[-1]
+    assert all(f.detail.startswith("answered: etcd 3.4.23") for f in answers), answers
+    assert sum(f.detail.endswith("(leads etcd's own raft)") for f in answers) == 1
+    assert access.detail == "reads /upsguard/test/: nobody leads"
+
+
+def test_doctor_says_why_a_controller_without_a_certificate_is_refused(
+    secured: EtcdCluster, certificates: MutualTls, tmp_path: Path
+) -> None:
+    ha = {"name": "ctl-a", "endpoints": endpoints(secured), "tls": {"ca_file": certificates.ca}}
+    site = site_from(tmp_path, {**simple_site(), "ha": json_paths(ha)})
+    checkup = asyncio.run(run_checkup(site, SystemClock(), only=Selection(frozenset({"store"}))))
+    verdicts = {(f.subject, f.check): f for f in checkup.findings}
+    assert all(verdicts[(url, "answer")].verdict is Verdict.FAIL for url in endpoints(secured))
+    access = verdicts[("etcd", "access")]
+    assert access.verdict is Verdict.FAIL
+    assert "shows no client certificate (ha.tls cert_file and key_file)" in access.detail
+    assert checkup.exit_code == 1
+
+
+def json_paths(value: Any) -> Any:
+    """``value`` with its paths as text, as a site file writes them."""
+    if isinstance(value, dict):
+        return {key: json_paths(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [json_paths(item) for item in value]
+    return str(value) if isinstance(value, Path) else value

@@ -14,6 +14,7 @@ import pytest
 from tests.sites import write_site
 from upsguard.config import load_site
 from upsguard.config.checks import site_warnings
+from upsguard.config.files import named_files
 from upsguard.errors import ConfigError
 
 SITE = """\
@@ -138,6 +139,13 @@ def test_https_endpoints_load_with_tls_and_are_not_warned_of(tmp_path: Path) -> 
     assert site.ha.endpoints[2] == "https://10.0.0.20:2379"
     assert site.ha.tls.cert_file == Path("/etc/upsguard/etcd-client.pem")
     assert [w for w in site_warnings(site) if w[0][:2] == ("ha", "endpoints")] == []
+    files = {f.loc: f.secret for f in named_files(site) if f.loc[0] == "ha"}
+    assert files == {  # doctor and validate check each is there; the key is a secret
+        ("ha", "password_file"): True,
+        ("ha", "tls", "ca_file"): False,
+        ("ha", "tls", "cert_file"): False,
+        ("ha", "tls", "key_file"): True,
+    }
 
 
 @pytest.mark.parametrize(
