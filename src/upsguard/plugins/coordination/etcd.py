@@ -154,7 +154,6 @@ class EtcdStore:
         self._timeout_s = settings.request_timeout.total_seconds()
         self._endpoints = list(settings.endpoints)
         self._tls = _tls_files(settings.tls)
-        self._has_client_cert = settings.tls is not None and settings.tls.cert_file is not None
         if self._tls is None and any(url.startswith("https://") for url in self._endpoints):
             raise ConfigError("ha.tls: https:// endpoints need ca_file")
         self._connections: list[_Connection | None] = [None] * len(self._endpoints)
@@ -304,14 +303,14 @@ class EtcdStore:
                 )
                 try:
                     async for reply in replies:
-                        if reply.compact_revision > 0 or reply.events:
-                            return True  # a compacted history: read it all again
+                        # a change, or a compacted history (what changed is gone from it):
+                        # either way, read it all again
+                        if reply.events or reply.compact_revision > 0:
+                            return True
                         if reply.canceled:
                             raise _WatchEnded(reply.cancel_reason or "etcd cancelled the watch")
-                finally:
-                    if isinstance(
-                        replies, AsyncGenerator
-                    ):  # end its stream now, not when collected
+                finally:  # etcd3aio's watch is a generator: end its stream now, not when collected
+                    if isinstance(replies, AsyncGenerator):
                         await replies.aclose()
         except TimeoutError:
             return False
@@ -478,7 +477,7 @@ class EtcdStore:
     def _tls_hint(self) -> str:
         """What to check when TLS endpoints did not answer: a refused handshake and a member
         that is down look the same from here (gRPC says UNAVAILABLE for both)."""
-        if not self._has_client_cert:
+        if self._tls is None or self._tls.cert is None:
             return (
                 "; if the members are up: this controller shows no client certificate "
                 "(ha.tls cert_file and key_file), which a member started with "
