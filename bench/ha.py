@@ -7,7 +7,7 @@ members on loopback (the test fixture of tests/peers/etcd.py), wins the lease th
 
 1. a fenced write, ``record_step`` (the transaction that records a step as started before
    it acts: compare the leader key's revision, put the step), next to a plain put of the
-   same value through aetcd on the same endpoint, and their ratio measured in this run;
+   same value through etcd3aio on the same endpoint, and their ratio measured in this run;
 2. a renewal of the lease (``renew``: one keep-alive), which the leader sends every third
    of the TTL;
 3. the takeover (``--takeovers``, default 10, on a lease of ``--ttl`` seconds, default 2 as
@@ -58,8 +58,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import aetcd
 import pytest
+from etcd3aio import Etcd3Client
 from tests.peers import nut
 from tests.peers.etcd import EtcdCluster, EtcdSite, start_cluster
 from tests.peers.pair import MACHINES, TTL_S, PairLab, start_lab, start_nut
@@ -108,7 +108,10 @@ async def measure(cluster: EtcdCluster, writes: int, renewals: int) -> None:
     )
     store = EtcdStore(SITE, settings)
     host, port = endpoint_address(cluster.endpoints[0])
-    plain = aetcd.Client(host, port, timeout=5)
+    plain = Etcd3Client([f"{host}:{port}"])
+    await plain.connect()
+    assert plain.kv is not None
+    kv = plain.kv
     try:
         term = await store.campaign(Candidate("bench"), 10)
         assert isinstance(term, Term), term
@@ -119,16 +122,16 @@ async def measure(cluster: EtcdCluster, writes: int, renewals: int) -> None:
             return StepMark(StepId(f"stop:vm{i:05d}"), StepState.RUNNING, "bench", at)
 
         await timed(20, lambda i: store.record_step(term, run, mark(i)))  # warm up both
-        await timed(20, lambda i: plain.put(f"/bench-plain/{i}".encode(), b"x"))
+        await timed(20, lambda i: kv.put(f"/bench-plain/{i}".encode(), b"x", timeout=5))
         fenced = await timed(writes, lambda i: store.record_step(term, run, mark(i)))
         puts = await timed(
-            writes, lambda i: plain.put(f"/bench-plain/{i:05d}".encode(), b"x" * 120)
+            writes, lambda i: kv.put(f"/bench-plain/{i:05d}".encode(), b"x" * 120, timeout=5)
         )
         renew = await timed(renewals, lambda i: store.renew(term))
         members = len(cluster.endpoints)
         print(f"etcd, {members} members on loopback: {writes} writes, {renewals} renewals")
         print(line("fenced write (record_step)", fenced))
-        print(line("plain put (aetcd, no fence)", puts))
+        print(line("plain put (etcd3aio, no fence)", puts))
         print(line("lease renewal (renew)", renew))
         ratio = statistics.median(fenced) / statistics.median(puts)
         print(f"  fenced write / plain put, p50: {ratio:.2f}")

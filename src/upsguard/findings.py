@@ -41,6 +41,9 @@ class Area(enum.StrEnum):
     RESOURCE = "resource"
     """A resource of the plan: a VM, a host, a device."""
     CACHE = "cache"
+    STORE = "store"
+    """The coordination store of a controller pair (etcd): each endpoint, then this
+    controller's access to the pair's keys."""
     FILE = "file"
     """A file the site file names (secrets, keys, CA bundles) and the journal."""
     NOTIFY = "notify"

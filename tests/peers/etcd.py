@@ -11,6 +11,10 @@ a linearizable read, so it also says the cluster has a leader (TEST-PEERS.md, et
 helpers act on one member's process: ``stop`` (SIGTERM, as systemd stops it), ``pause``
 (SIGSTOP: the process keeps its sockets but answers nothing, the stand-in for a
 partitioned machine), ``resume`` (SIGCONT) and ``start`` again on the same data dir.
+
+``start_cluster(..., tls=mutual_tls(dir))`` serves the client port over TLS and asks every
+client for a certificate signed by the CA (``--client-cert-auth``); the peer port stays
+plain (it is loopback, and the store under test never sees it).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import pytest
 
 from tests.peers.ports import free_port
 from tests.peers.process import end_process
+from tests.peers.tls import MutualTls
 
 ETCD = "/usr/bin/etcd"
 ETCDCTL = "/usr/bin/etcdctl"
@@ -50,10 +55,11 @@ class Member:
     log: Path
     process: subprocess.Popen[bytes] | None = None
     paused: bool = False
+    scheme: str = "http"
 
     @property
     def client_url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"{self.scheme}://127.0.0.1:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
@@ -72,6 +78,8 @@ class EtcdCluster:
     members: list[Member] = field(default_factory=list)
     flags: tuple[str, ...] = ()
     """More flags for every member (``--auth-token-ttl 1``)."""
+    tls: MutualTls | None = None
+    """The client port's certificates; clients must show one the CA signed."""
 
     @property
     def endpoints(self) -> list[str]:
@@ -116,6 +124,7 @@ class EtcdCluster:
             "zap",
             "--log-outputs",
             "stderr",
+            *self._tls_flags(),
             *self.flags,
         ]
         with member.log.open("ab") as log:
@@ -123,6 +132,19 @@ class EtcdCluster:
                 command, stdout=log, stderr=subprocess.STDOUT, cwd=self.root
             )
         member.paused = False
+
+    def _tls_flags(self) -> list[str]:
+        if self.tls is None:
+            return []
+        return [
+            "--cert-file",
+            str(self.tls.server_cert),
+            "--key-file",
+            str(self.tls.server_key),
+            "--trusted-ca-file",
+            str(self.tls.ca),
+            "--client-cert-auth",
+        ]
 
     def stop(self, index: int) -> None:
         """SIGTERM, as a machine shutting down stops it; waits for the process to end."""
@@ -156,8 +178,21 @@ class EtcdCluster:
 
     def etcdctl(self, *args: str, endpoints: list[str] | None = None) -> subprocess.Popen[str]:
         env = {**os.environ, "ETCDCTL_API": "3"}
+        tls = self.tls
+        credentials = (
+            []
+            if tls is None
+            else [
+                "--cacert",
+                str(tls.ca),
+                "--cert",
+                str(tls.client_cert),
+                "--key",
+                str(tls.client_key),
+            ]
+        )
         return subprocess.Popen(
-            [ETCDCTL, "--endpoints", ",".join(endpoints or self.endpoints), *args],
+            [ETCDCTL, "--endpoints", ",".join(endpoints or self.endpoints), *credentials, *args],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -223,15 +258,20 @@ class EtcdCluster:
             self.stop(index)
 
 
-def start_cluster(root: Path, members: int = MEMBERS, flags: tuple[str, ...] = ()) -> EtcdCluster:
+def start_cluster(
+    root: Path,
+    members: int = MEMBERS,
+    flags: tuple[str, ...] = (),
+    tls: MutualTls | None = None,
+) -> EtcdCluster:
     require_etcd()
     root.mkdir(parents=True, exist_ok=True)
-    cluster = EtcdCluster(root, flags=flags)
+    cluster = EtcdCluster(root, flags=flags, tls=tls)
+    scheme = "http" if tls is None else "https"
     for n in range(1, members + 1):
         name = f"m{n}"
-        cluster.members.append(
-            Member(name, free_port(), free_port(), root / f"{name}.data", root / f"{name}.log")
-        )
+        data, log = root / f"{name}.data", root / f"{name}.log"
+        cluster.members.append(Member(name, free_port(), free_port(), data, log, scheme=scheme))
     try:
         for index in range(members):
             cluster.start(index)

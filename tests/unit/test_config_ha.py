@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.sites import write_site
 from upsguard.config import load_site
 from upsguard.config.checks import site_warnings
+from upsguard.config.files import named_files
 from upsguard.errors import ConfigError
 
 SITE = """\
@@ -111,14 +116,101 @@ def test_the_peer_machine_is_another_machine(tmp_path: Path, peer: str, says: st
     assert only.endswith(f"({tmp_path / 'site.yaml'}:11)")
 
 
-def test_tls_is_refused_until_the_etcd_client_can_speak_it(tmp_path: Path) -> None:
-    text = (
-        SITE.replace("[http://127.0.0.1:2379,", "[https://127.0.0.1:2379,")
-        + "  tls: {ca_file: /etc/upsguard/etcd-ca.pem}\n"
+REMOTE_TLS = """\
+  endpoints: [https://10.0.0.11:2379, https://etcd-b.lab:2379, https://10.0.0.20]
+  tls:
+    ca_file: /etc/upsguard/etcd-ca.pem
+    cert_file: /etc/upsguard/etcd-client.pem
+    key_file: /etc/upsguard/etcd-client.key
+  user: upsguard
+  password_file: /etc/upsguard/etcd.pw
+"""
+
+
+def with_endpoints(text: str) -> str:
+    """``SITE`` with its endpoints line replaced by ``text`` (lines of the ``ha:`` section)."""
+    line = '  endpoints: [http://127.0.0.1:2379, "127.0.0.1:22379", http://localhost:32379]\n'
+    return SITE.replace(line, text)
+
+
+def test_https_endpoints_load_with_tls_and_are_not_warned_of(tmp_path: Path) -> None:
+    site = load_site(write_site(tmp_path, with_endpoints(REMOTE_TLS)))
+    assert site.ha is not None and site.ha.tls is not None
+    assert site.ha.endpoints[2] == "https://10.0.0.20:2379"
+    assert site.ha.tls.cert_file == Path("/etc/upsguard/etcd-client.pem")
+    assert [w for w in site_warnings(site) if w[0][:2] == ("ha", "endpoints")] == []
+    files = {f.loc: f.secret for f in named_files(site) if f.loc[0] == "ha"}
+    assert files == {  # doctor and validate check each is there; the key is a secret
+        ("ha", "password_file"): True,
+        ("ha", "tls", "ca_file"): False,
+        ("ha", "tls", "cert_file"): False,
+        ("ha", "tls", "key_file"): True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (
+            lambda t: t.replace("  tls:\n    ca_file: /etc/upsguard/etcd-ca.pem\n", "  tls:\n"),
+            "ha.tls: https:// endpoints need ca_file, the CA that signed the members' certificates",
+        ),
+        (
+            lambda t: t.split("  tls:")[0] + "  user: upsguard\n  password_file: /x\n",
+            "ha.endpoints[0]: https://10.0.0.11:2379 needs ha.tls (ca_file, and cert_file "
+            "and key_file when etcd asks for client certificates)",
+        ),
+        (
+            lambda t: t.replace("https://etcd-b", "http://etcd-b").split("  user:")[0],
+            "ha.endpoints[1]: http://etcd-b.lab:2379 is plain while ha.tls is given: write "
+            "https:// (every member of a cluster serves clients the same way)",
+        ),
+        (
+            lambda t: t.replace("    key_file: /etc/upsguard/etcd-client.key\n", ""),
+            "ha.tls: give cert_file and key_file together",
+        ),
+        (
+            lambda t: t.replace("https://10.0.0.20", '"https://[fd00::20]"'),
+            "ha.endpoints[2]: https://[fd00::20]:2379: the etcd client reaches members over "
+            "IPv4: give an IPv4 address or a host name",
+        ),
+    ],
+)
+def test_tls_mistakes_name_their_field(tmp_path: Path, change: Any, says: str) -> None:
+    (only,) = problems(tmp_path, with_endpoints(change(REMOTE_TLS)))
+    assert only.startswith(says), only
+    assert re.search(r"\(.*site\.yaml:\d+\)$", only), only
+
+
+def test_a_password_over_plain_http_to_another_machine_is_refused(tmp_path: Path) -> None:
+    """etcd's user and password would cross the network in clear, as would the token that
+    each request carries: ``validate`` refuses it in one line, exit 2 (allow_plaintext is
+    for a link without secrets on it)."""
+    text = with_endpoints(
+        "  endpoints: [http://127.0.0.1:2379, http://10.0.0.12:2379]\n"
+        "  user: upsguard\n  password_file: /etc/upsguard/etcd.pw\n  allow_plaintext: true\n"
     )
-    found = problems(tmp_path, text)
-    assert [p.split(":", 1)[0] for p in found] == ["ha.tls", "ha.endpoints[0]"]
-    assert all("aetcd 1.0) opens plain connections only" in p for p in found)
+    path = write_site(tmp_path, text)
+    done = subprocess.run(
+        [sys.executable, "-m", "upsguard", "validate", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "upsguard: ha.password_file: etcd's password would cross the network in clear to "
+        "http://10.0.0.12:2379: write https:// endpoints with ha.tls (docs/ha.md), or drop "
+        f"user and password_file ({path}:14)"
+    ]
+
+
+def test_a_password_over_plain_http_on_loopback_is_accepted(tmp_path: Path) -> None:
+    text = with_endpoints(
+        "  endpoints: [http://127.0.0.1:2379, http://localhost:22379]\n"
+        "  user: upsguard\n  password_env: ETCD_PW\n"
+    )
+    assert load_site(write_site(tmp_path, text)).ha is not None
 
 
 def test_user_and_password_go_together(tmp_path: Path) -> None:
@@ -131,21 +223,19 @@ def test_user_and_password_go_together(tmp_path: Path) -> None:
 
 
 def test_warnings_name_a_short_member_list_and_a_link_in_clear(tmp_path: Path) -> None:
-    text = (
-        SITE.replace(
-            '[http://127.0.0.1:2379, "127.0.0.1:22379", http://localhost:32379]',
-            "[http://10.0.0.2:2379]",
-        )
-        + f"  user: upsguard\n  password_file: {tmp_path / 'etcd.pw'}\n"
+    text = SITE.replace(
+        '[http://127.0.0.1:2379, "127.0.0.1:22379", http://localhost:32379]',
+        "[http://10.0.0.2:2379]",
     )
-    (tmp_path / "etcd.pw").write_text("secret\n")
-    (tmp_path / "etcd.pw").chmod(0o600)
     site = load_site(write_site(tmp_path, text))
     warned = [(loc, message) for loc, message in site_warnings(site) if loc[0] == "ha"]
     assert [loc for loc, _ in warned] == [("ha", "endpoints"), ("ha", "endpoints")]
     assert warned[0][1].startswith("1 etcd endpoint(s): list every member")
-    assert "user 'upsguard' and its password" in warned[1][1]
-    assert "allow_plaintext: true" in warned[1][1]
+    assert warned[1][1] == (
+        "etcd at http://10.0.0.2:2379 is not on this machine and not reached over TLS: the "
+        "leader's lease and the shared ledger cross the network in clear. Write https:// "
+        "endpoints with ha.tls (docs/ha.md), or allow_plaintext: true to accept it"
+    )
     quiet = load_site(write_site(tmp_path, text + "  allow_plaintext: true\n"))
     assert [loc for loc, _ in site_warnings(quiet) if loc[0] == "ha"] == [("ha", "endpoints")]
 

@@ -49,8 +49,8 @@ def register(commands: Subparsers) -> None:
         nargs="+",
         default=[],
         metavar="WHAT",
-        help="only these: areas (ups, platform, resource, cache, file, notify, plan) or names "
-        "of UPSes, platforms, resources and caches",
+        help="only these: areas (ups, platform, resource, cache, store, file, notify, plan) "
+        "or names of UPSes, platforms, resources and caches",
     )
     p.add_argument(
         "--notify", action="store_true", help="also send a test message through hook and webhook"

@@ -35,7 +35,7 @@ SECRET_FIELDS = frozenset(
     }
 )
 #: Fields that name a file upsguard reads but that holds no secret.
-PUBLIC_FIELDS = frozenset({"ca_file", "known_hosts"})
+PUBLIC_FIELDS = frozenset({"ca_file", "cert_file", "known_hosts"})
 FILE_FIELDS = SECRET_FIELDS | PUBLIC_FIELDS
 
 

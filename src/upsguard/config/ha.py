@@ -101,7 +101,8 @@ ShortDuration = Annotated[
 
 
 class EtcdTls(Model):
-    """TLS to etcd's client port: the CA that signs the members' certificates, and a client
+    """TLS to etcd's client port (``https://`` endpoints): the CA that signs the members'
+    certificates (each must hold the host or address its endpoint names), and a client
     certificate and key when etcd asks for one (``--client-cert-auth``)."""
 
     ca_file: LocalPath | None = None
@@ -135,8 +136,8 @@ class HaConfig(Credentials):
     tls: EtcdTls | None = None
     allow_plaintext: bool = Field(
         False,
-        description="etcd on other machines without TLS: accepted, no warning (the user, "
-        "password and ledger cross the network in clear)",
+        description="etcd on other machines without TLS: accepted, no warning (the lease "
+        "and the ledger cross the network in clear; a password never does: give TLS)",
     )
     lease_ttl: LeaseTtl = Field(
         timedelta(seconds=5),

@@ -1,5 +1,6 @@
 """Checks of the ``ha:`` section that need more than the section: the peer's machine among
-the resources, timings that must fit inside the lease, what the etcd client cannot do.
+the resources, timings that must fit inside the lease, TLS that fits the endpoints, no
+password in clear across the network, what the etcd client cannot do.
 
 ``config.checks`` calls these, so each problem comes with the file and line of the exact
 field, like every other cross-section problem.
@@ -21,10 +22,7 @@ Problem = tuple[tuple[str | int, ...], str]
 #: What a controller can run on: one machine (not a group of VMs, a switch or a command).
 _MACHINES = (ResourceKind.VM, ResourceKind.HOST, ResourceKind.STORAGE)
 
-NO_TLS = (
-    "the etcd client upsguard uses (aetcd 1.0) opens plain connections only, so TLS to "
-    "etcd is not available yet"
-)
+TLS_HOW = "write https:// endpoints with ha.tls (docs/ha.md)"
 
 
 def ha_problems(site: SiteConfig, unchecked: Collection[str] | None) -> Iterator[Problem]:
@@ -51,15 +49,13 @@ def ha_warnings(site: SiteConfig) -> Iterator[Problem]:
             "controllers' machines and a witness), or this controller loses the store with "
             "the one it knows",
         )
-    remote = [url for url in ha.endpoints if not _loopback(endpoint_address(url)[0])]
+    remote = _remote_in_clear(ha)
     if remote and not ha.allow_plaintext:
-        login = f"user '{ha.user}' and its password, " if ha.user else ""
         yield (
             ("ha", "endpoints"),
-            f"etcd at {', '.join(remote)} is not on this machine and {NO_TLS}: {login}the "
-            "leader's lease and the shared ledger cross the network in clear. Keep etcd's "
-            "client port on a trusted network (docs/ha.md), and write allow_plaintext: true "
-            "to accept it",
+            f"etcd at {', '.join(remote)} is not on this machine and not reached over TLS: "
+            "the leader's lease and the shared ledger cross the network in clear. "
+            f"{TLS_HOW[0].upper()}{TLS_HOW[1:]}, or allow_plaintext: true to accept it",
         )
 
 
@@ -130,18 +126,65 @@ def _credentials(ha: HaConfig) -> Iterator[Problem]:
         yield ("ha", "user"), "etcd's user needs password_file or password_env"
     if ha.user is None and has_password:
         yield ("ha",), "a password for etcd needs 'user'"
+    remote = _remote_in_clear(ha)
+    if has_password and remote:
+        field = "password_file" if ha.password_file is not None else "password_env"
+        yield (
+            ("ha", field),
+            f"etcd's password would cross the network in clear to {', '.join(remote)}: "
+            f"{TLS_HOW}, or drop user and {field}",
+        )
 
 
 def _transport(ha: HaConfig) -> Iterator[Problem]:
-    if ha.tls is not None:
-        yield ("ha", "tls"), f"{NO_TLS}: remove it (docs/ha.md says how to protect the link)"
+    """TLS is all or nothing: one set of certificates for every member, so every endpoint
+    is ``https://`` with ``tls`` (and its CA: the client never falls back to a plain
+    connection nor to the system's CAs), or every one is ``http://`` without it."""
+    tls = ha.tls
+    secure = [j for j, url in enumerate(ha.endpoints) if url.startswith("https://")]
+    if tls is None and secure:
+        j = secure[0]
+        yield (
+            ("ha", "endpoints", j),
+            f"{ha.endpoints[j]} needs ha.tls (ca_file, and cert_file and key_file when etcd "
+            "asks for client certificates)",
+        )
+    if tls is not None:
+        if tls.ca_file is None:
+            yield (
+                ("ha", "tls"),
+                "https:// endpoints need ca_file, the CA that signed the "
+                + ("members' certificates"),
+            )
+        if (tls.cert_file is None) != (tls.key_file is None):
+            yield ("ha", "tls"), "give cert_file and key_file together"
+        for j, url in enumerate(ha.endpoints):
+            if j not in secure:
+                yield (
+                    ("ha", "endpoints", j),
+                    f"{url} is plain while ha.tls is given: write https:// (every member of "
+                    "a cluster serves clients the same way)",
+                )
     seen: set[str] = set()
     for j, url in enumerate(ha.endpoints):
-        if url.startswith("https://"):
-            yield ("ha", "endpoints", j), f"{url}: {NO_TLS}; write http://"
+        if ":" in endpoint_address(url)[0]:
+            yield (
+                ("ha", "endpoints", j),
+                f"{url}: the etcd client reaches members over IPv4: give an IPv4 address or "
+                "a host name",
+            )
         if url in seen:
             yield ("ha", "endpoints", j), f"{url} is listed twice"
         seen.add(url)
+
+
+def _remote_in_clear(ha: HaConfig) -> list[str]:
+    """Plain endpoints on other machines: what crosses the network to them can be read."""
+    return [
+        url
+        for url in ha.endpoints
+        if url.startswith("http://") and not _loopback(endpoint_address(url)[0])
+    ]
 
 
 def _loopback(host: str) -> bool:

@@ -2,10 +2,11 @@
 
 A check is a unit of work that yields findings: one UPS, one platform (its login, its own
 ``diagnose``, then each resource on it resolved and its state read), one cache (its targets,
-mode and dirty bytes read, then its own ``diagnose``), the files, the journal, the
-notifications (only when asked: they send a message), and the live plan. A unit that runs
-past ``timeout`` or raises becomes one ``fail`` naming it; one broken unit never hides the
-others. Nothing here stops, starts, flips or sends a command.
+mode and dirty bytes read, then its own ``diagnose``), a pair's etcd (each endpoint asked
+on its own, over TLS as the pair speaks it, then the pair's keys read), the files, the
+journal, the notifications (only when asked: they send a message), and the live plan. A
+unit that runs past ``timeout`` or raises becomes one ``fail`` naming it; one broken unit
+never hides the others. Nothing here stops, starts, flips or sends a command.
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ from upsguard.findings import Area, Finding, Verdict, counts, fail, ok, worst
 from upsguard.models import CacheName, PlatformName, ResourceId, Target, UpsName
 from upsguard.plugins import registry
 from upsguard.plugins.caches.base import CacheDiagnosis, CacheProvider
+from upsguard.plugins.coordination.base import EndpointHealth
 from upsguard.plugins.platforms.base import Platform, PlatformDiagnosis
 from upsguard.plugins.ups.base import UpsDiagnosis, UpsSource
 
 DEFAULT_TIMEOUT_S = 30.0
+STORE = "etcd"
+"""The subject of the store's findings that are not about one endpoint."""
 AT_ONCE = 8
 """Checks running at the same time: enough to overlap slow logins, few enough for a BMC."""
 
@@ -106,6 +110,8 @@ async def run_checkup(
     units += [
         check(Area.CACHE, name, _cache(name, provider)) for name, provider in plugins.caches.items()
     ]
+    if site.ha is not None and only.keeps(Area.STORE, STORE):
+        units.append(check(Area.STORE, STORE, _store(site)))
     if only.keeps(Area.FILE):
         units.append(check(Area.FILE, "files", _now(site_files.check_files, site)))
         units.append(check(Area.FILE, str(site.journal), _now(site_files.journal, site)))
@@ -298,6 +304,37 @@ async def _cache(name: CacheName, provider: CacheProvider) -> list[Finding]:
     if isinstance(provider, CacheDiagnosis):
         found += await provider.diagnose(targets)
     return found
+
+
+async def _store(site: SiteConfig) -> list[Finding]:
+    """Each etcd endpoint asked on its own, then the leader key read: the user, its password
+    and its rights on the pair's prefix, with TLS as the pair uses it. Nothing is written."""
+    store = registry.build_store(site)
+    assert store is not None, "only a site with ha: has a store"
+    try:
+        found = [_endpoint(health) for health in await store.probe()]
+        try:
+            leader = await store.leader()
+        except UpsguardError as exc:
+            return [*found, fail(Area.STORE, STORE, "access", str(exc), _fix(exc))]
+    finally:
+        await store.close()
+    who = "nobody leads" if leader is None else f"{leader.holder.name} leads (term {leader.token})"
+    return [*found, ok(Area.STORE, STORE, "access", f"reads /upsguard/{site.site}/: {who}")]
+
+
+def _endpoint(health: EndpointHealth) -> Finding:
+    if not health.answered:
+        return fail(
+            Area.STORE,
+            health.endpoint,
+            "answer",
+            health.detail,
+            "check that the member runs, its address and port, and for https:// ha.tls "
+            "(docs/ha.md)",
+        )
+    leads = " (leads etcd's own raft)" if health.is_leader else ""
+    return ok(Area.STORE, health.endpoint, "answer", f"answered: etcd {health.version}{leads}")
 
 
 async def _close(plugins: _Plugins) -> None:

@@ -1,4 +1,4 @@
-"""The coordination store on etcd v3, through aetcd (asyncio over gRPC).
+"""The coordination store on etcd v3, through etcd3aio (asyncio over gRPC), plain or TLS.
 
 Keys of a site, all under ``/upsguard/<site>/`` (the site's name percent-quoted)::
 
@@ -12,33 +12,68 @@ Winning is one transaction: *if the leader key's create revision is 0 (no key), 
 with the new lease*. Every write of the leader is one transaction guarded by *the leader
 key's mod revision equals the token*; a lease that ended took the key with it, and a new
 leader's key has a newer revision, so a deposed leader's write is refused by etcd itself.
+The key is written once, when it is won, so its mod revision is the token exactly when its
+create revision is the token and its version is 1: the guard is said so, with etcd3aio's
+public compares (it has none for the mod revision).
 
-aetcd talks to one address per client, so there is one client per endpoint. A request goes
-to the endpoint that answered last and, when it fails (refused, no answer within
-``request_timeout``, no quorum behind it), to the next: a call returns or raises within
-about ``len(endpoints) * request_timeout``. Requests that write are safe to repeat on the
-next endpoint: a campaign that landed is recognised by its lease, and a fenced write puts
-the same value again.
+There is one etcd3aio client per endpoint, each dialling one address with one attempt per
+request (etcd3aio would balance one channel over every address and retry on its own). A
+request goes to the endpoint that answered last and, when it fails (refused, no answer
+within ``request_timeout``, no quorum behind it), to the next: a call returns or raises
+within about ``len(endpoints) * request_timeout``. Requests that write are safe to repeat on
+the next endpoint: a campaign that landed is recognised by its lease, and a fenced write
+puts the same value again. The client of an endpoint that failed is closed and made anew
+on its next use, so a member that came back is dialled at once (gRPC's own reconnect
+backoff grows to two minutes). etcd3aio dials IPv4 addresses: a host name is resolved here
+each time its client is made. A watch is the exception: etcd3aio reconnects it on its own,
+so a watch on an endpoint that went away ends with no change seen when its time is up, and
+the follower's next read moves to the next endpoint.
 
-aetcd's errors are mapped here, at the boundary, to the project's (``raise ... from exc``):
-no endpoint answering is ``StoreUnavailable``; a refused login, an expired session that a
-new login cannot renew, or a missing permission is ``AuthenticationError``.
+TLS (``https://`` endpoints, ``ha.tls``): each member's certificate is verified against
+``ca_file`` for the host or address its endpoint names; ``cert_file`` and ``key_file`` are
+this controller's certificate, which etcd's ``--client-cert-auth`` asks for. gRPC reports a
+refused handshake as it reports a member that is down, so it is ``StoreUnavailable``, whose
+message says which part of ``ha.tls`` to check when the members are up.
+
+etcd3aio's and gRPC's errors are mapped here, at the boundary, to the project's
+(``raise ... from exc``): no endpoint answering is ``StoreUnavailable``; a refused login, an
+expired session that a new login cannot renew, or a missing permission is
+``AuthenticationError``; a fenced write refused, or a lease gone, is ``LeadershipLost``;
+anything else etcd refuses is ``PermanentError``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+import ipaddress
+import socket
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
-import aetcd
-import aetcd.rpc
+import grpc
+import grpc.aio
+from etcd3aio import Etcd3Client, EtcdError, prefix_range_end
+from etcd3aio.auth import AuthService
+from etcd3aio.kv import KVService
+from etcd3aio.lease import LeaseService
+from etcd3aio.maintenance import MaintenanceService
+from etcd3aio.watch import WatchService
 
-from upsguard.config.ha import HaConfig, endpoint_address
+from upsguard.config.ha import EtcdTls, HaConfig, endpoint_address
+from upsguard.config.reading import read_bytes
 from upsguard.config.types import resolve_secret
-from upsguard.errors import AuthenticationError, LeadershipLost, PermanentError, StoreUnavailable
+from upsguard.errors import (
+    AuthenticationError,
+    ConfigError,
+    LeadershipLost,
+    PermanentError,
+    StoreUnavailable,
+    UpsguardError,
+)
 from upsguard.models import RunId, StepId
 from upsguard.plugins.coordination.base import (
     AloneNotice,
@@ -55,26 +90,21 @@ from upsguard.runs import RunRecord
 
 T = TypeVar("T")
 
-#: gRPC retries a refused connection with a backoff that grows to two minutes by default:
-#: a member that comes back would stay unused that long.
-GRPC_OPTIONS = {
-    "grpc.initial_reconnect_backoff_ms": 200,
-    "grpc.min_reconnect_backoff_ms": 200,
-    "grpc.max_reconnect_backoff_ms": 1000,
-}
-
-#: What a member answers when it is down, cut off, or without a quorum behind it: the
-#: next endpoint may do better.
+#: What a member answers when it is down, cut off, refuses the TLS handshake, or has no
+#: quorum behind it: the next endpoint may do better.
 _ENDPOINT_TROUBLE = frozenset(
     {
-        aetcd.rpc.StatusCode.UNAVAILABLE,
-        aetcd.rpc.StatusCode.DEADLINE_EXCEEDED,
-        aetcd.rpc.StatusCode.UNKNOWN,
-        aetcd.rpc.StatusCode.CANCELLED,
-        aetcd.rpc.StatusCode.RESOURCE_EXHAUSTED,
-        aetcd.rpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.INTERNAL,
     }
 )
+
+#: The most a certificate or key file may hold (a chain of a few certificates is a few KiB).
+_PEM_LIMIT = 1024 * 1024
 
 UNREADABLE_HOLDER = "(unreadable)"
 """The name of a leader whose key holds no Candidate (written by hand, or garbled)."""
@@ -84,28 +114,50 @@ class _NotFound(Exception):
     """etcd answered NOT_FOUND (a lease already gone); only ``resign`` expects it."""
 
 
+class _Unresolved(Exception):
+    """An endpoint's host name has no IPv4 address now (DNS down, a typo)."""
+
+
+class _WatchEnded(Exception):
+    """etcd cancelled the watch for a reason other than a compacted history."""
+
+
+#: Errors of one endpoint, before they are mapped: etcd3aio's own, gRPC's it passes on as
+#: they are, a deadline of ours, a host name that did not resolve.
+_ENDPOINT_ERRORS = (EtcdError, grpc.aio.AioRpcError, TimeoutError, _Unresolved)
+
+
+@dataclass(frozen=True, slots=True)
+class _Connection:
+    """One endpoint's client and the services requests use (etcd3aio makes them when it
+    connects)."""
+
+    client: Etcd3Client
+    kv: KVService
+    lease: LeaseService
+    watch: WatchService
+    maintenance: MaintenanceService
+    auth: AuthService
+
+
 class EtcdStore:
     """The ``CoordinationStore`` of one site on an etcd cluster."""
 
     def __init__(self, site: str, settings: HaConfig) -> None:
-        """Reads the password now (``ConfigError`` naming its file or variable); connects
-        on the first request."""
+        """Reads the password and the TLS files now (``ConfigError`` naming each file or
+        variable); connects on the first request."""
         self.site = site
         self._user = settings.user
-        password = resolve_secret("etcd password", settings.password_file, settings.password_env)
+        self._password = resolve_secret(
+            "etcd password", settings.password_file, settings.password_env
+        )
         self._timeout_s = settings.request_timeout.total_seconds()
         self._endpoints = list(settings.endpoints)
-        self._clients = [
-            aetcd.Client(
-                host,
-                port,
-                username=settings.user,
-                password=password,
-                timeout=self._timeout_s,
-                options=GRPC_OPTIONS,
-            )
-            for host, port in map(endpoint_address, self._endpoints)
-        ]
+        self._tls = _tls_files(settings.tls)
+        if self._tls is None and any(url.startswith("https://") for url in self._endpoints):
+            raise ConfigError("ha.tls: https:// endpoints need ca_file")
+        self._connections: list[_Connection | None] = [None] * len(self._endpoints)
+        self._making = [asyncio.Lock() for _ in self._endpoints]
         self._current = 0
         self._prefix = f"/upsguard/{quote(site, safe='')}/"
         self._leader_key = (self._prefix + "leader").encode()
@@ -113,93 +165,112 @@ class EtcdStore:
     # -- leadership -------------------------------------------------------------------------
 
     async def campaign(self, candidate: Candidate, ttl_s: float) -> Term | Leader:
-        lease = await self._call("grant a lease", lambda c: c.lease(max(1, round(ttl_s))))
+        ttl = max(1, round(ttl_s))
+        lease = await self._call(
+            "grant a lease", lambda c: c.lease.grant(ttl, timeout=self._timeout_s)
+        )
         key, value = self._leader_key, encode(candidate)
-
-        async def attempt(client: Any) -> tuple[bool, list[Any]]:
-            tx = client.transactions
-            result: tuple[bool, list[Any]] = await client.transaction(
-                compare=[tx.create(key) == 0],
-                success=[tx.put(key, value, lease=lease.id), tx.get(key)],
-                failure=[tx.get(key)],
-            )
-            return result
-
+        read = KVService.txn_op_get(key)
         try:
-            _, responses = await self._call("campaign for leadership", attempt)
+            reply = await self._call(
+                "campaign for leadership",
+                lambda c: c.kv.txn(
+                    [KVService.txn_compare_create_revision(key, 0)],
+                    [KVService.txn_op_put(key, value, lease=lease.ID), read],
+                    [read],
+                    timeout=self._timeout_s,
+                ),
+            )
         except BaseException:
-            await self._revoke_quietly(lease.id)
+            await self._revoke_quietly(lease.ID)
             raise
-        kv = _only_kv(responses[-1])
-        if kv is not None and kv.lease == lease.id:  # won now, or by an attempt that timed out
-            return Term(candidate, kv.mod_revision, lease.id, float(lease.ttl))
-        await self._revoke_quietly(lease.id)
+        kv = _only_kv(reply.responses[-1])
+        if kv is not None and kv.lease == lease.ID:  # won now, or by an attempt that timed out
+            return Term(candidate, int(kv.mod_revision), int(lease.ID), float(lease.TTL))
+        await self._revoke_quietly(lease.ID)
         holder = self._leader_of(kv)
         if holder is None:  # the key went between the compare and the read: none in one txn
             raise StoreUnavailable("etcd: campaign for leadership: no answer about the leader")
         return holder
 
     async def renew(self, term: Term) -> float:
-        reply = await self._call("renew the lease", lambda c: c.refresh_lease(term.lease))
-        ttl = 0 if reply is None else int(reply.TTL)
+        async def keep_alive(c: _Connection) -> int:
+            """One keep-alive on the lease's stream; etcd answers TTL 0 for a lease gone."""
+            stream = c.lease.keep_alive(term.lease)
+            try:
+                async for reply in stream:
+                    return int(reply.TTL)
+                return 0
+            finally:
+                stream.cancel()
+
+        try:
+            ttl = await self._call("renew the lease", keep_alive)
+        except _NotFound:
+            ttl = 0
         if ttl <= 0:
             raise LeadershipLost(f"etcd: the lease of term {term.token} has ended")
         return float(ttl)
 
     async def resign(self, term: Term) -> None:
         with contextlib.suppress(_NotFound):  # the lease ended already, and took the key along
-            await self._call("revoke the lease", lambda c: c.revoke_lease(term.lease))
+            await self._call(
+                "revoke the lease", lambda c: c.lease.revoke(term.lease, timeout=self._timeout_s)
+            )
 
     async def leader(self) -> Leader | None:
-        got = await self._call("read the leader", lambda c: c.get(self._leader_key))
-        return self._leader_of(got)
+        reply = await self._call(
+            "read the leader", lambda c: c.kv.get(self._leader_key, timeout=self._timeout_s)
+        )
+        return self._leader_of(reply.kvs[0] if reply.kvs else None)
 
     # -- the shared ledger (fenced writes) ---------------------------------------------------
 
     async def record_run(self, term: Term, record: RunRecord) -> None:
         key = self._run_key(record.spec.id)
         await self._fenced(
-            term, f"record run {record.spec.id}", lambda tx: [tx.put(key, encode(record))]
+            term, f"record run {record.spec.id}", [KVService.txn_op_put(key, encode(record))]
         )
 
     async def record_step(self, term: Term, run: RunId, mark: StepMark) -> None:
         key = self._step_key(run, mark.step)
         what = f"record step {mark.step} of run {run} as {mark.state}"
-        await self._fenced(term, what, lambda tx: [tx.put(key, encode(mark))])
+        await self._fenced(term, what, [KVService.txn_op_put(key, encode(mark))])
 
     async def record_steps(self, term: Term, marks: Sequence[tuple[RunId, StepMark]]) -> None:
-        puts = [(self._step_key(run, mark.step), encode(mark)) for run, mark in marks]
-        what = f"record {len(marks)} step(s)"
-        await self._fenced(term, what, lambda tx: [tx.put(key, value) for key, value in puts])
+        puts = [
+            KVService.txn_op_put(self._step_key(run, mark.step), encode(mark))
+            for run, mark in marks
+        ]
+        await self._fenced(term, f"record {len(marks)} step(s)", puts)
 
     async def forget_run(self, term: Term, run: RunId) -> None:
         run_key, steps = self._run_key(run), self._steps_prefix(run)
-        await self._fenced(
-            term,
-            f"forget run {run}",
-            lambda tx: [tx.delete(run_key), tx.delete(steps, range_end=_prefix_end(steps))],
-        )
+        deletes = [
+            KVService.txn_op_delete(run_key),
+            KVService.txn_op_delete(steps, range_end=prefix_range_end(steps)),
+        ]
+        await self._fenced(term, f"forget run {run}", deletes)
 
     async def declare_alone(self, term: Term, notice: AloneNotice) -> None:
         key = (self._prefix + "alone").encode()
         await self._fenced(
-            term, "declare finishing alone", lambda tx: [tx.put(key, encode(notice))]
+            term, "declare finishing alone", [KVService.txn_op_put(key, encode(notice))]
         )
 
-    async def _fenced(self, term: Term, what: str, ops: Callable[[Any], list[Any]]) -> None:
+    async def _fenced(self, term: Term, what: str, ops: Sequence[Any]) -> None:
         key = self._leader_key
-
-        async def attempt(client: Any) -> tuple[bool, list[Any]]:
-            tx = client.transactions
-            result: tuple[bool, list[Any]] = await client.transaction(
-                compare=[tx.mod(key) == term.token], success=ops(tx), failure=[tx.get(key)]
-            )
-            return result
-
-        applied, responses = await self._call(what, attempt)
-        if applied:
+        guard = [  # its mod revision is the token (the module's docstring)
+            KVService.txn_compare_create_revision(key, term.token),
+            KVService.txn_compare_version(key, 1),
+        ]
+        reply = await self._call(
+            what,
+            lambda c: c.kv.txn(guard, ops, [KVService.txn_op_get(key)], timeout=self._timeout_s),
+        )
+        if reply.succeeded:
             return
-        holder = self._leader_of(_only_kv(responses[-1]))
+        holder = self._leader_of(_only_kv(reply.responses[-1]))
         now = (
             f"{holder.holder.name} leads now (term {holder.token})"
             if holder is not None
@@ -213,138 +284,218 @@ class EtcdStore:
     # -- reading --------------------------------------------------------------------------
 
     async def snapshot(self) -> SharedLedger:
-        got = await self._call("read the ledger", lambda c: c.get_prefix(self._prefix.encode()))
-        return self._ledger(int(got.header.revision), list(got))
+        prefix = self._prefix.encode()
+        reply = await self._call(
+            "read the ledger",
+            lambda c: c.kv.get(prefix, range_end=prefix_range_end(prefix), timeout=self._timeout_s),
+        )
+        return self._ledger(int(reply.header.revision), list(reply.kvs))
 
     async def wait_for_change(self, after_revision: int, within_s: float) -> bool:
         index = self._current
-        client = self._clients[index]
+        prefix = self._prefix.encode()
+        connection: _Connection | None = None
         try:
             async with asyncio.timeout(within_s):
-                watch = await client.watch_prefix(
-                    self._prefix.encode(), start_revision=after_revision + 1
+                connection = await self._connection(index)
+                replies = connection.watch.watch(
+                    prefix, range_end=prefix_range_end(prefix), start_revision=after_revision + 1
                 )
                 try:
-                    async for _event in watch:
-                        return True
-                finally:
-                    await watch.cancel()
+                    async for reply in replies:
+                        # a change, or a compacted history (what changed is gone from it):
+                        # either way, read it all again
+                        if reply.events or reply.compact_revision > 0:
+                            return True
+                        if reply.canceled:
+                            raise _WatchEnded(reply.cancel_reason or "etcd cancelled the watch")
+                finally:  # etcd3aio's watch is a generator: end its stream now, not when collected
+                    if isinstance(replies, AsyncGenerator):
+                        await replies.aclose()
         except TimeoutError:
             return False
-        except aetcd.RevisionCompactedError:
-            return True  # what changed is gone from the history: read it all again
-        except aetcd.ClientError as exc:
-            self._current = (index + 1) % len(self._clients)
+        except (*_ENDPOINT_ERRORS, _WatchEnded) as exc:
+            self._current = (index + 1) % len(self._endpoints)
+            if connection is not None:
+                await self._drop(index, connection)
             raise StoreUnavailable(
                 f"etcd at {self._endpoints[index]}: watching the ledger: {_detail(exc)}"
             ) from exc
         return False
 
     async def probe(self) -> list[EndpointHealth]:
-        return list(await asyncio.gather(*(self._probe(i) for i in range(len(self._clients)))))
+        return list(await asyncio.gather(*(self._probe(i) for i in range(len(self._endpoints)))))
 
     async def _probe(self, index: int) -> EndpointHealth:
-        endpoint, client = self._endpoints[index], self._clients[index]
+        endpoint = self._endpoints[index]
         try:
-            async with asyncio.timeout(self._timeout_s * 2):  # status asks twice: it and members
-                status = await client.status()
-        except (aetcd.ClientError, TimeoutError) as exc:
+            async with asyncio.timeout(self._timeout_s * 2):  # a login, then the status
+                connection = await self._connection(index)
+                status = await connection.maintenance.status(timeout=self._timeout_s)
+        except (*_ENDPOINT_ERRORS, UpsguardError) as exc:
+            await self._drop(index, self._connections[index])
             return EndpointHealth(endpoint, answered=False, detail=_detail(exc))
-        leader_urls = getattr(status.leader, "client_urls", None) or []
         return EndpointHealth(
-            endpoint, answered=True, version=str(status.version), is_leader=endpoint in leader_urls
+            endpoint,
+            answered=True,
+            version=str(status.version),
+            is_leader=status.leader == status.header.member_id,
         )
 
     async def close(self) -> None:
-        for client in self._clients:
-            with contextlib.suppress(Exception):  # closing never stops the others closing
-                await client.close()
+        for index, connection in enumerate(self._connections):
+            await self._drop(index, connection)
 
     # -- requests, endpoints and errors ----------------------------------------------------
 
-    async def _call(self, what: str, request: Callable[[Any], Awaitable[T]]) -> T:
+    async def _call(self, what: str, request: Callable[[_Connection], Awaitable[T]]) -> T:
         """``request`` on the endpoint that answered last, then on each of the others."""
         failures: list[str] = []
+        refused_tls = False
         last: BaseException | None = None
-        count = len(self._clients)
+        count = len(self._endpoints)
         for step in range(count):
             index = (self._current + step) % count
             try:
                 result = await self._on(index, what, request)
-            except (aetcd.ClientError, TimeoutError) as exc:
+            except _ENDPOINT_ERRORS as exc:
                 failures.append(f"{self._endpoints[index]}: {_detail(exc)}")
+                refused_tls |= self._endpoints[index].startswith("https://") and (
+                    _status(exc) is grpc.StatusCode.UNAVAILABLE
+                )
                 last = exc
                 continue
             self._current = index
             return result
+        hint = self._tls_hint() if refused_tls else ""
         raise StoreUnavailable(
-            f"etcd: {what}: no endpoint answered ({'; '.join(failures)})"
+            f"etcd: {what}: no endpoint answered ({'; '.join(failures)}){hint}"
         ) from last
 
-    async def _on(self, index: int, what: str, request: Callable[[Any], Awaitable[T]]) -> T:
-        """One endpoint: errors of that endpoint alone come out as aetcd's (the caller tries
+    async def _on(self, index: int, what: str, request: Callable[[_Connection], Awaitable[T]]) -> T:
+        """One endpoint: errors of that endpoint alone come out as they are (the caller tries
         the next endpoint); errors no endpoint would answer otherwise come out mapped."""
-        client = self._clients[index]
         for fresh_login in (False, True):
+            connection: _Connection | None = None
             try:
-                async with asyncio.timeout(self._timeout_s * 1.5):  # aetcd's own deadline first
-                    await self._connect(index)
-                    return await request(client)
-            except aetcd.ClientError as exc:
-                code = _code(exc)
-                if code in _ENDPOINT_TROUBLE or isinstance(
-                    exc, aetcd.ConnectionFailedError | aetcd.ConnectionTimeoutError
-                ):
+                async with asyncio.timeout(self._timeout_s * 1.5):  # gRPC's deadline first
+                    connection = await self._connection(index)
+                    return await request(connection)
+            except _ENDPOINT_ERRORS as exc:
+                code = _status(exc)
+                if code is None or code in _ENDPOINT_TROUBLE:
+                    await self._drop(index, connection)
                     raise
-                if code is aetcd.rpc.StatusCode.UNAUTHENTICATED and not fresh_login:
-                    await client.close()  # the session token expired: log in again
+                if code is grpc.StatusCode.UNAUTHENTICATED and not fresh_login:
+                    await self._drop(index, connection)  # the session token expired: log in again
                     continue
                 raise self._refused(index, what, code, exc) from exc
         raise AssertionError("unreachable")
 
-    async def _connect(self, index: int) -> None:
-        """Log in (aetcd does so when it connects); a refused login names the user."""
-        try:
-            await self._clients[index].connect()
-        except aetcd.ClientError as exc:
-            code = _code(exc)
-            if code in (
-                aetcd.rpc.StatusCode.INVALID_ARGUMENT,
-                aetcd.rpc.StatusCode.FAILED_PRECONDITION,
-            ):
-                raise AuthenticationError(
-                    f"etcd at {self._endpoints[index]}: user '{self._user}' was refused: "
-                    f"{_detail(exc)}"
-                ) from exc
-            raise
+    async def _connection(self, index: int) -> _Connection:
+        """The endpoint's client, made (and logged in) when it has none."""
+        async with self._making[index]:
+            connection = self._connections[index]
+            if connection is None:
+                connection = await self._connect(index)
+                self._connections[index] = connection
+            return connection
 
-    def _refused(self, index: int, what: str, code: Any, exc: aetcd.ClientError) -> Exception:
+    async def _connect(self, index: int) -> _Connection:
+        """A client for one endpoint, TLS for ``https://``; a refused login names the user."""
+        url = self._endpoints[index]
+        host, port = endpoint_address(url)
+        address = await _ipv4(host, port)
+        secure = url.startswith("https://")
+        tls = self._tls if secure else None
+        client = Etcd3Client(
+            [f"{address}:{port}"],
+            rpc_max_attempts=1,  # the next endpoint is the retry
+            tls_server_name=host if secure else None,  # the name the certificate must hold
+            ca_cert=tls.ca if tls else None,
+            cert_chain=tls.cert if tls else None,
+            cert_key=tls.key if tls else None,
+        )
+        await client.connect()
+        kv, lease, watch = client.kv, client.lease, client.watch
+        maintenance, auth = client.maintenance, client.auth
+        assert kv and lease and watch and maintenance and auth, "etcd3aio connected"
+        connection = _Connection(client, kv, lease, watch, maintenance, auth)
+        if self._user is not None:
+            try:
+                reply = await auth.authenticate(
+                    self._user, self._password or "", timeout=self._timeout_s
+                )
+            except _ENDPOINT_ERRORS as exc:
+                await client.close()
+                if _status(exc) in (
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                ):
+                    raise AuthenticationError(
+                        f"etcd at {url}: user '{self._user}' was refused: {_detail(exc)}"
+                    ) from exc
+                raise
+            client.set_token(reply.token)
+        return connection
+
+    async def _drop(self, index: int, connection: _Connection | None) -> None:
+        """Close an endpoint's client that failed (unless another took its place already);
+        the next request to it makes a new one."""
+        if connection is None:
+            return
+        if self._connections[index] is connection:
+            self._connections[index] = None
+        with contextlib.suppress(Exception):  # closing never stops the others closing
+            await connection.client.close()
+
+    def _refused(
+        self, index: int, what: str, code: grpc.StatusCode | None, exc: BaseException
+    ) -> Exception:
         where = f"etcd at {self._endpoints[index]}"
-        if code is aetcd.rpc.StatusCode.NOT_FOUND:
+        if code is grpc.StatusCode.NOT_FOUND:
             return _NotFound(_detail(exc))
-        if code is aetcd.rpc.StatusCode.PERMISSION_DENIED:
+        if code is grpc.StatusCode.PERMISSION_DENIED:
             return AuthenticationError(
                 f"{where}: user '{self._user}' may not {what}: grant it readwrite on the "
                 f"prefix {self._prefix}"
             )
         if code in (
-            aetcd.rpc.StatusCode.UNAUTHENTICATED,
-            aetcd.rpc.StatusCode.INVALID_ARGUMENT,
+            grpc.StatusCode.UNAUTHENTICATED,
+            grpc.StatusCode.INVALID_ARGUMENT,
         ) and (self._user is None):
             return AuthenticationError(
                 f"{where}: {what}: refused ({_detail(exc)}): etcd has authentication on; "
                 "give ha.user and password_file"
             )
-        if code is aetcd.rpc.StatusCode.UNAUTHENTICATED:
+        if code is grpc.StatusCode.UNAUTHENTICATED:
             return AuthenticationError(
                 f"{where}: user '{self._user}' was logged out: {_detail(exc)}"
             )
         return PermanentError(f"{where}: {what}: {_detail(exc)}")
 
+    def _tls_hint(self) -> str:
+        """What to check when TLS endpoints did not answer: a refused handshake and a member
+        that is down look the same from here (gRPC says UNAVAILABLE for both)."""
+        if self._tls is None or self._tls.cert is None:
+            return (
+                "; if the members are up: this controller shows no client certificate "
+                "(ha.tls cert_file and key_file), which a member started with "
+                "--client-cert-auth refuses"
+            )
+        return (
+            "; if the members are up: check that ha.tls ca_file is the CA that signed the "
+            "members' certificates, for the name in each endpoint, and that the CA of the "
+            "members' --trusted-ca-file signed cert_file"
+        )
+
     async def _revoke_quietly(self, lease: int) -> None:
         """A lease nobody will use: revoked if etcd answers, left to expire otherwise."""
         with contextlib.suppress(Exception):
-            await self._call("revoke an unused lease", lambda c: c.revoke_lease(lease))
+            await self._call(
+                "revoke an unused lease",
+                lambda c: c.lease.revoke(lease, timeout=self._timeout_s),
+            )
 
     # -- keys and values ----------------------------------------------------------------------
 
@@ -394,24 +545,71 @@ class EtcdStore:
         return SharedLedger(revision, leader, ordered, steps, alone, tuple(unreadable))
 
 
+@dataclass(frozen=True, slots=True)
+class _TlsFiles:
+    """What ``ha.tls``'s files hold (PEM): the members' CA, this controller's certificate."""
+
+    ca: bytes
+    cert: bytes | None
+    key: bytes | None
+
+
+def _tls_files(tls: EtcdTls | None) -> _TlsFiles | None:
+    """``ha.tls``'s files read; None without a CA (no TLS)."""
+    if tls is None or tls.ca_file is None:
+        return None
+    cert, key = tls.cert_file, tls.key_file
+    return _TlsFiles(
+        _read_pem("ca_file", tls.ca_file),
+        None if cert is None else _read_pem("cert_file", cert),
+        None if key is None else _read_pem("key_file", key),
+    )
+
+
+def _read_pem(field: str, path: Path) -> bytes:
+    try:
+        return read_bytes(path, _PEM_LIMIT)
+    except ConfigError as exc:
+        raise ConfigError(f"ha.tls.{field}: {exc}") from None
+
+
+async def _ipv4(host: str, port: int) -> str:
+    """The IPv4 address to dial for ``host`` (etcd3aio dials IPv4 addresses only)."""
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.IPv4Address(host))
+    try:
+        found = await asyncio.get_running_loop().getaddrinfo(
+            host, port, family=socket.AF_INET, type=socket.SOCK_STREAM
+        )
+    except OSError as exc:
+        raise _Unresolved(f"{host} has no IPv4 address: {exc.strerror or exc}") from exc
+    if not found:
+        raise _Unresolved(f"{host} has no IPv4 address")
+    return str(found[0][4][0])
+
+
 def _only_kv(response: Any) -> Any:
-    """The key-value of a transaction's get (a list of ``(value, Get)``), or None."""
-    return response[0][1] if isinstance(response, list) and response else None
+    """The key-value a transaction's get found (a ``ResponseOp``), or None."""
+    kvs = response.response_range.kvs
+    return kvs[0] if kvs else None
 
 
-def _prefix_end(prefix: bytes) -> bytes:
-    """The end of etcd's range of keys that start with ``prefix`` (its last byte plus one)."""
-    return prefix[:-1] + bytes([prefix[-1] + 1])
-
-
-def _code(exc: BaseException) -> Any:
-    """The gRPC status code under an aetcd error (aetcd raises its errors from gRPC's)."""
-    cause = exc.__cause__
-    return cause.code() if isinstance(cause, aetcd.rpc.AioRpcError) else None
+def _status(exc: BaseException) -> grpc.StatusCode | None:
+    """The gRPC status under an error: etcd3aio raises its own errors from gRPC's, and
+    passes some of gRPC's on as they are."""
+    rpc = exc if isinstance(exc, grpc.aio.AioRpcError) else exc.__cause__
+    if isinstance(rpc, grpc.aio.AioRpcError):
+        code: grpc.StatusCode = rpc.code()
+        return code
+    return None
 
 
 def _detail(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "no answer in time"
-    text = str(exc).strip() or type(exc).__name__
+    rpc = exc if isinstance(exc, grpc.aio.AioRpcError) else exc.__cause__
+    if isinstance(rpc, grpc.aio.AioRpcError):
+        text = f"{rpc.code().name}: {rpc.details() or 'no details'}"
+    else:
+        text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:200]
