@@ -167,6 +167,9 @@ class Alone:
     def alone_lag_s(self) -> float | None:
         return self.lag_s
 
+    def may_act(self) -> bool:
+        return True  # alone: it acts
+
 
 STANDBY_LAG_S = 8.0
 """The former standby's lag in these tests (a default lease's silence limit, rounded up)."""
@@ -503,3 +506,69 @@ def test_tasks_that_cannot_be_read_do_not_keep_a_resumed_step_from_asking(
     state, detail, vc = stop_after_a_restart(tmp_path, resumed=True, unreadable=True)
     assert (state, vc.looked, vc.stops) == (StepState.DONE, ["db"], ["db", "db"])
     assert detail == "db shut down"
+
+
+@dataclass
+class Leading:
+    """A leader of a pair (``Unfenced``), its steps fenced by the store: no lag, and a term
+    that ends when the test says (its lease's fence passed with the store silent)."""
+
+    term_holds: bool = True
+
+    def alone_lag_s(self) -> float | None:
+        return None
+
+    def may_act(self) -> bool:
+        return self.term_holds
+
+
+def test_a_claim_does_not_outlive_the_term_each_request_is_fenced(tmp_path: Path) -> None:
+    """etcd fenced the claim, not the act: a step claimed under a valid term waited for its
+    platform's slot (``max_parallel: 1``) past the end of the term and then asked, while the
+    other controller led. Each request now re-checks the term right before it is made: the
+    step whose term ended is interrupted, asks nothing, and the run ends interrupted."""
+    data = simple_site()
+    data["platforms"]["vc"]["max_parallel"] = 1
+    site = site_from(tmp_path, data)
+    leader = Leading()
+    asked: list[str] = []
+    events: list[Event] = []
+
+    async def main() -> RunResult:
+        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        fleet = Fleet()
+
+        def heard(request: SimRequest) -> None:
+            asked.append(request.target.name)
+            if request.target.name == "web-01":
+                leader.term_holds = False  # the lease's fence passes while web-01 lands
+
+        fleet.on_request = heard
+        platforms: dict[PlatformName, Platform] = {}
+        for name in ("vc", "dev"):
+            settings = site.platforms[name]
+            assert isinstance(settings, SimulatedPlatformSettings)
+            platforms[PlatformName(name)] = SimulatedPlatform(
+                PlatformName(name), settings, clock, fleet
+            )
+        plan = Planner(site).plan("shutdown")
+        executor = executor_for(
+            plan,
+            platforms,
+            clock,
+            events.append,
+            claim=lambda spec, step: _claimed(),
+            unfenced=leader,
+        )
+        return await executor.run()
+
+    result = run_virtual(main())
+    assert asked[-1] == "web-01" and asked.count("web-01") == 1  # nothing asked after it
+    assert result.outcome is RunOutcome.INTERRUPTED
+    interrupted = [o for o in result.outcomes.values() if o.state is StepState.INTERRUPTED]
+    assert interrupted, outcomes_by_step(result)
+    assert any("term" in o.detail for o in interrupted), [o.detail for o in interrupted]
+
+
+async def _claimed() -> bool:
+    return True  # claimed while the term held

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -37,6 +37,7 @@ from upsguard.engine.retry import CALL_TIMEOUT_S, ask
 from upsguard.engine.slots import Slots
 from upsguard.errors import (
     GracefulUnavailable,
+    LeadershipLost,
     PermanentError,
     StepTimeout,
     UpsguardError,
@@ -100,6 +101,12 @@ RequestListener = Callable[[UnderWay], None]
 
 class Unfenced(Protocol):
     """A controller of a pair, which may go on without the store (``engine.pair``)."""
+
+    def may_act(self) -> bool:
+        """Whether this controller may act now: it leads within its lease's fence, or goes
+        on alone. A claim fences the decision to start a step; this, read right before each
+        request to a platform, fences the act (a claim must not outlive its term)."""
+        ...
 
     def alone_lag_s(self) -> float | None:
         """None while the store fences this controller's steps (nobody else acts on the
@@ -208,6 +215,8 @@ class StepRunner:
                     await self._lag()
                     return await self._stop(step.id, settings, platform, target)
                 return await self._start(step.id, settings, platform, target)
+        except LeadershipLost as exc:  # the term ended before it asked: neither failed nor done
+            return TargetResult(target, StepState.INTERRUPTED, naming(target.name, exc))
         except UpsguardError as exc:
             return TargetResult(target, StepState.FAILED, naming(target.name, exc))
         except Exception as exc:  # a plugin bug must not stop the other steps at 3 a.m.
@@ -250,7 +259,8 @@ class StepRunner:
         if fallback == "fail":
             self.under_way.pop(key_of(target), None)
             return TargetResult(target, StepState.FAILED, why)
-        await ask(lambda: platform.stop(target, StopMethod.HARD), settings.retries)
+        hard = functools.partial(platform.stop, target, StopMethod.HARD)
+        await ask(lambda: self._fenced(hard), settings.retries)
         self._asked(step, target, PowerState.OFF)
         if await self._landed(platform, target, PowerState.OFF, HARD_OFF_WAIT_S):
             detail = f"{why}; powered off"
@@ -303,6 +313,7 @@ class StepRunner:
             return ALREADY_THERE
         under_way = await self._found(platform, target, PowerState.OFF)
         if under_way is None:
+            self._fence()
             try:
                 await platform.stop(target, StopMethod.GRACEFUL)
             except UpsguardError:
@@ -314,6 +325,17 @@ class StepRunner:
                 return ALREADY_THERE
             self._asked(step, target, PowerState.OFF)
         return Request(under_way=under_way)
+
+    def _fence(self) -> None:
+        """Right before a request: a controller of a pair whose term ended meanwhile (a
+        slot, a retry, a fallback waited past its lease's fence) asks nothing."""
+        if self._unfenced is not None and not self._unfenced.may_act():
+            raise LeadershipLost("not asked: this controller's term ended before the request")
+
+    async def _fenced(self, request: Callable[[], Awaitable[None]]) -> None:
+        """``request()``, made only while the term still holds (see ``_fence``)."""
+        self._fence()
+        await request()
 
     def _alone_lag_s(self) -> float | None:
         return None if self._unfenced is None else self._unfenced.alone_lag_s()
@@ -416,12 +438,15 @@ class StepRunner:
 
     async def _power_on(self, settings: StepSettings, platform: Platform, target: Target) -> None:
         if settings.power_on_via is None:
-            await ask(lambda: platform.start(target), settings.retries)
+            await ask(
+                lambda: self._fenced(functools.partial(platform.start, target)), settings.retries
+            )
             return
         bmc = self._platform(settings.power_on_via)
         bmc_targets = await ask(lambda: bmc.resolve(settings.resource), settings.retries)
         for bmc_target in bmc_targets:
-            await ask(functools.partial(bmc.start, bmc_target), settings.retries)
+            power_on = functools.partial(bmc.start, bmc_target)
+            await ask(functools.partial(self._fenced, power_on), settings.retries)
 
 
 def _combine(
@@ -443,7 +468,11 @@ def _combine(
         )
     failed = [r for r in results if r.state is StepState.FAILED]
     skipped = [r for r in results if r.state is StepState.SKIPPED]
+    interrupted = [r for r in results if r.state is StepState.INTERRUPTED]
     fallback = any(r.fallback_used for r in results)
+    if interrupted:  # the term ended: the controller that leads now finishes the step
+        detail = "; ".join(r.detail for r in interrupted[:3])
+        return StepOutcome(step.id, StepState.INTERRUPTED, started, ended, detail, 1, fallback)
     state = StepState.FAILED if failed else StepState.DONE
     if not failed and len(skipped) == len(results):
         state = StepState.SKIPPED

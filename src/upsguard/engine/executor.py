@@ -313,7 +313,11 @@ class Executor:
                     self._finish(self._skipped(step, why))
                     return
             self._mark_point_of_no_return(step)
-            self._finish(await self._perform(step))
+            outcome = await self._perform(step)
+            if outcome.state is StepState.INTERRUPTED:  # its term ended before it asked
+                self._deposed(step, outcome)
+                return
+            self._finish(outcome)
         except asyncio.CancelledError:
             now = self._clock.now()
             if self._stopping is RunOutcome.INTERRUPTED:
@@ -328,15 +332,16 @@ class Executor:
         finally:
             del self._tasks[step.id]
 
-    def _deposed(self, step: Step) -> None:
-        """The claim was refused: nothing more starts, and the run ends interrupted."""
-        why = "not started: another controller of the pair acts now"
+    def _deposed(self, step: Step, outcome: StepOutcome | None = None) -> None:
+        """The claim was refused, or the term ended before the step asked its platform
+        (``outcome``): nothing more starts, and the run ends interrupted."""
         self._stopping = RunOutcome.INTERRUPTED
         self._interrupted_by = "another controller of the pair acts now"
         if self._all_finished is not None and not self._all_finished.done():
             self._all_finished.set_exception(Deposed(self._interrupted_by))
         now = self._clock.now()
-        self._finish(StepOutcome(step.id, StepState.INTERRUPTED, now, now, why))
+        why = "not started: another controller of the pair acts now"
+        self._finish(outcome or StepOutcome(step.id, StepState.INTERRUPTED, now, now, why))
 
     def _blocked_by(self, step: Step) -> StepId | None:
         """Startup steps (and shutdown with step_failure: stop) do not run after a failure."""
