@@ -508,3 +508,14 @@ def test_an_abort_refused_behind_a_reload_is_asked_again() -> None:
         step("time_passes", seconds=5),
         step("abort"),
     )
+
+
+def test_status_never_tears_a_ups_line_from_its_feed() -> None:
+    """A UPS read between two ticks (its data gone stale) showed ``stale`` in its own line
+    and ``online`` in its feed's, which came from the tick before: status now reads its feeds
+    from the same readings as its UPS lines."""
+    replay(
+        step("platform_hangs", platform="vc", seconds=30),
+        step("site_file_read_again", good=True),
+        step("contact", ups="ua", link=LinkState.STALE),
+    )

@@ -69,9 +69,9 @@ def service_status(
     if held is None and controller.engine.held:
         held = Hold(reason=controller.engine.held)
     run = run_status(controller, journal, now)
-    view = controller.view
     upses = ups_status(controller.watches)
-    plan_s = controller.plan_seconds() if view is not None else {}
+    plan_s = controller.plan_seconds() if controller.view is not None else {}
+    view = controller.read_view()  # the same readings as the UPS lines above
     return SiteStatus(
         site=site.site,
         at=now,
@@ -89,7 +89,7 @@ def service_status(
         held=held,
         at_floor=controller.engine.at_floor,
         ups=upses,
-        feeds=feeds_status(site, view.feeds if view is not None else (), plan_s, upses),
+        feeds=feeds_status(site, view.feeds, plan_s, upses),
         countdown=countdown(site, controller, run, plan_s),
         run=run,
         last_run=_last_run(journal),

@@ -166,7 +166,7 @@ class OutageController:
         for reading in readings:
             self._events(ReadingTaken(self._clock.now(), reading))
         self._news.readings(readings, self.watches.values())
-        view = self._view()
+        view = self.read_view()
         self._news.feeds(view)
         self.view = view
         self._viewed.set()
@@ -247,7 +247,10 @@ class OutageController:
             if w.last_error is not None
         ]
 
-    def _view(self) -> PowerView:
+    def read_view(self) -> PowerView:
+        """The power as the watches read it now, deciding nothing. ``tick`` decides on it;
+        ``status`` shows it beside the same watches' UPS lines, so a UPS read between two
+        ticks is never shown stale in its own line and on line in its feed's."""
         figures = {name: w.figures() for name, w in self.watches.items() if w.last is not None}
         charges = [
             f.reading.charge_pct for f in figures.values() if f.reading.charge_pct is not None
