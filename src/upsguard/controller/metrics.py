@@ -77,8 +77,11 @@ class Metrics:
         self._thread: threading.Thread | None = None
 
     def attach(self, loop: OutageController) -> None:
+        """Figures from ``loop`` from now on (again after a reload: one collector reads the
+        controller in force, or every figure would be listed twice)."""
+        if self.controller is None:
+            self.registry.register(_LoopCollector(self))
         self.controller = loop
-        self.registry.register(_LoopCollector(self))
 
     def observe(self, event: Event) -> None:
         if isinstance(event, RunStarted):

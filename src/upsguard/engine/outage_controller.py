@@ -651,14 +651,18 @@ class OutageController:
 
     def take_over(self, before: OutageController) -> None:
         """Carry on from a controller of an older site file (``SIGHUP``): its phase, hold and
-        timers, the caches it owes write-back, its requests not landed yet. The ledger is
-        handed over at construction; readings and plans start afresh from the new file."""
+        timers, the caches it owes write-back, its requests not landed yet, the battery
+        tests under way (their readings on battery are the test's, not an outage). The ledger
+        is handed over at construction; readings and plans start afresh from the new file."""
         before._swapped_out = True
         self.engine = replace(
             before.engine, policies=self.site.policies, on_change=self._phase_changed
         )
         self.caches.owe(before.caches.owed)
         self._under_way.update(before._take_under_way())
+        for name, watch in self.watches.items():
+            if name in before.watches:
+                watch.expect_self_test(before.watches[name].self_test_until)
 
     def asked_before(self, requests: Collection[UnderWay]) -> None:
         """Requests a controller before this one made that may still be landing (from the
