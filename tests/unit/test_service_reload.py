@@ -13,11 +13,13 @@ figure to ``/metrics`` (a Prometheus scrape refuses a family listed twice).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 import yaml
 from prometheus_client import generate_latest
 
@@ -234,3 +236,44 @@ def test_metrics_list_each_figure_once_after_reloads(tmp_path: Path) -> None:
     (text,) = texts
     assert text.count("# TYPE upsguard_phase gauge") == 1
     assert text.count('upsguard_phase{phase="normal"} 1.0') == 1
+
+
+def test_a_long_running_task_that_fails_ends_the_service_and_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A plugin's bug at a reload killed the reload task: the service kept serving, deaf
+    to every later SIGHUP, and the error came out only at stop (or never). Now the
+    service ends (systemd starts it again, reading the site file afresh) and says why."""
+    path = site_file(tmp_path)
+
+    async def scenario() -> Service:
+        clock = LoopClock(asyncio.get_running_loop(), ORIGIN)
+        world = World(Device(clock))
+
+        def plugins(site: SiteConfig, clock: Clock) -> SitePlugins:
+            if world.connections:
+                raise RuntimeError("a plugin's bug")
+            return world.plugins(site, clock)
+
+        service = Service(load_site(path, registry.names), clock, plugins=plugins, site_path=path)
+        stop = asyncio.Event()
+        await service.open(resume=False)
+        serving = asyncio.create_task(service.serve(stop))
+        try:
+            await asyncio.sleep(3)
+            service.request_reload()  # what SIGHUP does
+            async with asyncio.timeout(60):
+                await asyncio.shield(serving)  # it ends by itself
+        finally:
+            stop.set()
+            await serving
+            await service.close()
+        return service
+
+    with caplog.at_level(logging.INFO):
+        service = run_virtual(scenario())
+    assert service.failed == "reload failed: RuntimeError: a plugin's bug"
+    said = [r for r in caplog.records if "a plugin's bug" in r.getMessage()]
+    assert [r.getMessage() for r in said] == [
+        "ERROR: reload failed: RuntimeError: a plugin's bug: the service stops (systemd starts it again)"
+    ]

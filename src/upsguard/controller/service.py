@@ -42,6 +42,7 @@ from upsguard.controller.runtime import Lent, PluginBuilder, SiteRuntime
 from upsguard.controller.schedule import Schedule
 from upsguard.controller.socket_group import group_id
 from upsguard.controller.status import ServiceInfo, pair_status, service_status
+from upsguard.controller.supervision import Supervisor
 from upsguard.engine.leadership import Leadership, LeadershipState, Role
 from upsguard.engine.ledger import RunLedger
 from upsguard.engine.outage_controller import OutageController
@@ -123,6 +124,7 @@ class Service:
         """What each build of the site file is lent (``open`` makes it: the ledger's sink
         is the pair)."""
         self._calendar: AsyncIOScheduler | None = None
+        self._supervisor: Supervisor | None = None
         self.started = datetime.now(UTC)
         self.resumed: str | None = None
         self.ticks = 0
@@ -150,6 +152,11 @@ class Service:
         if self._runtime is None:
             raise RuntimeError("Service.open() first")
         return self._runtime
+
+    @property
+    def failed(self) -> str | None:
+        """Why the service stopped on its own (a long-running task failed), else None."""
+        return self._supervisor.failed if self._supervisor is not None else None
 
     @property
     def controller(self) -> OutageController:
@@ -453,30 +460,33 @@ class Service:
     def watch(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
         """The service's own tasks on the monotonic clock, until ``stop``: the power watch,
         platforms that failed to open, the journal's retry, fresh plans, the UPSes' changes and
-        the caches' figures."""
+        the caches' figures. Each is supervised: one that fails, or ends before ``stop``, is
+        said once and sets ``stop`` (``failed`` says why): the service ends, and systemd
+        starts it again."""
+        supervisor = self._supervisor = Supervisor(stop, self._stopping_on_failure)
+        start = supervisor.start
         tasks = [
-            asyncio.create_task(self.watch_power(stop), name="power watch"),
-            asyncio.create_task(_every(60.0, self.open_platforms, stop), name="platforms"),
-            asyncio.create_task(_every(15.0, self._retry_journal, stop), name="journal"),
-            asyncio.create_task(
-                _every(REPLAN_EVERY_S, self._refresh_plans, stop, first=False), name="plans"
-            ),
-            asyncio.create_task(self._each_time(self._poll_wanted, self.poll_now), name="changes"),
-            asyncio.create_task(self._each_time(self._hangup, self.reload), name="reload"),
+            start(self.watch_power(stop), "power watch"),
+            start(_every(60.0, self.open_platforms, stop), "platforms"),
+            start(_every(15.0, self._retry_journal, stop), "journal"),
+            start(_every(REPLAN_EVERY_S, self._refresh_plans, stop, first=False), "plans"),
+            start(self._each_time(self._poll_wanted, self.poll_now), "changes"),
+            start(self._each_time(self._hangup, self.reload), "reload"),
         ]
         self.runtime.listen(self.request_poll)
         if self.pair is not None:
             pair = self.pair
             tasks += [
-                asyncio.create_task(pair.leadership.run(), name="leadership"),
-                asyncio.create_task(pair.write_in_order(), name="shared ledger"),
-                asyncio.create_task(pair.follow(self._follow), name="following"),
+                start(pair.leadership.run(), "leadership"),
+                start(pair.write_in_order(), "shared ledger"),
+                start(pair.follow(self._follow), "following"),
             ]
         if self.site.caches:
-            tasks.append(
-                asyncio.create_task(_every(30.0, self.refresh_caches, stop), name="caches")
-            )
+            tasks.append(start(_every(30.0, self.refresh_caches, stop), "caches"))
         return tasks
+
+    def _stopping_on_failure(self, message: str) -> None:
+        self.bus(Notice(self.clock.now(), message, level="error"))
 
     async def _start_web(self) -> WebServer | None:
         """The live page, when the site file asks for one. It is for people watching: one
@@ -508,8 +518,10 @@ class Service:
         self.lock.release()
 
 
-async def run_service(site: SiteConfig, stop: asyncio.Event, path: Path | None = None) -> None:
-    """``upsguard run``: until ``stop``; ``SIGHUP`` reads the site file at ``path`` again."""
+async def run_service(site: SiteConfig, stop: asyncio.Event, path: Path | None = None) -> int:
+    """``upsguard run``: until ``stop``; ``SIGHUP`` reads the site file at ``path`` again.
+    The exit code: 0 once stopped as asked, 1 when a long-running task failed (said once
+    already, as it happened)."""
     service = Service(site, site_path=path)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGHUP, service.request_reload)
@@ -518,6 +530,7 @@ async def run_service(site: SiteConfig, stop: asyncio.Event, path: Path | None =
         await service.serve(stop)
     finally:
         await service.close()
+    return 0 if service.failed is None else 1
 
 
 def _log_event(event: Event) -> None:
