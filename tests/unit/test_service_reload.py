@@ -275,5 +275,6 @@ def test_a_long_running_task_that_fails_ends_the_service_and_says_so_once(
     assert service.failed == "reload failed: RuntimeError: a plugin's bug"
     said = [r for r in caplog.records if "a plugin's bug" in r.getMessage()]
     assert [r.getMessage() for r in said] == [
-        "ERROR: reload failed: RuntimeError: a plugin's bug: the service stops (systemd starts it again)"
+        "ERROR: reload failed: RuntimeError: a plugin's bug: "
+        "the service stops (systemd starts it again)"
     ]

@@ -131,10 +131,10 @@ class _LoopCollector(Collector):
 def _phase(loop: OutageController) -> Iterator[GaugeMetricFamily]:
     phase = GaugeMetricFamily("upsguard_phase", "1 for the phase the site is in", labels=["phase"])
     for p in Phase:
-        phase.add_metric([p.value], 1.0 if loop.engine.phase is p else 0.0)
+        phase.add_metric([p.value], 1.0 if loop.phase is p else 0.0)
     yield phase
     held = GaugeMetricFamily("upsguard_held", "1 while a manual hold defers automatic actions")
-    held.add_metric([], 1.0 if loop.engine.held else 0.0)
+    held.add_metric([], 1.0 if loop.held else 0.0)
     feeds = GaugeMetricFamily(
         "upsguard_feed_at_risk",
         "1 while too few of a feed's UPSes supply from mains",

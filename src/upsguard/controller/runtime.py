@@ -41,7 +41,7 @@ from upsguard.errors import UpsguardError
 from upsguard.events import EventSink, Notice
 from upsguard.journal import Journal
 from upsguard.journal.learned import learned_durations
-from upsguard.models import PlatformName
+from upsguard.models import Phase, PlatformName
 from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.registry import SitePlugins
 from upsguard.plugins.ups.base import UpsSource
@@ -145,6 +145,16 @@ class SiteRuntime:
     def schedule(self) -> Schedule:
         assert self._schedule is not None, "SiteRuntime.build makes it"
         return self._schedule
+
+    @property
+    def phase(self) -> Phase:
+        """The phase the site is in (what the API's cheapest question asks)."""
+        return self.controller.phase
+
+    @property
+    def held(self) -> str | None:
+        """The reason of a person's hold, while one defers the automatic actions."""
+        return self.controller.held
 
     def take_over(self, old: SiteRuntime) -> None:
         """Carry on the run of ``old`` (a runtime of an older site file): its phase, hold

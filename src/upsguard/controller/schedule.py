@@ -99,7 +99,7 @@ class Schedule:
         controller = self._controller()
         if controller.busy:
             return "a run is under way"
-        phase = controller.engine.phase
+        phase = controller.phase
         if phase is not Phase.NORMAL:
             return f"the site is {phase.value}"
         return None

@@ -52,7 +52,7 @@ from upsguard.events import Event, EventBus, LeadershipChanged, Notice, describe
 from upsguard.journal import Journal
 from upsguard.journal.resume import reap_and_resume
 from upsguard.journal.stream import EventStream
-from upsguard.models import PlatformName
+from upsguard.models import Phase, PlatformName
 from upsguard.plugins import registry
 from upsguard.plugins.coordination.base import Candidate, CoordinationStore, SharedLedger
 from upsguard.plugins.platforms.base import Platform
@@ -165,6 +165,11 @@ class Service:
     @property
     def overrides(self) -> Overrides:
         return self.runtime.overrides
+
+    @property
+    def phase(self) -> Phase:
+        """The phase the site is in."""
+        return self.runtime.phase
 
     @property
     def schedule(self) -> Schedule:

@@ -189,6 +189,28 @@ class OutageController:
         return view
 
     @property
+    def phase(self) -> Phase:
+        """The phase the site is in."""
+        return self.engine.phase
+
+    @property
+    def held(self) -> str | None:
+        """The reason of a person's hold, while one defers the automatic actions."""
+        return self.engine.held
+
+    @property
+    def at_floor(self) -> bool:
+        """A feed at its critical floor: a hold no longer defers the shutdown."""
+        return self.engine.at_floor
+
+    def hold(self, reason: str) -> None:
+        """A person's hold: automatic actions wait (above the critical floor)."""
+        self.engine.hold(reason)
+
+    def release(self) -> None:
+        self.engine.release()
+
+    @property
     def may_act(self) -> bool:
         """Alone, or the controller of a pair that leads (or finishes alone)."""
         return self._pair is None or self._pair.may_act()
