@@ -143,8 +143,7 @@ async def _serve(site: SiteConfig, path: Path) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await run_service(site, stop, path)  # SIGHUP: the site file again
-    return 0
+    return await run_service(site, stop, path)  # SIGHUP: the site file again
 
 
 # -- the override commands -----------------------------------------------------------------

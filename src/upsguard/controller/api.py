@@ -54,6 +54,7 @@ from upsguard.errors import ApiBusy, BadRequest, PermanentError, TemporaryError,
 from upsguard.journal import Journal
 from upsguard.journal.rows import EventRow
 from upsguard.journal.stream import EventStream
+from upsguard.models import Phase
 from upsguard.status import SiteStatus
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,8 @@ class Served(Protocol):
     def overrides(self) -> Overrides: ...
     @property
     def controller(self) -> OutageController: ...
+    @property
+    def phase(self) -> Phase: ...
     def status(self) -> SiteStatus: ...
     async def poll_now(self) -> None: ...
 
@@ -335,7 +338,7 @@ class ApiServer:
     async def _poll(self, call: Call) -> Any:
         """Poll at once instead of at the next interval: a NOTIFYCMD hook calls this on ONBATT."""
         await self.svc.poll_now()
-        return {"phase": self.svc.controller.engine.phase.value}
+        return {"phase": self.svc.phase.value}
 
     async def _abort(self, call: Call) -> Any:
         return await self.svc.overrides.abort(call.who, call.text("reason"))

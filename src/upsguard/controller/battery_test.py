@@ -27,6 +27,7 @@ from upsguard.events import BatteryTestFinished, BatteryTestStarted, EventSink, 
 from upsguard.models import UpsName
 from upsguard.plugins.ups.base import BatteryTests, UpsSource
 from upsguard.policies.power import self_test
+from upsguard.policies.watch import UpsWatch
 from upsguard.selftest import TestResult, TestState
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,8 @@ class BatteryTester:
 
     async def run(self, ups: UpsName, test: BatteryTestConfig) -> TestState:
         """Send the test, follow it to its end, journal it; the state it ended in."""
-        watch = self._controller().watches[ups]
+        watch = self._watch(ups)
+        assert watch is not None, "the schedule tests the UPSes of the site file in force"
         source = watch.source
         started = self._clock.now()
         charge_start = watch.last.charge_pct if watch.last is not None else None
@@ -64,6 +66,7 @@ class BatteryTester:
                 self._events(BatteryTestStarted(started, ups, test.kind))
                 result = await self._follow(ups, before, deadline)
         finally:
+            watch = self._watch(ups) or watch
             watch.expect_self_test(None)
         ended = self._clock.now()
         charge_end = watch.last.charge_pct if watch.last is not None else None
@@ -84,11 +87,16 @@ class BatteryTester:
         return result.state
 
     async def _follow(self, ups: UpsName, before: TestResult | None, deadline: float) -> TestResult:
-        """Until the UPS reports a result that is not the one from before the test."""
-        source = self._controller().watches[ups].source
+        """Until the UPS reports a result that is not the one from before the test. The
+        UPS is asked through the controller in force each time: a reload meanwhile closed
+        the connection it was sent through."""
         seen_running = False
         while self._clock.monotonic() < deadline:
             await asyncio.sleep(self._poll_s)
+            watch = self._watch(ups)
+            if watch is None:
+                return TestResult(TestState.UNKNOWN, "the site file read again has no such UPS")
+            source = watch.source
             outage = self._outage_elsewhere(ups) or self._not_a_test(ups)
             if outage is not None:
                 refused = await self._send(source, ups, STOP)
@@ -103,6 +111,11 @@ class BatteryTester:
             if result.state.finished and (seen_running or changed):
                 return result
         return TestResult(TestState.UNKNOWN, "no result reported within the test's timeout")
+
+    def _watch(self, ups: UpsName) -> UpsWatch | None:
+        """The UPS's watch in the controller in force (a reload builds new ones); None once
+        a reload took the UPS out of the site file."""
+        return self._controller().watches.get(ups)
 
     async def _send(self, source: UpsSource, ups: UpsName, command: str) -> str | None:
         """Send ``command`` and journal the UPS's answer; None when it was taken, else why
@@ -122,7 +135,8 @@ class BatteryTester:
 
     def _not_a_test(self, ups: UpsName) -> str | None:
         """The tested UPS itself on battery for something else: low, FSD, mains gone."""
-        reading = self._controller().watches[ups].last
+        watch = self._watch(ups)
+        reading = watch.last if watch is not None else None
         if reading is not None and reading.on_battery and not self_test(reading):
             return "on battery for real (low battery, FSD or no input voltage)"
         return None

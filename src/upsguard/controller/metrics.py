@@ -77,8 +77,11 @@ class Metrics:
         self._thread: threading.Thread | None = None
 
     def attach(self, loop: OutageController) -> None:
+        """Figures from ``loop`` from now on (again after a reload: one collector reads the
+        controller in force, or every figure would be listed twice)."""
+        if self.controller is None:
+            self.registry.register(_LoopCollector(self))
         self.controller = loop
-        self.registry.register(_LoopCollector(self))
 
     def observe(self, event: Event) -> None:
         if isinstance(event, RunStarted):
@@ -128,10 +131,10 @@ class _LoopCollector(Collector):
 def _phase(loop: OutageController) -> Iterator[GaugeMetricFamily]:
     phase = GaugeMetricFamily("upsguard_phase", "1 for the phase the site is in", labels=["phase"])
     for p in Phase:
-        phase.add_metric([p.value], 1.0 if loop.engine.phase is p else 0.0)
+        phase.add_metric([p.value], 1.0 if loop.phase is p else 0.0)
     yield phase
     held = GaugeMetricFamily("upsguard_held", "1 while a manual hold defers automatic actions")
-    held.add_metric([], 1.0 if loop.engine.held else 0.0)
+    held.add_metric([], 1.0 if loop.held else 0.0)
     feeds = GaugeMetricFamily(
         "upsguard_feed_at_risk",
         "1 while too few of a feed's UPSes supply from mains",

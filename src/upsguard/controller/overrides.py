@@ -34,13 +34,13 @@ class Overrides:
     def hold(self, who: str, reason: str) -> dict[str, Any]:
         if not reason.strip():
             raise PermanentError("hold needs a reason: upsguard hold --reason 'why'")
-        self._controller.engine.hold(reason)
+        self._controller.hold(reason)
         self._applied(who, "hold", reason)
         return {"held": True, "reason": reason}
 
     def release(self, who: str, reason: str = "") -> dict[str, Any]:
-        was = self._controller.engine.held
-        self._controller.engine.release()
+        was = self._controller.held
+        self._controller.release()
         self._applied(who, "release", reason, f"was held: {was}" if was else "")
         return {"held": False, "was": was}
 
@@ -68,7 +68,7 @@ class Overrides:
         why = reason or f"aborted by {who}"
         run = await self._controller.abort()
         hold_reason = f"abort by {who}: {why}"
-        self._controller.engine.hold(hold_reason)
+        self._controller.hold(hold_reason)
         self._applied(
             who, "abort", why, f"run {run} cancelled" if run else "no run was in progress"
         )

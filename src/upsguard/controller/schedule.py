@@ -54,7 +54,9 @@ class Schedule:
         poll_s = site.policies.poll_interval.total_seconds()
         self.tester = BatteryTester(controller, clock, events, poll_s)
 
-    def add_jobs(self, sched: AsyncIOScheduler) -> None:
+    def add_jobs(self, sched: AsyncIOScheduler) -> list[str]:
+        """Its jobs on the service's calendar; their ids (a reload removes them)."""
+        ids: list[str] = []
         checks = self.site.checks
         if checks is not None:
             sched.add_job(
@@ -66,6 +68,7 @@ class Schedule:
                 max_instances=1,
                 coalesce=True,
             )
+            ids.append("checkup")
         for ups in self.site.ups:
             test = ups.battery_test
             if test is None:
@@ -79,6 +82,8 @@ class Schedule:
                 max_instances=1,
                 coalesce=True,
             )
+            ids.append(f"battery test {ups.name}")
+        return ids
 
     def next_checkup(self) -> datetime:
         """When the next checkup is due: ``every`` after the last journaled one, and at the
@@ -94,7 +99,7 @@ class Schedule:
         controller = self._controller()
         if controller.busy:
             return "a run is under way"
-        phase = controller.engine.phase
+        phase = controller.phase
         if phase is not Phase.NORMAL:
             return f"the site is {phase.value}"
         return None

@@ -38,11 +38,11 @@ from upsguard.controller.lock import JournalLock
 from upsguard.controller.metrics import Metrics
 from upsguard.controller.notify import Notifier
 from upsguard.controller.overrides import Overrides
+from upsguard.controller.runtime import Lent, PluginBuilder, SiteRuntime
 from upsguard.controller.schedule import Schedule
 from upsguard.controller.socket_group import group_id
 from upsguard.controller.status import ServiceInfo, pair_status, service_status
-from upsguard.engine.destage import DestageWatch
-from upsguard.engine.inventory import read_inventory
+from upsguard.controller.supervision import Supervisor
 from upsguard.engine.leadership import Leadership, LeadershipState, Role
 from upsguard.engine.ledger import RunLedger
 from upsguard.engine.outage_controller import OutageController
@@ -50,16 +50,13 @@ from upsguard.engine.pair import Pair
 from upsguard.errors import PermanentError, UpsguardError
 from upsguard.events import Event, EventBus, LeadershipChanged, Notice, describe, level
 from upsguard.journal import Journal
-from upsguard.journal.learned import learned_durations
 from upsguard.journal.resume import reap_and_resume
 from upsguard.journal.stream import EventStream
-from upsguard.models import PlatformName
+from upsguard.models import Phase, PlatformName
 from upsguard.plugins import registry
 from upsguard.plugins.coordination.base import Candidate, CoordinationStore, SharedLedger
 from upsguard.plugins.platforms.base import Platform
-from upsguard.plugins.registry import SitePlugins, build_plugins, build_store
-from upsguard.plugins.ups.base import UpsSource
-from upsguard.runbooks.planner import Planner
+from upsguard.plugins.registry import build_plugins, build_store
 from upsguard.status import SiteStatus
 
 if TYPE_CHECKING:
@@ -67,15 +64,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-INVENTORY_WITHIN_S = 10.0
-"""How long the platforms may take to list their VMs before plans are made without: a
-controller starting in an outage must not stay blind behind a vCenter that hangs (the plans
-are made again from fresh inventory every ``REPLAN_EVERY_S``, and before each run)."""
 REPLAN_EVERY_S = 300.0
 """VMs move (vMotion, DRS): plans are made again from fresh inventory this often."""
 event_log = logging.getLogger("upsguard.events")
 
-PluginBuilder = Callable[[SiteConfig, Clock], SitePlugins]
 StoreBuilder = Callable[[SiteConfig], CoordinationStore | None]
 
 
@@ -127,22 +119,21 @@ class Service:
         """Set at the next event of any kind, then replaced: what the web page's live status
         waits on (a reading changes the status, though it is no journal line)."""
         self.bus.subscribe(self._wake)
-        self._controller: OutageController | None = None
-        self._overrides: Overrides | None = None
-        self.platforms: dict[PlatformName, Platform] = {}
-        self._opened: set[PlatformName] = set()
+        self._runtime: SiteRuntime | None = None
+        self._lent: Lent | None = None
+        """What each build of the site file is lent (``open`` makes it: the ledger's sink
+        is the pair)."""
+        self._calendar: AsyncIOScheduler | None = None
+        self._supervisor: Supervisor | None = None
         self.started = datetime.now(UTC)
         self.resumed: str | None = None
         self.ticks = 0
         self.last_tick_error: str | None = None
         self._poll_lock = asyncio.Lock()
-        self._inventory_problem: str | None = None
         self._poll_wanted = asyncio.Event()
         self.site_path = site_path
         self._hangup = asyncio.Event()
         self._waiting_site: SiteConfig | None = None
-        self._change_listeners: list[asyncio.Task[None]] = []
-        self._schedule: Schedule | None = None
 
     def _wake(self, event: Event) -> None:
         self.changed.set()
@@ -156,16 +147,38 @@ class Service:
             self.bus(Notice(self.clock.now(), problem, level="error"))
 
     @property
-    def controller(self) -> OutageController:
-        if self._controller is None:
+    def runtime(self) -> SiteRuntime:
+        """What the site file in force built (``controller.runtime``)."""
+        if self._runtime is None:
             raise RuntimeError("Service.open() first")
-        return self._controller
+        return self._runtime
+
+    @property
+    def failed(self) -> str | None:
+        """Why the service stopped on its own (a long-running task failed), else None."""
+        return self._supervisor.failed if self._supervisor is not None else None
+
+    @property
+    def controller(self) -> OutageController:
+        return self.runtime.controller
 
     @property
     def overrides(self) -> Overrides:
-        if self._overrides is None:
-            raise RuntimeError("Service.open() first")
-        return self._overrides
+        return self.runtime.overrides
+
+    @property
+    def phase(self) -> Phase:
+        """The phase the site is in."""
+        return self.runtime.phase
+
+    @property
+    def schedule(self) -> Schedule:
+        """The scheduled checks and battery tests of the site file in force."""
+        return self.runtime.schedule
+
+    @property
+    def platforms(self) -> dict[PlatformName, Platform]:
+        return self.runtime.platforms
 
     def status(self) -> SiteStatus:
         """What ``upsguard status`` shows of the running service."""
@@ -183,29 +196,22 @@ class Service:
         )
 
     async def open(self, resume: bool = True) -> None:
-        """Build the plugins and the outage controller, then finish what a crash left."""
-        plugins = self._build_plugins(self.site, self.clock)
-        self.platforms = plugins.platforms
-        await self.open_platforms()
-        caches = DestageWatch(self.site, plugins.caches, self.clock, self.bus)
+        """Build what the site file says (``SiteRuntime``), then finish what a crash left."""
         self.pair = self._open_pair()
-        self._controller = OutageController(
-            self.site,
-            sources=plugins.sources,
-            platforms=self.platforms,
-            caches=caches,
+        self._lent = Lent(
             clock=self.clock,
             events=self.bus,
-            planner=await self.planner(),
+            journal=self.journal,
+            plugins=self._build_plugins,
             ledger=RunLedger(self.clock, self.bus, sink=self.pair),
-            replan=self.planner,
             pair=self.pair,
+            current=lambda: self.controller,
         )
-        self._overrides = Overrides(self.site, self._controller, self.bus, self.clock)
-        self.metrics.attach(self._controller)
+        self._runtime = await SiteRuntime.build(self.site, self._lent)
+        self.metrics.attach(self.controller)
         if resume:
             self.resumed = await reap_and_resume(
-                self.journal, self._controller, self.clock, self.bus, resume=self.pair is None
+                self.journal, self.controller, self.clock, self.bus, resume=self.pair is None
             )
 
     def _open_pair(self) -> Pair | None:
@@ -251,8 +257,8 @@ class Service:
             self._spawn(self._take_over(), "take over")
         elif state.role is Role.STANDBY:
             self._term = None
-            if self._controller is not None and self._controller.busy:
-                self._spawn(self._controller.interrupt(), "interrupt the run")
+            if self._runtime is not None and self.controller.busy:
+                self._spawn(self.controller.interrupt(), "interrupt the run")
 
     def _spawn(self, job: Awaitable[None], name: str) -> None:
         task = asyncio.get_running_loop().create_task(_quietly(job), name=name)
@@ -284,49 +290,12 @@ class Service:
             self.resumed = resumed
 
     def _follow(self, ledger: SharedLedger) -> None:
-        if self._controller is not None:
-            self._controller.follow(list(ledger.runs))
-
-    async def planner(self) -> Planner:
-        """Plans from live inventory (where each VM runs decides which hosts wait on which
-        cache) and learned durations; without inventory, from the site file alone, and the
-        risk is said. A plan live inventory cannot make (a host found running a VM it needs:
-        a cycle) is said the same way: the site file's own plan has none."""
-        durations = learned_durations(self.journal)
-        try:
-            async with asyncio.timeout(INVENTORY_WITHIN_S):
-                found = await read_inventory(self.site, self.platforms)
-            live = Planner(self.site, found.targets, found.unplanned, durations=durations)
-        except Exception as exc:  # a platform down, or a plugin's bug: plan without it
-            if not isinstance(exc, UpsguardError | TimeoutError):
-                log.exception("reading live inventory failed")
-            why = str(exc) or f"no answer within {INVENTORY_WITHIN_S:g}s"
-            if why != self._inventory_problem:
-                self._inventory_problem = why
-                message = (
-                    f"planning without live inventory ({why}): VMs are placed as the site "
-                    "file says, so a cache may not gate the host a VM really runs on"
-                )
-                self.bus(Notice(self.clock.now(), message, level="warning"))
-            return Planner(self.site, durations=durations)
-        self._inventory_problem = None
-        return live
-
-    async def _refresh_plans(self) -> None:
-        if self._controller is not None:
-            self._controller.use_planner(await self.planner())
+        if self._runtime is not None:
+            self.controller.follow(list(ledger.runs))
 
     async def open_platforms(self) -> None:
         """Connect every platform not yet connected; one that fails is retried later."""
-        pending = [n for n in self.platforms if n not in self._opened]
-        for name in pending:
-            try:
-                await self.platforms[name].open()
-            except UpsguardError as exc:
-                message = f"platform {name}: {exc} (retried every minute)"
-                self.bus(Notice(self.clock.now(), message, level="warning"))
-            else:
-                self._opened.add(name)
+        await self.runtime.open_platforms()
 
     async def tick(self) -> None:
         """One poll; an unexpected error is logged and the next poll tries again."""
@@ -351,23 +320,6 @@ class Service:
         """A UPS announced a change (an SNMP trap): poll at once. Requests before that poll
         starts share it; one during it brings one more poll after it."""
         self._poll_wanted.set()
-
-    async def _watch_changes(self, source: UpsSource) -> None:
-        """A UPS's own channel for its changes; losing it only means waiting for the next poll."""
-        try:
-            await source.watch_for_changes(self.request_poll)
-        except Exception as exc:  # one UPS's channel never stops the others or the polls
-            message = f"UPS {source.name}: not listening for its changes: {exc} (polled as usual)"
-            self.bus(Notice(self.clock.now(), message, level="warning"))
-
-    def _listen_for_changes(self) -> None:
-        """One task per UPS listening for its changes (again, after a reload)."""
-        for task in self._change_listeners:
-            task.cancel()
-        self._change_listeners = [
-            asyncio.create_task(self._watch_changes(source), name=f"changes of {name}")
-            for name, source in self.controller.sources.items()
-        ]
 
     # -- SIGHUP: the site file again ----------------------------------------------------
 
@@ -419,47 +371,34 @@ class Service:
             return True
 
     async def _swap(self, site: SiteConfig) -> None:
-        """Take ``site`` in force: new plugins and plans, the same runs, phase and hold."""
+        """Take ``site`` in force: build it anew, hand the run on (the same runs, phase and
+        hold), swap, and close the old build; then the new one's jobs and listeners start.
+        A build that fails leaves the one in force as it was."""
         self._waiting_site = None
-        old = self.controller
-        plugins = self._build_plugins(site, self.clock)
-        for source in old.sources.values():
-            await _quietly(source.close())
-        for platform in self.platforms.values():
-            await _quietly(platform.close())
+        old = self.runtime
+        assert self._lent is not None, "open made the runtime in force"
+        try:
+            new = await SiteRuntime.build(site, self._lent)
+        except UpsguardError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            message = f"site file {self.site_path} not reloaded, the one in force stays: {first}"
+            self.bus(Notice(self.clock.now(), message, level="error"))
+            return
+        new.take_over(old)
+        self._runtime = new
         self.site = site
-        self.platforms = plugins.platforms
-        self._opened = set()
-        await self.open_platforms()
-        caches = DestageWatch(site, plugins.caches, self.clock, self.bus)
-        controller = OutageController(
-            site,
-            sources=plugins.sources,
-            platforms=self.platforms,
-            caches=caches,
-            clock=self.clock,
-            events=self.bus,
-            planner=await self.planner(),
-            ledger=old.ledger,
-            replan=self.planner,
-            pair=self.pair,
-        )
-        controller.take_over(old)
-        self._controller = controller
-        self._overrides = Overrides(site, controller, self.bus, self.clock)
-        self.metrics.attach(controller)
-        if self._change_listeners:
-            self._listen_for_changes()
+        self.metrics.attach(new.controller)
+        await old.close()
+        new.start(self._calendar, self.request_poll)
         message = f"site file {self.site_path} reloaded: {len(site.resources)} resources"
         self.bus(Notice(self.clock.now(), message, level="warning"))
 
     async def refresh_caches(self) -> None:
-        """Keep the caches' mode and dirty bytes current for status and metrics (a destage
-        wait polls on its own, faster)."""
-        try:
-            await self.controller.caches.poll()
-        except Exception as exc:  # a cache that cannot be read is shown as such, not fatal
-            log.warning("reading caches: %s", exc)
+        """Keep the caches' mode and dirty bytes current for status and metrics."""
+        await self.runtime.refresh_caches()
+
+    async def _refresh_plans(self) -> None:
+        await self.runtime.refresh_plans()
 
     async def _retry_journal(self) -> None:
         self.journal.retry()
@@ -478,8 +417,9 @@ class Service:
         await _every(self.site.policies.poll_interval.total_seconds(), self.poll_now, stop)
 
     def calendar(self) -> AsyncIOScheduler:
-        """Jobs that belong to the calendar, not to the power watch: journal pruning, the
-        scheduled checks and battery tests (``controller.schedule``)."""
+        """Jobs that belong to the calendar, not to the power watch: journal pruning, and
+        the site file's scheduled checks and battery tests (``controller.schedule``; a
+        reload replaces them with the new file's)."""
         sched = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
         sched.add_job(
             self.housekeeping,
@@ -488,18 +428,9 @@ class Service:
             next_run_time=datetime.now(UTC) + timedelta(minutes=1),
             id="housekeeping",
         )
-        self.schedule.add_jobs(sched)
+        self._calendar = sched
+        self.runtime.add_jobs(sched)
         return sched
-
-    @property
-    def schedule(self) -> Schedule:
-        """The scheduled checks and battery tests (after ``open``)."""
-        if self._schedule is None:
-            controller = self.controller
-            self._schedule = Schedule(
-                self.site, self.clock, self.bus, self.journal, lambda: controller
-            )
-        return self._schedule
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set: API socket, metrics, the power watch, periodic tasks."""
@@ -534,30 +465,33 @@ class Service:
     def watch(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
         """The service's own tasks on the monotonic clock, until ``stop``: the power watch,
         platforms that failed to open, the journal's retry, fresh plans, the UPSes' changes and
-        the caches' figures."""
+        the caches' figures. Each is supervised: one that fails, or ends before ``stop``, is
+        said once and sets ``stop`` (``failed`` says why): the service ends, and systemd
+        starts it again."""
+        supervisor = self._supervisor = Supervisor(stop, self._stopping_on_failure)
+        start = supervisor.start
         tasks = [
-            asyncio.create_task(self.watch_power(stop), name="power watch"),
-            asyncio.create_task(_every(60.0, self.open_platforms, stop), name="platforms"),
-            asyncio.create_task(_every(15.0, self._retry_journal, stop), name="journal"),
-            asyncio.create_task(
-                _every(REPLAN_EVERY_S, self._refresh_plans, stop, first=False), name="plans"
-            ),
-            asyncio.create_task(self._each_time(self._poll_wanted, self.poll_now), name="changes"),
-            asyncio.create_task(self._each_time(self._hangup, self.reload), name="reload"),
+            start(self.watch_power(stop), "power watch"),
+            start(_every(60.0, self.open_platforms, stop), "platforms"),
+            start(_every(15.0, self._retry_journal, stop), "journal"),
+            start(_every(REPLAN_EVERY_S, self._refresh_plans, stop, first=False), "plans"),
+            start(self._each_time(self._poll_wanted, self.poll_now), "changes"),
+            start(self._each_time(self._hangup, self.reload), "reload"),
         ]
-        self._listen_for_changes()
+        self.runtime.listen(self.request_poll)
         if self.pair is not None:
             pair = self.pair
             tasks += [
-                asyncio.create_task(pair.leadership.run(), name="leadership"),
-                asyncio.create_task(pair.write_in_order(), name="shared ledger"),
-                asyncio.create_task(pair.follow(self._follow), name="following"),
+                start(pair.leadership.run(), "leadership"),
+                start(pair.write_in_order(), "shared ledger"),
+                start(pair.follow(self._follow), "following"),
             ]
         if self.site.caches:
-            tasks.append(
-                asyncio.create_task(_every(30.0, self.refresh_caches, stop), name="caches")
-            )
+            tasks.append(start(_every(30.0, self.refresh_caches, stop), "caches"))
         return tasks
+
+    def _stopping_on_failure(self, message: str) -> None:
+        self.bus(Notice(self.clock.now(), message, level="error"))
 
     async def _start_web(self) -> WebServer | None:
         """The live page, when the site file asks for one. It is for people watching: one
@@ -577,24 +511,22 @@ class Service:
 
     async def close(self) -> None:
         """Let go of everything; a run in progress stays unfinished in the journal."""
-        if self._controller is not None:
-            await self._controller.interrupt()
-            for source in self._controller.sources.values():
-                await _quietly(source.close())
+        if self._runtime is not None:
+            await self._runtime.close()
         for task in list(self._pair_tasks):
             task.cancel()
         await asyncio.gather(*self._pair_tasks, return_exceptions=True)
         if self.pair is not None:
             await _quietly(self.pair.store.close())
-        for platform in self.platforms.values():
-            await _quietly(platform.close())
         await self.notifier.drain()
         self.journal.close()
         self.lock.release()
 
 
-async def run_service(site: SiteConfig, stop: asyncio.Event, path: Path | None = None) -> None:
-    """``upsguard run``: until ``stop``; ``SIGHUP`` reads the site file at ``path`` again."""
+async def run_service(site: SiteConfig, stop: asyncio.Event, path: Path | None = None) -> int:
+    """``upsguard run``: until ``stop``; ``SIGHUP`` reads the site file at ``path`` again.
+    The exit code: 0 once stopped as asked, 1 when a long-running task failed (said once
+    already, as it happened)."""
     service = Service(site, site_path=path)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGHUP, service.request_reload)
@@ -603,6 +535,7 @@ async def run_service(site: SiteConfig, stop: asyncio.Event, path: Path | None =
         await service.serve(stop)
     finally:
         await service.close()
+    return 0 if service.failed is None else 1
 
 
 def _log_event(event: Event) -> None:

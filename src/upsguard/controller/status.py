@@ -65,9 +65,9 @@ def service_status(
     pair: PairStatus | None = None,
 ) -> SiteStatus:
     now = now or datetime.now(UTC)
-    held = _hold(journal.read.hold()) if controller.engine.held else None
-    if held is None and controller.engine.held:
-        held = Hold(reason=controller.engine.held)
+    held = _hold(journal.read.hold()) if controller.held else None
+    if held is None and controller.held:
+        held = Hold(reason=controller.held)
     run = run_status(controller, journal, now)
     upses = ups_status(controller.watches)
     plan_s = controller.plan_seconds() if controller.view is not None else {}
@@ -84,10 +84,10 @@ def service_status(
             polls=info.polls,
             resumed=info.resumed,
         ),
-        phase=controller.engine.phase,
+        phase=controller.phase,
         phase_since=_phase_since(journal),
         held=held,
-        at_floor=controller.engine.at_floor,
+        at_floor=controller.at_floor,
         ups=upses,
         feeds=feeds_status(site, view.feeds, plan_s, upses),
         countdown=countdown(site, controller, run, plan_s),

@@ -191,6 +191,28 @@ class OutageController:
         return view
 
     @property
+    def phase(self) -> Phase:
+        """The phase the site is in."""
+        return self.engine.phase
+
+    @property
+    def held(self) -> str | None:
+        """The reason of a person's hold, while one defers the automatic actions."""
+        return self.engine.held
+
+    @property
+    def at_floor(self) -> bool:
+        """A feed at its critical floor: a hold no longer defers the shutdown."""
+        return self.engine.at_floor
+
+    def hold(self, reason: str) -> None:
+        """A person's hold: automatic actions wait (above the critical floor)."""
+        self.engine.hold(reason)
+
+    def release(self) -> None:
+        self.engine.release()
+
+    @property
     def may_act(self) -> bool:
         """Alone, or the controller of a pair that leads (or finishes alone)."""
         return self._pair is None or self._pair.may_act()
@@ -659,14 +681,18 @@ class OutageController:
 
     def take_over(self, before: OutageController) -> None:
         """Carry on from a controller of an older site file (``SIGHUP``): its phase, hold and
-        timers, the caches it owes write-back, its requests not landed yet. The ledger is
-        handed over at construction; readings and plans start afresh from the new file."""
+        timers, the caches it owes write-back, its requests not landed yet, the battery
+        tests under way (their readings on battery are the test's, not an outage). The ledger
+        is handed over at construction; readings and plans start afresh from the new file."""
         before._swapped_out = True
         self.engine = replace(
             before.engine, policies=self.site.policies, on_change=self._phase_changed
         )
         self.caches.owe(before.caches.owed)
         self._under_way.update(before._take_under_way())
+        for name, watch in self.watches.items():
+            if name in before.watches:
+                watch.expect_self_test(before.watches[name].self_test_until)
 
     def asked_before(self, requests: Collection[UnderWay]) -> None:
         """Requests a controller before this one made that may still be landing (from the

@@ -93,6 +93,11 @@ class UpsWatch:
         monotonic seconds): its readings on battery until then are the test's. None: over."""
         self._self_test_until = until
 
+    @property
+    def self_test_until(self) -> float | None:
+        """When the battery test upsguard asked for ends, while one is expected."""
+        return self._self_test_until
+
     def _mark_self_test(self, reading: UpsReading) -> UpsReading:
         until = self._self_test_until
         if until is None or self._clock.monotonic() > until or UpsFlag.CAL in reading.flags:
