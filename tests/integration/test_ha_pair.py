@@ -218,8 +218,15 @@ def test_one_etcd_member_stopped_mid_shutdown_changes_nothing(pair_lab: PairLab)
     lab.wait(lambda: "sql01" in lab.asked("VmGuestShutdownEvent"), "the run's next guest")
     assert (lab.role(leader), lab.status(leader)["ha"]["token"]) == ("leader", term)
     assert lab.role(standby) == "standby"
-    lab.wait(lambda: lab.shutdown_done(standby), "the standby to finish the handed-over run", 120)
-    lab.assert_each_stopped_once_in_order(last=MACHINES[standby])
+
+    def finisher() -> str | None:
+        return next((n for n in (standby, leader) if lab.shutdown_done(n)), None)
+
+    # the standby wins the handover, unless its campaign (through the stopped member first)
+    # takes longer than the leader's quiet after it, as on a busy machine: the leader then
+    # takes the run back a lease later and finishes it; either way each target once
+    done_by = lab.wait(finisher, "the handed-over run to be finished", 120)
+    lab.assert_each_stopped_once_in_order(last=MACHINES[done_by])
     assert lab.ups_commands() == ["shutdown.return"]
     alone = [b for b in lab.notified("LeadershipChanged") if b["role"] == "finishing_alone"]
     assert alone == []  # nobody went without the store

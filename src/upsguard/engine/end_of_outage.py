@@ -69,6 +69,7 @@ class EndOfOutage:
         self._events = events
         self._configs = {u.name: u for u in site.ups}
         self._feeds = {feed_name(f, i): f for i, f in enumerate(site.effective_feeds())}
+        self._peer = site.ha.peer_machine if site.ha is not None else None
         self._told: dict[RunId, dict[UpsName, bool]] = {}
         self._withheld: set[tuple[RunId, UpsName]] = set()
         """UPSes not told yet because they would cut what is not known off (said once)."""
@@ -143,7 +144,7 @@ class EndOfOutage:
         left = [
             r
             for r in self._site.resources
-            if r.stops and not r.runs_upsguard and r.id not in stopped
+            if r.stops and not self._controllers_machine(r) and r.id not in stopped
         ]
         hardware = sorted(r.id for r in left if r.kind.is_hardware)
         if left:
@@ -254,12 +255,14 @@ class EndOfOutage:
         """Everything the feed powers that upsguard would stop: its resources and the VMs
         on them, but the controllers' own machines (this one's, and its pair's), which go
         down last, after the UPS was told (their steps wait for that)."""
-        peer = self._site.ha.peer_machine if self._site.ha is not None else None
         return [
             r.id
             for r in self._site.resources
             if r.stops
-            and not r.runs_upsguard
-            and r.id != peer
+            and not self._controllers_machine(r)
             and feed in self._site.feeds_powering(r.id)
         ]
+
+    def _controllers_machine(self, resource: ResourceConfig) -> bool:
+        """This controller's machine, or its pair's: they go down last, by their own steps."""
+        return resource.runs_upsguard or resource.id == self._peer
