@@ -171,6 +171,20 @@ class Alone:
         return True  # alone: it acts
 
 
+def simulated_platforms(
+    site: SiteConfig, clock: LoopClock, fleet: Fleet
+) -> dict[PlatformName, Platform]:
+    """The site's two simulated platforms on one fleet: one controller's own connections."""
+    platforms: dict[PlatformName, Platform] = {}
+    for name in ("vc", "dev"):
+        settings = site.platforms[name]
+        assert isinstance(settings, SimulatedPlatformSettings)
+        platforms[PlatformName(name)] = SimulatedPlatform(
+            PlatformName(name), settings, clock, fleet
+        )
+    return platforms
+
+
 STANDBY_LAG_S = 8.0
 """The former standby's lag in these tests (a default lease's silence limit, rounded up)."""
 
@@ -197,13 +211,7 @@ def shutdown_alone(
         plan = Planner(site).plan("shutdown")
 
         async def run(alone: Alone) -> RunResult:
-            platforms: dict[PlatformName, Platform] = {}
-            for name in ("vc", "dev"):
-                settings = site.platforms[name]
-                assert isinstance(settings, SimulatedPlatformSettings)
-                platforms[PlatformName(name)] = SimulatedPlatform(
-                    PlatformName(name), settings, clock, fleet
-                )
+            platforms = simulated_platforms(site, clock, fleet)
             resumed = alone.lag_s > 0
             executor = executor_for(
                 plan, platforms, clock, lambda e: None, resumed=resumed, unfenced=alone
@@ -544,13 +552,7 @@ def test_a_claim_does_not_outlive_the_term_each_request_is_fenced(tmp_path: Path
                 leader.term_holds = False  # the lease's fence passes while web-01 lands
 
         fleet.on_request = heard
-        platforms: dict[PlatformName, Platform] = {}
-        for name in ("vc", "dev"):
-            settings = site.platforms[name]
-            assert isinstance(settings, SimulatedPlatformSettings)
-            platforms[PlatformName(name)] = SimulatedPlatform(
-                PlatformName(name), settings, clock, fleet
-            )
+        platforms = simulated_platforms(site, clock, fleet)
         plan = Planner(site).plan("shutdown")
         executor = executor_for(
             plan,

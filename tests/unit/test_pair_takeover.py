@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
+import pytest
+
 from tests.unit.test_outage_controller import Harness
 from upsguard.clock import run_virtual
 from upsguard.engine.pair import SharedRun
@@ -60,8 +62,12 @@ def test_the_winner_does_not_resume_a_shutdown_while_the_mains_are_there() -> No
     assert any("not resumed: every feed it concerns is on mains" in m for m in said), said
 
 
-def test_the_winner_resumes_a_shutdown_on_battery() -> None:
-    h = Harness(lambda t: "OB")
+@pytest.mark.parametrize("ups", ["OB", "lost"], ids=["on battery", "not read"])
+def test_the_winner_resumes_a_shutdown_on_battery_or_when_it_cannot_read_the_mains(
+    ups: str,
+) -> None:
+    """Unknown is never good news: a UPS that cannot be read is no proof of mains."""
+    h = Harness(lambda t: ups)
 
     async def go() -> RunId | None:
         controller = h.build()
@@ -74,21 +80,6 @@ def test_the_winner_resumes_a_shutdown_on_battery() -> None:
 
     assert run_virtual(go()) == "shutdown-1"
     assert [e.step for e in h.kinds(StepStarted)][:1] == ["stop:db"]
-
-
-def test_the_winner_resumes_a_shutdown_when_it_cannot_read_the_mains() -> None:
-    """Unknown is never good news: a UPS not read yet is no proof of mains."""
-    h = Harness(lambda t: "lost")
-
-    async def go() -> RunId | None:
-        controller = h.build()
-        run = shared("shutdown-1")
-        resumed = await controller.lead(run, [RunRecord(run.spec)])
-        await asyncio.sleep(1)
-        await controller.interrupt()
-        return resumed
-
-    assert run_virtual(go()) == "shutdown-1"
 
 
 def test_a_standby_cut_off_from_the_store_does_not_adopt_a_stale_shutdown_on_mains() -> None:

@@ -252,7 +252,7 @@ def feeds_status(
     configs = {feed_name(c, i): c for i, c in enumerate(site.effective_feeds())}
     errors = {u.name: u.error for u in upses}
     out = []
-    for f in feeds:  # none before the first poll
+    for f in feeds:  # before the first poll, every member reads unknown
         members = dict(zip((str(u) for u in configs[f.name].ups), f.members, strict=True))
         out.append(
             FeedStatus(
