@@ -264,22 +264,37 @@ def start_cluster(
     flags: tuple[str, ...] = (),
     tls: MutualTls | None = None,
 ) -> EtcdCluster:
+    """Ports are chosen free at run time; one taken by another process between the choice
+    and the member's bind (the kernel hands ports out again, to a test's outgoing
+    connections too) is chosen anew, twice at most."""
     require_etcd()
     root.mkdir(parents=True, exist_ok=True)
-    cluster = EtcdCluster(root, flags=flags, tls=tls)
     scheme = "http" if tls is None else "https"
-    for n in range(1, members + 1):
-        name = f"m{n}"
-        data, log = root / f"{name}.data", root / f"{name}.log"
-        cluster.members.append(Member(name, free_port(), free_port(), data, log, scheme=scheme))
-    try:
-        for index in range(members):
-            cluster.start(index)
-        cluster.wait_ready()
-    except BaseException:
-        cluster.close()
-        raise
-    return cluster
+    for attempt in range(BIND_ATTEMPTS):
+        cluster = EtcdCluster(root, flags=flags, tls=tls)
+        for n in range(1, members + 1):
+            name = f"m{n}"
+            data, log = root / f"{name}.data", root / f"{name}.log"
+            shutil.rmtree(data, ignore_errors=True)
+            member = Member(name, free_port(), free_port(), data, log, scheme=scheme)
+            cluster.members.append(member)
+        try:
+            for index in range(members):
+                cluster.start(index)
+            cluster.wait_ready()
+        except pytest.fail.Exception as exc:
+            cluster.close()
+            if "address already in use" not in str(exc) or attempt == BIND_ATTEMPTS - 1:
+                raise
+            continue
+        except BaseException:
+            cluster.close()
+            raise
+        return cluster
+    raise AssertionError("unreachable")
+
+
+BIND_ATTEMPTS = 3
 
 
 @pytest.fixture(scope="session")
