@@ -1,0 +1,165 @@
+"""The web page's listener and routes against a hostile client, without a browser: a real
+service in this process (simulated UPS and platforms), its page through aiohttp's test
+client, or on a real socket on 127.0.0.1 where the listener itself is what is tested.
+
+Nothing waits on the wall clock: a test that needs time to pass for the page passes it on
+the ``now`` the page's guards are given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import socket
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from upsguard.config.site import SiteConfig
+from upsguard.controller.service import Service
+from upsguard.controller.web.auth import hash_password
+from upsguard.controller.web.server import WebServer
+
+Client = TestClient[Any, Any]
+PASSWORDS = {"ana": "ana's long passphrase", "noc": "noc's passphrase"}
+HASHES = {name: hash_password(pw) for name, pw in PASSWORDS.items()}
+ROLES = {"ana": "operator", "noc": "viewer"}
+
+
+def users(roles: dict[str, str] | None = None) -> list[dict[str, str]]:
+    return [
+        {"name": name, "role": role, "password_hash": HASHES[name]}
+        for name, role in (roles or ROLES).items()
+    ]
+
+
+def site_dict(tmp_path: Path, **web: Any) -> dict[str, Any]:
+    return {
+        "site": "web-unit",
+        "journal": str(tmp_path / "journal.sqlite"),
+        "service": {"socket": str(tmp_path / "upsguard.sock")},
+        "ups": [{"name": "ups1", "simulated": {}}],
+        "resources": [{"id": "core-sw", "kind": "switch"}],
+        "policies": {"poll_interval": "1h"},
+        "web": {"port": 1, "users": users(), **web},
+    }
+
+
+def site(tmp_path: Path, **web: Any) -> SiteConfig:
+    return SiteConfig.model_validate(site_dict(tmp_path, **web))
+
+
+@contextlib.asynccontextmanager
+async def opened(config: SiteConfig) -> AsyncIterator[Service]:
+    service = Service(config, log_events=False)
+    await service.open()
+    try:
+        yield service
+    finally:
+        await service.close()
+
+
+@contextlib.asynccontextmanager
+async def page(config: SiteConfig) -> AsyncIterator[tuple[Service, WebServer, Client]]:
+    """The page's application behind aiohttp's test server, with its service."""
+    assert config.web is not None
+    async with opened(config) as service:
+        server = WebServer(service, config.web)
+        client: Client = TestClient(TestServer(server.application()))
+        await client.start_server()
+        try:
+            yield service, server, client
+        finally:
+            await client.close()
+
+
+def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(scenario())
+
+
+# -- the listener -------------------------------------------------------------------------
+
+
+async def connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port)
+
+
+async def exchange(port: int, request: bytes) -> bytes:
+    """Send ``request`` on a new connection and read until the server closes it."""
+    reader, writer = await connect(port)
+    try:
+        writer.write(request)
+        return await asyncio.wait_for(reader.read(), 30)
+    finally:
+        writer.close()
+
+
+def get(path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode()
+
+
+@contextlib.asynccontextmanager
+async def listening(tmp_path: Path, max_connections: int) -> AsyncIterator[WebServer]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = site(tmp_path, port=port)
+    assert config.web is not None
+    async with opened(config) as service:
+        server = WebServer(service, config.web, max_connections=max_connections)
+        await server.start()
+        try:
+            yield server
+        finally:
+            await server.stop()
+
+
+def test_past_its_ceiling_the_listener_closes_new_connections_before_reading_them(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with listening(tmp_path, max_connections=4) as server:
+            port = server.config.port
+            idle = [await connect(port) for _ in range(4)]  # connected, never a byte sent
+            door = server.door
+            assert door is not None
+            for _ in range(100):
+                if door.open == 4:
+                    break
+                await asyncio.sleep(0.01)
+            assert door.open == 4
+            assert await exchange(port, get("/login")) == b""  # closed without an answer
+            assert door.refused == 1
+            for _, writer in idle:
+                writer.close()
+            for _ in range(100):
+                if door.open == 0:
+                    break
+                await asyncio.sleep(0.01)
+            answer = await exchange(port, get("/login"))
+            assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+
+    run(scenario)
+
+
+def test_http_a_stranger_gets_wrong_is_a_400_and_no_traceback_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        async with listening(tmp_path, max_connections=8) as server:
+            port = server.config.port
+            garbage = await exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n")
+            assert re.match(rb"HTTP/1.\d 400 ", garbage), garbage[:200]
+            huge = await exchange(port, b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n")
+            assert re.match(rb"HTTP/1.\d 4\d\d ", huge), huge[:200]
+            answer = await exchange(port, get("/login"))
+            assert answer.startswith(b"HTTP/1.1 200 ")
+
+    caplog.set_level(logging.DEBUG, logger="aiohttp")
+    run(scenario)
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
