@@ -14,15 +14,18 @@ import logging
 import re
 import socket
 from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from yarl import URL
 
 from upsguard.config.site import SiteConfig
 from upsguard.controller.service import Service
-from upsguard.controller.web.auth import hash_password
+from upsguard.controller.web.auth import MAX_DELAY_S, hash_password
 from upsguard.controller.web.server import WebServer
 
 Client = TestClient[Any, Any]
@@ -64,12 +67,24 @@ async def opened(config: SiteConfig) -> AsyncIterator[Service]:
         await service.close()
 
 
+@dataclass
+class FakeClock:
+    """The login throttle's monotonic clock: time passes when the test says so."""
+
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @contextlib.asynccontextmanager
-async def page(config: SiteConfig) -> AsyncIterator[tuple[Service, WebServer, Client]]:
+async def page(
+    config: SiteConfig, clock: FakeClock | None = None
+) -> AsyncIterator[tuple[Service, WebServer, Client]]:
     """The page's application behind aiohttp's test server, with its service."""
     assert config.web is not None
     async with opened(config) as service:
-        server = WebServer(service, config.web)
+        server = WebServer(service, config.web, monotonic=clock or FakeClock())
         client: Client = TestClient(TestServer(server.application()))
         await client.start_server()
         try:
@@ -163,3 +178,104 @@ def test_http_a_stranger_gets_wrong_is_a_400_and_no_traceback_in_the_log(
     caplog.set_level(logging.DEBUG, logger="aiohttp")
     run(scenario)
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+# -- logging in ---------------------------------------------------------------------------
+
+
+class Browser:
+    """One browser on its own loopback address (127.0.0.N: the page sees N's address), with
+    its cookies; ``forwarded`` is the client address a trusted proxy would name."""
+
+    def __init__(self, client: Client, address: str = "127.0.0.1", forwarded: str = "") -> None:
+        self.base = client.make_url("")
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(local_addr=(address, 0)),
+            cookie_jar=aiohttp.CookieJar(unsafe=True),  # cookies for a numeric host
+        )
+        self.headers = {"X-Forwarded-For": forwarded} if forwarded else {}
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def login(self, name: str, password: str) -> int:
+        """The login form, filled: the status of its POST (303 in, 401 wrong, 429 wait)."""
+        async with self.session.get(self.base.join(URL("/login"))) as form:
+            token = re.search(r'name="csrf" value="([^"]+)"', await form.text())
+        assert token is not None
+        data = {"name": name, "password": password, "csrf": token.group(1), "next": "/"}
+        async with self.session.post(
+            self.base.join(URL("/login")), data=data, headers=self.headers, allow_redirects=False
+        ) as answer:
+            return answer.status
+
+
+@contextlib.asynccontextmanager
+async def browsers(client: Client, *addresses: str) -> AsyncIterator[list[Browser]]:
+    opened = [Browser(client, address) for address in addresses]
+    try:
+        yield opened
+    finally:
+        for browser in opened:
+            await browser.close()
+
+
+async def guesses(browser: Browser, clock: FakeClock, count: int) -> list[int]:
+    """``count`` wrong passwords for ana, each once the wait of the one before is over."""
+    statuses = []
+    for _ in range(count):
+        statuses.append(await browser.login("ana", "guess"))
+        clock.now += MAX_DELAY_S
+    clock.now -= MAX_DELAY_S  # the last one's wait is still on
+    return statuses
+
+
+def test_parallel_wrong_passwords_for_one_name_are_checked_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with page(site(tmp_path)) as (_, _, client), browsers(client, "127.0.0.2") as [b]:
+            tries = [b.login("ana", f"guess {i}") for i in range(12)]
+            statuses = sorted(await asyncio.gather(*tries))
+            assert statuses == [401] + [429] * 11
+
+    run(scenario)
+
+
+def test_failures_from_one_address_never_refuse_the_right_password_from_another(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+
+    async def scenario() -> None:
+        async with (
+            page(site(tmp_path), clock) as (_, _, client),
+            browsers(client, "127.0.0.2", "127.0.0.3") as [mallory, ana],
+        ):
+            assert await guesses(mallory, clock, 3) == [401] * 3
+            assert await mallory.login("noc", PASSWORDS["noc"]) == 429  # the address waits
+            assert await ana.login("ana", PASSWORDS["ana"]) == 303
+
+    run(scenario)
+
+
+def test_behind_a_trusted_proxy_each_forwarded_client_waits_for_its_own_failures(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+
+    async def scenario() -> None:
+        config = site(tmp_path, proxy={"trusted": ["127.0.0.1"]})
+        async with page(config, clock) as (_, _, client):
+            mallory = Browser(client, "127.0.0.1", forwarded="192.0.2.66")
+            ana = Browser(client, "127.0.0.1", forwarded="10.1.1.1, 192.0.2.7")
+            stranger = Browser(client, "127.0.0.9", forwarded="192.0.2.7")  # not the proxy
+            try:
+                assert await guesses(mallory, clock, 3) == [401] * 3
+                assert await ana.login("ana", PASSWORDS["ana"]) == 303
+                assert await mallory.login("ana", PASSWORDS["ana"]) == 429
+                assert await stranger.login("noc", "guess") == 401
+                assert await stranger.login("noc", PASSWORDS["noc"]) == 429  # its own address
+            finally:
+                for browser in (mallory, ana, stranger):
+                    await browser.close()
+
+    run(scenario)

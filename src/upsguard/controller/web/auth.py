@@ -9,8 +9,9 @@ reverse proxy's header.
   is read from the site file at every request, so a user taken out of the file is out.
 - Every change (a control, logout) must carry the session's CSRF token in a header; the
   login form carries one derived from a cookie set with the form.
-- Each failed login makes the next attempt from that address, and for that user, wait
-  longer (0.5 s doubling, up to a minute); the wait is answered at once with 429.
+- Each failed login makes the next attempt from that address wait longer (0.5 s doubling,
+  up to a minute; ``LoginThrottle``), answered at once with 429; an address with no
+  failures is never refused, and attempts from one address are checked one at a time.
 - A reverse proxy that authenticates people may name them in a header, trusted only from
   the configured proxy addresses. Its users get a CSRF token derived from their name.
 
@@ -28,6 +29,7 @@ import ipaddress
 import json
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +44,7 @@ LOGIN_COOKIE = "upsguard_login"
 CSRF_HEADER = "X-CSRF-Token"
 FIRST_DELAY_S = 0.5
 MAX_DELAY_S = 60.0
+NAME_MAX_DELAY_S = 5.0
 FORGET_AFTER_S = 900.0
 MAX_TRACKED = 10_000
 
@@ -184,16 +187,49 @@ class _Failures:
 
 @dataclass
 class LoginThrottle:
-    """Failed logins slow the next attempt down, per client address and per user name."""
+    """Failed logins slow the next attempts down, so that guessing is slow and nobody can lock
+    somebody else out.
 
+    - Hard waits are keyed on the client's address, and on the name *from* that address: the
+      address's failures (0.5 s doubling, up to a minute) refuse it whatever name it tries,
+      and never another address.
+    - A name's failures from every address make an address that has failed too wait (up to
+      ``NAME_MAX_DELAY_S``): a guesser who moves between addresses gets one free guess per
+      address. An address with no failures is never refused for a name's sake, so an
+      operator on a clean address always logs in.
+    - An attempt is reserved before its password is checked (``admit``), and its outcome
+      recorded after (``record``): while one attempt from an address is being checked, the
+      next from it waits, so parallel guesses are checked one by one, not all at once.
+
+    ``clock``: the monotonic clock (a test's fake one).
+    """
+
+    clock: Callable[[], float] = time.monotonic
     _seen: dict[str, _Failures] = field(default_factory=dict)
+    _checking: set[str] = field(default_factory=set)
 
-    def wait_s(self, keys: tuple[str, ...], now: float) -> float:
-        """How long these keys must still wait before an attempt is heard (0: at once)."""
-        return max((self._seen[k].until - now for k in keys if k in self._seen), default=0.0)
+    def admit(self, name: str, address: str) -> float:
+        """0, and the attempt is reserved until ``record``; else how long it must still wait."""
+        now = self.clock()
+        here = f"address {address}"
+        wait = max(self._wait(here, now), self._wait(f"user {name} from {address}", now))
+        if here in self._seen:  # an address that failed waits for the name's failures too
+            wait = max(wait, min(NAME_MAX_DELAY_S, self._wait(f"user {name}", now)))
+        if wait <= 0 and here in self._checking:
+            wait = FIRST_DELAY_S  # its attempt before this one is being checked
+        if wait <= 0:
+            self._checking.add(here)
+        return wait
 
-    def failed(self, keys: tuple[str, ...], now: float) -> float:
-        """Count a failure; the delay the next attempt will wait."""
+    def record(self, name: str, address: str, ok: bool) -> float:
+        """The outcome of an admitted attempt; the delay the next from there will wait."""
+        now = self.clock()
+        self._checking.discard(f"address {address}")
+        keys = (f"address {address}", f"user {name} from {address}", f"user {name}")
+        if ok:
+            for key in keys[:2]:
+                self._seen.pop(key, None)
+            return 0.0
         self._forget(now)
         delay = 0.0
         for key in keys:
@@ -202,12 +238,12 @@ class LoginThrottle:
             entry.last = now
             wait = min(MAX_DELAY_S, FIRST_DELAY_S * 2 ** (entry.count - 1))
             entry.until = now + wait
-            delay = max(delay, wait)
+            delay = max(delay, wait if key != keys[2] else min(wait, NAME_MAX_DELAY_S))
         return delay
 
-    def succeeded(self, keys: tuple[str, ...]) -> None:
-        for key in keys:
-            self._seen.pop(key, None)
+    def _wait(self, key: str, now: float) -> float:
+        entry = self._seen.get(key)
+        return 0.0 if entry is None else max(0.0, entry.until - now)
 
     def _forget(self, now: float) -> None:
         stale = [k for k, v in self._seen.items() if now - v.last > FORGET_AFTER_S]
@@ -215,6 +251,19 @@ class LoginThrottle:
             del self._seen[key]
         while len(self._seen) >= MAX_TRACKED:  # a spray of addresses: oldest go first
             del self._seen[min(self._seen, key=lambda k: self._seen[k].last)]
+
+
+def client_address(config: WebConfig, remote: str | None, forwarded: str | None) -> str:
+    """Who connects, for the login throttle: the peer, or behind a trusted proxy the client
+    address it names last in ``X-Forwarded-For`` (what the proxy itself saw)."""
+    peer = remote or "unknown"
+    if not forwarded or not trusted_proxy(config, remote):
+        return peer
+    last = forwarded.split(",")[-1].strip()
+    try:
+        return str(ipaddress.ip_address(last))
+    except ValueError:
+        return peer
 
 
 class PasswordCheck:

@@ -53,9 +53,14 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 class WebServer:
     def __init__(
-        self, svc: WebServed, config: WebConfig, max_connections: int = MAX_CONNECTIONS
+        self,
+        svc: WebServed,
+        config: WebConfig,
+        max_connections: int = MAX_CONNECTIONS,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``max_connections``: the listener's ceiling (tests make it small)."""
+        """``max_connections``: the listener's ceiling (tests make it small); ``monotonic``:
+        the clock of the login throttle (a test's fake one)."""
         self.svc = svc
         self.max_connections = max_connections
         self.config = config
@@ -67,7 +72,7 @@ class WebServer:
             svc.metrics.web_clients.set,
         )
         self.context = WebContext(
-            svc, config, self.sessions, auth.PasswordCheck(config), auth.LoginThrottle()
+            svc, config, self.sessions, auth.PasswordCheck(config), auth.LoginThrottle(monotonic)
         )
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
