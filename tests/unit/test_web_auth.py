@@ -4,11 +4,13 @@ gets, the slowed logins, the proxy's header, and a web: section that would expos
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
+from argon2 import PasswordHasher
 from pydantic import ValidationError
 
 from upsguard.config.web import WebConfig
@@ -175,3 +177,40 @@ def test_any_address_with_tls_and_proxy_only_users_with_a_proxy_are_accepted(
     assert cfg.cookies_secure
     proxied = config(users=[{"name": "ana"}], proxy={"trusted": ["127.0.0.1"]})
     assert not proxied.cookies_secure and proxied.user("ana") is not None
+
+
+class RecordingHasher(PasswordHasher):
+    """argon2's hasher, noting the thread of every hash and check it makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[int] = []
+
+    def hash(self, password: str | bytes, *, salt: bytes | None = None) -> str:
+        self.threads.append(threading.get_ident())
+        return super().hash(password, salt=salt)
+
+    def verify(self, hash: str | bytes, password: str | bytes) -> Literal[True]:
+        self.threads.append(threading.get_ident())
+        return super().verify(hash, password)
+
+
+def test_no_password_work_is_done_on_the_event_loop_not_even_for_an_unknown_name() -> None:
+    hasher = RecordingHasher()
+
+    async def tries() -> list[bool]:
+        check = PasswordCheck(config(), hasher)
+        await check.start()
+        return [await check.verify("mallory", "op-secret"), await check.verify("ana", "x")]
+
+    async def on_the_loop() -> int:
+        return threading.get_ident()
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop_thread = loop.run_until_complete(on_the_loop())
+        assert loop.run_until_complete(tries()) == [False, False]
+    finally:
+        loop.close()
+    assert len(hasher.threads) == 3  # the decoy made once, two checks
+    assert loop_thread not in hasher.threads

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import hashlib
 import hmac
 import ipaddress
@@ -49,12 +48,6 @@ FORGET_AFTER_S = 900.0
 MAX_TRACKED = 10_000
 
 _hasher = PasswordHasher()
-
-
-@functools.cache
-def _dummy_hash() -> str:
-    """Checked for unknown users, so that a wrong name costs what a wrong password does."""
-    return _hasher.hash(secrets.token_urlsafe(16))
 
 
 def hash_password(password: str) -> str:
@@ -267,22 +260,35 @@ def client_address(config: WebConfig, remote: str | None, forwarded: str | None)
 
 
 class PasswordCheck:
-    """argon2 verification off the event loop, one at a time."""
+    """argon2 verification off the event loop, one at a time; the decoy hash for unknown
+    names is made at start (``start``), off the event loop too."""
 
-    def __init__(self, config: WebConfig) -> None:
+    def __init__(self, config: WebConfig, hasher: PasswordHasher = _hasher) -> None:
+        """``hasher``: argon2's (a test's recording one)."""
         self._config = config
+        self._hasher = hasher
         self._one = asyncio.Semaphore(1)
+        self._decoy: str | None = None
+
+    async def start(self) -> None:
+        """Make the decoy hash that unknown names are checked against, in a worker thread: a
+        hash costs what a check does, and the event loop watches the power."""
+        if self._decoy is None:
+            self._decoy = await asyncio.to_thread(self._hasher.hash, secrets.token_urlsafe(16))
 
     async def verify(self, name: str, password: str) -> bool:
+        """Whether ``password`` is ``name``'s; an unknown name costs what a known one does."""
         entry = self._config.user(name)
         stored = entry.password_hash if entry is not None else None
         async with self._one:
-            ok = await asyncio.to_thread(_verify, stored or _dummy_hash(), password)
+            if self._decoy is None:
+                await self.start()
+            assert self._decoy is not None
+            ok = await asyncio.to_thread(self._verify, stored or self._decoy, password)
         return ok and stored is not None
 
-
-def _verify(stored: str, password: str) -> bool:
-    try:
-        return _hasher.verify(stored, password)
-    except (VerificationError, InvalidHashError):
-        return False
+    def _verify(self, stored: str, password: str) -> bool:
+        try:
+            return self._hasher.verify(stored, password)
+        except (VerificationError, InvalidHashError):
+            return False

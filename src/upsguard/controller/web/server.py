@@ -90,6 +90,7 @@ class WebServer:
 
     async def start(self) -> None:
         tls = self._tls()
+        await self.context.passwords.start()
         args: dict[str, Any] = {"access_log": None, "keepalive_timeout": HEAD_TIMEOUT_S}
         runner = web.AppRunner(self.application(), shutdown_timeout=2.0, **args)
         await runner.setup()
