@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from aiohttp.test_utils import TestClient, TestServer
 from yarl import URL
 
@@ -187,8 +188,10 @@ class Browser:
     """One browser on its own loopback address (127.0.0.N: the page sees N's address), with
     its cookies; ``forwarded`` is the client address a trusted proxy would name."""
 
-    def __init__(self, client: Client, address: str = "127.0.0.1", forwarded: str = "") -> None:
-        self.base = client.make_url("")
+    def __init__(
+        self, client: Client | str, address: str = "127.0.0.1", forwarded: str = ""
+    ) -> None:
+        self.base = URL(client) if isinstance(client, str) else client.make_url("")
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(local_addr=(address, 0)),
             cookie_jar=aiohttp.CookieJar(unsafe=True),  # cookies for a numeric host
@@ -207,6 +210,20 @@ class Browser:
         async with self.session.post(
             self.base.join(URL("/login")), data=data, headers=self.headers, allow_redirects=False
         ) as answer:
+            return answer.status
+
+    async def status_of(self, path: str) -> int:
+        async with self.session.get(self.base.join(URL(path)), allow_redirects=False) as answer:
+            return answer.status
+
+    async def act(self, path: str, body: dict[str, Any]) -> int:
+        """A control as the page sends it, with the CSRF token the page carries."""
+        async with self.session.get(self.base.join(URL("/"))) as overview:
+            token = re.search(r'name="csrf-token" content="([^"]+)"', await overview.text())
+        assert token is not None
+        headers = {"X-CSRF-Token": token.group(1)}
+        url = self.base.join(URL(path))
+        async with self.session.post(url, json=body, headers=headers) as answer:
             return answer.status
 
 
@@ -277,5 +294,61 @@ def test_behind_a_trusted_proxy_each_forwarded_client_waits_for_its_own_failures
             finally:
                 for browser in (mallory, ana, stranger):
                     await browser.close()
+
+    run(scenario)
+
+
+# -- a reload -----------------------------------------------------------------------------
+
+
+def test_a_reload_takes_users_out_and_roles_away_at_once(tmp_path: Path) -> None:
+    """SIGHUP's reload: a viewer taken out of the file is out (their cookie and their
+    password), an operator made a viewer may no longer act."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(site_dict(tmp_path, port=port)))
+    config = site(tmp_path, port=port)
+
+    async def scenario() -> None:
+        service = Service(config, log_events=False, site_path=path)
+        await service.open()
+        stop = asyncio.Event()
+        serving = asyncio.create_task(service.serve(stop))
+        ana = noc = None
+        try:
+            base = f"http://127.0.0.1:{port}"
+            for _ in range(1000):
+                with contextlib.suppress(OSError):
+                    (await connect(port))[1].close()
+                    break
+                await asyncio.sleep(0.01)
+            ana, noc = Browser(base), Browser(base)
+            assert await ana.login("ana", PASSWORDS["ana"]) == 303
+            assert await noc.login("noc", PASSWORDS["noc"]) == 303
+            assert await noc.status_of("/api/status") == 200
+            hold = {"reason": "before the reload", "confirm": True}
+            assert await ana.act("/api/hold", hold) == 200
+            assert await ana.act("/api/release", hold) == 200
+
+            path.write_text(yaml.safe_dump(site_dict(tmp_path, port=port, users=users(
+                {"ana": "viewer"}))))  # fmt: skip
+            await service.reload()
+            assert await noc.status_of("/api/status") == 401
+            again = Browser(base)
+            try:
+                assert await again.login("noc", PASSWORDS["noc"]) == 401
+            finally:
+                await again.close()
+            assert await ana.act("/api/hold", hold) == 403
+            assert service.status().held is None
+        finally:
+            for browser in (ana, noc):
+                if browser is not None:
+                    await browser.close()
+            stop.set()
+            await serving
+            await service.close()
 
     run(scenario)

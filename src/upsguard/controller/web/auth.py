@@ -5,8 +5,8 @@ reverse proxy's header.
   0.1 s of CPU and 64 MiB, so it runs in a worker thread, one at a time: a flood of logins
   never stalls the power watch on the event loop.
 - A session is a cookie the service signs (HMAC-SHA256) with a key of its own: the user,
-  when it expires, and the session's CSRF token. Nothing is stored server-side; the role
-  is read from the site file at every request, so a user taken out of the file is out.
+  when it expires, and the session's CSRF token. The role is read from the users in force
+  (``Roster``) at every request, so a user taken out of the file is out at its reload.
 - Every change (a control, logout) must carry the session's CSRF token in a header; the
   login form carries one derived from a cookie set with the form.
 - Each failed login makes the next attempt from that address wait longer (0.5 s doubling,
@@ -28,14 +28,14 @@ import ipaddress
 import json
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
-from upsguard.config.web import Role, WebConfig
+from upsguard.config.web import Role, WebConfig, WebUser
 from upsguard.errors import PermanentError
 
 SESSION_COOKIE = "upsguard_session"
@@ -69,6 +69,21 @@ class User:
     @property
     def may_act(self) -> bool:
         return self.role == "operator"
+
+
+class Roster:
+    """The page's users as the site file in force names them. A reload replaces them at once
+    (``replace``): every session and login is checked against them at every request."""
+
+    def __init__(self, users: Iterable[WebUser]) -> None:
+        self._by_name: dict[str, WebUser] = {}
+        self.replace(users)
+
+    def replace(self, users: Iterable[WebUser]) -> None:
+        self._by_name = {user.name: user for user in users}
+
+    def user(self, name: str) -> WebUser | None:
+        return self._by_name.get(name)
 
 
 class Keys:
@@ -111,9 +126,12 @@ def _unb64(text: str) -> bytes:
 class Sessions:
     """Signed session cookies: ``payload.signature``, both URL-safe base64."""
 
-    def __init__(self, config: WebConfig, keys: Keys) -> None:
+    def __init__(self, config: WebConfig, keys: Keys, roster: Roster | None = None) -> None:
+        """``roster``: the users in force (shared with the login's check); by default those
+        of ``config``."""
         self._config = config
         self._keys = keys
+        self._roster = roster or Roster(config.users)
 
     def issue(self, name: str, now: float | None = None) -> str:
         lifetime = self._config.session_lifetime.total_seconds()
@@ -140,14 +158,14 @@ class Sessions:
             name, csrf, expires = str(data["u"]), str(data["c"]), float(data["e"])
         except (ValueError, KeyError, TypeError):
             return None
-        entry = self._config.user(name)
+        entry = self._roster.user(name)
         if entry is None or expires < (time.time() if now is None else now):
             return None
         return User(name, entry.role, csrf)
 
     def proxied(self, name: str) -> User | None:
         """A user the trusted proxy named; their CSRF token is derived from their name."""
-        entry = self._config.user(name)
+        entry = self._roster.user(name)
         if entry is None:
             return None
         return User(name, entry.role, self._keys.sign(f"proxy:{name}".encode()), via_proxy=True)
@@ -263,9 +281,12 @@ class PasswordCheck:
     """argon2 verification off the event loop, one at a time; the decoy hash for unknown
     names is made at start (``start``), off the event loop too."""
 
-    def __init__(self, config: WebConfig, hasher: PasswordHasher = _hasher) -> None:
-        """``hasher``: argon2's (a test's recording one)."""
-        self._config = config
+    def __init__(
+        self, config: WebConfig, hasher: PasswordHasher = _hasher, roster: Roster | None = None
+    ) -> None:
+        """``hasher``: argon2's (a test's recording one); ``roster``: the users in force, by
+        default those of ``config``."""
+        self._roster = roster or Roster(config.users)
         self._hasher = hasher
         self._one = asyncio.Semaphore(1)
         self._decoy: str | None = None
@@ -278,7 +299,7 @@ class PasswordCheck:
 
     async def verify(self, name: str, password: str) -> bool:
         """Whether ``password`` is ``name``'s; an unknown name costs what a known one does."""
-        entry = self._config.user(name)
+        entry = self._roster.user(name)
         stored = entry.password_hash if entry is not None else None
         async with self._one:
             if self._decoy is None:

@@ -64,7 +64,8 @@ class WebServer:
         self.svc = svc
         self.max_connections = max_connections
         self.config = config
-        self.sessions = auth.Sessions(config, auth.Keys.for_config(config))
+        self.roster = auth.Roster(config.users)
+        self.sessions = auth.Sessions(config, auth.Keys.for_config(config), self.roster)
         self.feed = LiveFeed(
             svc.status,
             lambda after: svc.journal.read.events(after=after),
@@ -72,7 +73,11 @@ class WebServer:
             svc.metrics.web_clients.set,
         )
         self.context = WebContext(
-            svc, config, self.sessions, auth.PasswordCheck(config), auth.LoginThrottle(monotonic)
+            svc,
+            config,
+            self.sessions,
+            auth.PasswordCheck(config, roster=self.roster),
+            auth.LoginThrottle(monotonic),
         )
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
@@ -109,6 +114,13 @@ class WebServer:
         self.url = f"{scheme}://{shown}:{self.config.port}/"
         self._feeding = asyncio.create_task(self.feed.run(), name="web live feed")
         log.info("web page on %s", self.url)
+
+    def apply(self, config: WebConfig | None) -> None:
+        """A reloaded site file's users and roles, at once: a user taken out is out (their
+        session, their password), a role changed is the new one at the next request. A file
+        without ``web:`` lets nobody in until the next start stops the page. The address,
+        port, TLS, proxy and session settings stay those of the start."""
+        self.roster.replace(config.users if config is not None else [])
 
     def _tls(self) -> ssl.SSLContext | None:
         tls = self.config.tls
