@@ -214,3 +214,24 @@ def test_no_password_work_is_done_on_the_event_loop_not_even_for_an_unknown_name
         loop.close()
     assert len(hasher.threads) == 3  # the decoy made once, two checks
     assert loop_thread not in hasher.threads
+
+
+def test_a_session_ends_with_a_changed_password() -> None:
+    keys = Keys(b"k" * 32)
+    cookie = Sessions(config(), keys).issue("ana", now=1000.0)
+    changed = config(users=[{"name": "ana", "role": "operator", "password_hash": hash_password(
+        "a new one")}])  # fmt: skip
+    assert Sessions(changed, keys).user(cookie, now=1001.0) is None
+    assert Sessions(config(), keys).user(cookie, now=1001.0) is not None
+
+
+def test_a_revoked_session_names_nobody_until_it_would_have_expired() -> None:
+    sessions = Sessions(config(session_lifetime="1h"), Keys(b"k" * 32))
+    cookie, other = sessions.issue("ana", now=1000.0), sessions.issue("ana", now=2000.0)
+    sessions.revoke(cookie, now=1001.0)
+    assert sessions.user(cookie, now=1002.0) is None
+    assert sessions.user(other, now=1002.0) is not None  # another login of the same user
+    sessions.revoke("forged.cookie", now=1002.0)  # nothing to revoke
+    assert sessions.revoked == 1
+    sessions.revoke(other, now=4601.0)  # the first has expired: it is forgotten
+    assert sessions.revoked == 1

@@ -26,7 +26,7 @@ from yarl import URL
 
 from upsguard.config.site import SiteConfig
 from upsguard.controller.service import Service
-from upsguard.controller.web.auth import MAX_DELAY_S, hash_password
+from upsguard.controller.web.auth import MAX_DELAY_S, SESSION_COOKIE, hash_password
 from upsguard.controller.web.server import WebServer
 
 Client = TestClient[Any, Any]
@@ -212,6 +212,9 @@ class Browser:
         ) as answer:
             return answer.status
 
+    def cookie(self, name: str) -> str:
+        return next((c.value for c in self.session.cookie_jar if c.key == name), "")
+
     async def status_of(self, path: str) -> int:
         async with self.session.get(self.base.join(URL(path)), allow_redirects=False) as answer:
             return answer.status
@@ -350,5 +353,18 @@ def test_a_reload_takes_users_out_and_roles_away_at_once(tmp_path: Path) -> None
             stop.set()
             await serving
             await service.close()
+
+    run(scenario)
+
+
+def test_a_cookie_kept_after_logout_is_refused(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with page(site(tmp_path)) as (_, _, client), browsers(client, "127.0.0.2") as [b]:
+            assert await b.login("ana", PASSWORDS["ana"]) == 303
+            kept = b.cookie(SESSION_COOKIE)
+            assert await b.act("/logout", {}) == 200
+            assert b.cookie(SESSION_COOKIE) == ""
+            b.session.cookie_jar.update_cookies({SESSION_COOKIE: kept})
+            assert await b.status_of("/api/status") == 401
 
     run(scenario)

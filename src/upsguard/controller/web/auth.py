@@ -123,8 +123,25 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+@dataclass(frozen=True, slots=True)
+class _Session:
+    """What a session cookie says."""
+
+    name: str
+    csrf: str
+    """The session's CSRF token, random: it names the session too."""
+    expires: float
+    password: str
+    """A keyed digest of the user's password hash when the session was made."""
+
+
 class Sessions:
-    """Signed session cookies: ``payload.signature``, both URL-safe base64."""
+    """Signed session cookies: ``payload.signature``, both URL-safe base64.
+
+    A cookie names its user, its session (the CSRF token), when it expires, and a digest of
+    the user's password hash keyed like the signature: a changed password ends every session
+    made with the old one. A session logged out of is kept as revoked until it would have
+    expired (in memory: a restart with the same ``session_key_file`` forgets it)."""
 
     def __init__(self, config: WebConfig, keys: Keys, roster: Roster | None = None) -> None:
         """``roster``: the users in force (shared with the login's check); by default those
@@ -132,18 +149,54 @@ class Sessions:
         self._config = config
         self._keys = keys
         self._roster = roster or Roster(config.users)
+        self._revoked: dict[str, float] = {}
+
+    @property
+    def revoked(self) -> int:
+        """Sessions logged out of and not expired yet."""
+        return len(self._revoked)
 
     def issue(self, name: str, now: float | None = None) -> str:
         lifetime = self._config.session_lifetime.total_seconds()
         expires = (time.time() if now is None else now) + lifetime
         payload = json.dumps(
-            {"u": name, "c": secrets.token_urlsafe(24), "e": int(expires)},
+            {
+                "u": name,
+                "c": secrets.token_urlsafe(24),
+                "e": int(expires),
+                "p": self._password_digest(self._roster.user(name)),
+            },
             separators=(",", ":"),
         ).encode()
         return f"{_b64(payload)}.{self._keys.sign(payload)}"
 
     def user(self, cookie: str | None, now: float | None = None) -> User | None:
-        """The user of a valid, unexpired cookie who is still in the site file; else None."""
+        """The user of a valid, unexpired, unrevoked cookie who is still in the site file with
+        the password the cookie was made with; else None."""
+        session = self._session(cookie)
+        if session is None:
+            return None
+        entry = self._roster.user(session.name)
+        if entry is None or session.expires < (time.time() if now is None else now):
+            return None
+        if session.csrf in self._revoked:
+            return None
+        if not hmac.compare_digest(session.password, self._password_digest(entry)):
+            return None
+        return User(session.name, entry.role, session.csrf)
+
+    def revoke(self, cookie: str | None, now: float | None = None) -> None:
+        """End the session of ``cookie`` (a logout): refused until it would have expired."""
+        moment = time.time() if now is None else now
+        for csrf, expires in list(self._revoked.items()):
+            if expires < moment:
+                del self._revoked[csrf]
+        session = self._session(cookie)
+        if session is not None and session.expires >= moment:
+            self._revoked[session.csrf] = session.expires
+
+    def _session(self, cookie: str | None) -> _Session | None:
+        """What a cookie this service signed says; None for any other."""
         if not cookie or cookie.count(".") != 1 or len(cookie) > 1024:
             return None
         body, signature = cookie.split(".")
@@ -155,13 +208,13 @@ class Sessions:
             return None
         try:
             data = json.loads(payload)
-            name, csrf, expires = str(data["u"]), str(data["c"]), float(data["e"])
+            return _Session(str(data["u"]), str(data["c"]), float(data["e"]), str(data["p"]))
         except (ValueError, KeyError, TypeError):
             return None
-        entry = self._roster.user(name)
-        if entry is None or expires < (time.time() if now is None else now):
-            return None
-        return User(name, entry.role, csrf)
+
+    def _password_digest(self, entry: WebUser | None) -> str:
+        stored = entry.password_hash if entry is not None else None
+        return self._keys.sign(f"password:{stored or ''}".encode())[:22]
 
     def proxied(self, name: str) -> User | None:
         """A user the trusted proxy named; their CSRF token is derived from their name."""

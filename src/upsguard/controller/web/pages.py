@@ -160,6 +160,7 @@ class Pages:
         raise response
 
     async def logout(self, request: web.Request) -> web.Response:
+        self._ctx.sessions.revoke(request.cookies.get(SESSION_COOKIE))
         response = web.json_response({"logged_out": current_user(request).name})
         response.del_cookie(SESSION_COOKIE, path="/")
         return response
