@@ -95,7 +95,6 @@ class WebServer:
 
     async def start(self) -> None:
         tls = self._tls()
-        await self.context.passwords.start()
         args: dict[str, Any] = {"access_log": None, "keepalive_timeout": HEAD_TIMEOUT_S}
         runner = web.AppRunner(self.application(), shutdown_timeout=2.0, **args)
         await runner.setup()
@@ -114,6 +113,7 @@ class WebServer:
         self.url = f"{scheme}://{shown}:{self.config.port}/"
         self._feeding = asyncio.create_task(self.feed.run(), name="web live feed")
         log.info("web page on %s", self.url)
+        await self.context.passwords.start()  # a login before it is made waits for it
 
     def apply(self, config: WebConfig | None) -> None:
         """A reloaded site file's users and roles, at once: a user taken out is out (their
