@@ -40,9 +40,12 @@ MAX_CONNECTIONS = 256
 HEAD_TIMEOUT_S = 10.0
 """For a request's head to arrive (and a TLS handshake before it), and for an idle
 connection between two requests."""
-RESERVE = API_RESERVE + API_CONNECTIONS
-"""Descriptors the page never takes: the runbook's reserve and every connection of the API."""
-BACKLOG = 128
+BACKLOG = 32
+"""Connections the kernel queues for the page; the event loop accepts them all at once, before
+the door sees any, so they count in the reserve below."""
+RESERVE = API_RESERVE + API_CONNECTIONS + BACKLOG
+"""Descriptors the page never takes: the runbook's reserve, every connection of the API, and
+one accept burst."""
 WARN_EVERY_S = 60.0
 
 
