@@ -4,14 +4,18 @@ gets, the slowed logins, the proxy's header, and a web: section that would expos
 from __future__ import annotations
 
 import asyncio
+import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
+from argon2 import PasswordHasher
 from pydantic import ValidationError
 
 from upsguard.config.web import WebConfig
 from upsguard.controller.web.auth import (
+    NAME_MAX_DELAY_S,
     Keys,
     LoginThrottle,
     PasswordCheck,
@@ -69,19 +73,56 @@ def test_a_cookie_of_another_key_or_past_its_lifetime_names_nobody() -> None:
     assert Sessions(cfg, Keys(b"k" * 32)).user(cookie, now=3601.0) is None
 
 
+@dataclass
+class FakeClock:
+    now: float = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_failed_logins_wait_longer_each_time_and_a_success_forgets_them() -> None:
-    throttle = LoginThrottle()
-    keys = ("address 10.0.0.9", "user ana")
-    assert throttle.wait_s(keys, 0.0) == 0.0
-    delays = [throttle.failed(keys, 0.0) for _ in range(5)]
+    clock = FakeClock()
+    throttle = LoginThrottle(clock)
+    delays = []
+    for _ in range(5):
+        assert throttle.admit("ana", "10.0.0.9") == 0.0
+        delays.append(throttle.record("ana", "10.0.0.9", ok=False))
+        clock.now += 100.0
     assert delays == [0.5, 1.0, 2.0, 4.0, 8.0]
-    assert throttle.wait_s(keys, 1.0) == 7.0
-    assert throttle.wait_s(("address 10.0.0.9", "user noc"), 1.0) == 7.0  # same address
-    assert throttle.wait_s(("address 10.0.0.7", "user ana"), 1.0) == 7.0  # same user
-    assert throttle.wait_s(("address 10.0.0.7", "user noc"), 1.0) == 0.0
-    assert max(throttle.failed(keys, 0.0) for _ in range(20)) == 60.0  # capped
-    throttle.succeeded(keys)
-    assert throttle.wait_s(keys, 1.0) == 0.0
+    clock.now -= 99.0  # one second after the fifth failure
+    assert throttle.admit("ana", "10.0.0.9") == 7.0
+    assert throttle.admit("noc", "10.0.0.9") == 7.0  # the same address, whatever the name
+    assert throttle.admit("ana", "10.0.0.7") == 0.0  # an address with no failures
+    throttle.record("ana", "10.0.0.7", ok=True)
+    for _ in range(20):
+        throttle.record("ana", "10.0.0.9", ok=False)
+    assert throttle.admit("ana", "10.0.0.9") == 60.0  # capped
+    throttle.record("ana", "10.0.0.9", ok=True)
+    assert throttle.admit("ana", "10.0.0.9") == 0.0
+
+
+def test_an_attempt_is_reserved_before_its_check_so_parallel_ones_wait() -> None:
+    throttle = LoginThrottle(FakeClock())
+    assert throttle.admit("ana", "10.0.0.9") == 0.0
+    assert throttle.admit("ana", "10.0.0.9") > 0  # the first is being checked
+    assert throttle.admit("noc", "10.0.0.9") > 0
+    assert throttle.admit("ana", "10.0.0.8") == 0.0  # another address is not held up
+    throttle.record("ana", "10.0.0.9", ok=True)
+    assert throttle.admit("ana", "10.0.0.9") == 0.0
+
+
+def test_a_name_guessed_from_many_addresses_slows_those_addresses_never_a_clean_one() -> None:
+    clock = FakeClock()
+    throttle = LoginThrottle(clock)
+    for i in range(30):  # one guess each from 30 addresses
+        assert throttle.admit("ana", f"192.0.2.{i}") == 0.0
+        throttle.record("ana", f"192.0.2.{i}", ok=False)
+    clock.now += 1.0  # every address's own wait is over
+    assert throttle.admit("ana", "192.0.2.1") == NAME_MAX_DELAY_S  # the name's wait, capped
+    assert throttle.admit("noc", "192.0.2.2") == 0.0  # another name: the address's wait only
+    throttle.record("noc", "192.0.2.2", ok=False)
+    assert throttle.admit("ana", "10.0.0.7") == 0.0  # ana herself, from a clean address
 
 
 def test_passwords_are_checked_against_their_hash_and_a_wrong_name_is_no_shortcut() -> None:
@@ -136,3 +177,61 @@ def test_any_address_with_tls_and_proxy_only_users_with_a_proxy_are_accepted(
     assert cfg.cookies_secure
     proxied = config(users=[{"name": "ana"}], proxy={"trusted": ["127.0.0.1"]})
     assert not proxied.cookies_secure and proxied.user("ana") is not None
+
+
+class RecordingHasher(PasswordHasher):
+    """argon2's hasher, noting the thread of every hash and check it makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[int] = []
+
+    def hash(self, password: str | bytes, *, salt: bytes | None = None) -> str:
+        self.threads.append(threading.get_ident())
+        return super().hash(password, salt=salt)
+
+    def verify(self, hash: str | bytes, password: str | bytes) -> Literal[True]:
+        self.threads.append(threading.get_ident())
+        return super().verify(hash, password)
+
+
+def test_no_password_work_is_done_on_the_event_loop_not_even_for_an_unknown_name() -> None:
+    hasher = RecordingHasher()
+
+    async def tries() -> list[bool]:
+        check = PasswordCheck(config(), hasher)
+        await check.start()
+        return [await check.verify("mallory", "op-secret"), await check.verify("ana", "x")]
+
+    async def on_the_loop() -> int:
+        return threading.get_ident()
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop_thread = loop.run_until_complete(on_the_loop())
+        assert loop.run_until_complete(tries()) == [False, False]
+    finally:
+        loop.close()
+    assert len(hasher.threads) == 3  # the decoy made once, two checks
+    assert loop_thread not in hasher.threads
+
+
+def test_a_session_ends_with_a_changed_password() -> None:
+    keys = Keys(b"k" * 32)
+    cookie = Sessions(config(), keys).issue("ana", now=1000.0)
+    changed = config(users=[{"name": "ana", "role": "operator", "password_hash": hash_password(
+        "a new one")}])  # fmt: skip
+    assert Sessions(changed, keys).user(cookie, now=1001.0) is None
+    assert Sessions(config(), keys).user(cookie, now=1001.0) is not None
+
+
+def test_a_revoked_session_names_nobody_until_it_would_have_expired() -> None:
+    sessions = Sessions(config(session_lifetime="1h"), Keys(b"k" * 32))
+    cookie, other = sessions.issue("ana", now=1000.0), sessions.issue("ana", now=2000.0)
+    sessions.revoke(cookie, now=1001.0)
+    assert sessions.user(cookie, now=1002.0) is None
+    assert sessions.user(other, now=1002.0) is not None  # another login of the same user
+    sessions.revoke("forged.cookie", now=1002.0)  # nothing to revoke
+    assert sessions.revoked == 1
+    sessions.revoke(other, now=4601.0)  # the first has expired: it is forgotten
+    assert sessions.revoked == 1

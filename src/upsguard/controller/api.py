@@ -34,7 +34,6 @@ import logging
 import math
 import os
 import pwd
-import resource
 import socket
 import struct
 import time
@@ -47,6 +46,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from upsguard.controller.descriptors import API_RESERVE, to_spare
 from upsguard.controller.overrides import Overrides
 from upsguard.controller.socket_group import group_id
 from upsguard.engine.outage_controller import OutageController
@@ -64,7 +64,6 @@ MAX_CONNECTIONS = 64
 MAX_WAITERS = 16  # long-polls; the other connections stay free for status and overrides
 MAX_WAIT_S = 60.0
 REQUEST_TIMEOUT_S = 10.0  # for a request to arrive, head and body
-DESCRIPTOR_RESERVE = 256  # left to the runbook: no new API connection below it
 MAX_REASON = 500
 MAX_NAME = 200
 MAX_ROWS = 1000
@@ -424,18 +423,9 @@ class _Refused(asyncio.Protocol):
 
 
 def _descriptors_to_spare() -> bool:
-    """Whether one more connection leaves ``DESCRIPTOR_RESERVE`` descriptors for the runbook
-    (its commands, SSH and HTTPS sessions) under the soft open-file limit."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return True
-    try:
-        in_use = len(os.listdir("/proc/self/fd"))
-    except FileNotFoundError:
-        return True  # no /proc to count with: the connection ceiling alone bounds the API
-    except OSError:
-        return False  # not even a directory can be opened: certainly none to spare
-    return soft - in_use > min(DESCRIPTOR_RESERVE, soft // 4)  # a tiny limit still gets an API
+    """Whether one more connection leaves ``API_RESERVE`` descriptors for the runbook (its
+    commands, SSH and HTTPS sessions) under the soft open-file limit."""
+    return to_spare(API_RESERVE, 1 / 4)
 
 
 async def _json_body(request: web.BaseRequest) -> dict[str, Any]:

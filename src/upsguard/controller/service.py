@@ -125,6 +125,8 @@ class Service:
         is the pair)."""
         self._calendar: AsyncIOScheduler | None = None
         self._supervisor: Supervisor | None = None
+        self._page: WebServer | None = None
+        """The web page, once started: a reload hands it the new file's users."""
         self.started = datetime.now(UTC)
         self.resumed: str | None = None
         self.ticks = 0
@@ -339,8 +341,9 @@ class Service:
         """Read the site file again. A file with a mistake changes nothing: the one in force
         stays, and the mistake is an alert. A good one is journaled and takes effect at once,
         or, while a run is in progress, once it has ended (a run keeps the plan it started
-        with). The journal, the socket, metrics and the web page keep their settings until
-        the next start."""
+        with). The web page's users and roles take effect at once, run or not; the journal,
+        the socket, metrics and the rest of the web page keep their settings until the next
+        start."""
         if self.site_path is None:
             return
         now = self.clock.now
@@ -351,6 +354,8 @@ class Service:
             message = f"site file {self.site_path} not reloaded, the one in force stays: {first}"
             self.bus(Notice(now(), message, level="error"))
             return
+        if self._page is not None:
+            self._page.apply(site.web)
         async with self._poll_lock:  # between polls (a tick takes a waiting file in force)
             if await self._take_in_force(site):
                 return
@@ -459,6 +464,7 @@ class Service:
             sched.shutdown(wait=False)
             await api.stop()
             if page is not None:
+                self._page = None
                 await page.stop()
             self.metrics.stop()
 
@@ -506,6 +512,7 @@ class Service:
         except UpsguardError as exc:
             self.bus(Notice(self.clock.now(), f"no web page: {exc}", level="error"))
             return None
+        self._page = page
         self.bus(Notice(self.clock.now(), f"web page on {page.url}"))
         return page
 

@@ -5,12 +5,13 @@ reverse proxy's header.
   0.1 s of CPU and 64 MiB, so it runs in a worker thread, one at a time: a flood of logins
   never stalls the power watch on the event loop.
 - A session is a cookie the service signs (HMAC-SHA256) with a key of its own: the user,
-  when it expires, and the session's CSRF token. Nothing is stored server-side; the role
-  is read from the site file at every request, so a user taken out of the file is out.
+  when it expires, and the session's CSRF token. The role is read from the users in force
+  (``Roster``) at every request, so a user taken out of the file is out at its reload.
 - Every change (a control, logout) must carry the session's CSRF token in a header; the
   login form carries one derived from a cookie set with the form.
-- Each failed login makes the next attempt from that address, and for that user, wait
-  longer (0.5 s doubling, up to a minute); the wait is answered at once with 429.
+- Each failed login makes the next attempt from that address wait longer (0.5 s doubling,
+  up to a minute; ``LoginThrottle``), answered at once with 429; an address with no
+  failures is never refused, and attempts from one address are checked one at a time.
 - A reverse proxy that authenticates people may name them in a header, trusted only from
   the configured proxy addresses. Its users get a CSRF token derived from their name.
 
@@ -21,20 +22,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import hashlib
 import hmac
 import ipaddress
 import json
 import secrets
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
-from upsguard.config.web import Role, WebConfig
+from upsguard.config.web import Role, WebConfig, WebUser
 from upsguard.errors import PermanentError
 
 SESSION_COOKIE = "upsguard_session"
@@ -42,16 +43,11 @@ LOGIN_COOKIE = "upsguard_login"
 CSRF_HEADER = "X-CSRF-Token"
 FIRST_DELAY_S = 0.5
 MAX_DELAY_S = 60.0
+NAME_MAX_DELAY_S = 5.0
 FORGET_AFTER_S = 900.0
 MAX_TRACKED = 10_000
 
 _hasher = PasswordHasher()
-
-
-@functools.cache
-def _dummy_hash() -> str:
-    """Checked for unknown users, so that a wrong name costs what a wrong password does."""
-    return _hasher.hash(secrets.token_urlsafe(16))
 
 
 def hash_password(password: str) -> str:
@@ -73,6 +69,21 @@ class User:
     @property
     def may_act(self) -> bool:
         return self.role == "operator"
+
+
+class Roster:
+    """The page's users as the site file in force names them. A reload replaces them at once
+    (``replace``): every session and login is checked against them at every request."""
+
+    def __init__(self, users: Iterable[WebUser]) -> None:
+        self._by_name: dict[str, WebUser] = {}
+        self.replace(users)
+
+    def replace(self, users: Iterable[WebUser]) -> None:
+        self._by_name = {user.name: user for user in users}
+
+    def user(self, name: str) -> WebUser | None:
+        return self._by_name.get(name)
 
 
 class Keys:
@@ -112,24 +123,80 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-class Sessions:
-    """Signed session cookies: ``payload.signature``, both URL-safe base64."""
+@dataclass(frozen=True, slots=True)
+class _Session:
+    """What a session cookie says."""
 
-    def __init__(self, config: WebConfig, keys: Keys) -> None:
+    name: str
+    csrf: str
+    """The session's CSRF token, random: it names the session too."""
+    expires: float
+    password: str
+    """A keyed digest of the user's password hash when the session was made."""
+
+
+class Sessions:
+    """Signed session cookies: ``payload.signature``, both URL-safe base64.
+
+    A cookie names its user, its session (the CSRF token), when it expires, and a digest of
+    the user's password hash keyed like the signature: a changed password ends every session
+    made with the old one. A session logged out of is kept as revoked until it would have
+    expired (in memory: a restart with the same ``session_key_file`` forgets it)."""
+
+    def __init__(self, config: WebConfig, keys: Keys, roster: Roster | None = None) -> None:
+        """``roster``: the users in force (shared with the login's check); by default those
+        of ``config``."""
         self._config = config
         self._keys = keys
+        self._roster = roster or Roster(config.users)
+        self._revoked: dict[str, float] = {}
+
+    @property
+    def revoked(self) -> int:
+        """Sessions logged out of and not expired yet."""
+        return len(self._revoked)
 
     def issue(self, name: str, now: float | None = None) -> str:
         lifetime = self._config.session_lifetime.total_seconds()
         expires = (time.time() if now is None else now) + lifetime
         payload = json.dumps(
-            {"u": name, "c": secrets.token_urlsafe(24), "e": int(expires)},
+            {
+                "u": name,
+                "c": secrets.token_urlsafe(24),
+                "e": int(expires),
+                "p": self._password_digest(self._roster.user(name)),
+            },
             separators=(",", ":"),
         ).encode()
         return f"{_b64(payload)}.{self._keys.sign(payload)}"
 
     def user(self, cookie: str | None, now: float | None = None) -> User | None:
-        """The user of a valid, unexpired cookie who is still in the site file; else None."""
+        """The user of a valid, unexpired, unrevoked cookie who is still in the site file with
+        the password the cookie was made with; else None."""
+        session = self._session(cookie)
+        if session is None:
+            return None
+        entry = self._roster.user(session.name)
+        if entry is None or session.expires < (time.time() if now is None else now):
+            return None
+        if session.csrf in self._revoked:
+            return None
+        if not hmac.compare_digest(session.password, self._password_digest(entry)):
+            return None
+        return User(session.name, entry.role, session.csrf)
+
+    def revoke(self, cookie: str | None, now: float | None = None) -> None:
+        """End the session of ``cookie`` (a logout): refused until it would have expired."""
+        moment = time.time() if now is None else now
+        for csrf, expires in list(self._revoked.items()):
+            if expires < moment:
+                del self._revoked[csrf]
+        session = self._session(cookie)
+        if session is not None and session.expires >= moment:
+            self._revoked[session.csrf] = session.expires
+
+    def _session(self, cookie: str | None) -> _Session | None:
+        """What a cookie this service signed says; None for any other."""
         if not cookie or cookie.count(".") != 1 or len(cookie) > 1024:
             return None
         body, signature = cookie.split(".")
@@ -141,17 +208,17 @@ class Sessions:
             return None
         try:
             data = json.loads(payload)
-            name, csrf, expires = str(data["u"]), str(data["c"]), float(data["e"])
+            return _Session(str(data["u"]), str(data["c"]), float(data["e"]), str(data["p"]))
         except (ValueError, KeyError, TypeError):
             return None
-        entry = self._config.user(name)
-        if entry is None or expires < (time.time() if now is None else now):
-            return None
-        return User(name, entry.role, csrf)
+
+    def _password_digest(self, entry: WebUser | None) -> str:
+        stored = entry.password_hash if entry is not None else None
+        return self._keys.sign(f"password:{stored or ''}".encode())[:22]
 
     def proxied(self, name: str) -> User | None:
         """A user the trusted proxy named; their CSRF token is derived from their name."""
-        entry = self._config.user(name)
+        entry = self._roster.user(name)
         if entry is None:
             return None
         return User(name, entry.role, self._keys.sign(f"proxy:{name}".encode()), via_proxy=True)
@@ -184,16 +251,49 @@ class _Failures:
 
 @dataclass
 class LoginThrottle:
-    """Failed logins slow the next attempt down, per client address and per user name."""
+    """Failed logins slow the next attempts down, so that guessing is slow and nobody can lock
+    somebody else out.
 
+    - Hard waits are keyed on the client's address, and on the name *from* that address: the
+      address's failures (0.5 s doubling, up to a minute) refuse it whatever name it tries,
+      and never another address.
+    - A name's failures from every address make an address that has failed too wait (up to
+      ``NAME_MAX_DELAY_S``): a guesser who moves between addresses gets one free guess per
+      address. An address with no failures is never refused for a name's sake, so an
+      operator on a clean address always logs in.
+    - An attempt is reserved before its password is checked (``admit``), and its outcome
+      recorded after (``record``): while one attempt from an address is being checked, the
+      next from it waits, so parallel guesses are checked one by one, not all at once.
+
+    ``clock``: the monotonic clock (a test's fake one).
+    """
+
+    clock: Callable[[], float] = time.monotonic
     _seen: dict[str, _Failures] = field(default_factory=dict)
+    _checking: set[str] = field(default_factory=set)
 
-    def wait_s(self, keys: tuple[str, ...], now: float) -> float:
-        """How long these keys must still wait before an attempt is heard (0: at once)."""
-        return max((self._seen[k].until - now for k in keys if k in self._seen), default=0.0)
+    def admit(self, name: str, address: str) -> float:
+        """0, and the attempt is reserved until ``record``; else how long it must still wait."""
+        now = self.clock()
+        here = f"address {address}"
+        wait = max(self._wait(here, now), self._wait(f"user {name} from {address}", now))
+        if here in self._seen:  # an address that failed waits for the name's failures too
+            wait = max(wait, min(NAME_MAX_DELAY_S, self._wait(f"user {name}", now)))
+        if wait <= 0 and here in self._checking:
+            wait = FIRST_DELAY_S  # its attempt before this one is being checked
+        if wait <= 0:
+            self._checking.add(here)
+        return wait
 
-    def failed(self, keys: tuple[str, ...], now: float) -> float:
-        """Count a failure; the delay the next attempt will wait."""
+    def record(self, name: str, address: str, ok: bool) -> float:
+        """The outcome of an admitted attempt; the delay the next from there will wait."""
+        now = self.clock()
+        self._checking.discard(f"address {address}")
+        keys = (f"address {address}", f"user {name} from {address}", f"user {name}")
+        if ok:
+            for key in keys[:2]:
+                self._seen.pop(key, None)
+            return 0.0
         self._forget(now)
         delay = 0.0
         for key in keys:
@@ -202,12 +302,12 @@ class LoginThrottle:
             entry.last = now
             wait = min(MAX_DELAY_S, FIRST_DELAY_S * 2 ** (entry.count - 1))
             entry.until = now + wait
-            delay = max(delay, wait)
+            delay = max(delay, wait if key != keys[2] else min(wait, NAME_MAX_DELAY_S))
         return delay
 
-    def succeeded(self, keys: tuple[str, ...]) -> None:
-        for key in keys:
-            self._seen.pop(key, None)
+    def _wait(self, key: str, now: float) -> float:
+        entry = self._seen.get(key)
+        return 0.0 if entry is None else max(0.0, entry.until - now)
 
     def _forget(self, now: float) -> None:
         stale = [k for k, v in self._seen.items() if now - v.last > FORGET_AFTER_S]
@@ -217,23 +317,52 @@ class LoginThrottle:
             del self._seen[min(self._seen, key=lambda k: self._seen[k].last)]
 
 
-class PasswordCheck:
-    """argon2 verification off the event loop, one at a time."""
+def client_address(config: WebConfig, remote: str | None, forwarded: str | None) -> str:
+    """Who connects, for the login throttle: the peer, or behind a trusted proxy the client
+    address it names last in ``X-Forwarded-For`` (what the proxy itself saw)."""
+    peer = remote or "unknown"
+    if not forwarded or not trusted_proxy(config, remote):
+        return peer
+    last = forwarded.split(",")[-1].strip()
+    try:
+        return str(ipaddress.ip_address(last))
+    except ValueError:
+        return peer
 
-    def __init__(self, config: WebConfig) -> None:
-        self._config = config
+
+class PasswordCheck:
+    """argon2 verification off the event loop, one at a time; the decoy hash for unknown
+    names is made at start (``start``), off the event loop too."""
+
+    def __init__(
+        self, config: WebConfig, hasher: PasswordHasher = _hasher, roster: Roster | None = None
+    ) -> None:
+        """``hasher``: argon2's (a test's recording one); ``roster``: the users in force, by
+        default those of ``config``."""
+        self._roster = roster or Roster(config.users)
+        self._hasher = hasher
         self._one = asyncio.Semaphore(1)
+        self._decoy: str | None = None
+
+    async def start(self) -> None:
+        """Make the decoy hash that unknown names are checked against, in a worker thread: a
+        hash costs what a check does, and the event loop watches the power."""
+        if self._decoy is None:
+            self._decoy = await asyncio.to_thread(self._hasher.hash, secrets.token_urlsafe(16))
 
     async def verify(self, name: str, password: str) -> bool:
-        entry = self._config.user(name)
+        """Whether ``password`` is ``name``'s; an unknown name costs what a known one does."""
+        entry = self._roster.user(name)
         stored = entry.password_hash if entry is not None else None
         async with self._one:
-            ok = await asyncio.to_thread(_verify, stored or _dummy_hash(), password)
+            if self._decoy is None:
+                await self.start()
+            assert self._decoy is not None
+            ok = await asyncio.to_thread(self._verify, stored or self._decoy, password)
         return ok and stored is not None
 
-
-def _verify(stored: str, password: str) -> bool:
-    try:
-        return _hasher.verify(stored, password)
-    except (VerificationError, InvalidHashError):
-        return False
+    def _verify(self, stored: str, password: str) -> bool:
+        try:
+            return self._hasher.verify(stored, password)
+        except (VerificationError, InvalidHashError):
+            return False

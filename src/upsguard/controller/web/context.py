@@ -40,7 +40,7 @@ class WebContext:
     throttle: LoginThrottle
 
 
-_USER = "upsguard.user"
+_USER = web.RequestKey("upsguard.user", User)
 
 
 def set_user(request: web.Request, user: User) -> None:
@@ -49,5 +49,4 @@ def set_user(request: web.Request, user: User) -> None:
 
 def current_user(request: web.Request) -> User:
     """Who asks; set by the guard before any route that is not public runs."""
-    user: User = request[_USER]
-    return user
+    return request[_USER]

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 MIN_INTERVAL_S = 0.25
 REFRESH_S = 5.0
 KEEPALIVE_S = 15.0
-MAX_CLIENTS = 256
+MAX_CLIENTS = 192  # of the listener's 256 connections: the rest stay for logins and acts
 KEPT_EVENTS = 256
 RETRY_MS = 2000
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import secrets
-import time
 from typing import Any
 
 import jinja2
@@ -20,7 +20,7 @@ from aiohttp import web
 from upsguard import __version__
 from upsguard.config.types import format_duration
 from upsguard.controller.web import data, doctor
-from upsguard.controller.web.auth import LOGIN_COOKIE, SESSION_COOKIE
+from upsguard.controller.web.auth import LOGIN_COOKIE, SESSION_COOKIE, client_address
 from upsguard.controller.web.context import WebContext, current_user
 from upsguard.controller.web.history import SPANS
 
@@ -130,17 +130,22 @@ class Pages:
         expected = self._ctx.sessions.login_token(nonce) if nonce else ""
         if not nonce or not secrets.compare_digest(expected, str(form.get("csrf", ""))):
             raise web.HTTPForbidden(text="the login form is stale: reload it")
-        keys = (f"address {request.remote}", f"user {name}")
+        address = client_address(
+            self._ctx.config, request.remote, request.headers.get("X-Forwarded-For")
+        )
         throttle = self._ctx.throttle
-        wait = throttle.wait_s(keys, time.monotonic())
+        wait = throttle.admit(name, address)
         if wait > 0:
-            message = f"too many failed logins: try again in {wait:.0f} s"
+            message = f"too many failed logins: try again in {math.ceil(wait)} s"
             return self._login_page(request, message, status=429)
-        if not await self._ctx.passwords.verify(name, password):
-            throttle.failed(keys, time.monotonic())
+        ok = False
+        try:
+            ok = await self._ctx.passwords.verify(name, password)
+        finally:
+            throttle.record(name, address, ok)
+        if not ok:
             await asyncio.sleep(FAILED_LOGIN_PAUSE_S)
             return self._login_page(request, "wrong name or password", status=401)
-        throttle.succeeded(keys)
         response = web.HTTPSeeOther(_next(str(form.get("next", "/"))))
         response.set_cookie(
             SESSION_COOKIE,
@@ -155,6 +160,7 @@ class Pages:
         raise response
 
     async def logout(self, request: web.Request) -> web.Response:
+        self._ctx.sessions.revoke(request.cookies.get(SESSION_COOKIE))
         response = web.json_response({"logged_out": current_user(request).name})
         response.del_cookie(SESSION_COOKIE, path="/")
         return response

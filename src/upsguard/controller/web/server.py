@@ -12,6 +12,9 @@ Every request passes two guards before its route:
   login itself) needs the session's CSRF token in ``X-CSRF-Token`` and, when the browser
   says where it comes from, this page's own origin: 403 otherwise.
 
+Connections are bounded before any of this (``listener``): a ceiling counting the live
+streams, none while descriptors are short, a deadline for a request's head.
+
 The page is for people watching: when it cannot start (the port is taken, the TLS files
 cannot be read) the service says so as an alert and goes on watching the power.
 """
@@ -24,6 +27,7 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -31,6 +35,7 @@ from aiohttp import web
 from upsguard.config.web import WebConfig
 from upsguard.controller.web import auth, controls, pages
 from upsguard.controller.web.context import WebContext, WebServed, set_user
+from upsguard.controller.web.listener import HEAD_TIMEOUT_S, MAX_CONNECTIONS, Door
 from upsguard.controller.web.live import LiveFeed
 from upsguard.errors import PermanentError
 
@@ -47,10 +52,20 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class WebServer:
-    def __init__(self, svc: WebServed, config: WebConfig) -> None:
+    def __init__(
+        self,
+        svc: WebServed,
+        config: WebConfig,
+        max_connections: int = MAX_CONNECTIONS,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``max_connections``: the listener's ceiling (tests make it small); ``monotonic``:
+        the clock of the login throttle (a test's fake one)."""
         self.svc = svc
+        self.max_connections = max_connections
         self.config = config
-        self.sessions = auth.Sessions(config, auth.Keys.for_config(config))
+        self.roster = auth.Roster(config.users)
+        self.sessions = auth.Sessions(config, auth.Keys.for_config(config), self.roster)
         self.feed = LiveFeed(
             svc.status,
             lambda after: svc.journal.read.events(after=after),
@@ -58,9 +73,15 @@ class WebServer:
             svc.metrics.web_clients.set,
         )
         self.context = WebContext(
-            svc, config, self.sessions, auth.PasswordCheck(config), auth.LoginThrottle()
+            svc,
+            config,
+            self.sessions,
+            auth.PasswordCheck(config, roster=self.roster),
+            auth.LoginThrottle(monotonic),
         )
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
+        self.door: Door | None = None
         self._feeding: asyncio.Task[None] | None = None
         self.url = ""
 
@@ -74,20 +95,32 @@ class WebServer:
 
     async def start(self) -> None:
         tls = self._tls()
-        runner = web.AppRunner(self.application(), access_log=None, shutdown_timeout=2.0)
+        args: dict[str, Any] = {"access_log": None, "keepalive_timeout": HEAD_TIMEOUT_S}
+        runner = web.AppRunner(self.application(), shutdown_timeout=2.0, **args)
         await runner.setup()
+        assert runner.server is not None, "setup made the server"
+        door = Door(runner.server, self.max_connections, **args)
         host = str(self.config.listen)
         try:
-            await web.TCPSite(runner, host, self.config.port, ssl_context=tls).start()
+            self._listener = await door.listen(host, self.config.port, tls)
         except OSError as exc:
             await runner.cleanup()
             raise PermanentError(f"web page on {host} port {self.config.port}: {exc}") from exc
         self._runner = runner
+        self.door = door
         scheme = "https" if tls else "http"
         shown = f"[{host}]" if ":" in host else host
         self.url = f"{scheme}://{shown}:{self.config.port}/"
         self._feeding = asyncio.create_task(self.feed.run(), name="web live feed")
         log.info("web page on %s", self.url)
+        await self.context.passwords.start()  # a login before it is made waits for it
+
+    def apply(self, config: WebConfig | None) -> None:
+        """A reloaded site file's users and roles, at once: a user taken out is out (their
+        session, their password), a role changed is the new one at the next request. A file
+        without ``web:`` lets nobody in until the next start stops the page. The address,
+        port, TLS, proxy and session settings stay those of the start."""
+        self.roster.replace(config.users if config is not None else [])
 
     def _tls(self) -> ssl.SSLContext | None:
         tls = self.config.tls
@@ -110,9 +143,14 @@ class WebServer:
             self._feeding.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._feeding
+        if self._listener is not None:
+            self._listener.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._listener is not None:
+            await self._listener.wait_closed()
+            self._listener = None
 
     # -- who asks ----------------------------------------------------------------------
 

@@ -1,0 +1,370 @@
+"""The web page's listener and routes against a hostile client, without a browser: a real
+service in this process (simulated UPS and platforms), its page through aiohttp's test
+client, or on a real socket on 127.0.0.1 where the listener itself is what is tested.
+
+Nothing waits on the wall clock: a test that needs time to pass for the page passes it on
+the ``now`` the page's guards are given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import socket
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from aiohttp.test_utils import TestClient, TestServer
+from yarl import URL
+
+from upsguard.config.site import SiteConfig
+from upsguard.controller.service import Service
+from upsguard.controller.web.auth import MAX_DELAY_S, SESSION_COOKIE, hash_password
+from upsguard.controller.web.server import WebServer
+
+Client = TestClient[Any, Any]
+PASSWORDS = {"ana": "ana's long passphrase", "noc": "noc's passphrase"}
+HASHES = {name: hash_password(pw) for name, pw in PASSWORDS.items()}
+ROLES = {"ana": "operator", "noc": "viewer"}
+
+
+def users(roles: dict[str, str] | None = None) -> list[dict[str, str]]:
+    return [
+        {"name": name, "role": role, "password_hash": HASHES[name]}
+        for name, role in (roles or ROLES).items()
+    ]
+
+
+def site_dict(tmp_path: Path, **web: Any) -> dict[str, Any]:
+    return {
+        "site": "web-unit",
+        "journal": str(tmp_path / "journal.sqlite"),
+        "service": {"socket": str(tmp_path / "upsguard.sock")},
+        "ups": [{"name": "ups1", "simulated": {}}],
+        "resources": [{"id": "core-sw", "kind": "switch"}],
+        "policies": {"poll_interval": "1h"},
+        "web": {"port": 1, "users": users(), **web},
+    }
+
+
+def site(tmp_path: Path, **web: Any) -> SiteConfig:
+    return SiteConfig.model_validate(site_dict(tmp_path, **web))
+
+
+@contextlib.asynccontextmanager
+async def opened(config: SiteConfig) -> AsyncIterator[Service]:
+    service = Service(config, log_events=False)
+    await service.open()
+    try:
+        yield service
+    finally:
+        await service.close()
+
+
+@dataclass
+class FakeClock:
+    """The login throttle's monotonic clock: time passes when the test says so."""
+
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@contextlib.asynccontextmanager
+async def page(
+    config: SiteConfig, clock: FakeClock | None = None
+) -> AsyncIterator[tuple[Service, WebServer, Client]]:
+    """The page's application behind aiohttp's test server, with its service."""
+    assert config.web is not None
+    async with opened(config) as service:
+        server = WebServer(service, config.web, monotonic=clock or FakeClock())
+        client: Client = TestClient(TestServer(server.application()))
+        await client.start_server()
+        try:
+            yield service, server, client
+        finally:
+            await client.close()
+
+
+def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(scenario())
+
+
+# -- the listener -------------------------------------------------------------------------
+
+
+async def connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port)
+
+
+async def exchange(port: int, request: bytes) -> bytes:
+    """Send ``request`` on a new connection and read until the server closes it."""
+    reader, writer = await connect(port)
+    try:
+        writer.write(request)
+        return await asyncio.wait_for(reader.read(), 30)
+    finally:
+        writer.close()
+
+
+def get(path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode()
+
+
+@contextlib.asynccontextmanager
+async def listening(tmp_path: Path, max_connections: int) -> AsyncIterator[WebServer]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = site(tmp_path, port=port)
+    assert config.web is not None
+    async with opened(config) as service:
+        server = WebServer(service, config.web, max_connections=max_connections)
+        await server.start()
+        try:
+            yield server
+        finally:
+            await server.stop()
+
+
+def test_past_its_ceiling_the_listener_closes_new_connections_before_reading_them(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with listening(tmp_path, max_connections=4) as server:
+            port = server.config.port
+            idle = [await connect(port) for _ in range(4)]  # connected, never a byte sent
+            door = server.door
+            assert door is not None
+            for _ in range(100):
+                if door.open == 4:
+                    break
+                await asyncio.sleep(0.01)
+            assert door.open == 4
+            assert await exchange(port, get("/login")) == b""  # closed without an answer
+            assert door.refused == 1
+            for _, writer in idle:
+                writer.close()
+            for _ in range(100):
+                if door.open == 0:
+                    break
+                await asyncio.sleep(0.01)
+            answer = await exchange(port, get("/login"))
+            assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+
+    run(scenario)
+
+
+def test_http_a_stranger_gets_wrong_is_a_400_and_no_traceback_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        async with listening(tmp_path, max_connections=8) as server:
+            port = server.config.port
+            garbage = await exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n")
+            assert re.match(rb"HTTP/1.\d 400 ", garbage), garbage[:200]
+            huge = await exchange(port, b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n")
+            assert re.match(rb"HTTP/1.\d 4\d\d ", huge), huge[:200]
+            answer = await exchange(port, get("/login"))
+            assert answer.startswith(b"HTTP/1.1 200 ")
+
+    caplog.set_level(logging.DEBUG, logger="aiohttp")
+    run(scenario)
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+# -- logging in ---------------------------------------------------------------------------
+
+
+class Browser:
+    """One browser on its own loopback address (127.0.0.N: the page sees N's address), with
+    its cookies; ``forwarded`` is the client address a trusted proxy would name."""
+
+    def __init__(
+        self, client: Client | str, address: str = "127.0.0.1", forwarded: str = ""
+    ) -> None:
+        self.base = URL(client) if isinstance(client, str) else client.make_url("")
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(local_addr=(address, 0)),
+            cookie_jar=aiohttp.CookieJar(unsafe=True),  # cookies for a numeric host
+        )
+        self.headers = {"X-Forwarded-For": forwarded} if forwarded else {}
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def login(self, name: str, password: str) -> int:
+        """The login form, filled: the status of its POST (303 in, 401 wrong, 429 wait)."""
+        async with self.session.get(self.base.join(URL("/login"))) as form:
+            token = re.search(r'name="csrf" value="([^"]+)"', await form.text())
+        assert token is not None
+        data = {"name": name, "password": password, "csrf": token.group(1), "next": "/"}
+        async with self.session.post(
+            self.base.join(URL("/login")), data=data, headers=self.headers, allow_redirects=False
+        ) as answer:
+            return answer.status
+
+    def cookie(self, name: str) -> str:
+        return next((c.value for c in self.session.cookie_jar if c.key == name), "")
+
+    async def status_of(self, path: str) -> int:
+        async with self.session.get(self.base.join(URL(path)), allow_redirects=False) as answer:
+            return answer.status
+
+    async def act(self, path: str, body: dict[str, Any]) -> int:
+        """A control as the page sends it, with the CSRF token the page carries."""
+        async with self.session.get(self.base.join(URL("/"))) as overview:
+            token = re.search(r'name="csrf-token" content="([^"]+)"', await overview.text())
+        assert token is not None
+        headers = {"X-CSRF-Token": token.group(1)}
+        url = self.base.join(URL(path))
+        async with self.session.post(url, json=body, headers=headers) as answer:
+            return answer.status
+
+
+@contextlib.asynccontextmanager
+async def browsers(client: Client, *addresses: str) -> AsyncIterator[list[Browser]]:
+    opened = [Browser(client, address) for address in addresses]
+    try:
+        yield opened
+    finally:
+        for browser in opened:
+            await browser.close()
+
+
+async def guesses(browser: Browser, clock: FakeClock, count: int) -> list[int]:
+    """``count`` wrong passwords for ana, each once the wait of the one before is over."""
+    statuses = []
+    for _ in range(count):
+        statuses.append(await browser.login("ana", "guess"))
+        clock.now += MAX_DELAY_S
+    clock.now -= MAX_DELAY_S  # the last one's wait is still on
+    return statuses
+
+
+def test_parallel_wrong_passwords_for_one_name_are_checked_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with page(site(tmp_path)) as (_, _, client), browsers(client, "127.0.0.2") as [b]:
+            tries = [b.login("ana", f"guess {i}") for i in range(12)]
+            statuses = sorted(await asyncio.gather(*tries))
+            assert statuses == [401] + [429] * 11
+
+    run(scenario)
+
+
+def test_failures_from_one_address_never_refuse_the_right_password_from_another(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+
+    async def scenario() -> None:
+        async with (
+            page(site(tmp_path), clock) as (_, _, client),
+            browsers(client, "127.0.0.2", "127.0.0.3") as [mallory, ana],
+        ):
+            assert await guesses(mallory, clock, 3) == [401] * 3
+            assert await mallory.login("noc", PASSWORDS["noc"]) == 429  # the address waits
+            assert await ana.login("ana", PASSWORDS["ana"]) == 303
+
+    run(scenario)
+
+
+def test_behind_a_trusted_proxy_each_forwarded_client_waits_for_its_own_failures(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+
+    async def scenario() -> None:
+        config = site(tmp_path, proxy={"trusted": ["127.0.0.1"]})
+        async with page(config, clock) as (_, _, client):
+            mallory = Browser(client, "127.0.0.1", forwarded="192.0.2.66")
+            ana = Browser(client, "127.0.0.1", forwarded="10.1.1.1, 192.0.2.7")
+            stranger = Browser(client, "127.0.0.9", forwarded="192.0.2.7")  # not the proxy
+            try:
+                assert await guesses(mallory, clock, 3) == [401] * 3
+                assert await ana.login("ana", PASSWORDS["ana"]) == 303
+                assert await mallory.login("ana", PASSWORDS["ana"]) == 429
+                assert await stranger.login("noc", "guess") == 401
+                assert await stranger.login("noc", PASSWORDS["noc"]) == 429  # its own address
+            finally:
+                for browser in (mallory, ana, stranger):
+                    await browser.close()
+
+    run(scenario)
+
+
+# -- a reload -----------------------------------------------------------------------------
+
+
+def test_a_reload_takes_users_out_and_roles_away_at_once(tmp_path: Path) -> None:
+    """SIGHUP's reload: a viewer taken out of the file is out (their cookie and their
+    password), an operator made a viewer may no longer act."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(site_dict(tmp_path, port=port)))
+    config = site(tmp_path, port=port)
+
+    async def scenario() -> None:
+        service = Service(config, log_events=False, site_path=path)
+        await service.open()
+        stop = asyncio.Event()
+        serving = asyncio.create_task(service.serve(stop))
+        ana = noc = None
+        try:
+            base = f"http://127.0.0.1:{port}"
+            for _ in range(1000):
+                with contextlib.suppress(OSError):
+                    (await connect(port))[1].close()
+                    break
+                await asyncio.sleep(0.01)
+            ana, noc = Browser(base), Browser(base)
+            assert await ana.login("ana", PASSWORDS["ana"]) == 303
+            assert await noc.login("noc", PASSWORDS["noc"]) == 303
+            assert await noc.status_of("/api/status") == 200
+            hold = {"reason": "before the reload", "confirm": True}
+            assert await ana.act("/api/hold", hold) == 200
+            assert await ana.act("/api/release", hold) == 200
+
+            path.write_text(yaml.safe_dump(site_dict(tmp_path, port=port, users=users(
+                {"ana": "viewer"}))))  # fmt: skip
+            await service.reload()
+            assert await noc.status_of("/api/status") == 401
+            again = Browser(base)
+            try:
+                assert await again.login("noc", PASSWORDS["noc"]) == 401
+            finally:
+                await again.close()
+            assert await ana.act("/api/hold", hold) == 403
+            assert service.status().held is None
+        finally:
+            for browser in (ana, noc):
+                if browser is not None:
+                    await browser.close()
+            stop.set()
+            await serving
+            await service.close()
+
+    run(scenario)
+
+
+def test_a_cookie_kept_after_logout_is_refused(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with page(site(tmp_path)) as (_, _, client), browsers(client, "127.0.0.2") as [b]:
+            assert await b.login("ana", PASSWORDS["ana"]) == 303
+            kept = b.cookie(SESSION_COOKIE)
+            assert await b.act("/logout", {}) == 200
+            assert b.cookie(SESSION_COOKIE) == ""
+            b.session.cookie_jar.update_cookies({SESSION_COOKIE: kept})
+            assert await b.status_of("/api/status") == 401
+
+    run(scenario)
