@@ -173,10 +173,7 @@ class OutageMachine(RuleBasedStateMachine):
     )
     def platform_reads_go_wrong(self, platform: PlatformName, reads: str | None) -> None:
         """Its reads come back unknown (garbage) or fail, while its requests get through."""
-        if reads is None:
-            self.lab.reads.pop(platform, None)
-        else:
-            self.lab.reads[platform] = reads
+        self.lab.set_reads(platform, reads)
 
     # -- the controller itself ----------------------------------------------------------------
 

@@ -519,3 +519,26 @@ def test_status_never_tears_a_ups_line_from_its_feed() -> None:
         step("site_file_read_again", good=True),
         step("contact", ups="ua", link=LinkState.STALE),
     )
+
+
+def test_a_start_asked_blind_may_land_after_the_reads_came_right() -> None:
+    """A startup read lab1 while vc's reads said nothing usable and asked it to start; vc
+    hung meanwhile, and the request landed after the reads came right (the story's end
+    clears its faults): the lab took it for a start of a machine it could see was on."""
+    replay(
+        step("trigger", direction="startup", only=[]),
+        step("self_test", on=False, ups="ua"),
+        step("platform_hangs", platform="vc", seconds=30),
+        step("platform_reads_go_wrong", platform="vc", reads="unknown"),
+    )
+
+
+def test_a_feed_whose_member_went_stale_on_battery_is_degraded_not_online() -> None:
+    """ua on battery, then its data stale: the feed shows degraded (ub supplies it alone), a
+    warning and true; the lab's rule took degraded for an all-clear."""
+    replay(
+        step("mains", ups="ua", on=False),
+        step("kill_9"),
+        step("contact", ups="ua", link=LinkState.STALE),
+        step("time_passes", seconds=5),
+    )
