@@ -298,8 +298,10 @@ class PairLab(OutageLab):
         )
 
     async def start(self, seat: Seat | None = None) -> None:
-        await super().start(seat)
         seat = seat or self.seats[0]
+        if seat.process is None:
+            self.paused.pop(seat.name, None)  # a new process: the stopped one is gone
+        await super().start(seat)
         process = seat.process
         if process is not None:
             pair = process.service.pair
