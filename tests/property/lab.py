@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
-from collections.abc import Callable, Coroutine
+import weakref
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,9 +41,16 @@ from upsguard.config.platforms import SimulatedPlatformSettings
 from upsguard.config.scenario import Scenario, parse_scenario
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import parse_yaml
-from upsguard.controller.service import Service
+from upsguard.controller.service import Service, StoreBuilder
 from upsguard.engine.outage_controller import REPLAN_WITHIN_S
-from upsguard.errors import PermanentError, PlatformUnreachable, RunBusy, TemporaryError
+from upsguard.errors import (
+    LeadershipLost,
+    PermanentError,
+    PlatformUnreachable,
+    RunBusy,
+    TemporaryError,
+    UpsUnreachable,
+)
 from upsguard.events import (
     CacheClean,
     Event,
@@ -162,18 +171,48 @@ class GatedBus:
             self._inner(event)
             self._heard(event)
 
+    def subscribe(self, listener: Callable[[Event], None]) -> None:
+        """What the service subscribes once it is open (a pair's writer) hears the bus."""
+        self._inner.subscribe(listener)  # type: ignore[attr-defined]  # the service's EventBus
+
+
+PROCESS: contextvars.ContextVar[int] = contextvars.ContextVar("lab_process", default=0)
+"""The controller process a task belongs to (0: the test's own): every task a process
+starts inherits it, so that a kill ends that process's tasks and no other's, and a request
+a platform accepts is counted against the process that made it."""
+
 
 class Life:
     """Whether a controller process still lives. A killed one reaches nothing more: its
-    calls to the world's platforms, caches and UPSes never come back (as after ``kill -9``,
-    whatever its tasks would have done next)."""
+    calls to the world's platforms, caches, UPSes and store never come back (as after
+    ``kill -9``, whatever its tasks would have done next). A paused one (SIGSTOP) reaches
+    nothing until it is woken."""
 
-    def __init__(self) -> None:
+    def __init__(self, number: int = 0) -> None:
+        self.number = number
         self.alive = True
+        self.awake = asyncio.Event()
+        self.awake.set()
+        self.may_act: Callable[[], bool] = lambda: True
+        """What a request re-checks right before it is made (the pair's term)."""
 
-    async def check(self) -> None:
+    async def check(self) -> bool:
+        """Wait while paused, for ever once killed; True when this call waited for a wake."""
         if not self.alive:
             await asyncio.get_running_loop().create_future()
+        if self.awake.is_set():
+            return False
+        await self.awake.wait()
+        if not self.alive:
+            await asyncio.get_running_loop().create_future()
+        return True
+
+    async def before_request(self) -> None:
+        """A request of a process that was paused: its tasks ran up to here while it slept,
+        which a stopped process does only once woken, and then it checks its term first
+        (``StepRunner._fence``) before it asks. The check made before the pause is stale."""
+        if await self.check() and not self.may_act():
+            raise LeadershipLost("not asked: this controller's term ended while it was paused")
 
 
 UNKNOWN_READS = "unknown"
@@ -218,11 +257,11 @@ class LabPlatform:
         return await self._inner.power_state(target)
 
     async def stop(self, target: Target, method: StopMethod) -> None:
-        await self._life.check()
+        await self._life.before_request()
         await self._inner.stop(target, method)
 
     async def start(self, target: Target) -> None:
-        await self._life.check()
+        await self._life.before_request()
         await self._inner.start(target)
 
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
@@ -309,19 +348,49 @@ class LabCache:
 
 
 class LabUps(SimulatedUps):
-    """A world's UPS as one controller process reads and commands it."""
+    """A world's UPS as one controller process reads and commands it, through the seat's
+    own link to it (``Seat.cut``: no answer, as an upsd out of reach)."""
 
-    def __init__(self, config: Any, clock: Any, world: PowerWorld, life: Life) -> None:
+    def __init__(
+        self, config: Any, clock: Any, world: PowerWorld, life: Life, cut: set[UpsName]
+    ) -> None:
         super().__init__(config, clock, world)
         self._life = life
+        self._cut = cut
 
     async def read(self) -> Any:
         await self._life.check()
+        self._reach()
         return await super().read()
 
     async def command(self, name: str) -> None:
-        await self._life.check()
+        await self._life.before_request()
+        self._reach()
         await super().command(name)
+
+    def _reach(self) -> None:
+        if self.name in self._cut:
+            raise UpsUnreachable(f"UPS {self.name}: no answer (this controller's link cut)")
+
+
+@dataclass
+class Seat:
+    """A controller's place in the world: its site file and journal, the machine it runs
+    on, its own links to the UPSes, and the process running there now (None: down)."""
+
+    name: str
+    site: SiteConfig
+    site_path: Path
+    own: ResourceId
+    cut: set[UpsName] = field(default_factory=set)
+    """The UPSes this controller cannot reach (its path to upsd is down)."""
+    process: Process | None = None
+
+    @property
+    def serving(self) -> Process | None:
+        """The process once it serves (journal resumed, API up): what a person's CLI and
+        the checks of what it says can reach."""
+        return self.process if self.process is not None and self.process.opened else None
 
 
 @dataclass
@@ -329,6 +398,7 @@ class Process:
     """One ``upsguard run``: its service, its watch, and the gate a kill closes."""
 
     number: int
+    seat: Seat
     service: Service
     bus: GatedBus
     life: Life
@@ -339,15 +409,29 @@ class Process:
 
 
 class OutageLab:
-    def __init__(self, tmp: Path, site_text: str | None = None) -> None:
+    """The world and the controllers in it: one seat (``upsguard run`` on the site's own
+    machine), or more (``seats``: each a name and its site file, the first one's resources
+    being the world's; the pair lab's two controllers)."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        site_text: str | None = None,
+        seats: Sequence[tuple[str, str]] | None = None,
+    ) -> None:
         self.loop = VirtualTimeLoop()
         asyncio.set_event_loop(self.loop)
+        self._owners: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.loop.set_task_factory(self._task)
         self.clock = LoopClock(self.loop, ORIGIN)
-        journal = tmp / "lab.sqlite"
-        self.site_path = tmp / "lab.yaml"
-        self.site_path.write_text((site_text or SITE).format(journal=journal))
-        site, self.shutdown, self.startup, scenario = _prepared(site_text or SITE)
-        self.site = site.model_copy(update={"journal": journal})
+        texts = list(seats) if seats is not None else [("lab", site_text or SITE)]
+        self.seats = [self._seat(tmp, name, text) for name, text in texts]
+        world = self.seats[0]
+        self.site_path = world.site_path
+        _, self.shutdown, self.startup, scenario = _prepared(texts[0][1])
+        self.site = world.site
         protected = {s.resource for s in self.shutdown.steps}
         self.power = PowerWorld(self.site, scenario, self.clock, protected)
         self.fleet = Fleet(self._power_changed, {})
@@ -369,8 +453,9 @@ class OutageLab:
         """When each platform's reads came right again."""
         self.power.power_cut = self._power_cut
         self.power.power_back = self._power_back
-        self.own = next(r.id for r in self.site.resources if r.runs_upsguard)
-        self.process: Process | None = None
+        self.own = world.own
+        self.machines = {seat.own for seat in self.seats}
+        """The controllers' own machines: each goes down last, by its own steps."""
         self._count = 0
         self.violations: list[str] = []
         self.seen: list[Seen] = []
@@ -397,18 +482,54 @@ class OutageLab:
         self._tracebacks = _Tracebacks(self.violations)
         logging.getLogger("upsguard").addHandler(self._tracebacks)
         self.run(self._resolve_all())
-        self.run(self.start())
+        for seat in self.seats:
+            self.run(self.start(seat))
+
+    def _seat(self, tmp: Path, name: str, text: str) -> Seat:
+        journal = tmp / f"{name}.sqlite"
+        site_path = tmp / f"{name}.yaml"
+        site_path.write_text(text.format(journal=journal))
+        site = _prepared(text)[0].model_copy(update={"journal": journal})
+        own = next(r.id for r in site.resources if r.runs_upsguard)
+        return Seat(name, site, site_path, own)
+
+    def _task(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        coro: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Task[Any]:
+        """Every task, noted with the process it belongs to (its creator's)."""
+        task: asyncio.Task[Any] = asyncio.Task(coro, loop=loop, context=context)
+        self._owners[task] = (context or contextvars.copy_context()).get(PROCESS, 0)
+        return task
 
     # -- driving -------------------------------------------------------------------------
 
-    def run(self, coro: Coroutine[Any, Any, T], within_s: float = ANSWER_WITHIN_S) -> T:
+    def run(
+        self,
+        coro: Coroutine[Any, Any, T],
+        within_s: float = ANSWER_WITHIN_S,
+        process: Process | None = None,
+    ) -> T:
         """Run ``coro`` on the virtual clock; one that takes longer than ``within_s`` of it is
-        stuck (a person's command that never answers), which the run reports."""
-        return self.loop.run_until_complete(self._lab_task(_answers(coro, within_s)))
+        stuck (a person's command that never answers), which the run reports. ``process``:
+        the controller process it is a command to (alone, the one process there is): what
+        it starts belongs to that process, and a kill ends it."""
+        process = process or (self.seats[0].process if len(self.seats) == 1 else None)
+        return self.loop.run_until_complete(
+            self._lab_task(_answers(coro, within_s), process=process)
+        )
 
-    def _lab_task(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """The test's own doing (never a controller's: a kill leaves it alone)."""
-        return self.loop.create_task(coro, name=f"{LAB} {getattr(coro, '__name__', '')}")
+    def _lab_task(
+        self, coro: Coroutine[Any, Any, T], process: Process | None = None
+    ) -> asyncio.Task[T]:
+        """The test's own doing (never a controller's: a kill leaves it alone); the tasks it
+        starts belong to ``process``, when it is a command to one."""
+        context = contextvars.copy_context()
+        context.run(PROCESS.set, process.number if process is not None else 0)
+        name = f"{LAB} {getattr(coro, '__name__', '')}"
+        return self.loop.create_task(coro, name=name, context=context)
 
     def change(self, world_change: Callable[[], object]) -> None:
         """A change of the world, made on the loop (the platforms schedule what follows)."""
@@ -426,14 +547,20 @@ class OutageLab:
         return self.clock.monotonic()
 
     @property
+    def process(self) -> Process | None:
+        """The process of the first seat (the only one, alone)."""
+        return self.seats[0].process
+
+    @property
     def serving(self) -> Process | None:
-        """The controller process once it serves (journal resumed, API up): what a person's
-        CLI and the checks of what it says can reach."""
-        return self.process if self.process is not None and self.process.opened else None
+        """The first seat's process once it serves (journal resumed, API up): what a
+        person's CLI and the checks of what it says can reach."""
+        return self.seats[0].serving
 
     def close(self) -> None:
-        if self.process is not None:
-            self.run(self._end(self.process, killed=True))
+        for seat in self.seats:
+            if seat.process is not None:
+                self.run(self._end(seat.process, killed=True))
         logging.getLogger("upsguard").removeHandler(self._tracebacks)
         tasks = asyncio.all_tasks(self.loop)
         for task in tasks:
@@ -442,54 +569,72 @@ class OutageLab:
         self.loop.close()
         asyncio.set_event_loop(None)
 
-    # -- the controller process --------------------------------------------------------------
+    # -- the controller processes ------------------------------------------------------------
 
-    async def start(self) -> None:
+    def _service(self, seat: Seat, life: Life) -> Service:
+        return Service(
+            seat.site,
+            self.clock,
+            plugins=lambda s, c: self._plugins(s, c, life, seat),
+            site_path=seat.site_path,
+            store=self._store(seat, life),
+        )
+
+    def _store(self, seat: Seat, life: Life) -> StoreBuilder:
+        """What builds the seat's coordination store: none, alone."""
+        return lambda site: None
+
+    async def start(self, seat: Seat | None = None) -> None:
         """``upsguard run`` starts: it opens its journal and resumes what it finds there."""
-        if self.process is not None:
+        seat = seat or self.seats[0]
+        if seat.process is not None:
             return
         self._count += 1
-        life = Life()
-        service = Service(
-            self.site,
-            self.clock,
-            plugins=lambda s, c: self._plugins(s, c, life),
-            site_path=self.site_path,
-        )
         number = self._count
+        life = Life(number)
+        context = contextvars.copy_context()
+        context.run(PROCESS.set, number)
+        service = context.run(self._service, seat, life)
         bus = GatedBus(service.bus, lambda event: self._heard(number, event))
         service.bus = bus  # type: ignore[assignment]  # the gate forwards to the real bus
-        self.process = process = Process(number, service, bus, life, asyncio.Event())
+        seat.process = process = Process(number, seat, service, bus, life, asyncio.Event())
         self.starts.append(self.now)
-        await service.open()
-        process.tasks = service.watch(process.stop)
+        opening = self.loop.create_task(self._open(process), name="open", context=context)
+        await opening
+
+    async def _open(self, process: Process) -> None:
+        await process.service.open()
+        process.tasks = process.service.watch(process.stop)
         process.opened = True
 
-    async def kill(self) -> None:
+    async def kill(self, seat: Seat | None = None) -> None:
         """``kill -9``: nothing more is heard of the process, its journal stays as it was."""
-        if self.process is not None:
-            await self._end(self.process, killed=True)
+        seat = seat or self.seats[0]
+        if seat.process is not None:
+            await self._end(seat.process, killed=True)
 
-    async def sigterm(self) -> None:
+    async def sigterm(self, seat: Seat | None = None) -> None:
         """SIGTERM: the service stops as ``upsguard run`` does, its run left interrupted."""
-        if self.process is not None:
-            await self._end(self.process, killed=False)
+        seat = seat or self.seats[0]
+        if seat.process is not None:
+            await self._end(seat.process, killed=False)
 
-    async def reload(self, good: bool) -> None:
+    async def reload(self, good: bool, seat: Seat | None = None) -> None:
         """The site file changes and the service is told (SIGHUP): a good change moves the
         required margin by a minute; a bad one breaks a resource (then the good file is put
         back, as a person would before the next start)."""
-        if self.process is None:
+        seat = seat or self.seats[0]
+        if seat.process is None:
             return
-        text = self.site_path.read_text()
+        text = seat.site_path.read_text()
         if good:
             margin = (
                 "required_margin: 6m" if "required_margin: 5m" in text else "required_margin: 5m"
             )
             changed = text.replace("required_margin: 6m", "@").replace("required_margin: 5m", "@")
-            self.site_path.write_text(changed.replace("@", margin))
+            seat.site_path.write_text(changed.replace("@", margin))
             heard = len(self.events)
-            await self.process.service.reload()
+            await seat.process.service.reload()
             refused = [
                 e.message
                 for _, _, e in self.events[heard:]
@@ -498,27 +643,35 @@ class OutageLab:
             if refused:
                 self.violations.append(f"a good site file was refused: {refused[0]}")
             return
-        self.site_path.write_text(text.replace("kind: vm,", "kind: vmm,", 1))
-        await self.process.service.reload()
-        self.site_path.write_text(text)
+        seat.site_path.write_text(text.replace("kind: vm,", "kind: vmm,", 1))
+        await seat.process.service.reload()
+        seat.site_path.write_text(text)
 
-    async def restart(self, killed: bool) -> None:
-        await (self.kill() if killed else self.sigterm())
+    async def restart(self, killed: bool, seat: Seat | None = None) -> None:
+        seat = seat or self.seats[0]
+        await (self.kill(seat) if killed else self.sigterm(seat))
         await asyncio.sleep(RESTART_S)
-        if self._own_on():
-            await self.start()
+        if self._own_on(seat):
+            await self.start(seat)
 
     async def _end(self, process: Process, killed: bool) -> None:
-        if self.process is not process:
+        seat = process.seat
+        if seat.process is not process:
             return
         process.stop.set()
         # killed (or stopped while it starts): at once, nothing it says is heard, nothing it
         # does reaches the world
         if killed or not process.opened:
-            self.process = None
+            seat.process = None
             process.bus.open = False
             process.life.alive = False
-            tasks = [t for t in asyncio.all_tasks() if not t.get_name().startswith(LAB)]
+            process.life.awake.set()  # a paused process killed: its calls hang for ever
+            tasks = [
+                t
+                for t in asyncio.all_tasks()
+                if not t.get_name().startswith(LAB)
+                and self._owners.get(t, 0) in (0, process.number)
+            ]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -531,11 +684,11 @@ class OutageLab:
             task.cancel()
         await asyncio.gather(*process.tasks, return_exceptions=True)
         await process.service.close()
-        self.process = None
+        seat.process = None
 
-    def _plugins(self, site: SiteConfig, clock: Any, life: Life) -> SitePlugins:
+    def _plugins(self, site: SiteConfig, clock: Any, life: Life, seat: Seat) -> SitePlugins:
         return SitePlugins(
-            sources={u.name: LabUps(u, clock, self.power, life) for u in site.ups},
+            sources={u.name: LabUps(u, clock, self.power, life, seat.cut) for u in site.ups},
             platforms={
                 name: LabPlatform(p, life, self.reads, clock) for name, p in self.platforms.items()
             },
@@ -568,8 +721,8 @@ class OutageLab:
     def all_in(self, resource: ResourceId, state: PowerState) -> bool:
         return all(self.state(t) is state for t in self.targets_of(resource))
 
-    def _own_on(self) -> bool:
-        return self.all_in(self.own, PowerState.ON)
+    def _own_on(self, seat: Seat | None = None) -> bool:
+        return self.all_in((seat or self.seats[0]).own, PowerState.ON)
 
     def set_reads(self, platform: PlatformName, reads: str | None) -> None:
         """The platform's reads go wrong (``UNKNOWN_READS``, ``FAILING_READS``), or come right
@@ -592,17 +745,18 @@ class OutageLab:
 
     def _power_changed(self, rid: ResourceId, fraction: float, state: PowerState) -> None:
         self.power.power_changed(rid, fraction, state)
-        if rid != self.own:
-            return
-        if state is PowerState.OFF and self.process is not None:  # its power went: no SIGTERM
-            self._lab_task(self.kill())
-        elif state is PowerState.ON and self.process is None:
-            self._lab_task(self._boot())
+        for seat in self.seats:
+            if rid != seat.own:
+                continue
+            if state is PowerState.OFF and seat.process is not None:  # no SIGTERM: power went
+                self._lab_task(self.kill(seat))
+            elif state is PowerState.ON and seat.process is None:
+                self._lab_task(self._boot(seat))
 
-    async def _boot(self) -> None:
+    async def _boot(self, seat: Seat) -> None:
         await asyncio.sleep(RESTART_S)
-        if self._own_on():
-            await self.start()
+        if self._own_on(seat):
+            await self.start(seat)
 
     def _power_cut(self, resources: tuple[ResourceId, ...]) -> None:
         self._check_cut(resources)
@@ -629,49 +783,74 @@ class OutageLab:
         controller reads every poll, and the check may fall between a reading and its
         decision) after its debounce, and the time a run may wait for fresh inventory from a
         platform that does not answer (``REPLAN_WITHIN_S``, not at the floor)."""
-        process = self.serving
-        controller = process.service.controller if process is not None else None
-        view = controller.view if controller is not None else None
-        if controller is None or view is None:
+        controllers = [
+            seat.serving.service.controller
+            for seat in self.seats
+            if seat.serving is not None and seat.serving.service.controller.view is not None
+        ]
+        if not controllers:
             self._due.clear()
             return None
-        engine = controller.engine
-        if engine.held is not None and not engine.at_floor:
+        engines = [c.engine for c in controllers]
+        if any(e.held is not None and not e.at_floor for e in engines):
             self._due.clear()
             return None
+        at_floor = any(e.at_floor for e in engines)
         policies = self.site.policies
         poll = policies.poll_interval.total_seconds()
         debounce = policies.on_battery.after.total_seconds() + poll
-        plan = controller.plan_seconds()
         margin = policies.required_margin.total_seconds()
-        due = {
-            f.name: f
-            for f in view.at_risk
-            if f.runtime_s is not None
-            and f.at_risk_for_s >= debounce
-            and f.runtime_s < plan[f.name].total_s + margin
-        }
+        due: dict[str, tuple[Any, float]] = {}
+        for controller in controllers:
+            plan = controller.plan_seconds()
+            view = controller.view
+            assert view is not None
+            for f in view.at_risk:
+                if (
+                    f.name not in due
+                    and f.runtime_s is not None
+                    and f.at_risk_for_s >= debounce
+                    and f.runtime_s < plan[f.name].total_s + margin
+                ):
+                    due[f.name] = (f, plan[f.name].total_s)
         # the allowance runs from when the feed is due and no shutdown covers it (a person's
         # abort ends the cover: the controller gets its polls to start one again)
-        uncovered = [name for name in due if not _shutdown_covers(controller, name)]
+        uncovered = [
+            name for name in due if not any(_shutdown_covers(c, name) for c in controllers)
+        ]
         self._due = {name: self._due.get(name, self.now) for name in uncovered}
         for name, since in self._due.items():
-            allowed = 2 * poll + (0.0 if engine.at_floor else REPLAN_WITHIN_S)
+            allowed = 2 * poll + (0.0 if at_floor else REPLAN_WITHIN_S) + self._takeover_s()
             if self.now - since >= allowed:
-                feed = due[name]
+                feed, plan_s = due[name]
                 return (
                     f"T+{self.now:.0f}s: feed {name} on battery with {feed.runtime_s:.0f}s of "
-                    f"runtime, below plan {plan[name].total_s:.0f}s + margin {margin:.0f}s, "
+                    f"runtime, below plan {plan_s:.0f}s + margin {margin:.0f}s, "
                     f"since T+{since:.0f}s, and no shutdown runs or ran for it"
                 )
         return None
 
+    def _takeover_s(self) -> float:
+        """How much longer than one controller a shutdown may take to start: none, alone."""
+        return 0.0
+
     def story_differs(self) -> str | None:
         """What the journal, ``status`` and the controller say is the same story, and
         ``status`` shows nothing unread as ok."""
-        if self.serving is None:
-            return None
-        service = self.serving.service
+        for seat in self.seats:
+            if seat.serving is None:
+                continue
+            differs = self._story_differs(seat.serving.service)
+            if differs is not None:
+                return differs if len(self.seats) == 1 else f"{seat.name}: {differs}"
+        return None
+
+    def _follows(self, service: Service) -> bool:
+        """Its ledger holds another's runs, not its journal's (a pair's standby): never,
+        alone."""
+        return False
+
+    def _story_differs(self, service: Service) -> str | None:
         controller = service.controller
         phase = controller.engine.phase
         journaled = service.journal.read.last_phase()
@@ -687,7 +866,7 @@ class OutageLab:
         }
         active = controller.ledger.active
         ledger = {active.spec.id} if active is not None else set()
-        if running != ledger:
+        if running != ledger and not self._follows(service):
             return f"the journal has running runs {sorted(running)}, the ledger {sorted(ledger)}"
         shown = {status.run.id} if status.run is not None else set()
         if shown - ledger:
@@ -710,23 +889,24 @@ class OutageLab:
                 self.wait(self.site.policies.poll_interval.total_seconds())
             if not self.not_back() or person_started or self.violations:
                 break
-            if self.serving is None:
+            person = self._persons_controller()
+            if person is None:
                 break
-            self.run(self._person_starts_the_site(), within_s=self._bound())
+            self.run(self._person_starts_the_site(person), within_s=self._bound(), process=person)
         return self.not_back() + self.violations
 
     def not_back(self) -> list[str]:
         """What is not as it was before the outage."""
         out = []
-        if self.serving is None:
-            out.append(
-                "the controller is not running"
-                + ("" if self._own_on() else f" ({self.own} is off)")
-            )
-        else:
-            phase = self.serving.service.controller.engine.phase
+        for seat in self.seats:
+            who = "the controller" if len(self.seats) == 1 else f"controller {seat.name}"
+            if seat.serving is None:
+                why = "" if self._own_on(seat) else f" ({seat.own} is off)"
+                out.append(f"{who} is not running{why}")
+                continue
+            phase = seat.serving.service.controller.engine.phase
             if phase.value != "normal":
-                out.append(f"phase {phase}")
+                out.append(f"phase {phase}" if len(self.seats) == 1 else f"{who}: phase {phase}")
         for res in self.site.resources:
             if res.starts and not self.all_in(res.id, PowerState.ON):
                 off = [t for t in self.targets_of(res.id) if self.state(t) is not PowerState.ON]
@@ -752,13 +932,20 @@ class OutageLab:
         self.power.set_mains(None, True)
 
     async def _release(self) -> None:
-        if self.serving is not None and self.serving.service.controller.engine.held:
-            self.serving.service.overrides.release("lab", "the outage is over")
+        for seat in self.seats:
+            if seat.serving is not None and seat.serving.service.controller.engine.held:
+                seat.serving.service.overrides.release("lab", "the outage is over")
 
-    async def _person_starts_the_site(self) -> None:
-        assert self.serving is not None
-        overrides = self.serving.service.overrides
-        controller = self.serving.service.controller
+    def _persons_controller(self) -> Process | None:
+        """The controller a person tells to start the site: the one that may act."""
+        serving = [seat.serving for seat in self.seats if seat.serving is not None]
+        acting = [p for p in serving if p.service.controller.may_act]
+        chosen = acting or serving
+        return chosen[0] if chosen else None
+
+    async def _person_starts_the_site(self, process: Process) -> None:
+        overrides = process.service.overrides
+        controller = process.service.controller
         await controller.wait_idle()
         with contextlib.suppress(RunBusy):  # the policy's own startup began meanwhile
             await overrides.trigger("lab", "startup", [], "start the site after the outage")
@@ -771,7 +958,8 @@ class OutageLab:
         own = self.site.resource_index()[self.own]
         ups = self.site.ups[0].at_shutdown_end.delay.total_seconds()
         boot = self._simulated(own.platform or "").host_power_on.total_seconds()
-        dead = ups + RETURN_DELAY_S + boot + 2 * RESTART_S if self.process is None else 0.0
+        down = any(seat.process is None for seat in self.seats)
+        dead = ups + RETURN_DELAY_S + boot + 2 * RESTART_S if down else 0.0
         lowest = min(b.charge_pct for b in self.power.batteries.values())
         charge = max(0.0, policies.startup.charge_above + 1 - lowest) / 100 * RECHARGE_S
         landing = max(self._simulated(p).host_shutdown.total_seconds() for p in self.platforms)
@@ -813,7 +1001,7 @@ class OutageLab:
                 self._check_done(event)
 
     def _requested(self, request: Request) -> None:
-        process = self.process.number if self.process is not None else 0
+        process = PROCESS.get()
         seen = Seen(self.now, process, request)
         if process == 0:
             self.violations.append(f"{_said(seen)} with no controller running")
@@ -824,13 +1012,23 @@ class OutageLab:
         else:
             self._check_shutdown_order(seen)
             self._check_caches(seen)
-            if request.resource == self.own:
-                self._check_path_back(seen)
-                self.loop.call_later(SIGTERM_AFTER_S, self._poweroff_stops_service)
+            for seat in self.seats:
+                if request.resource != seat.own:
+                    continue
+                if seat is self.seat_of(process):
+                    self._check_path_back(seen)
+                self.loop.call_later(SIGTERM_AFTER_S, self._poweroff_stops_service, seat)
+        self._check_request(seen)
         self.seen.append(seen)
 
-    def _poweroff_stops_service(self) -> None:
-        self._lab_task(self.sigterm())
+    def _check_request(self, seen: Seen) -> None:
+        """More rules a request must keep (the pair's): none, alone."""
+
+    def seat_of(self, process: int) -> Seat | None:
+        return next((s for s in self.seats if s.process and s.process.number == process), None)
+
+    def _poweroff_stops_service(self, seat: Seat) -> None:
+        self._lab_task(self.sigterm(seat))
 
     def _check_twice(self, seen: Seen) -> None:
         """No step acts twice on its target: a request while the same one is under way, or
@@ -852,7 +1050,7 @@ class OutageLab:
             and previous.request == request
             and previous.process != seen.process
         )
-        if resent_guest:
+        if resent_guest or (previous is not None and self._may_ask_again(previous, seen)):
             return
         # a controller that could not read the target asks: the platform refuses what is
         # there (its request may land after the reads came right: a hang, a retry)
@@ -864,6 +1062,11 @@ class OutageLab:
                 f"{_said(seen)}: asked twice (first at T+{previous.at_s:.0f}s by process "
                 f"{previous.process})"
             )
+
+    def _may_ask_again(self, previous: Seen, seen: Seen) -> bool:
+        """A second request to a target the rule allows besides a guest's (the pair's, when
+        nothing could fence the two): none, alone."""
+        return False
 
     def _check_shutdown_order(self, seen: Seen) -> None:
         """Nothing stops before what depends on it has stopped (or its failure is recorded)."""
@@ -898,7 +1101,7 @@ class OutageLab:
         controller's own machine (off only once its poweroff lands) are left out."""
         resource = event.resource
         res = self.site.resource_index().get(resource) if resource is not None else None
-        if res is None or event.member or res.runs_upsguard or res.kind.value == "vm_group":
+        if res is None or event.member or res.id in self.machines or res.kind.value == "vm_group":
             return
         on = [t for t in self.targets_of(res.id) if self.state(t) is not PowerState.OFF]
         if on:
@@ -925,7 +1128,7 @@ class OutageLab:
         sent_at = min(at for _, at, _ in commanded)
         for rid in resources:
             res = self.site.resource_index().get(rid)
-            if res is None or not res.stops or res.runs_upsguard or rid in declared:
+            if res is None or not res.stops or rid in self.machines or rid in declared:
                 continue
             on = [t for t in self.targets_of(rid) if self.state(t) is PowerState.ON]
             started = any(
@@ -940,7 +1143,7 @@ class OutageLab:
 
     def _check_path_back(self, seen: Seen) -> None:
         """The controller's own machine stops only once its UPSes will bring power back."""
-        for ups in self.power.ups_of(self.own):
+        for ups in self.power.ups_of(seen.request.resource):
             if not self.will_cycle(ups):
                 self.violations.append(
                     f"{_said(seen)}: nothing brings power back (UPS {ups} got no load cycle)"
@@ -1040,4 +1243,4 @@ def _said(seen: Seen) -> str:
     return f"T+{seen.at_s:.0f}s process {seen.process}: {what} of {seen.request.target.name}"
 
 
-__all__ = ["OutageLab", "Seen"]
+__all__ = ["Life", "OutageLab", "Process", "Seat", "Seen"]

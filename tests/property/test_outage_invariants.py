@@ -60,7 +60,10 @@ class OutageMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp(prefix="upsguard-lab-", dir=SCRATCH))
-        self.lab = OutageLab(self.tmp)
+        self.lab = self.make_lab()
+
+    def make_lab(self) -> OutageLab:
+        return OutageLab(self.tmp)
 
     def teardown(self) -> None:
         try:
