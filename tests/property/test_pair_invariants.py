@@ -173,15 +173,16 @@ EXPLORE = os.environ.get("UPSGUARD_EXPLORE") is not None
 """As the engine's shards: the same stories every run unless ``UPSGUARD_EXPLORE=1``."""
 
 
-OPEN = pytest.mark.xfail(
-    strict=False,
-    reason="the machine still finds stories src/ does not pass yet: the caches owed "
-    "write-back are not shared (test_pair_regressions); a policy's shutdown started or "
-    "resumed on steady mains and both controllers acting after the store came back "
-    "(not yet shrunk and judged)",
+RUN = os.environ.get("UPSGUARD_PAIR_MACHINE") is not None
+OPEN = pytest.mark.skipif(
+    not RUN,
+    reason="the pair machine still finds stories src/ does not pass (issue 32: the caches "
+    "owed write-back are not shared; a policy's shutdown on steady mains and both "
+    "controllers acting after the store came back, not yet shrunk): run it with "
+    "UPSGUARD_PAIR_MACHINE=1 scripts/test tests/property/test_pair_invariants.py",
 )
-"""Until each story it finds is judged and fixed, the machine runs in both lanes and says
-what it finds, without failing them."""
+"""Until each story it finds is judged and fixed, the machine runs on demand, where it can
+fail; the lanes say it was not run, and why (a test that cannot fail would tell nothing)."""
 
 
 @OPEN
