@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# apt-get installs Go in one of them: with the package tests, one after the other (dpkg's lock)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dpkg")]
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKPORTS_GO = "/usr/lib/go-1.23/bin/go"
