@@ -1,0 +1,175 @@
+"""The Debian package as a sysadmin meets it: ``scripts/package`` builds it, ``apt-get install``
+of the file installs it on this machine (a Debian 12), and ``apt-get purge`` takes away all it
+and its service made. Each test installs it anew and purges it at its end.
+
+The tests refuse to run where upsguard is already installed from a package: they would
+purge it."""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import re
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# apt and dpkg hold one lock: the tests that install packages run one after the other
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dpkg"), pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+UNIT = Path("/lib/systemd/system/upsguard.service")
+ENABLED = Path("/etc/systemd/system/multi-user.target.wants/upsguard.service")
+SITE = Path("/etc/upsguard/site.yaml")
+EXAMPLE = Path("/etc/upsguard/site.yaml.example")
+# everything the package or its service makes: none of it is left after a purge
+MADE = [
+    Path("/usr/bin/upsguard"),
+    Path("/opt/venvs/upsguard"),
+    Path("/etc/upsguard"),
+    UNIT,
+    ENABLED,
+    Path("/usr/lib/sysusers.d/upsguard.conf"),
+    Path("/var/lib/upsguard"),
+    Path("/run/upsguard"),
+    Path("/var/lib/systemd/deb-systemd-helper-enabled/upsguard.service.dsh-also"),
+    Path("/var/lib/systemd/deb-systemd-helper-enabled/multi-user.target.wants/upsguard.service"),
+]
+APT = ["apt-get", "-y", "-q", "-o", "DPkg::Lock::Timeout=120"]
+ENV = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+
+
+def run(*argv: str | Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(a) for a in argv], capture_output=True, text=True, env=ENV, timeout=timeout
+    )
+
+
+def package_installed() -> bool:
+    status = run("dpkg-query", "-W", "-f=${Status}", "upsguard")
+    return status.returncode == 0 and "installed" in status.stdout
+
+
+@pytest.fixture(scope="module")
+def deb() -> Path:
+    """The package of this checkout, built once (``scripts/package``: one and a half minutes
+    on a quiet two-core machine, under three on a busy one)."""
+    built = subprocess.run(
+        ["scripts/package"], cwd=ROOT, capture_output=True, text=True, timeout=500
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    said = re.search(
+        r"^package: (dist/upsguard_\S+\.deb) \((\S+), (\d+) KiB installed\)$", built.stdout, re.M
+    )
+    assert said is not None, built.stdout
+    arch = run("dpkg", "--print-architecture").stdout.strip()
+    assert re.fullmatch(rf"dist/upsguard_[0-9.]+(\+git\d+)?_{arch}\.deb", said[1])
+    return ROOT / said[1]
+
+
+@pytest.fixture
+def installed(deb: Path) -> Iterator[subprocess.CompletedProcess[str]]:
+    """The package installed (``apt-get install ./dist/...deb``, what the README says), and
+    purged afterwards; yields the install's output."""
+    if package_installed():
+        pytest.fail("upsguard is installed from a package on this machine: purge it first")
+    done = run(*APT, "install", deb, timeout=280)
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        yield done
+    finally:
+        if package_installed():
+            run(*APT, "purge", "upsguard")
+
+
+def reconfigure() -> subprocess.CompletedProcess[str]:
+    """The package's postinst again, as an upgrade or ``dpkg-reconfigure`` runs it."""
+    return run("dpkg-reconfigure", "-fnoninteractive", "upsguard")
+
+
+def test_the_package_installs_the_command_a_sandboxed_unit_and_an_example_and_says_what_next(
+    installed: subprocess.CompletedProcess[str], tmp_path: Path
+) -> None:
+    assert Path("/usr/bin/upsguard").resolve() == Path("/opt/venvs/upsguard/bin/upsguard")
+    assert (
+        "upsguard: installed; the service waits for /etc/upsguard/site.yaml. Next:\n"
+        "  cp /etc/upsguard/site.yaml.example /etc/upsguard/site.yaml"
+    ) in installed.stdout
+    # the group the socket and the site file belong to, from sysusers.d
+    group = grp.getgrnam("upsguard")
+    assert pwd.getpwnam("upsguard").pw_shell == "/usr/sbin/nologin"
+    etc = Path("/etc/upsguard").stat()
+    assert (etc.st_uid, etc.st_gid, stat.S_IMODE(etc.st_mode)) == (0, group.gr_gid, 0o750)
+    conffiles = run("dpkg-query", "-W", "-f=${Conffiles}", "upsguard").stdout
+    assert str(EXAMPLE) in conffiles
+    assert not SITE.exists()
+    assert not ENABLED.exists(), "enabled before there is a site file"
+
+    demo = run("/usr/bin/upsguard", "demo", "--speed", "600", timeout=120)
+    assert demo.returncode == 0, demo.stderr
+    assert "final phase: normal" in demo.stdout
+
+    validate = run("upsguard", "validate", "-c", EXAMPLE)
+    assert validate.returncode == 0, validate.stderr
+    assert validate.stdout.startswith(f"{EXAMPLE}: ok: site 'homelab'")
+
+    # the unit as installed: it verifies, and its sandbox scores 4.0 or less
+    verify = run("systemd-analyze", "verify", UNIT)
+    assert (verify.returncode, verify.stdout, verify.stderr) == (0, "", "")
+    security = run("systemd-analyze", "security", "--offline=true", UNIT)
+    figure = re.search(
+        r"Overall exposure level for upsguard\.service: (\d+\.\d) (\w+)", security.stdout
+    )
+    assert figure is not None, security.stdout + security.stderr
+    assert float(figure[1]) <= 4.0, security.stdout
+
+    # the venv is whole: every dependency the lock gave, none missing
+    check = run("/opt/venvs/upsguard/bin/python", "-m", "pip", "check")
+    assert check.returncode == 0, check.stdout
+
+
+def test_the_unit_is_enabled_only_once_the_site_file_validates(
+    installed: subprocess.CompletedProcess[str],
+) -> None:
+    SITE.write_text("site: hq\nups: [{name: a}]\n")
+    refused = reconfigure()
+    assert refused.returncode == 0
+    assert f"{SITE} does not validate; the service was neither enabled nor restarted" in (
+        refused.stderr
+    )
+    assert not ENABLED.exists()
+
+    shutil.copy(EXAMPLE, SITE)
+    accepted = reconfigure()
+    assert accepted.returncode == 0, accepted.stderr
+    assert f"{SITE} validates; the service is enabled" in accepted.stdout
+    assert ENABLED.resolve() == UNIT.resolve()
+
+
+def test_purge_removes_everything_the_package_and_its_service_made(
+    installed: subprocess.CompletedProcess[str],
+) -> None:
+    shutil.copy(EXAMPLE, SITE)
+    Path("/etc/upsguard/nut.pw").write_text("secret\n")
+    assert reconfigure().returncode == 0
+    assert ENABLED.exists()
+    # what the service makes as it runs: its journal, its socket's directory
+    journal = Path("/var/lib/upsguard/homelab.sqlite")
+    demo = run("upsguard", "demo", "--speed", "600", "--journal", journal, timeout=120)
+    assert demo.returncode == 0, demo.stderr
+    assert journal.exists()
+    Path("/run/upsguard").mkdir(exist_ok=True)
+
+    purged = run(*APT, "purge", "upsguard")
+    assert purged.returncode == 0, purged.stdout + purged.stderr
+    assert not package_installed()
+    assert [p for p in MADE if p.exists() or p.is_symlink()] == []
+    with pytest.raises(KeyError):
+        pwd.getpwnam("upsguard")
+    with pytest.raises(KeyError):
+        grp.getgrnam("upsguard")
