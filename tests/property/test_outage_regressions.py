@@ -542,3 +542,26 @@ def test_a_feed_whose_member_went_stale_on_battery_is_degraded_not_online() -> N
         step("contact", ups="ua", link=LinkState.STALE),
         step("time_passes", seconds=5),
     )
+
+
+def test_a_need_its_ups_cut_under_a_startup_is_no_order_of_the_controllers() -> None:
+    """Both batteries nearly empty; a startup found db and h2 up, then a self-test emptied
+    the battery under them and the UPS cut their power before app started: the lab took the
+    world's cut for the controller starting app before what it needs."""
+    replay(
+        step("battery_older_than_its_model", charge=3, ups="ua"),
+        step("hold"),
+        step("contact", link=LinkState.LOST, ups="ub"),
+        step("self_test", on=False, ups="ua"),
+        step("trigger", direction="startup", only=["db"]),
+        step("platform_hangs", platform="vc", seconds=300),
+        step("self_test", on=True, ups="ua"),
+        step("time_passes", seconds=300),
+        step("fsd", on=True, ups="ua"),
+        step("cache_refuses_to_flip", refuse=True),
+        step("battery_older_than_its_model", charge=3, ups="ub"),
+        step("contact", link=LinkState.OK, ups="ub"),
+        step("release"),
+        step("self_test", on=True, ups="ub"),
+        step("time_passes", seconds=60),
+    )
