@@ -306,8 +306,13 @@ def test_before_the_step_that_takes_etcds_quorum_down_the_controller_finishes_al
     lab.wait(lambda: lab.shutdown_done(other), "the other controller to finish the run", 120)
     lab.assert_each_stopped_once_in_order(last=MACHINES[other])
     assert lab.ups_commands() == ["shutdown.return"]
-    ha = lab.status(other)["ha"]
-    assert ha["role"] == "finishing_alone"
-    assert ha["alone"].startswith(f"{other}: stopping {MACHINES[leader]} leaves 1 of")
     alone = [b for b in lab.notified("LeadershipChanged") if b["role"] == "finishing_alone"]
     assert [b["me"] for b in alone] == [other]
+    said = f"finishing alone: stopping {MACHINES[leader]} leaves 1 of"
+    assert alone[0]["detail"].startswith(said), alone[0]
+    # here the etcd members outlive "their" machines (vcsim's VMs), so the store still
+    # answers once the run is over, and the controller rejoins the pair at its next poll;
+    # on a site the store went down with them, and it goes on alone
+    ha = lab.status(other)["ha"]
+    if ha["role"] == "finishing_alone":
+        assert ha["alone"].startswith(f"{other}: stopping {MACHINES[leader]} leaves 1 of")

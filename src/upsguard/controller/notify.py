@@ -80,7 +80,13 @@ def payload(event: Event, site: str) -> dict[str, Any]:
             broke=[_finding(f) for f in event.broke], mended=[_finding(f) for f in event.mended]
         )
     elif isinstance(event, LeadershipChanged):
-        body.update(me=event.me, role=event.role, leader=event.leader, token=event.token)
+        body.update(
+            me=event.me,
+            role=event.role,
+            leader=event.leader,
+            token=event.token,
+            detail=event.detail,
+        )
     elif isinstance(event, BatteryTestFinished):
         body.update(ups=event.ups, test=event.test, state=event.state.value, result=event.text)
     return body
