@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from upsguard.controller.descriptors import API_RESERVE, to_spare
+from upsguard.controller.descriptors import API_RESERVE, Refused, to_spare
 from upsguard.controller.overrides import Overrides
 from upsguard.controller.socket_group import group_id
 from upsguard.engine.outage_controller import OutageController
@@ -365,7 +365,7 @@ class _BoundedServer(web.Server):
     def __call__(self) -> web.RequestHandler:
         if self.open >= MAX_CONNECTIONS or not _descriptors_to_spare():
             self._refusing()
-            return _Refused()  # type: ignore[return-value]  # any asyncio protocol will do
+            return Refused()  # type: ignore[return-value]  # any asyncio protocol will do
         self.open += 1
         return _Connection(self, loop=asyncio.get_running_loop(), **self.connection_args)
 
@@ -412,14 +412,6 @@ class _Connection(web.RequestHandler):
         response = web.json_response({"error": error}, status=status)
         response.force_close()
         return response
-
-
-class _Refused(asyncio.Protocol):
-    """A connection past the ceiling, closed at once so that its descriptor is free again. No
-    answer: the request may not have arrived yet, and reading it would hold the descriptor."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.close()
 
 
 def _descriptors_to_spare() -> bool:

@@ -8,6 +8,7 @@ room for every connection the API may hold, so a flood of the page never silence
 
 from __future__ import annotations
 
+import asyncio
 import os
 import resource
 
@@ -29,3 +30,11 @@ def to_spare(reserve: int, share: float) -> bool:
     except OSError:
         return False  # not even a directory can be opened: certainly none to spare
     return soft - in_use > min(reserve, int(soft * share))
+
+
+class Refused(asyncio.Protocol):
+    """A connection past the ceiling, closed at once so that its descriptor is free again. No
+    answer: the request may not have arrived yet, and reading it would hold the descriptor."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()

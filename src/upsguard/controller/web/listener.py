@@ -31,7 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from upsguard.controller.api import MAX_CONNECTIONS as API_CONNECTIONS
-from upsguard.controller.descriptors import API_RESERVE, to_spare
+from upsguard.controller.descriptors import API_RESERVE, Refused, to_spare
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class Door:
     def __call__(self) -> asyncio.Protocol:
         if self.open >= self.max_connections or not to_spare(RESERVE, 1 / 2):
             self._refusing()
-            return _Refused()
+            return Refused()
         return _Connection(self, self._server, loop=asyncio.get_running_loop(), **self._args)
 
     async def listen(self, host: str, port: int, tls: ssl.SSLContext | None) -> asyncio.Server:
@@ -143,11 +143,3 @@ class _Connection(web.RequestHandler):
         response = web.Response(status=status, text=f"bad HTTP request: {reason}")
         response.force_close()
         return response
-
-
-class _Refused(asyncio.Protocol):
-    """A connection past the ceiling, closed at once so that its descriptor is free again. No
-    answer: the request may not have arrived yet, and reading it would hold the descriptor."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.close()
