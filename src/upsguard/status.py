@@ -246,6 +246,27 @@ class Alert(_Model):
     text: str
 
 
+class PeerUps(_Model):
+    """One UPS as another controller of the pair reads it."""
+
+    name: str
+    word: str = Field(
+        description="online, on-battery, self-test, held, stale, lost, unknown, unread"
+    )
+    charge_pct: float | None = None
+    runtime_s: float | None = None
+    why: str = Field("", description="why it could not be read")
+
+
+class PeerView(_Model):
+    """What another controller of the pair published: its role and its readings."""
+
+    name: str
+    role: str
+    at: datetime = Field(description="when it read them, by its own clock")
+    ups: list[PeerUps] = Field(default_factory=list)
+
+
 class PairStatus(_Model):
     """This controller's place in an active/standby pair (``ha:``), as it sees it now."""
 
@@ -269,6 +290,13 @@ class PairStatus(_Model):
     shared_steps_done: int | None = None
     seen_age_s: float | None = Field(None, description="since the shared ledger was last read")
     alone: str | None = Field(None, description="who finishes alone without the store, and why")
+    others: list[PeerView] = Field(
+        default_factory=list,
+        description="the other controllers' views, as last exchanged through the store",
+    )
+    others_age_s: float | None = Field(
+        None, description="since the views were last exchanged; None: not yet"
+    )
 
 
 class SiteStatus(_Model):

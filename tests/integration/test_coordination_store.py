@@ -30,10 +30,12 @@ from upsguard.plugins.coordination.base import (
     MAX_MARKS,
     AloneNotice,
     Candidate,
+    ControllerView,
     CoordinationStore,
     Leader,
     StepMark,
     Term,
+    UpsSeen,
 )
 from upsguard.plugins.coordination.etcd import EtcdStore
 from upsguard.plugins.coordination.memory import MemorySite, MemoryStore
@@ -313,6 +315,31 @@ def test_a_change_is_never_missed_between_a_read_and_the_wait(backend: Backend) 
             now = await standby.snapshot()
             assert now.runs == (record("r1"),)
             assert await standby.wait_for_change(now.revision, 0.3) is False  # nothing since
+
+    run(scenario)
+
+
+def view(by: str, word: str = "online") -> ControllerView:
+    return ControllerView(by, "standby", AT, (UpsSeen("ups1", word, 97.0, 1800.0),))
+
+
+def test_each_controller_sees_the_others_view_until_its_own_lease_ends(backend: Backend) -> None:
+    """Both publish, leader or not; a controller that stops publishing (dead, paused, cut
+    off) leaves no view behind once its own lease ends, whoever leads; the ledger does not
+    carry the views."""
+
+    async def scenario() -> None:
+        async with stores(backend) as (first, second):
+            term = await won(first, A)
+            assert await second.exchange_views(view("ctl-b", "lost"), TTL) == []
+            assert await first.exchange_views(view("ctl-a"), LONG) == [view("ctl-b", "lost")]
+            assert await second.exchange_views(view("ctl-b"), TTL) == [view("ctl-a")]
+            assert await first.exchange_views(view("ctl-a"), LONG) == [view("ctl-b")]
+            async with asyncio.timeout(TTL * 4 + BOUND):  # ctl-b no longer publishes
+                while await first.exchange_views(view("ctl-a"), LONG):
+                    await first.wait_for_change((await first.snapshot()).revision, TTL)
+            ledger = await second.snapshot()
+            assert (ledger.leader, ledger.unreadable) == (term.leader, ())
 
     run(scenario)
 

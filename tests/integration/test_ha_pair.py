@@ -159,6 +159,16 @@ def test_the_controllers_disagree_about_the_ups_the_leaders_reading_decides(
     assert ups_of("ctl-a")["link"] == "ok" and not ups_of("ctl-a")["on_battery"]
     assert lab.status("ctl-a")["run"] is None
 
+    def read_by_the_other(name: str) -> str | None:
+        """The UPS's word in the other controller's view, as ``name`` shows it."""
+        others = lab.status(name)["ha"]["others"]
+        return str(others[0]["ups"][0]["word"]) if others else None
+
+    lab.wait(lambda: read_by_the_other("ctl-a") == "unknown", "the leader to show ctl-b's")
+    assert read_by_the_other("ctl-b") == "online"
+    shown = lab.controllers["ctl-a"].cli("status").stdout
+    assert "ctl-b (standby) reads" in shown and "UPS ups1: unknown" in shown
+
     lab.outage()
     lab.wait(lambda: some_guest_asked(lab), "the leader's first guest shutdown at vcsim")
     run = lab.status("ctl-a")["run"]["id"]

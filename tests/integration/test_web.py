@@ -13,6 +13,7 @@ Screenshots of each stage are kept beside the test's temporary files (and, with
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -20,7 +21,9 @@ import shutil
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,11 +31,15 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.peers.browser import ARGS, CHROMIUM
+from tests.peers.etcd import EtcdSite
 from tests.peers.nut import NutServer
 from tests.peers.ports import free_port
 from tests.peers.service import ServiceProcess, write_site
 from tests.peers.vcsim import Vcsim
+from upsguard.config.ha import HaConfig
 from upsguard.controller.web.auth import hash_password
+from upsguard.plugins.coordination.base import ControllerView, UpsSeen
+from upsguard.plugins.coordination.etcd import EtcdStore
 
 pytestmark = [pytest.mark.nut, pytest.mark.vcsim, pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -122,7 +129,10 @@ def browsers(tmp_path: Path) -> Iterator[Browsers]:
             browser.close()
 
 
-def web_site(tmp_path: Path, nut: NutServer, lab: Vcsim) -> tuple[ServiceProcess, Path, int]:
+def web_site(
+    tmp_path: Path, nut: NutServer, lab: Vcsim, **more: Any
+) -> tuple[ServiceProcess, Path, int]:
+    """``more``: sections of the site file to set or replace."""
     release = tmp_path / "release-gate"
     vm = {"kind": "vm", "platform": "vc", "guest_timeout": "60s"}
     port, metrics = free_port(), free_port()
@@ -169,7 +179,8 @@ def web_site(tmp_path: Path, nut: NutServer, lab: Vcsim) -> tuple[ServiceProcess
                     for n, (role, pw) in USERS.items()
                 ],
             },
-        },
+        }
+        | more,
     )
     return svc, release, metrics
 
@@ -346,3 +357,53 @@ def scrape_metrics(port: int) -> dict[str, float]:
         for line in lines
         if line and not line.startswith("#")
     }
+
+
+@pytest.mark.etcd
+def test_the_overview_shows_the_other_controllers_readings_beside_its_own(
+    tmp_path: Path, nut_factory: Any, lab: Vcsim, browsers: Browsers, etcd: EtcdSite
+) -> None:
+    """A pair whose other controller (the test, publishing through the same etcd as a
+    controller does) cannot read the UPS: the overview shows its reading, ``lost``, beside
+    this controller's ``online``; before it publishes, and once it stopped, its row says so,
+    and never shows a reading as ok."""
+    nut: NutServer = nut_factory({"ups1": ONLINE}, ext="dev")
+    ha = {"name": "ctl-a", "endpoints": etcd.endpoints, "lease_ttl": "3s"}
+    svc, _, _ = web_site(tmp_path, nut, lab, site=etcd.site, ha=ha)
+    lost = UpsSeen("ups1", "lost", 97.0, 1800.0, why="cannot connect to upsd")
+    svc.start()
+    try:
+        browsers.base = f"http://127.0.0.1:{yaml_web(svc)['port']}"
+        page = browsers.login(browsers.context(), "noc", "/")
+        rows = """() => [...document.querySelectorAll('#pair-readings tbody tr')]
+            .map(r => [r.dataset.controller, r.querySelector('.state').textContent])"""
+        until(page, f"() => ({rows})().some(r => r[0] === 'other')")
+        assert ["ctl-a (this one)", "online"] in page.evaluate(rows)
+        assert ["other", "unknown"] in page.evaluate(rows)
+
+        view = ControllerView("ctl-b", "standby", datetime.now(UTC), (lost,))
+        publish_once(etcd.site, HaConfig.model_validate({**ha, "name": "ctl-b"}), view)
+        until(page, f"() => ({rows})().some(r => r[0] === 'ctl-b (standby)')")
+        assert page.evaluate(rows) == [["ctl-a (this one)", "online"], ["ctl-b (standby)", "lost"]]
+        assert "cannot connect to upsd" in text(page, "#pair-readings")
+
+        until(page, f"() => ({rows})().some(r => r[0] === 'other')", timeout=60)
+        assert page.evaluate(rows) == [["ctl-a (this one)", "online"], ["other", "unknown"]]
+    finally:
+        svc.stop()
+    assert not browsers.errors
+
+
+def publish_once(site: str, ha: HaConfig, view: ControllerView) -> None:
+    """As a controller of the pair publishes its view, once, under a lease of the pair's TTL
+    (on a thread of its own: Playwright's loop holds this one)."""
+
+    async def once() -> None:
+        store = EtcdStore(site, ha)
+        try:
+            await store.exchange_views(view, ha.lease_ttl.total_seconds())
+        finally:
+            await store.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, once()).result()

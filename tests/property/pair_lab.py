@@ -51,6 +51,7 @@ from upsguard.models import LinkState, PowerState, ResourceId, RunId, StepState,
 from upsguard.plugins.coordination.base import (
     AloneNotice,
     Candidate,
+    ControllerView,
     EndpointHealth,
     Leader,
     SharedLedger,
@@ -233,6 +234,10 @@ class LinkedStore:
     async def declare_alone(self, term: Term, notice: AloneNotice) -> None:
         await self._reach("declare_alone")
         await self._inner.declare_alone(term, notice)
+
+    async def exchange_views(self, view: ControllerView, ttl_s: float) -> list[ControllerView]:
+        await self._reach("exchange_views")
+        return await self._inner.exchange_views(view, ttl_s)
 
     async def snapshot(self) -> SharedLedger:
         await self._reach("snapshot")

@@ -100,10 +100,37 @@ def _pair_lines(pair: PairStatus | None) -> list[str]:
             else "no run in progress"
         )
         lines.append(f"  shared ledger (read {pair.seen_age_s:.1f}s ago): {run}")
+    lines += _others_lines(pair)
     if pair.alone is not None:
         lines.append(f"  finishing alone: {pair.alone}")
     if pair.detail:
         lines.append(f"  {pair.detail}")
+    return lines
+
+
+def _others_lines(pair: PairStatus) -> list[str]:
+    """What the other controller reads, beside this one's own UPS lines; how old that is,
+    and, when there is nothing to show, why (never as if the two agreed)."""
+    if pair.others_age_s is None:
+        return ["  the other controller's readings: not exchanged yet (etcd has not answered)"]
+    age = f"{pair.others_age_s:.1f}s ago"
+    if pair.others_age_s > pair.lease_ttl_s:
+        age += " (etcd silent since: they may have changed)"
+    if not pair.others:
+        return [
+            f"  the other controller publishes no readings (stopped, or cut off from etcd; {age})"
+        ]
+    lines = []
+    for view in pair.others:
+        lines.append(f"  {view.name} ({view.role}) reads, as exchanged {age}:")
+        for ups in view.ups:
+            figures = (
+                f", charge {_pct(ups.charge_pct)}, runtime {_dur(ups.runtime_s)}"
+                if ups.charge_pct is not None or ups.runtime_s is not None
+                else ""
+            )
+            why = f" ({ups.why})" if ups.why else ""
+            lines.append(f"    UPS {ups.name}: {ups.word}{figures}{why}")
     return lines
 
 

@@ -41,7 +41,7 @@ from upsguard.controller.overrides import Overrides
 from upsguard.controller.runtime import Lent, PluginBuilder, SiteRuntime
 from upsguard.controller.schedule import Schedule
 from upsguard.controller.socket_group import group_id
-from upsguard.controller.status import ServiceInfo, pair_status, service_status
+from upsguard.controller.status import ServiceInfo, pair_status, service_status, ups_seen
 from upsguard.controller.supervision import Supervisor
 from upsguard.engine.leadership import Leadership, LeadershipState, Role
 from upsguard.engine.ledger import RunLedger
@@ -491,6 +491,7 @@ class Service:
                 start(pair.leadership.run(), "leadership"),
                 start(pair.write_in_order(), "shared ledger"),
                 start(pair.follow(self._follow), "following"),
+                start(pair.share_views(lambda: ups_seen(self.controller.watches)), "views"),
             ]
         if self.site.caches:
             tasks.append(start(_every(30.0, self.refresh_caches, stop), "caches"))

@@ -19,6 +19,7 @@ from upsguard.engine.pair import Pair
 from upsguard.journal import Journal
 from upsguard.journal.rows import OverrideRow, StepRow, parse_iso
 from upsguard.models import Direction, LinkState, Phase, StepState, UpsName
+from upsguard.plugins.coordination.base import UpsSeen
 from upsguard.policies.phases import condition_inputs
 from upsguard.policies.power import FeedReading, feed_name, read_feeds
 from upsguard.policies.reckoning import reckon
@@ -32,6 +33,8 @@ from upsguard.status import (
     Hold,
     LastRun,
     PairStatus,
+    PeerUps,
+    PeerView,
     PlanStatus,
     RunningStep,
     RunStatus,
@@ -128,7 +131,41 @@ def pair_status(pair: Pair, monotonic: float) -> PairStatus:
         shared_steps_done=done,
         seen_age_s=monotonic - pair.seen_at if pair.seen_at is not None else None,
         alone=alone,
+        others=[
+            PeerView(
+                name=view.by,
+                role=view.role,
+                at=view.at,
+                ups=[
+                    PeerUps(
+                        name=u.ups,
+                        word=u.word,
+                        charge_pct=u.charge_pct,
+                        runtime_s=u.runtime_s,
+                        why=u.why,
+                    )
+                    for u in view.ups
+                ],
+            )
+            for view in pair.others
+        ],
+        others_age_s=monotonic - pair.others_at if pair.others_at is not None else None,
     )
+
+
+def ups_seen(watches: Mapping[UpsName, UpsWatch]) -> list[UpsSeen]:
+    """Each UPS as this controller reads it, for the other controller of the pair to show."""
+    seen = []
+    for name, watch in watches.items():
+        last = watch.last
+        if last is None:
+            seen.append(UpsSeen(name, "unread", why=watch.last_error or "not read yet"))
+            continue
+        word = watch.figures().word
+        live = last.link is LinkState.OK
+        why = "" if live else (watch.last_error or f"link {last.link.value}")
+        seen.append(UpsSeen(name, word, last.charge_pct, watch.runtime_s(), why))
+    return seen
 
 
 def offline_status(

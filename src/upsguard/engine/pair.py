@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -44,9 +44,11 @@ from upsguard.models import PlatformName, ResourceId, RunId, StepId, StepState, 
 from upsguard.plugins.coordination.base import (
     MAX_MARKS,
     AskedTarget,
+    ControllerView,
     CoordinationStore,
     SharedLedger,
     StepMark,
+    UpsSeen,
 )
 from upsguard.runs import RunKind, RunRecord, RunSpec
 
@@ -116,6 +118,9 @@ class Pair:
         self.seen: SharedLedger | None = None
         """The ledger as last read from the store (the standby's view)."""
         self.seen_at: float | None = None
+        self.others: list[ControllerView] = []
+        """The views the other controllers published, as last exchanged (``share_views``)."""
+        self.others_at: float | None = None
 
     @property
     def me(self) -> str:
@@ -378,7 +383,7 @@ class Pair:
             try:
                 ledger = await self.store.snapshot()
             except Exception as exc:  # silent or refusing: waited out, the loop lives on
-                _not_read(exc)
+                _not_read(exc, "following the shared ledger")
                 await asyncio.sleep(pause)
                 continue
             self._saw(ledger)
@@ -386,8 +391,24 @@ class Pair:
             try:
                 await self.store.wait_for_change(ledger.revision, 3 * pause)
             except Exception as exc:
-                _not_read(exc)
+                _not_read(exc, "following the shared ledger")
                 await asyncio.sleep(pause)
+
+    async def share_views(self, reading: Callable[[], Sequence[UpsSeen]]) -> None:
+        """Leader or not: publish what this controller reads of the UPSes, and keep what the
+        others published (``others``, read at ``others_at``), every renewal period; never
+        raises (a silent store is waited out, and the others' views then age)."""
+        pause = self.leadership.renew_every_s
+        while True:
+            role = self.leadership.role.value
+            view = ControllerView(self.me, role, self._clock.now(), tuple(reading()))
+            try:
+                self.others = await self.store.exchange_views(view, 3 * pause)
+            except Exception as exc:
+                _not_read(exc, "sharing the controllers' views")
+            else:
+                self.others_at = self._clock.monotonic()
+            await asyncio.sleep(pause)
 
     async def latest(self) -> SharedLedger | None:
         """The ledger as the store holds it now (on winning); the one seen last when the
@@ -395,7 +416,7 @@ class Pair:
         try:
             ledger = await self.store.snapshot()
         except Exception as exc:
-            _not_read(exc)
+            _not_read(exc, "reading the shared ledger")
             log.warning("reading the shared ledger: %s (using the one seen last)", exc)
             return self.seen
         self._saw(ledger)
@@ -437,10 +458,10 @@ class Pair:
         self._gone.setdefault(run, set()).update(resources)
 
 
-def _not_read(exc: Exception) -> None:
-    """The shared ledger could not be read: the store silent or refusing is expected (it
-    is waited out); anything else is a bug of the client, logged in full."""
+def _not_read(exc: Exception, doing: str) -> None:
+    """The store could not be read while ``doing``: silent or refusing is expected (it is
+    waited out); anything else is a bug of the client, logged in full."""
     if isinstance(exc, UpsguardError):
-        log.debug("following the shared ledger: %s", exc)
+        log.debug("%s: %s", doing, exc)
     else:
-        log.error("following the shared ledger: the store's client failed", exc_info=exc)
+        log.error("%s: the store's client failed", doing, exc_info=exc)

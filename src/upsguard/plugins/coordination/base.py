@@ -114,6 +114,31 @@ class AloneNotice:
 
 
 @dataclass(frozen=True, slots=True)
+class UpsSeen:
+    """One UPS as a controller of the pair reads it: its word (``online``, ``on-battery``,
+    ``self-test``, ``held``, ``stale``, ``lost``, ``unknown``; ``unread`` before any reading)
+    and the figures read with it (None: not read), with why it could not be read."""
+
+    ups: str
+    word: str
+    charge_pct: float | None = None
+    runtime_s: float | None = None
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerView:
+    """What one controller of the pair reads of the UPSes, and its role, at ``at`` by its
+    own clock. Each controller publishes its own, so that each shows the other's beside its
+    own: two readings that disagree are what a person needs to see before an outage."""
+
+    by: str
+    role: str
+    at: datetime
+    ups: tuple[UpsSeen, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Unreadable:
     """A key of the site whose value could not be read back (written by a newer version,
     or by hand); the rest of the snapshot stands without it."""
@@ -221,6 +246,14 @@ class CoordinationStore(Protocol):
 
     async def declare_alone(self, term: Term, notice: AloneNotice) -> None:
         """Record that the leader finishes alone, fenced. Raises ``LeadershipLost``."""
+        ...
+
+    async def exchange_views(self, view: ControllerView, ttl_s: float) -> list[ControllerView]:
+        """Publish this controller's ``view`` (not fenced: both controllers do), held by a
+        lease of its own that this call renews, so that it goes ``ttl_s`` after its
+        controller stopped publishing; returns the views the other controllers published
+        that are still held. Views are not part of the ledger (``snapshot``), but writing
+        one is a change of the site (``wait_for_change``)."""
         ...
 
     async def snapshot(self) -> SharedLedger:

@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 import socket
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -78,6 +79,7 @@ from upsguard.models import RunId, StepId
 from upsguard.plugins.coordination.base import (
     AloneNotice,
     Candidate,
+    ControllerView,
     EndpointHealth,
     Leader,
     SharedLedger,
@@ -89,6 +91,9 @@ from upsguard.plugins.coordination.records import decode, encode
 from upsguard.runs import RunRecord
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+VIEWS = "views/"
+"""Where each controller's view is kept, beside the ledger (``exchange_views``)."""
 
 #: What a member answers when it is down, cut off, refuses the TLS handshake, or has no
 #: quorum behind it: the next endpoint may do better.
@@ -161,6 +166,7 @@ class EtcdStore:
         self._current = 0
         self._prefix = f"/upsguard/{quote(site, safe='')}/"
         self._leader_key = (self._prefix + "leader").encode()
+        self._view_lease: int | None = None
 
     # -- leadership -------------------------------------------------------------------------
 
@@ -194,9 +200,17 @@ class EtcdStore:
         return holder
 
     async def renew(self, term: Term) -> float:
+        ttl = await self._keep_alive("renew the lease", term.lease)
+        if ttl <= 0:
+            raise LeadershipLost(f"etcd: the lease of term {term.token} has ended")
+        return float(ttl)
+
+    async def _keep_alive(self, what: str, lease: int) -> int:
+        """The seconds ``lease`` has to live after one keep-alive; 0 once it is gone."""
+
         async def keep_alive(c: _Connection) -> int:
             """One keep-alive on the lease's stream; etcd answers TTL 0 for a lease gone."""
-            stream = c.lease.keep_alive(term.lease)
+            stream = c.lease.keep_alive(lease)
             try:
                 async for reply in stream:
                     return int(reply.TTL)
@@ -205,12 +219,9 @@ class EtcdStore:
                 stream.cancel()
 
         try:
-            ttl = await self._call("renew the lease", keep_alive)
+            return await self._call(what, keep_alive)
         except _NotFound:
-            ttl = 0
-        if ttl <= 0:
-            raise LeadershipLost(f"etcd: the lease of term {term.token} has ended")
-        return float(ttl)
+            return 0
 
     async def resign(self, term: Term) -> None:
         with contextlib.suppress(_NotFound):  # the lease ended already, and took the key along
@@ -280,6 +291,36 @@ class EtcdStore:
             f"etcd: {what}: refused, the term {term.token} of {term.holder.name} is over: {now}",
             leader=holder.holder.name if holder is not None else None,
         )
+
+    # -- each controller's view ------------------------------------------------------------
+
+    async def exchange_views(self, view: ControllerView, ttl_s: float) -> list[ControllerView]:
+        lease = self._view_lease
+        if lease is None or await self._keep_alive("renew the view's lease", lease) <= 0:
+            granted = await self._call(
+                "grant the view's lease",
+                lambda c: c.lease.grant(max(1, round(ttl_s)), timeout=self._timeout_s),
+            )
+            lease = self._view_lease = int(granted.ID)
+        views = self._prefix + VIEWS
+        mine = (views + quote(view.by, safe="")).encode()
+        ops = [
+            KVService.txn_op_put(mine, encode(view), lease=lease),
+            KVService.txn_op_get(views.encode(), range_end=prefix_range_end(views.encode())),
+        ]
+        reply = await self._call(
+            "publish this controller's view",
+            lambda c: c.kv.txn([], ops, [], timeout=self._timeout_s),
+        )
+        others = []
+        for kv in reply.responses[-1].response_range.kvs:
+            if kv.key == mine:
+                continue
+            try:
+                others.append(decode(ControllerView, kv.value))
+            except ValueError as exc:
+                log.debug("the view under %s: %s", kv.key.decode(errors="replace"), exc)
+        return others
 
     # -- reading --------------------------------------------------------------------------
 
@@ -531,6 +572,8 @@ class EtcdStore:
                     leader = self._leader_of(kv)
                 elif name == "alone":
                     alone = decode(AloneNotice, kv.value)
+                elif name.startswith(VIEWS):
+                    continue  # each controller's view: exchange_views, not the ledger
                 elif name.startswith("runs/"):
                     runs.append((int(kv.create_revision), decode(RunRecord, kv.value)))
                 elif name.startswith("steps/") and name.count("/") == 2:

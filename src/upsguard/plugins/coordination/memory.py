@@ -25,6 +25,7 @@ from upsguard.models import RunId, StepId
 from upsguard.plugins.coordination.base import (
     AloneNotice,
     Candidate,
+    ControllerView,
     EndpointHealth,
     Leader,
     SharedLedger,
@@ -35,6 +36,8 @@ from upsguard.plugins.coordination.records import decode, encode
 from upsguard.runs import RunRecord
 
 LEADER, ALONE = "leader", "alone"
+VIEWS = "views/"
+"""Where each controller's view is kept, beside the ledger (``exchange_views``)."""
 
 
 @dataclass
@@ -120,6 +123,7 @@ class MemoryStore:
     def __init__(self, site: str, shared: MemorySite) -> None:
         self.site = site
         self._shared = shared
+        self._view_lease: int | None = None
 
     async def campaign(self, candidate: Candidate, ttl_s: float) -> Term | Leader:
         s = self._now()
@@ -176,6 +180,20 @@ class MemoryStore:
         data = encode(notice)
         self._fenced(term, "declare finishing alone", lambda s: s.put(ALONE, data))
 
+    async def exchange_views(self, view: ControllerView, ttl_s: float) -> list[ControllerView]:
+        s = self._now()
+        lease = self._view_lease
+        if lease is None or lease not in s.leases:
+            lease = self._view_lease = s.grant(ttl_s)
+        s.leases[lease] = (ttl_s, s.clock.monotonic() + ttl_s)
+        mine, data = _view(view.by), encode(view)
+        s.change(lambda: s.put(mine, data, lease))
+        return [
+            decode(ControllerView, v.data)
+            for k, v in sorted(s.keys.items())
+            if k.startswith(VIEWS) and k != mine
+        ]
+
     async def snapshot(self) -> SharedLedger:
         s = self._now()
         runs = sorted(
@@ -228,6 +246,10 @@ class MemoryStore:
 
 def _run(run: RunId) -> str:
     return f"runs/{quote(run, safe='')}"
+
+
+def _view(name: str) -> str:
+    return f"{VIEWS}{quote(name, safe='')}"
 
 
 def _step(run: RunId, step: str) -> str:

@@ -13,17 +13,18 @@ from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from upsguard.plugins.coordination.base import AloneNotice, Candidate, StepMark
+from upsguard.plugins.coordination.base import AloneNotice, Candidate, ControllerView, StepMark
 from upsguard.runs import RunRecord
 
 T = TypeVar("T")
 
 _ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {
-    kind: TypeAdapter(kind) for kind in (Candidate, RunRecord, StepMark, AloneNotice)
+    kind: TypeAdapter(kind)
+    for kind in (Candidate, RunRecord, StepMark, AloneNotice, ControllerView)
 }
 
 
-def encode(value: Candidate | RunRecord | StepMark | AloneNotice) -> bytes:
+def encode(value: Candidate | RunRecord | StepMark | AloneNotice | ControllerView) -> bytes:
     return _ADAPTERS[type(value)].dump_json(value)
 
 

@@ -129,9 +129,37 @@ function drawOverview() {
     el("td", {}, `${f.online} / ${f.needed}`), el("td", {}, dur(f.runtime_s)),
     el("td", {}, Object.entries(f.members).map(([u, w]) => `${u}: ${w}`).join(", ")))));
   drawRun();
+  drawPair();
   fill("alerts", status.alerts.length
     ? status.alerts.map((a) => el("li", {}, badge("error", "alert"), ` ${a.text}`))
     : [el("li", {}, "none")]);
+}
+
+// Each controller's reading of each UPS, this one's and what the other published: two
+// readings that disagree are shown side by side; a view that is missing or old says so.
+function drawPair() {
+  const ha = status.ha;
+  document.getElementById("pair").hidden = !ha;
+  if (!ha) return;
+  const role = ha.role.replace("_", " ");
+  document.getElementById("pair-role").textContent = ha.role === "leader"
+    ? `${ha.me} leads${ha.token === null ? "" : ` (term ${ha.token})`}`
+    : `${ha.me} is ${role}; ${ha.leader || "nobody"} leads`;
+  const words = {};
+  status.feeds.forEach((f) => Object.assign(words, f.members));
+  const row = (who, u, word, why) => el("tr", { "data-controller": who, "data-ups": u.name },
+    el("td", {}, who), el("td", {}, u.name), el("td", {}, badge(word)),
+    el("td", {}, pct(u.charge_pct)), el("td", {}, dur(u.runtime_s)), el("td", {}, why || ""));
+  const rows = status.ups.map((u) => row(`${ha.me} (this one)`, u, words[u.name] || "unread", u.error));
+  const missing = (why) => el("tr", { "data-controller": "other" },
+    el("td", {}, "the other controller"), el("td", {}, "–"), el("td", {}, badge("unknown")),
+    el("td", {}, "–"), el("td", {}, "–"), el("td", {}, why));
+  if (ha.others_age_s === null) rows.push(missing("not exchanged yet: etcd has not answered"));
+  else if (!ha.others.length) rows.push(missing("publishes no readings: stopped, or cut off from etcd"));
+  const old = ha.others_age_s !== null && ha.others_age_s > ha.lease_ttl_s;
+  ha.others.forEach((v) => v.ups.forEach((u) => rows.push(row(`${v.name} (${v.role.replace("_", " ")})`, u,
+    old ? "stale" : u.word, old ? `exchanged ${dur(ha.others_age_s)} ago, etcd silent since` : u.why))));
+  fill("pair-readings", rows);
 }
 
 function upsCard(u) {
