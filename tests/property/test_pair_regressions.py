@@ -63,3 +63,19 @@ def test_the_caches_a_stopped_leader_flipped_go_back_to_write_back() -> None:
         step("sigterm", controller="ctl-a"),
         gaps_excused=False,
     )
+
+
+def test_both_alone_when_the_store_comes_back_one_leads_and_the_other_stops_acting() -> None:
+    """The store lost its quorum during an outage: both controllers went on alone, each with
+    its own shutdown. When it answered again, both went on alone until their runs ended,
+    acting side by side for more than a lease after the heal (and, their runs never
+    recorded, the site did not come back). Alone for the store's silence (not because its
+    machines were going down), a controller campaigns as soon as the store answers: one
+    leads and records its run, the other stops acting and follows it."""
+    replay(
+        step("mains", on=False, ups="ua"),
+        step("battery_older_than_its_model", charge=3, ups="ua"),
+        step("mains", on=False, ups="ub"),
+        step("store_quorum", lost=True),
+        step("time_passes", seconds=120),
+    )

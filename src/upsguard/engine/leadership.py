@@ -113,6 +113,8 @@ class Leadership:
         self._seen: Leader | None = None
         self._silent_since: float | None = None
         self._alone: str | None = None
+        self._declared = False
+        """Alone by its own notice (``finish_alone``), not for the store's silence."""
         self._lag_s = 0.0
         self._quiet_until = float("-inf")  # no campaign before (after a handover)
         self._reported: Role | None = None
@@ -212,24 +214,36 @@ class Leadership:
             self._refused(exc)
 
     async def _renew_alone(self) -> None:
-        """Finishing alone with a term: keep its lease while the store answers, so that the
-        notice holds and no standby takes the run over. Without one, ask who leads: whether
-        the store answers again decides when this controller may rejoin (``rejoin``)."""
+        """Finishing alone with a term: keep its lease while the store answers, so that a
+        notice holds and no standby takes the run over.
+
+        Alone because the store was silent, it rejoins as soon as the store answers, mid-run
+        or not: it renews its term or campaigns, and leads on, or stops acting for the one
+        who leads; two controllers alone must not go on side by side once they could agree.
+        Alone because it said so (``finish_alone``: the store's machines are going down), it
+        only asks who leads without a term, and rejoins once its run is over (``rejoin``)."""
         term = self._term
+        sent = self._clock.monotonic()
         try:
             async with asyncio.timeout(self.renew_every_s):
-                if term is None:
+                if term is not None:
+                    await self._store.renew(term)
+                    self._renewed_at = sent
+                elif self._declared:
                     self._seen = await self._store.leader()
                 else:
-                    await self._store.renew(term)
+                    await self._campaign(sent)
             self._answered()
-        except LeadershipLost:
-            self._term = None
+        except LeadershipLost as exc:
             self._answered()
+            self._lost(str(exc))
         except (StoreUnavailable, TimeoutError) as exc:
             self._silent(str(exc) or "no answer in time")
         except Exception as exc:
             self._refused(exc)
+        if not self._declared and self._silent_since is None:
+            self._alone, self._lag_s = None, 0.0
+            self._detail = f"rejoined the pair: the store answers again; {self._detail}"
 
     async def _campaign(self, sent: float) -> None:
         won = await self._store.campaign(self._me, self._ttl)
@@ -315,7 +329,7 @@ class Leadership:
             self._silent(str(exc))
         except Exception as exc:  # refused: as silent, it does not stop the leader either
             self._refused(exc)
-        self._go_alone(reason)
+        self._go_alone(reason, declared=True)
         return True
 
     def act_without_store(self, reason: str) -> bool:
@@ -355,8 +369,8 @@ class Leadership:
         under way or the target off. With the leader dead it only delays the shutdown."""
         return self._lag_s
 
-    def _go_alone(self, reason: str, lag_s: float = 0.0) -> None:
-        self._alone, self._lag_s = reason, lag_s
+    def _go_alone(self, reason: str, lag_s: float = 0.0, *, declared: bool = False) -> None:
+        self._alone, self._lag_s, self._declared = reason, lag_s, declared
         self._detail = f"finishing alone: {reason}"
         self._report()
 

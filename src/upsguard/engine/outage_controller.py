@@ -716,9 +716,14 @@ class OutageController:
         """This controller won the lease: the runs are the shared ledger's from now on, and
         the run in progress there is resumed as a restarted controller resumes one (steps
         done are not repeated; the others re-check the real world and wait for the requests
-        under way). Nothing is resumed while a run of this controller's own goes on."""
+        under way). Nothing is resumed while a run of this controller's own goes on (one it
+        went on with alone, whose record the store never had: it is recorded now, for the
+        other controller to follow)."""
         async with self._acting:
             if self.busy:
+                own = self.ledger.site().active
+                if own is not None and self._pair is not None:
+                    self._pair.changed(own)
                 return None
             self.ledger.follow(records)
             self._close_superseded(run)
