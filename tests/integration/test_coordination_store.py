@@ -33,6 +33,7 @@ from upsguard.plugins.coordination.base import (
     ControllerView,
     CoordinationStore,
     Leader,
+    OwedCaches,
     StepMark,
     Term,
     UpsSeen,
@@ -190,6 +191,8 @@ def test_a_deposed_leader_cannot_write_any_part_of_the_ledger(backend: Backend) 
         async with stores(backend) as (first, second):
             old = await won(first, A)
             await first.record_run(old, record("r1"))
+            await first.record_owed(old, OwedCaches(("nas-ssd",)))
+            assert (await second.snapshot()).owed == ("nas-ssd",)
             await first.resign(old)
             new = await won(second, B)
             writes: list[Callable[[], Awaitable[None]]] = [
@@ -198,6 +201,7 @@ def test_a_deposed_leader_cannot_write_any_part_of_the_ledger(backend: Backend) 
                 lambda: first.record_steps(old, [(RunId("r1"), mark("s2", StepState.DONE))]),
                 lambda: first.forget_run(old, RunId("r1")),
                 lambda: first.declare_alone(old, AloneNotice("ctl-a", old.token, AT, "why")),
+                lambda: first.record_owed(old, OwedCaches()),
             ]
             for write in writes:
                 with pytest.raises(LeadershipLost):
@@ -207,6 +211,7 @@ def test_a_deposed_leader_cannot_write_any_part_of_the_ledger(backend: Backend) 
             assert seen.runs == (record("r1"),)
             assert seen.steps == {}
             assert seen.alone is None
+            assert seen.owed == ("nas-ssd",)
 
     run(scenario)
 

@@ -54,6 +54,7 @@ from upsguard.plugins.coordination.base import (
     ControllerView,
     EndpointHealth,
     Leader,
+    OwedCaches,
     SharedLedger,
     StepMark,
     Term,
@@ -120,7 +121,15 @@ SAID = {
     PermanentError: "etcdserver: revision of auth store is old",
     LeadershipLost: "the lease has ended",
 }
-LEASED = {"renew", "record_run", "record_step", "record_steps", "forget_run", "declare_alone"}
+LEASED = {
+    "renew",
+    "record_run",
+    "record_step",
+    "record_steps",
+    "record_owed",
+    "forget_run",
+    "declare_alone",
+}
 """The calls etcd answers ``LeadershipLost`` to."""
 WRITES = LEASED - {"renew"}
 
@@ -231,6 +240,10 @@ class LinkedStore:
         await self._reach("forget_run")
         await self._inner.forget_run(term, run)
 
+    async def record_owed(self, term: Term, owed: OwedCaches) -> None:
+        await self._reach("record_owed")
+        await self._inner.record_owed(term, owed)
+
     async def declare_alone(self, term: Term, notice: AloneNotice) -> None:
         await self._reach("declare_alone")
         await self._inner.declare_alone(term, notice)
@@ -273,8 +286,6 @@ class PairLab(OutageLab):
         self._alone_idle: dict[str, float] = {}
         self._mains_since: dict[UpsName, float | None] = {}
         self._failed: set[int] = set()
-        self.known_gaps_excused = True
-        """False: the gap ``not_back`` names fails the story too (its regression)."""
         super().__init__(tmp, seats=[(name, pair_site(name)) for name in NAMES])
         self.faults.members_up = self._members_up
         # the two controllers' machines come in opposite orders in their plans (each stops
@@ -343,32 +354,6 @@ class PairLab(OutageLab):
         renew = TTL_S / 3
         silence = TTL_S + renew
         return 2 * silence + TTL_S + renew + silence
-
-    def not_back(self) -> list[str]:
-        """As alone, but for one gap the machine found and src/ does not close yet
-        (``test_pair_regressions``, xfail): the caches owed write-back are each controller's
-        own journal's fact, not the shared ledger's, so a cache the other controller took out
-        of write-back stays there while that one is the standby."""
-        out = super().not_back()
-        if not self.known_gaps_excused:
-            return out
-        return [line for line in out if not self._owed_by_a_standby(line)]
-
-    def _owed_by_a_standby(self, line: str) -> bool:
-        for name in self.caches:
-            if line != f"cache {name} in write-through":
-                continue
-            owers = [
-                seat.serving.service
-                for seat in self.seats
-                if seat.serving is not None and name in seat.serving.service.controller.caches.owed
-            ]
-            return bool(owers) and not any(self._acts(service) for service in owers)
-        return False
-
-    @staticmethod
-    def _acts(service: Service) -> bool:
-        return service.pair is not None and service.pair.may_act()
 
     def _follows(self, service: Service) -> bool:
         """A controller that may not act holds the shared ledger's runs, which it follows."""

@@ -11,19 +11,15 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 from tests.property.test_pair_invariants import PairMachine
 
 Step = tuple[str, dict[str, Any]]
 
 
-def replay(*steps: Step, gaps_excused: bool = True) -> PairMachine:
+def replay(*steps: Step) -> PairMachine:
     """Play the steps as hypothesis would, checking the invariants after each, then let the
-    faults clear and the mains come back for good and check the site returns (with the
-    known gap ``PairLab.not_back`` names failing it too, unless ``gaps_excused``)."""
+    faults clear and the mains come back for good and check the site returns."""
     with story() as machine:
-        machine.lab.known_gaps_excused = gaps_excused
         for name, arguments in steps:
             getattr(machine, name)(**arguments)
             check_invariants(machine)
@@ -49,19 +45,17 @@ def step(name: str, **arguments: Any) -> Step:
     return name, arguments
 
 
-@pytest.mark.xfail(strict=True, reason="the caches owed write-back are not shared yet")
 def test_the_caches_a_stopped_leader_flipped_go_back_to_write_back() -> None:
     """A person's shutdown on mains flipped the cache to write-through on the leader, which
     was then stopped (SIGTERM); the other controller won the lease and finished the run,
     but the debt (which caches upsguard took out of write-back) is in the first one's
     journal only: back as the standby, it owes the cache and may not act; the leader does
     not know it owes it. The site came back with the cache in write-through for good. The
-    machine names this gap (``PairLab.not_back``); the fix is to keep the debt in the
-    shared ledger."""
+    debt is now in the shared ledger: each cache a leader flips or returns is written there,
+    and whoever leads next owes what it holds."""
     replay(
         step("trigger", controller="ctl-a", direction="shutdown", only=[]),
         step("sigterm", controller="ctl-a"),
-        gaps_excused=False,
     )
 
 

@@ -102,6 +102,9 @@ def test_a_standby_cut_off_from_the_store_does_not_adopt_a_stale_shutdown_on_mai
         def rejoin(self) -> bool:
             return False
 
+        def debts_taken(self) -> set[str]:
+            return set()
+
     h = Harness(lambda t: "OL")
     silent = Silent()
 
@@ -128,6 +131,9 @@ def test_a_controller_alone_with_no_run_asks_to_rejoin_at_each_poll() -> None:
         def rejoin(self) -> bool:
             self.asked += 1
             return False
+
+        def take_debts(self) -> list[str]:
+            return []
 
     h = Harness(lambda t: "OL")
     alone = Alone()

@@ -491,7 +491,13 @@ class Service:
                 start(pair.leadership.run(), "leadership"),
                 start(pair.write_in_order(), "shared ledger"),
                 start(pair.follow(self._follow), "following"),
-                start(pair.share_views(lambda: ups_seen(self.controller.watches)), "views"),
+                start(
+                    pair.share_views(
+                        lambda: ups_seen(self.controller.watches),
+                        lambda: self.controller.caches.owed,
+                    ),
+                    "views",
+                ),
             ]
         if self.site.caches:
             tasks.append(start(_every(30.0, self.refresh_caches, stop), "caches"))

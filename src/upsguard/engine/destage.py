@@ -180,8 +180,13 @@ class DestageWatch:
         return key not in self._asking and now - self._refused_at.get(key, -RETRY_S) >= RETRY_S
 
     def owe(self, names: Iterable[CacheName]) -> None:
-        """Caches a controller before this one took out of write-back (from the journal)."""
+        """Caches a controller before this one took out of write-back (from the journal, or
+        the other controller of a pair)."""
         self.owed.update(n for n in names if n in self._providers)
+
+    def disown(self, names: Iterable[CacheName]) -> None:
+        """Caches whose debt the leader of the pair took over: returned by it, not here."""
+        self.owed.difference_update(names)
 
     async def _set_cache(self, cache: CacheName, mode: CacheMode) -> list[ModeResult]:
         key = (cache, mode)

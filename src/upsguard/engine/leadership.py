@@ -35,6 +35,7 @@ from upsguard.plugins.coordination.base import (
     Candidate,
     CoordinationStore,
     Leader,
+    OwedCaches,
     StepMark,
     Term,
 )
@@ -411,6 +412,10 @@ class Leadership:
     ) -> StepMark:
         """A step's state as this controller writes it now."""
         return StepMark(step, state, self._me.name, self._clock.now(), detail, asked, handed_over)
+
+    async def record_owed(self, owed: OwedCaches) -> None:
+        """Write which caches the leaders owe write-back; see ``record_run``."""
+        await self._write(lambda term: self._store.record_owed(term, owed))
 
     async def forget_run(self, run: RunId) -> None:
         """Remove a run the ledger no longer keeps; see ``record_run``."""

@@ -183,6 +183,8 @@ class OutageController:
                     log.exception("%s failed", decision.act.value)
                     message = f"{decision.act.value} failed: {type(exc).__name__}: {exc}"
                     self._events(Notice(self._clock.now(), message, level="error"))
+            if self._pair is not None:
+                self._settle_debts(self._pair)
             if self.may_act:
                 await self._keep_caches(view)
                 await self._last_moment(view)
@@ -236,6 +238,16 @@ class OutageController:
             await self._adopt(run)
             return []
         return due
+
+    def _settle_debts(self, pair: Pair) -> None:
+        """A cache this controller took out of write-back while it led (or went on alone) is
+        its debt; once it no longer leads, it cannot return it. The debt goes to the leader
+        through the controllers' views: the leader takes what the others owe, and the others
+        drop what the leader took (a leader's own debts are in the shared ledger)."""
+        if pair.may_act():
+            self.caches.owe(CacheName(c) for c in pair.take_debts())
+        else:
+            self.caches.disown(CacheName(c) for c in pair.debts_taken())
 
     async def _keep_caches(self, view: PowerView) -> None:
         """Level-triggered like the runs: on battery the caches at risk stay in write-through
@@ -720,10 +732,13 @@ class OutageController:
         went on with alone, whose record the store never had: it is recorded now, for the
         other controller to follow)."""
         async with self._acting:
+            if self._pair is not None:
+                self.caches.owe(CacheName(c) for c in self._pair.owed)
             if self.busy:
                 own = self.ledger.site().active
                 if own is not None and self._pair is not None:
                     self._pair.changed(own)
+                    self._pair.share_owed()
                 return None
             self.ledger.follow(records)
             self._close_superseded(run)

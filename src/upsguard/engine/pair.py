@@ -39,13 +39,22 @@ from upsguard.clock import Clock
 from upsguard.engine.actions import UnderWay
 from upsguard.engine.leadership import RETRY_WRITE_S, Leadership, LeadershipState, Role
 from upsguard.errors import AuthenticationError, LeadershipLost, StoreUnavailable, UpsguardError
-from upsguard.events import Event, StepFinished, TargetAsked
-from upsguard.models import PlatformName, ResourceId, RunId, StepId, StepState, Target
+from upsguard.events import CacheModeChanged, Event, StepFinished, TargetAsked
+from upsguard.models import (
+    CacheMode,
+    PlatformName,
+    ResourceId,
+    RunId,
+    StepId,
+    StepState,
+    Target,
+)
 from upsguard.plugins.coordination.base import (
     MAX_MARKS,
     AskedTarget,
     ControllerView,
     CoordinationStore,
+    OwedCaches,
     SharedLedger,
     StepMark,
     UpsSeen,
@@ -118,6 +127,10 @@ class Pair:
         self.seen: SharedLedger | None = None
         """The ledger as last read from the store (the standby's view)."""
         self.seen_at: float | None = None
+        self._owed: set[str] = set()
+        """The caches the leaders owe write-back, as this controller knows it: the ledger's
+        as last read, and what it flipped or returned itself since."""
+        self._took: set[str] = set()
         self.others: list[ControllerView] = []
         """The views the other controllers published, as last exchanged (``share_views``)."""
         self.others_at: float | None = None
@@ -176,9 +189,45 @@ class Pair:
         self._gone.pop(run, None)
         self._enqueue(lambda: self.leadership.forget_run(run))
 
+    @property
+    def owed(self) -> frozenset[str]:
+        return frozenset(self._owed)
+
+    def take_debts(self) -> list[str]:
+        """Leading: the caches the others owe write-back and may not return themselves, not
+        taken over yet. Taken now: this controller owes them from here on (so does the
+        shared ledger), and says so in its view until the others no longer list them."""
+        owed_elsewhere = {c for view in self.others for c in view.owes}
+        self._took &= owed_elsewhere
+        new = sorted(owed_elsewhere - self._took)
+        if new:
+            self._took.update(new)
+            self._owed.update(new)
+            self.share_owed()  # in the ledger too: the next leader owes them if this one dies
+        return new
+
+    def debts_taken(self) -> set[str]:
+        """Not leading: the caches the leader said it took over from this controller."""
+        return {c for view in self.others for c in view.took}
+
+    def share_owed(self) -> None:
+        """Write the caches owed write-back as this controller knows them (on leading again,
+        after writes made alone were dropped)."""
+        owed = OwedCaches(tuple(sorted(self._owed)))
+        self._enqueue(lambda: self.leadership.record_owed(owed))
+
     def observe(self, event: Event) -> None:
-        """Subscribed to the event bus: each step's end, and each request a platform took."""
-        if isinstance(event, TargetAsked):
+        """Subscribed to the event bus: each step's end, each request a platform took, and
+        each cache taken out of write-back or returned to it (the next leader owes it)."""
+        if isinstance(event, CacheModeChanged) and event.ok:
+            before = set(self._owed)
+            if event.owed:
+                self._owed.add(event.cache)
+            elif event.mode is CacheMode.WRITE_BACK:
+                self._owed.discard(event.cache)
+            if self._owed != before:
+                self.share_owed()
+        elif isinstance(event, TargetAsked):
             key = (event.run, event.step)
             target = AskedTarget(event.platform, event.target_kind, event.target, event.wanted)
             kept = tuple(a for a in self._asked.get(key, ()) if a.name != target.name)
@@ -394,14 +443,24 @@ class Pair:
                 _not_read(exc, "following the shared ledger")
                 await asyncio.sleep(pause)
 
-    async def share_views(self, reading: Callable[[], Sequence[UpsSeen]]) -> None:
-        """Leader or not: publish what this controller reads of the UPSes, and keep what the
-        others published (``others``, read at ``others_at``), every renewal period; never
-        raises (a silent store is waited out, and the others' views then age)."""
+    async def share_views(
+        self, reading: Callable[[], Sequence[UpsSeen]], owes: Callable[[], Collection[str]]
+    ) -> None:
+        """Leader or not: publish what this controller reads of the UPSes and the debts of
+        write-back it passes on or took over, and keep what the others published
+        (``others``, read at ``others_at``), every renewal period; never raises (a silent
+        store is waited out, and the others' views then age)."""
         pause = self.leadership.renew_every_s
         while True:
-            role = self.leadership.role.value
-            view = ControllerView(self.me, role, self._clock.now(), tuple(reading()))
+            role = self.leadership.role
+            view = ControllerView(
+                self.me,
+                role.value,
+                self._clock.now(),
+                tuple(reading()),
+                owes=() if self.may_act() else tuple(sorted(owes())),
+                took=tuple(sorted(self._took)),
+            )
             try:
                 self.others = await self.store.exchange_views(view, 3 * pause)
             except Exception as exc:
@@ -424,6 +483,7 @@ class Pair:
 
     def _saw(self, ledger: SharedLedger) -> None:
         self.seen, self.seen_at = ledger, self._clock.monotonic()
+        self._owed = set(ledger.owed)
 
     def shared_run(self, ledger: SharedLedger | None = None) -> SharedRun | None:
         """The run in progress in ``ledger`` (the one seen last), as a leader resumes it:

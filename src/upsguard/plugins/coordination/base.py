@@ -114,6 +114,13 @@ class AloneNotice:
 
 
 @dataclass(frozen=True, slots=True)
+class OwedCaches:
+    """The caches a leader took out of write-back, for the next leader to return."""
+
+    caches: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class UpsSeen:
     """One UPS as a controller of the pair reads it: its word (``online``, ``on-battery``,
     ``self-test``, ``held``, ``stale``, ``lost``, ``unknown``; ``unread`` before any reading)
@@ -130,12 +137,18 @@ class UpsSeen:
 class ControllerView:
     """What one controller of the pair reads of the UPSes, and its role, at ``at`` by its
     own clock. Each controller publishes its own, so that each shows the other's beside its
-    own: two readings that disagree are what a person needs to see before an outage."""
+    own: two readings that disagree are what a person needs to see before an outage. It also
+    carries what cannot wait for a fenced write: a debt of write-back passed to the leader."""
 
     by: str
     role: str
     at: datetime
     ups: tuple[UpsSeen, ...] = ()
+    owes: tuple[str, ...] = ()
+    """The caches it took out of write-back and may not return itself (not leading): the
+    leader takes the debt over."""
+    took: tuple[str, ...] = ()
+    """The caches whose debt it took over from the other's ``owes``: the other drops them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +171,9 @@ class SharedLedger:
     steps: Mapping[RunId, Mapping[StepId, StepMark]] = field(default_factory=dict)
     alone: AloneNotice | None = None
     unreadable: tuple[Unreadable, ...] = ()
+    owed: tuple[str, ...] = ()
+    """The caches a leader took out of write-back and has not returned yet: whoever leads
+    next returns them once the outage is over."""
 
     @property
     def active(self) -> RunRecord | None:
@@ -241,6 +257,11 @@ class CoordinationStore(Protocol):
 
     async def forget_run(self, term: Term, run: RunId) -> None:
         """Remove a run and its steps (the ledger keeps only the newest runs), fenced.
+        Raises ``LeadershipLost``."""
+        ...
+
+    async def record_owed(self, term: Term, owed: OwedCaches) -> None:
+        """Write which caches the leaders owe write-back (replacing the list), fenced.
         Raises ``LeadershipLost``."""
         ...
 

@@ -82,6 +82,7 @@ from upsguard.plugins.coordination.base import (
     ControllerView,
     EndpointHealth,
     Leader,
+    OwedCaches,
     SharedLedger,
     StepMark,
     Term,
@@ -262,6 +263,12 @@ class EtcdStore:
             KVService.txn_op_delete(steps, range_end=prefix_range_end(steps)),
         ]
         await self._fenced(term, f"forget run {run}", deletes)
+
+    async def record_owed(self, term: Term, owed: OwedCaches) -> None:
+        key = (self._prefix + "owed").encode()
+        await self._fenced(
+            term, "record the caches owed write-back", [KVService.txn_op_put(key, encode(owed))]
+        )
 
     async def declare_alone(self, term: Term, notice: AloneNotice) -> None:
         key = (self._prefix + "alone").encode()
@@ -561,6 +568,7 @@ class EtcdStore:
     def _ledger(self, revision: int, kvs: Iterable[Any]) -> SharedLedger:
         leader: Leader | None = None
         alone: AloneNotice | None = None
+        owed: tuple[str, ...] = ()
         runs: list[tuple[int, RunRecord]] = []
         steps: dict[RunId, dict[StepId, StepMark]] = {}
         unreadable: list[Unreadable] = []
@@ -572,6 +580,8 @@ class EtcdStore:
                     leader = self._leader_of(kv)
                 elif name == "alone":
                     alone = decode(AloneNotice, kv.value)
+                elif name == "owed":
+                    owed = decode(OwedCaches, kv.value).caches
                 elif name.startswith(VIEWS):
                     continue  # each controller's view: exchange_views, not the ledger
                 elif name.startswith("runs/"):
@@ -585,7 +595,7 @@ class EtcdStore:
             except ValueError as exc:
                 unreadable.append(Unreadable(key, str(exc)))
         ordered = tuple(record for _, record in sorted(runs, key=lambda pair: pair[0]))
-        return SharedLedger(revision, leader, ordered, steps, alone, tuple(unreadable))
+        return SharedLedger(revision, leader, ordered, steps, alone, tuple(unreadable), owed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from upsguard.plugins.coordination.base import (
     ControllerView,
     EndpointHealth,
     Leader,
+    OwedCaches,
     SharedLedger,
     StepMark,
     Term,
@@ -35,7 +36,7 @@ from upsguard.plugins.coordination.base import (
 from upsguard.plugins.coordination.records import decode, encode
 from upsguard.runs import RunRecord
 
-LEADER, ALONE = "leader", "alone"
+LEADER, ALONE, OWED = "leader", "alone", "owed"
 VIEWS = "views/"
 """Where each controller's view is kept, beside the ledger (``exchange_views``)."""
 
@@ -176,6 +177,10 @@ class MemoryStore:
 
         self._fenced(term, f"forget run {run}", forget)
 
+    async def record_owed(self, term: Term, owed: OwedCaches) -> None:
+        data = encode(owed)
+        self._fenced(term, "record the caches owed write-back", lambda s: s.put(OWED, data))
+
     async def declare_alone(self, term: Term, notice: AloneNotice) -> None:
         data = encode(notice)
         self._fenced(term, "declare finishing alone", lambda s: s.put(ALONE, data))
@@ -211,7 +216,10 @@ class MemoryStore:
                 mark = decode(StepMark, value.data)
                 steps.setdefault(run, {})[mark.step] = mark
         alone = decode(AloneNotice, s.keys[ALONE].data) if ALONE in s.keys else None
-        return SharedLedger(s.revision, self._leader(), tuple(r for _, r in runs), steps, alone)
+        owed = decode(OwedCaches, s.keys[OWED].data).caches if OWED in s.keys else ()
+        return SharedLedger(
+            s.revision, self._leader(), tuple(r for _, r in runs), steps, alone, owed=owed
+        )
 
     async def wait_for_change(self, after_revision: int, within_s: float) -> bool:
         return await self._shared.changed_after(after_revision, within_s)

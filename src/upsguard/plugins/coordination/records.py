@@ -13,18 +13,26 @@ from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from upsguard.plugins.coordination.base import AloneNotice, Candidate, ControllerView, StepMark
+from upsguard.plugins.coordination.base import (
+    AloneNotice,
+    Candidate,
+    ControllerView,
+    OwedCaches,
+    StepMark,
+)
 from upsguard.runs import RunRecord
 
 T = TypeVar("T")
 
 _ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {
     kind: TypeAdapter(kind)
-    for kind in (Candidate, RunRecord, StepMark, AloneNotice, ControllerView)
+    for kind in (Candidate, RunRecord, StepMark, AloneNotice, ControllerView, OwedCaches)
 }
 
 
-def encode(value: Candidate | RunRecord | StepMark | AloneNotice | ControllerView) -> bytes:
+def encode(
+    value: Candidate | RunRecord | StepMark | AloneNotice | ControllerView | OwedCaches,
+) -> bytes:
     return _ADAPTERS[type(value)].dump_json(value)
 
 
