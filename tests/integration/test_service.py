@@ -12,6 +12,7 @@ import functools
 import grp
 import http.server
 import json
+import re
 import stat
 import subprocess
 import threading
@@ -308,3 +309,35 @@ def test_what_validate_warns_of_is_an_alert_at_every_start(
         assert [e.level for e in journaled] == ["warning", "warning"]
     finally:
         svc.stop()
+
+
+def test_under_systemd_log_lines_carry_priorities_and_no_timestamps(tmp_path: Path) -> None:
+    """With its stderr the journal's stream (``JOURNAL_STREAM`` names it), each line starts
+    with its syslog priority (sd-daemon(3)), which journalctl shows and filters by, and has no
+    time of its own: the journal stamps each line itself."""
+    service = write_site(tmp_path, SIMULATED_SITE)
+    service.log.touch()
+    stream = service.log.stat()
+    service.env = {"JOURNAL_STREAM": f"{stream.st_dev}:{stream.st_ino}"}
+    service.start()
+    service.cli("hold", "--reason", "generator test")
+    assert service.terminate() == 0
+    lines = service.log.read_text().splitlines()
+    assert "<6>upsguard.events: upsguard serving site svc" in lines
+    assert "<4>upsguard.events: override: hold by root: generator test" in lines
+    assert [line for line in lines if not re.match(r"<[0-7]>\S+: ", line)] == []
+    assert [line for line in lines if re.search(r"\d\d:\d\d:\d\d", line)] == []
+
+
+def test_elsewhere_log_lines_carry_their_time(tmp_path: Path) -> None:
+    """A terminal, or a file the service's stderr was sent to under systemd (``2>file``: the
+    journal's stream is not stderr then): each line says when."""
+    service = write_site(tmp_path, SIMULATED_SITE)
+    service.env = {"JOURNAL_STREAM": "1:1"}
+    service.start()
+    assert service.terminate() == 0
+    (serving,) = [line for line in service.log.read_text().splitlines() if "serving" in line]
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO upsguard.events: upsguard serving site svc",
+        serving,
+    )

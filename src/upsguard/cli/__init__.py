@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import logging
 import sys
 from collections.abc import Iterator, Sequence
 
 from upsguard import __version__
-from upsguard.cli import cache, doctor, inventory, reports, service, site, ups, web
+from upsguard.cli import cache, doctor, inventory, logs, reports, service, site, ups, web
 from upsguard.errors import UpsguardError
 
 #: Each module adds its subcommands; the order here is the order of ``--help``.
@@ -54,8 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = logging.WARNING - 10 * min(args.verbose, 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(args.verbose)
     batch = args.command in BATCH_COMMANDS
     try:
         with collecting_for_a_batch() if batch else contextlib.nullcontext():

@@ -15,13 +15,8 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn
-from rich.table import Table
-
-from upsguard.cli import output
 from upsguard.cli.common import (
     Subparsers,
     add_format_option,
@@ -30,15 +25,17 @@ from upsguard.cli.common import (
     run_async,
 )
 from upsguard.cli.common import site_of as load_site_of
-from upsguard.clock import SystemClock
-from upsguard.config.site import SiteConfig
-from upsguard.config.types import format_bytes, format_duration, parse_duration
-from upsguard.engine.destage import CacheStatus, DestageWatch, ModeResult
 from upsguard.errors import ConfigError, StepTimeout
-from upsguard.events import Event
 from upsguard.models import CacheMode, CacheName
-from upsguard.plugins.caches.base import CacheProvider
-from upsguard.plugins.registry import build_cache_providers
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+    from rich.table import Table
+
+    from upsguard.config.site import SiteConfig
+    from upsguard.engine.destage import CacheStatus, DestageWatch, ModeResult
+    from upsguard.events import Event
+    from upsguard.plugins.caches.base import CacheProvider
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -91,6 +88,8 @@ def _timeout_option(parser: argparse.ArgumentParser) -> None:
 
 def _seconds(text: str) -> float:
     """``30s``, ``5m``, ``500ms``, or a plain number of seconds."""
+    from upsguard.config.types import parse_duration
+
     try:
         return parse_duration(
             float(text) if text.replace(".", "", 1).isdigit() else text
@@ -114,6 +113,8 @@ def chosen_caches(site: SiteConfig, names: Sequence[str]) -> list[CacheName]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from upsguard.cli import output
+
     site = load_site_of(args)
     names = chosen_caches(site, args.names)
 
@@ -172,6 +173,10 @@ async def _with_watch(
     site: SiteConfig, names: list[CacheName], body: Callable[[DestageWatch], Awaitable[T]]
 ) -> T:
     """Build the chosen providers, run ``body`` with a watch over them, close them after."""
+    from upsguard.clock import SystemClock
+    from upsguard.engine.destage import DestageWatch
+    from upsguard.plugins.registry import build_cache_providers
+
     clock = SystemClock()
     every = build_cache_providers(site, clock)
     providers: dict[CacheName, CacheProvider] = {n: every[n] for n in names}
@@ -215,6 +220,8 @@ def _longest_timeout(site: SiteConfig, names: list[CacheName]) -> float:
 def _still_dirty(watch: DestageWatch, names: list[CacheName], timeout: float) -> str:
     """What is not known clean when the time runs out: what is dirty, and what could not be
     read (and why)."""
+    from upsguard.config.types import format_bytes, format_duration
+
     statuses = [s for s in watch.status.values() if s.cache in names and not s.clean]
     dirty = [s for s in statuses if s.state is not None]
     left = sum(s.state.dirty_bytes or 0 for s in dirty if s.state is not None)
@@ -258,11 +265,15 @@ def status_dict(status: CacheStatus) -> dict[str, Any]:
 
 
 def status_table(statuses: list[CacheStatus]) -> Table:
+    from upsguard.cli import output
+
     header = ("CACHE", "TARGET", "MODE", "DIRTY", "RATE", "ETA", "CLEAN", "DETAIL")
     return output.table(header, (_row(s) for s in statuses))
 
 
 def _row(status: CacheStatus) -> tuple[str, ...]:
+    from upsguard.config.types import format_bytes, format_duration
+
     state = status.state
     if state is None:
         return (status.cache, status.target.name, "?", "?", "", "", "error", status.error or "")
@@ -279,6 +290,11 @@ class ProgressBar:
     (scripts and logs read those lines)."""
 
     def __init__(self, out: TextIO) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn
+
+        from upsguard.cli import output
+
         self._out = out
         self._start: int | None = None
         self._bar: Progress | None = None
@@ -304,6 +320,8 @@ class ProgressBar:
 
     def measure(self, statuses: list[CacheStatus]) -> tuple[float, str]:
         """The share destaged since the first poll (0 to 1), and the figures behind it."""
+        from upsguard.config.types import format_bytes, format_duration
+
         dirty = sum(s.state.dirty_bytes or 0 for s in statuses if s.state is not None)
         if self._start is None or dirty > self._start:
             self._start = dirty

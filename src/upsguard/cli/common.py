@@ -1,4 +1,10 @@
-"""What every subcommand shares: the site-file option, output formats, the async entry."""
+"""What every subcommand shares: the site-file option, output formats, the async entry.
+
+Every ``cli`` module is imported to build the parser (``--help`` lists them all), so each
+imports at its top only what building its parser needs; what a command does (the site
+file's models, the plugins, the service, rich) is imported by the command's handler, and a
+command loads only its own (``bench/cli_start.py``).
+"""
 
 from __future__ import annotations
 
@@ -8,11 +14,10 @@ import json
 import os
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from upsguard.config import SiteConfig, load_site
-from upsguard.config.types import parse_duration
-from upsguard.plugins import registry
+if TYPE_CHECKING:
+    from upsguard.config import SiteConfig
 
 T = TypeVar("T")
 Handler = Callable[[argparse.Namespace], int]
@@ -39,6 +44,8 @@ def add_format_option(parser: argparse.ArgumentParser, *choices: str) -> None:
 
 def duration_seconds(text: str) -> float:
     """An argparse type: ``30s``, ``5m``, ``1h`` as seconds."""
+    from upsguard.config.types import parse_duration
+
     try:
         return parse_duration(text).total_seconds()
     except ValueError as exc:
@@ -47,6 +54,9 @@ def duration_seconds(text: str) -> float:
 
 def site_of(args: argparse.Namespace) -> SiteConfig:
     """The site file, checked against the plugins installed here, as ``run`` would use it."""
+    from upsguard.config import load_site
+    from upsguard.plugins import registry
+
     return load_site(args.config, registry.names)
 
 

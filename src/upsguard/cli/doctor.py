@@ -13,11 +13,8 @@ import json
 import logging
 import sys
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from upsguard.cli import output
 from upsguard.cli.common import (
     Subparsers,
     add_format_option,
@@ -26,16 +23,16 @@ from upsguard.cli.common import (
     run_async,
     site_of,
 )
-from upsguard.clock import SystemClock
-from upsguard.config.site import SiteConfig
-from upsguard.config.types import format_duration
-from upsguard.controller.notify import Notifier
-from upsguard.doctor.checkup import Checkup, Selection, run_checkup
-from upsguard.doctor.drill import Drill, Would, run_drill
 from upsguard.errors import ConfigError
-from upsguard.findings import Area, Finding, Verdict
-from upsguard.plugins import registry
 from upsguard.units import counted
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from upsguard.config.site import SiteConfig
+    from upsguard.doctor.checkup import Checkup, Selection
+    from upsguard.doctor.drill import Drill
+    from upsguard.findings import Finding
 
 
 def register(commands: Subparsers) -> None:
@@ -74,6 +71,12 @@ def _timeout_option(p: argparse.ArgumentParser, default: float | None, help: str
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    from upsguard.cli import output
+    from upsguard.clock import SystemClock
+    from upsguard.controller.notify import Notifier
+    from upsguard.doctor.checkup import run_checkup
+    from upsguard.findings import Verdict
+
     if not args.verbose:  # the table says what failed; the SDKs' own logs would say it twice
         logging.getLogger().setLevel(logging.CRITICAL)
     site = site_of(args)
@@ -103,6 +106,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def selection(site: SiteConfig, words: list[str]) -> Selection:
     """``--only``: areas and entry names; an unknown word is a ConfigError naming the known."""
+    from upsguard.doctor.checkup import Selection
+    from upsguard.findings import Area
+    from upsguard.plugins import registry
+
     areas = {a.value for a in Area}
     names = {
         *(u.name for u in site.ups),
@@ -133,6 +140,8 @@ def fault_line(finding: Finding) -> str:
 
 
 def findings_table(findings: tuple[Finding, ...] | list[Finding]) -> Table:
+    from upsguard.cli import output
+
     rows = [
         [
             f.verdict.value,
@@ -155,6 +164,8 @@ def finding_json(finding: Finding) -> dict[str, Any]:
 
 
 def checkup_json(site: SiteConfig, checkup: Checkup) -> dict[str, Any]:
+    from upsguard.config.types import format_duration
+
     return {
         "site": site.site,
         "at": checkup.at.isoformat(),
@@ -167,6 +178,10 @@ def checkup_json(site: SiteConfig, checkup: Checkup) -> dict[str, Any]:
 
 
 def cmd_drill(args: argparse.Namespace) -> int:
+    from upsguard.cli import output
+    from upsguard.clock import SystemClock
+    from upsguard.doctor.drill import Would, run_drill
+
     if not args.verbose:
         logging.getLogger().setLevel(logging.CRITICAL)
     site = site_of(args)
@@ -189,6 +204,8 @@ def cmd_drill(args: argparse.Namespace) -> int:
 
 
 def drill_table(drill: Drill) -> Table:
+    from upsguard.cli import output
+
     rows = [
         [
             s.step,
@@ -203,6 +220,9 @@ def drill_table(drill: Drill) -> Table:
 
 
 def drill_summary(drill: Drill) -> str:
+    from upsguard.config.types import format_duration
+    from upsguard.doctor.drill import Would
+
     tally = {w: sum(1 for s in drill.steps if s.would is w) for w in Would}
     longest = max((s.read_s for s in drill.steps), default=0.0)
     source = "live inventory" if drill.live else "the site file alone (no live inventory)"

@@ -14,18 +14,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import RenderableType
-
-from upsguard.cli import output
 from upsguard.cli.common import Subparsers, add_format_option, add_site_option, run_async, site_of
-from upsguard.clock import SystemClock
-from upsguard.config.site import SiteConfig
 from upsguard.errors import PermanentError, TemporaryError
 from upsguard.models import PlatformName, ResourceKind
-from upsguard.plugins.platforms.base import InventorySource, Platform
-from upsguard.plugins.registry import build_platforms
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from upsguard.config.site import SiteConfig
+    from upsguard.plugins.platforms.base import Platform
 
 
 def register(commands: Subparsers) -> None:
@@ -41,6 +40,8 @@ def register(commands: Subparsers) -> None:
 
 
 def cmd_inventory(args: argparse.Namespace) -> int:
+    from upsguard.cli import output
+
     site = site_of(args)
     reports = run_async(collect(site, args.platforms))
     if args.format == "json":
@@ -55,6 +56,10 @@ def cmd_inventory(args: argparse.Namespace) -> int:
 
 async def collect(site: SiteConfig, only: list[str]) -> list[dict[str, Any]]:
     """One report per platform that lists inventory, with resource coverage filled in."""
+    from upsguard.clock import SystemClock
+    from upsguard.plugins.platforms.base import InventorySource
+    from upsguard.plugins.registry import build_platforms
+
     platforms = build_platforms(site, SystemClock())
     chosen = {n: p for n, p in platforms.items() if isinstance(p, InventorySource)}
     if only:
@@ -76,6 +81,8 @@ async def collect(site: SiteConfig, only: list[str]) -> list[dict[str, Any]]:
 
 
 async def _report(site: SiteConfig, name: PlatformName, platform: Platform) -> dict[str, Any]:
+    from upsguard.plugins.platforms.base import InventorySource
+
     assert isinstance(platform, InventorySource)
     report = await platform.inventory_report()
     covered: dict[str, list[str]] = {}
@@ -100,6 +107,8 @@ async def _report(site: SiteConfig, name: PlatformName, platform: Platform) -> d
 
 def report_parts(report: dict[str, Any]) -> list[RenderableType]:
     """One platform's report: a summary, the hosts, the VMs and what no resource covers."""
+    from upsguard.cli import output
+
     hosts, vms = report["hosts"], report["vms"]
     summary = "\n".join(
         [

@@ -13,26 +13,20 @@ import sys
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from upsguard.cli.common import Subparsers, add_format_option, add_site_option, site_of
-from upsguard.config.site import SiteConfig
-from upsguard.config.types import format_duration
 from upsguard.errors import PermanentError
-from upsguard.journal import Journal
-from upsguard.journal.checkups import BatteryTestRow, battery_tests
-from upsguard.journal.file import journal_exists
-from upsguard.journal.learned import learned_or_none
-from upsguard.journal.outages import Outage, last_outage
-from upsguard.journal.retrospective import pick_runs, story_from_journal
-from upsguard.journal.rows import iso, parse_iso
 from upsguard.models import LinkState
-from upsguard.reports import render
-from upsguard.reports.runbook import build_runbook
-from upsguard.reports.story import BatteryFit, BatterySample, Story
-from upsguard.runbooks.plan import Durations
-from upsguard.runbooks.planner import Planner
-from upsguard.simulation import battery_fit
+from upsguard.reports import FORMATS
+
+if TYPE_CHECKING:
+    from upsguard.config.site import SiteConfig
+    from upsguard.journal import Journal
+    from upsguard.journal.checkups import BatteryTestRow
+    from upsguard.journal.outages import Outage
+    from upsguard.reports.story import BatteryFit, BatterySample, Story
+    from upsguard.runbooks.plan import Durations
 
 CACHE_NOTE = (
     "The journal keeps when each cache was flipped and when it was clean, not its dirty "
@@ -50,13 +44,13 @@ def register(commands: Subparsers) -> None:
         help="the last outage: mains failure, shutdown, return of power, startup (the default)",
     )
     add_site_option(p)
-    add_format_option(p, *render.FORMATS)
+    add_format_option(p, *FORMATS)
     p.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
     p.set_defaults(handler=cmd_report)
 
     p = commands.add_parser("runbook", help="the printable run book: order, actions, by hand")
     add_site_option(p)
-    add_format_option(p, *render.FORMATS)
+    add_format_option(p, *FORMATS)
     p.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
     add_durations_option(p)
     p.set_defaults(handler=cmd_runbook)
@@ -78,6 +72,8 @@ def add_durations_option(parser: argparse.ArgumentParser) -> None:
 
 def durations_of(args: argparse.Namespace, site: SiteConfig) -> Durations | None:
     """The durations ``--durations`` asks for; learned ones only where the journal has some."""
+    from upsguard.journal.learned import learned_or_none
+
     if args.durations == "configured":
         return None
     learned = learned_or_none(site.journal)
@@ -104,6 +100,10 @@ def write_output(text: str, output: Path | None, what: str = "the report") -> No
 
 def cmd_report(args: argparse.Namespace) -> int:
     """One outage (``--last``, the default) or one run alone (``--run``)."""
+    from upsguard.journal.outages import last_outage
+    from upsguard.journal.retrospective import pick_runs, story_from_journal
+    from upsguard.reports import render
+
     site = site_of(args)
     if args.run is not None and args.run_option is not None and args.run != args.run_option:
         raise PermanentError("give the RUN_ID once: as an argument or with --run")
@@ -146,6 +146,9 @@ def outage_title(outage: Outage) -> str:
 
 
 def open_existing(site: SiteConfig) -> Journal:
+    from upsguard.journal import Journal
+    from upsguard.journal.file import journal_exists
+
     if not journal_exists(site.journal):
         raise PermanentError(
             f"journal {site.journal} does not exist: no run to report yet "
@@ -155,11 +158,17 @@ def open_existing(site: SiteConfig) -> Journal:
 
 
 def with_battery_model(site: SiteConfig, story: Story) -> Story:
+    from upsguard.simulation import battery_fit
+
     samples, fits = battery_fit.fit(site, story.battery)
     return replace(story, battery=tuple(samples), battery_fits=tuple(fits))
 
 
 def cmd_runbook(args: argparse.Namespace) -> int:
+    from upsguard.reports import render
+    from upsguard.reports.runbook import build_runbook
+    from upsguard.runbooks.planner import Planner
+
     site = site_of(args)
     planner = Planner(site, durations=durations_of(args, site))
     book = build_runbook(site, planner, datetime.now(UTC))
@@ -168,6 +177,11 @@ def cmd_runbook(args: argparse.Namespace) -> int:
 
 
 def cmd_battery(args: argparse.Namespace) -> int:
+    from upsguard.journal.checkups import battery_tests
+    from upsguard.journal.rows import parse_iso
+    from upsguard.reports.story import BatterySample
+    from upsguard.simulation import battery_fit
+
     site = site_of(args)
     journal = open_existing(site)
     try:
@@ -204,6 +218,8 @@ def cmd_battery(args: argparse.Namespace) -> int:
 
 
 def _test_json(test: BatteryTestRow) -> dict[str, Any]:
+    from upsguard.journal.rows import iso
+
     out = asdict(test)
     out.update(started=iso(test.started), ended=iso(test.ended), state=test.state.value)
     return out
@@ -211,6 +227,9 @@ def _test_json(test: BatteryTestRow) -> dict[str, Any]:
 
 def _tests_text(tests: list[BatteryTestRow]) -> list[str]:
     """The battery tests the service ran, newest first, with a deep test's observed runtime."""
+    from upsguard.config.types import format_duration
+    from upsguard.journal.rows import iso
+
     if not tests:
         return []
     lines = ["battery tests (newest first):"]
@@ -226,6 +245,8 @@ def _tests_text(tests: list[BatteryTestRow]) -> list[str]:
 
 
 def _battery_text(site: SiteConfig, samples: list[BatterySample], fits: list[BatteryFit]) -> str:
+    from upsguard.config.types import format_duration
+
     if not fits:
         return f"no UPS of site {site.site} has been on battery in the journal {site.journal}"
     lines = []

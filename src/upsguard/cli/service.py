@@ -18,10 +18,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from upsguard.cli import views
-from upsguard.cli.client import ApiClient
 from upsguard.cli.common import (
     Subparsers,
     add_format_option,
@@ -30,12 +28,11 @@ from upsguard.cli.common import (
     run_async,
     site_of,
 )
-from upsguard.config.site import SiteConfig
-from upsguard.controller import offline
-from upsguard.controller.service import run_service
 from upsguard.errors import PermanentError, ServiceNotRunning, TemporaryError
-from upsguard.journal import Journal
-from upsguard.journal.file import journal_exists
+
+if TYPE_CHECKING:
+    from upsguard.cli.client import ApiClient
+    from upsguard.config.site import SiteConfig
 
 
 def register(commands: Subparsers) -> None:
@@ -102,6 +99,8 @@ def _yes_option(p: argparse.ArgumentParser) -> None:
 
 
 def _client(args: argparse.Namespace, site: SiteConfig) -> ApiClient:
+    from upsguard.cli.client import ApiClient
+
     return ApiClient(args.socket or site.service.socket)
 
 
@@ -139,6 +138,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _serve(site: SiteConfig, path: Path) -> int:
+    from upsguard.controller.service import run_service
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -150,10 +151,14 @@ async def _serve(site: SiteConfig, path: Path) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from upsguard.cli import views
+
     site = site_of(args)
     try:
         st = _client(args, site).status()
     except ServiceNotRunning:
+        from upsguard.controller import offline
+
         st = run_async(offline.status(site))
     if args.format == "json":
         print_json(st.model_dump(mode="json"))
@@ -168,6 +173,8 @@ def cmd_hold(args: argparse.Namespace) -> int:
         answer = _client(args, site).post("/hold", {"reason": args.reason})
     except ServiceNotRunning:
         _direct("Journal the hold for its next start?", args.yes)
+        from upsguard.controller import offline
+
         reason = offline.hold(site, _who(), args.reason)
         print(f"held (journaled; the service takes it up when it starts): {reason}")
         return 0
@@ -181,6 +188,8 @@ def cmd_release(args: argparse.Namespace) -> int:
         answer = _client(args, site).post("/release", {"reason": args.reason})
     except ServiceNotRunning:
         _direct("Journal the release for its next start?", args.yes)
+        from upsguard.controller import offline
+
         offline.hold(site, _who(), args.reason, release=True)
         print("released (journaled)")
         return 0
@@ -196,6 +205,8 @@ def cmd_trigger(args: argparse.Namespace) -> int:
     client = _client(args, site)
     if not client.running():
         _direct(f"Run the {what} from this process?", args.yes)
+        from upsguard.controller import offline
+
         return run_async(
             offline.trigger(site, _who(), args.direction, args.only, args.reason, print)
         )
@@ -211,6 +222,8 @@ def cmd_abort(args: argparse.Namespace) -> int:
     client = _client(args, site)
     if not client.running():
         _direct("Mark its unfinished runs aborted (they will not resume) and hold?", args.yes)
+        from upsguard.controller import offline
+
         closed = offline.abort(site, _who(), args.reason)
         print("aborted: " + (", ".join(closed) if closed else "nothing was unfinished") + "; held")
         return 0
@@ -222,6 +235,8 @@ def cmd_abort(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
+    from upsguard.cli import views
+
     site = site_of(args)
     try:
         hist = _client(args, site).get(f"/history?limit={args.limit}")
@@ -235,6 +250,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def _journal_history(site: SiteConfig, limit: int) -> dict[str, Any]:
+    from upsguard.controller import offline
+
     journal = offline.read_journal(site)
     try:
         return {
@@ -247,6 +264,8 @@ def _journal_history(site: SiteConfig, limit: int) -> dict[str, Any]:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
+    from upsguard.cli import views
+
     site = site_of(args)
     client = _client(args, site)
     after = -min(max(args.lines, 1), 1000)  # the API gives the last 1,000 at most
@@ -275,6 +294,9 @@ def cmd_events(args: argparse.Namespace) -> int:
 def _journal_events(site: SiteConfig, after: int, follow: bool) -> list[dict[str, Any]]:
     """The events after ``after`` in the journal; following, none until there is one (the
     service may be about to start), else no journal is one line."""
+    from upsguard.controller import offline
+    from upsguard.journal.file import journal_exists
+
     if follow and not journal_exists(site.journal):
         return []
     journal = offline.read_journal(site)
@@ -288,6 +310,7 @@ def _journal_events(site: SiteConfig, after: int, follow: bool) -> list[dict[str
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from upsguard.journal import Journal
     from upsguard.simulation.demo import run_demo
 
     with tempfile.TemporaryDirectory(prefix="upsguard-demo-") as tmp:

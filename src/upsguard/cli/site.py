@@ -9,6 +9,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from upsguard.cli.common import (
     Subparsers,
@@ -18,18 +19,11 @@ from upsguard.cli.common import (
     site_of,
 )
 from upsguard.cli.reports import add_durations_option, durations_of, write_output
-from upsguard.cli.simulated import simulated_report
-from upsguard.clock import SystemClock
-from upsguard.config.checks import site_warnings
-from upsguard.config.scenario import load_scenario
-from upsguard.config.site import SiteConfig
-from upsguard.engine.inventory import LiveInventory, read_inventory
-from upsguard.plugins.registry import build_platforms
-from upsguard.runbooks import render
-from upsguard.runbooks.planner import Planner
-from upsguard.simulation import report
-from upsguard.simulation.simulator import simulate
 from upsguard.units import counted
+
+if TYPE_CHECKING:
+    from upsguard.config.site import SiteConfig
+    from upsguard.engine.inventory import LiveInventory
 
 
 def register(commands: Subparsers) -> None:
@@ -81,6 +75,9 @@ def _told_by_the_timeline(verbose: int) -> Iterator[None]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from upsguard.config.checks import site_warnings
+    from upsguard.runbooks.planner import Planner
+
     site = site_of(args)
     shutdown = Planner(site).plan("shutdown")
     for loc, message in site_warnings(site):
@@ -94,6 +91,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def schema_text() -> str:
+    from upsguard.config.site import SiteConfig
+
     schema = SiteConfig.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "upsguard site file"
@@ -106,6 +105,9 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from upsguard.runbooks import render
+    from upsguard.runbooks.planner import Planner
+
     site = site_of(args)
     live = run_async(_inventory(site)) if args.live else None
     durations = durations_of(args, site)
@@ -127,6 +129,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 async def _inventory(site: SiteConfig) -> LiveInventory:
+    from upsguard.clock import SystemClock
+    from upsguard.engine.inventory import read_inventory
+    from upsguard.plugins.registry import build_platforms
+
     platforms = build_platforms(site, SystemClock())
     try:
         for platform in platforms.values():
@@ -138,6 +144,12 @@ async def _inventory(site: SiteConfig) -> LiveInventory:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    from upsguard.cli.simulated import simulated_report
+    from upsguard.config.scenario import load_scenario
+    from upsguard.runbooks.planner import Planner
+    from upsguard.simulation import report
+    from upsguard.simulation.simulator import simulate
+
     site = site_of(args)
     scenario = load_scenario(args.scenario, site)
     planner = Planner(site, durations=durations_of(args, site))

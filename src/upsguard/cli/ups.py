@@ -15,14 +15,8 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
-
-from upsguard.cli import output
 from upsguard.cli.common import (
     Subparsers,
     add_format_option,
@@ -31,14 +25,17 @@ from upsguard.cli.common import (
     run_async,
 )
 from upsguard.cli.common import site_of as load_site_of
-from upsguard.clock import SystemClock
-from upsguard.config.site import FeedConfig, SiteConfig
-from upsguard.config.types import format_duration
 from upsguard.errors import ConfigError
 from upsguard.models import LinkState, UpsFlag, UpsName
-from upsguard.plugins.registry import build_ups_sources
-from upsguard.policies.power import FeedReading, UpsFigures, read_feeds
-from upsguard.policies.watch import UpsWatch
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from upsguard.config.site import FeedConfig, SiteConfig
+    from upsguard.policies.power import FeedReading, UpsFigures
+    from upsguard.policies.watch import UpsWatch
+
+    Feed = tuple[FeedConfig, FeedReading]
 
 FLAG_ORDER = list(UpsFlag)
 
@@ -80,6 +77,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 async def _status(
     site: SiteConfig, names: Sequence[str], fmt: str, watch: bool, interval: float, polls: int
 ) -> int:
+    from upsguard.cli import output
+
     watches = _watches(site, names)
     screen = _Screen(redraw=watch and fmt == "text" and output.is_terminal(sys.stdout))
     try:
@@ -113,11 +112,19 @@ class _Screen:
     printed one after the other otherwise."""
 
     def __init__(self, redraw: bool) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
         self._live = Live(console=Console(highlight=False), auto_refresh=False) if redraw else None
         if self._live is not None:
             self._live.start()
 
     def show(self, *tables: Table) -> None:
+        from rich.console import Group
+        from rich.text import Text
+
+        from upsguard.cli import output
+
         if self._live is None:
             output.show(*tables)
             sys.stdout.flush()
@@ -131,6 +138,10 @@ class _Screen:
 
 
 def _watches(site: SiteConfig, names: Sequence[str]) -> dict[UpsName, UpsWatch]:
+    from upsguard.clock import SystemClock
+    from upsguard.plugins.registry import build_ups_sources
+    from upsguard.policies.watch import UpsWatch
+
     known = {u.name: u for u in site.ups}
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -157,11 +168,10 @@ def _report_errors(watches: dict[UpsName, UpsWatch]) -> int:
     return code
 
 
-Feed = tuple[FeedConfig, FeedReading]
-
-
 def _feeds(site: SiteConfig, watches: dict[UpsName, UpsWatch]) -> list[Feed]:
     """The feeds with at least one UPS shown, each with its reading."""
+    from upsguard.policies.power import read_feeds
+
     feeds = site.effective_feeds()
     figures: dict[UpsName, UpsFigures] = {n: w.figures() for n, w in watches.items()}
     pairs = zip(feeds, read_feeds(feeds, figures), strict=True)
@@ -231,10 +241,14 @@ def _pct(value: float | None) -> str:
 
 
 def _dur(value: float | None) -> str:
+    from upsguard.config.types import format_duration
+
     return "-" if value is None else format_duration(value)
 
 
 def _link(watch: UpsWatch) -> str:
+    from upsguard.config.types import format_duration
+
     r = watch.last
     assert r is not None
     if r.link is LinkState.OK:
@@ -244,6 +258,8 @@ def _link(watch: UpsWatch) -> str:
 
 
 def ups_table(watches: list[UpsWatch]) -> Table:
+    from upsguard.cli import output
+
     header = ["UPS", "LINK", "STATUS", "CHARGE", "RUNTIME", "OBSERVED", "DRAIN", "LOAD", "INPUT"]
     rows = []
     for w in watches:
@@ -267,6 +283,8 @@ def ups_table(watches: list[UpsWatch]) -> Table:
 
 
 def feed_table(feeds: list[Feed]) -> Table:
+    from upsguard.cli import output
+
     header = ["FEED", "STATE", "ON MAINS/NEEDED", "MEMBERS", "RUNTIME", "AT RISK FOR"]
     rows = []
     for pair in feeds:

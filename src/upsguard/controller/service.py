@@ -22,7 +22,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -43,6 +42,7 @@ from upsguard.controller.schedule import Schedule
 from upsguard.controller.socket_group import group_id
 from upsguard.controller.status import ServiceInfo, pair_status, service_status, ups_seen
 from upsguard.controller.supervision import Supervisor
+from upsguard.controller.systemd import Watchdog, notify
 from upsguard.engine.leadership import Leadership, LeadershipState, Role
 from upsguard.engine.ledger import RunLedger
 from upsguard.engine.outage_controller import OutageController
@@ -136,6 +136,8 @@ class Service:
         self.site_path = site_path
         self._hangup = asyncio.Event()
         self._waiting_site: SiteConfig | None = None
+        self.watchdog = Watchdog.from_environment()
+        """systemd's watchdog (``WatchdogSec=``), petted by the power watch; None without."""
 
     def _wake(self, event: Event) -> None:
         self.changed.set()
@@ -418,8 +420,12 @@ class Service:
 
     async def watch_power(self, stop: asyncio.Event) -> None:
         """Poll every ``poll_interval`` on the monotonic clock until ``stop``; a poll never
-        overlaps the one before it, and a slow poll is followed at once by the next."""
-        await _every(self.site.policies.poll_interval.total_seconds(), self.poll_now, stop)
+        overlaps the one before it, and a slow poll is followed at once by the next. Under
+        systemd's watchdog each pass pets it, after the poll and while waiting for the next:
+        a watch wedged in a poll stops petting, and systemd restarts the service (a run
+        under way goes on meanwhile: its steps do not hold up the poll)."""
+        period = self.site.policies.poll_interval.total_seconds()
+        await _every(period, self.poll_now, stop, alive=self.watchdog)
 
     def calendar(self) -> AsyncIOScheduler:
         """Jobs that belong to the calendar, not to the power watch: journal pruning, and
@@ -449,14 +455,14 @@ class Service:
         sched = self.calendar()
         sched.start()
         tasks = self.watch(stop)
-        _sd_notify("READY=1")
+        notify("READY=1")
         self.bus(Notice(self.clock.now(), f"upsguard serving site {self.site.site}"))
         for loc, message in site_warnings(self.site):  # what validate warned of, at every start
             self.bus(Notice(self.clock.now(), self.site.problem(loc, message), level="warning"))
         try:
             await stop.wait()
         finally:
-            _sd_notify("STOPPING=1")
+            notify("STOPPING=1")
             await self.controller.interrupt()  # first: no step starts once told to stop
             for task in tasks:
                 task.cancel()
@@ -563,9 +569,11 @@ async def _every(
     job: Callable[[], Awaitable[None]],
     stop: asyncio.Event,
     first: bool = True,
+    alive: Watchdog | None = None,
 ) -> None:
     """``job`` now (unless not ``first``), then every ``period_s`` on the loop's monotonic
-    clock, until ``stop``."""
+    clock, until ``stop``; ``alive`` is petted after each job and at least every
+    ``alive.every_s`` between two."""
     loop = asyncio.get_running_loop()
     skip = not first
     while not stop.is_set():
@@ -573,9 +581,15 @@ async def _every(
         if not skip:
             await job()
         skip = False
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(0.0, started + period_s - loop.time())):
-                await stop.wait()
+        while not stop.is_set():
+            if alive is not None:
+                alive.pet()
+            left = started + period_s - loop.time()
+            if left <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left if alive is None else min(left, alive.every_s)):
+                    await stop.wait()
 
 
 async def _quietly(awaitable: object) -> None:
@@ -583,20 +597,6 @@ async def _quietly(awaitable: object) -> None:
         await awaitable  # type: ignore[misc]
     except Exception as exc:  # closing must never stop the others from closing
         log.warning("closing: %s", exc)
-
-
-def _sd_notify(message: str) -> None:
-    """Tell systemd (Type=notify) where we are; a no-op outside systemd."""
-    address = os.environ.get("NOTIFY_SOCKET")
-    if not address:
-        return
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.sendto(message.encode(), address)
-    except OSError as exc:
-        log.debug("sd_notify: %s", exc)
 
 
 def _socket_group_id(name: str | None) -> int | None:

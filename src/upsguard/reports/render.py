@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 from upsguard import __version__
 from upsguard.config.types import format_bytes, format_duration
+from upsguard.reports import FORMATS as FORMATS
 from upsguard.reports.runbook import RunBook
 from upsguard.reports.story import DRAIN_READING, Story
 
-FORMATS = ("html", "md")
 MD_READINGS = 60
 """Readings listed in a Markdown report (it has no chart): spread over the outage."""
 T = TypeVar("T")
