@@ -6,12 +6,14 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from tests.faults.lab import Lab
 from tests.peers.service import ServiceProcess
+from upsguard.events import OverrideApplied
 
 pytestmark = [pytest.mark.nut, pytest.mark.timeout(240)]
 
@@ -180,3 +182,36 @@ def _overrides(svc: ServiceProcess) -> int:
     except sqlite3.Error:
         return 0
     return int(count)
+
+
+def test_a_retry_while_the_disk_is_still_full_keeps_what_waits_and_writes_it_later(
+    disk: Disk,
+) -> None:
+    """The journal's retry (every 15 s) came while the disk was still full: its writes went
+    through, its commit did not, and the journal went on writing to the full file instead of
+    memory. What a person did meanwhile was never read back, and the full lane's disk test
+    failed when a retry fell in the window (the busier the machine, the wider it is). And
+    the copy in memory was made from the file as it lies, without what was still in its
+    write-ahead log: the last hold before the disk filled was missing from it."""
+    from upsguard.journal import Journal
+
+    def override(action: str) -> OverrideApplied:
+        return OverrideApplied(datetime.now(UTC), "ana", action, "generator test")
+
+    journal = Journal(disk.path / "journal.sqlite", repair=True)
+    try:
+        journal.write.record(override("hold"))
+        disk.fill()
+        journal.write.record(override("release"))
+        assert journal.retry() is False  # still full
+        journal.write.record(override("trigger"))
+        assert [o.action for o in journal.read.overrides()] == ["trigger", "release", "hold"]
+        disk.free()
+        assert journal.retry() is True
+    finally:
+        journal.close()
+    reopened = Journal(disk.path / "journal.sqlite")
+    try:
+        assert [o.action for o in reopened.read.overrides()] == ["trigger", "release", "hold"]
+    finally:
+        reopened.close()

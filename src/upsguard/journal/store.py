@@ -112,15 +112,22 @@ class Journal:
         except (OSError, sqlite3.Error) as exc:
             return self._memory_copy(f"cannot write {self.path}: {exc}")
 
-    def _memory_copy(self, problem: str) -> sqlite3.Connection:
-        """Go on in memory, starting from what the file holds when it can be read."""
+    def _memory_copy(
+        self, problem: str, open_file: sqlite3.Connection | None = None
+    ) -> sqlite3.Connection:
+        """Go on in memory, starting from what the file holds when it can be read: through
+        ``open_file``, the connection that could not write (it also sees what is still in
+        the write-ahead log), or else the file as it lies."""
         memory = sqlite3.connect(":memory:")
         with contextlib.suppress(sqlite3.Error):
-            source = sqlite3.connect(f"file:{self.path}?mode=ro&immutable=1", uri=True)
-            try:
-                source.backup(memory)
-            finally:
-                source.close()
+            if open_file is not None:
+                open_file.backup(memory)
+            else:
+                source = sqlite3.connect(f"file:{self.path}?mode=ro&immutable=1", uri=True)
+                try:
+                    source.backup(memory)
+                finally:
+                    source.close()
         try:
             migrate(memory, ":memory:")
         except PermanentError:  # a newer schema could be read but not used: start empty
@@ -148,16 +155,19 @@ class Journal:
             return True
         try:
             db = self._open_repairing_quietly()
-            with db:
-                memory, self.db = self.db, db
-                try:
-                    for event in self._pending:
-                        self.write.apply(event)
-                except BaseException:
-                    self.db = memory
-                    raise
         except (OSError, sqlite3.Error, Corrupt):
             return False
+        memory, self.db = self.db, db  # the writer writes through ``self.db``
+        try:
+            with db:  # its commit may fail too (a disk still full): memory goes on then
+                for event in self._pending:
+                    self.write.apply(event)
+        except BaseException as exc:
+            self.db = memory
+            db.close()
+            if isinstance(exc, (OSError, sqlite3.Error, Corrupt)):
+                return False
+            raise
         memory.close()
         log.warning(
             "journal %s: writable again; %d event(s) written", self.path, len(self._pending)
@@ -183,8 +193,9 @@ class Journal:
             if self._in_memory:
                 log.error("journal (in memory): could not record: %s", exc)
                 return
-            self.db.close()
-            self.db = self._memory_copy(f"cannot write {self.path}: {exc}")
+            failed = self.db
+            self.db = self._memory_copy(f"cannot write {self.path}: {exc}", failed)
+            failed.close()
             try:
                 with self.db:
                     apply()
