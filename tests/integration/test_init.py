@@ -92,6 +92,8 @@ def test_init_writes_a_site_that_validates_plans_and_names_everything(
     for todo in ("depends_on", "runs_upsguard", "storage", "switches", "caches"):
         assert any(line.strip().startswith("# TODO:") and todo in line for line in _todos(text))
     assert lab.password not in text and str(password_file) in text
+    printed = upsguard(*init_args(lab, password_file, upsd.port))
+    assert printed.returncode == 0 and printed.stdout == text
 
 
 def _todos(text: str) -> list[str]:
@@ -157,3 +159,18 @@ def test_a_wrong_password_is_one_line_without_it(
     (line,) = done.stderr.splitlines()
     assert "refused the login" in line and "wrong-Secret-9" not in line
     assert done.stdout == ""
+
+
+def test_vcenter_not_listening_is_one_line_naming_it(
+    lab: Vcsim, upsd: NutServer, password_file: Path, tmp_path: Path
+) -> None:
+    port = free_port()
+    args = init_args(lab, password_file, upsd.port, "-o", str(tmp_path / "site.yaml"))
+    args[args.index("--vcenter") + 1] = f"https://127.0.0.1:{port}"
+    done = upsguard(*args)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"upsguard: vsphere platform 'vcenter': cannot reach 127.0.0.1:{port}: connection "
+        "refused: check --vcenter"
+    ]
+    assert not (tmp_path / "site.yaml").exists()
