@@ -20,7 +20,7 @@ from upsguard.clock import SystemClock
 from upsguard.config.ups import UpsConfig
 from upsguard.errors import UpsUnreachable
 from upsguard.models import LinkState
-from upsguard.plugins.ups.nut import MAX_ANSWER_BYTES, NutSource
+from upsguard.plugins.ups.nut import MAX_ANSWER_BYTES, NutSource, served_upses
 from upsguard.policies.watch import UpsWatch
 
 pytestmark = [pytest.mark.nut, pytest.mark.timeout(60)]
@@ -145,6 +145,26 @@ def test_bad_server_gives_one_clear_line(bad_server: BadServer, words: str) -> N
     if bad_server.mode == "huge":
         # We stopped reading after the cap: the server could not push its 64 MiB.
         assert bad_server.sent < HUGE_TOTAL / 4
+
+
+@pytest.mark.parametrize(
+    ("bad_server", "words"),
+    [
+        ("words", "not NUT: 'HELLO, I AM NOT NUT'"),
+        ("silent", "did not answer within 1s"),
+        ("close", "closed the connection"),
+    ],
+    indirect=["bad_server"],
+)
+def test_listing_the_upses_of_a_bad_server_gives_one_clear_line(
+    bad_server: BadServer, words: str
+) -> None:
+    """What ``upsguard init`` asks of upsd (``LIST UPS``) fails as a read does."""
+    port = bad_server.server_address[1]
+    with pytest.raises(UpsUnreachable) as caught:
+        asyncio.run(served_upses("127.0.0.1", port, 1.0))
+    text = str(caught.value)
+    assert text.startswith(f"upsd 127.0.0.1:{port} ") and words in text and "\n" not in text
 
 
 @pytest.mark.parametrize("bad_server", ["escaped"], indirect=True)

@@ -9,11 +9,11 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from upsguard import __version__
-from upsguard.cli import cache, doctor, inventory, logs, reports, service, site, ups, web
+from upsguard.cli import cache, doctor, init, inventory, logs, reports, service, site, ups, web
 from upsguard.errors import UpsguardError
 
 #: Each module adds its subcommands; the order here is the order of ``--help``.
-COMMAND_MODULES = (site, ups, inventory, cache, doctor, service, reports, web)
+COMMAND_MODULES = (init, site, ups, inventory, cache, doctor, service, reports, web)
 #: The commands that read a whole site, plan and simulate it, and end: ``collecting_for_a_batch``.
 BATCH_COMMANDS = frozenset({"validate", "plan", "simulate"})
 

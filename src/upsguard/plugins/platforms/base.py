@@ -176,6 +176,18 @@ class InventorySource(Protocol):
 
 
 @runtime_checkable
+class ManagerVmSource(Protocol):
+    """A platform whose manager may run as one of its own VMs (vCenter): an optional
+    capability, asked by ``upsguard init`` to mark that VM ``serves_platform``."""
+
+    async def manager_vm(self) -> str | None:
+        """The name of the VM that runs this platform's manager, when the platform can tell
+        it for sure; None when it cannot (no VM is known to be it, or several could be).
+        Never a guess. Raises ``PlatformUnreachable`` when the platform does not answer."""
+        ...
+
+
+@runtime_checkable
 class PlatformDiagnosis(Protocol):
     """A platform that can check, without acting, what the plan's steps need of it: an
     optional capability, asked by ``upsguard doctor`` and the service's scheduled checks.

@@ -50,7 +50,7 @@ from upsguard.plugins.ups.nut_client import (
 )
 from upsguard.selftest import TestResult, from_nut
 
-__all__ = ["MAX_ANSWER_BYTES", "NutSource", "parse_status", "reading_from_vars"]
+__all__ = ["MAX_ANSWER_BYTES", "NutSource", "parse_status", "reading_from_vars", "served_upses"]
 
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 10.0
@@ -289,6 +289,26 @@ class NutSource:
                 ups=self.name, at=now, link=LinkState.STALE, raw={"nut.error": answer}
             )
         return reading_from_vars(self.name, now, answer)
+
+
+async def served_upses(host: str, port: int, timeout_s: float) -> dict[str, str]:
+    """Every UPS the upsd at ``host:port`` serves, name -> description (``upsc -l``), read
+    on a connection of its own, without login, in clear (what ``upsguard init`` lists).
+
+    Raises ``UpsUnreachable`` naming upsd's address when it cannot be reached or does not
+    answer NUT.
+    """
+    where = f"upsd {host}:{port}"
+    try:
+        client = await NutClient.connect(host, port, timeout_s)
+        try:
+            return await client.list_ups()
+        finally:
+            await client.close()
+    except NutError as exc:
+        raise UpsUnreachable(f"{where} {exc}") from exc
+    except OSError as exc:
+        raise UpsUnreachable(f"{where} cannot be reached ({_short(exc)})") from exc
 
 
 def _named(ups: UpsName, exc: UpsguardError) -> UpsguardError:

@@ -159,6 +159,11 @@ class NutClient:
         """The writable variables of a UPS (``upsrw``)."""
         return await self.list_values("RW", ups)
 
+    async def list_ups(self) -> dict[str, str]:
+        """Every UPS upsd serves, with its description (``upsc -l``, ``LIST UPS``). Needs no
+        login: upsd answers it to anyone its LISTEN lets in."""
+        return await self.list_values("UPS")
+
     async def set_var(self, ups: str, name: str, value: str) -> None:
         await self.simple("SET VAR", ups, name, value)
 
@@ -175,10 +180,11 @@ class NutClient:
 
         return await self._ask(request, args, ok)
 
-    async def list_values(self, kind: str, ups: str) -> dict[str, str]:
-        """``LIST <kind> <ups>`` whose items are ``<name> "<value>"`` (VAR, RW)."""
+    async def list_values(self, kind: str, *ups: str) -> dict[str, str]:
+        """``LIST <kind> [<ups>]`` whose items are ``<name> "<value>"`` (VAR, RW; UPS with no
+        UPS named)."""
         values: dict[str, str] = {}
-        for item in await self.list_items(kind, ups):
+        for item in await self.list_items(kind, *ups):
             name, _, quoted = item.partition(" ")
             if len(quoted) < 2 or quoted[0] != '"' or quoted[-1] != '"':
                 raise NotNut(f"answered a {kind} list that is not NUT")
@@ -186,9 +192,11 @@ class NutClient:
             values[name] = _ESCAPE.sub(r"\1", value) if "\\" in value else value
         return values
 
-    async def list_items(self, kind: str, ups: str) -> list[str]:
-        """``LIST <kind> <ups>``: the text after ``<kind> <ups> `` on each line of the list."""
-        begin, end, prefix = f"BEGIN LIST {kind} {ups}", f"END LIST {kind} {ups}", f"{kind} {ups} "
+    async def list_items(self, kind: str, *ups: str) -> list[str]:
+        """``LIST <kind> [<ups>]``: the text after ``<kind> [<ups>] `` on each line of the list
+        (``ups`` is one UPS's name, or none for ``LIST UPS``)."""
+        subject = " ".join([kind, *ups])
+        begin, end, prefix = f"BEGIN LIST {subject}", f"END LIST {subject}", f"{subject} "
 
         async def items(first: str) -> list[str]:
             if first != begin:
@@ -198,7 +206,7 @@ class NutClient:
                 raise NotNut(f"answered a {kind} list that is not NUT")
             return [line[len(prefix) :] for line in lines[:-1]]
 
-        return await self._ask(f"LIST {kind}", (ups,), items)
+        return await self._ask(f"LIST {kind}", ups, items)
 
     async def close(self) -> None:
         """Say ``LOGOUT`` (upsd then stops counting us as a monitor) and close; never raises."""

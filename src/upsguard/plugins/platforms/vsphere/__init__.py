@@ -10,6 +10,7 @@ Inside, outermost first (an import-linter contract keeps it so)::
 
     VspherePlatform (here)   the Platform protocol; which step a target takes
     resolve, hosts, rights   resources to targets; host steps; privileges the steps need
+    own_vm                   which VM runs vCenter itself
     vms                      VM steps
     locate, tasks            which session reaches a target; tasks and their errors
     session                  one endpoint: calls in threads, watch, inventory
@@ -40,6 +41,7 @@ from upsguard.plugins.platforms.vsphere.endpoint import (
 from upsguard.plugins.platforms.vsphere.hosts import HostSteps
 from upsguard.plugins.platforms.vsphere.inventory import Snapshot
 from upsguard.plugins.platforms.vsphere.locate import Locator, Resolved
+from upsguard.plugins.platforms.vsphere.own_vm import manager_vm
 from upsguard.plugins.platforms.vsphere.resolve import Resolver
 from upsguard.plugins.platforms.vsphere.rights import SETTINGS, WHAT_FOR, Wanted, lacking, needed
 from upsguard.plugins.platforms.vsphere.session import Session
@@ -150,6 +152,10 @@ class VspherePlatform:
             ],
             "round_trips": snap.round_trips,
         }
+
+    async def manager_vm(self) -> str | None:
+        """``ManagerVmSource``: the VM whose guest is this vCenter (see ``own_vm``)."""
+        return await manager_vm(self.manager, self.settings.host)
 
     # --- the Platform protocol ---------------------------------------------------------------
 
