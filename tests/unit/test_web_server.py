@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import socket
@@ -221,13 +222,17 @@ class Browser:
 
     async def act(self, path: str, body: dict[str, Any]) -> int:
         """A control as the page sends it, with the CSRF token the page carries."""
+        return (await self.send(path, json.dumps(body).encode()))[0]
+
+    async def send(self, path: str, body: bytes) -> tuple[int, str]:
+        """A POST of ``body`` with the page's CSRF token: its status and text."""
         async with self.session.get(self.base.join(URL("/"))) as overview:
             token = re.search(r'name="csrf-token" content="([^"]+)"', await overview.text())
         assert token is not None
-        headers = {"X-CSRF-Token": token.group(1)}
+        headers = {"X-CSRF-Token": token.group(1), "Content-Type": "application/json"}
         url = self.base.join(URL(path))
-        async with self.session.post(url, json=body, headers=headers) as answer:
-            return answer.status
+        async with self.session.post(url, data=body, headers=headers) as answer:
+            return answer.status, await answer.text()
 
 
 @contextlib.asynccontextmanager
@@ -368,3 +373,19 @@ def test_a_cookie_kept_after_logout_is_refused(tmp_path: Path) -> None:
             assert await b.status_of("/api/status") == 401
 
     run(scenario)
+
+
+def test_a_body_nested_too_deeply_is_a_400_and_one_quiet_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        async with page(site(tmp_path)) as (_, _, client), browsers(client, "127.0.0.2") as [b]:
+            assert await b.login("ana", PASSWORDS["ana"]) == 303
+            status, text = await b.send("/api/hold", b"[" * 5000)
+            assert (status, text) == (400, "the body is JSON nested too deeply")
+
+    caplog.set_level(logging.DEBUG)
+    run(scenario)
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
+    nested = [r for r in caplog.records if "nested too deeply" in r.getMessage()]
+    assert len(nested) == 1 and nested[0].levelno == logging.DEBUG
