@@ -16,14 +16,17 @@ from pydantic import ValidationError
 from upsguard.config.web import WebConfig
 from upsguard.controller.web.auth import (
     NAME_MAX_DELAY_S,
+    SECRET_HEADER,
     Keys,
     LoginThrottle,
     PasswordCheck,
+    Proxy,
     Sessions,
     csrf_ok,
     hash_password,
     trusted_proxy,
 )
+from upsguard.errors import PermanentError
 
 ANA_HASH = hash_password("op-secret")
 
@@ -139,14 +142,26 @@ def test_passwords_are_checked_against_their_hash_and_a_wrong_name_is_no_shortcu
     assert "op-secret" not in ANA_HASH and ANA_HASH.startswith("$argon2id$")
 
 
-def test_the_proxy_header_is_trusted_only_from_the_proxy() -> None:
-    cfg = config(proxy={"trusted": ["127.0.0.1/32", "fd00::/8"]})
+def test_the_proxy_header_is_trusted_only_from_the_proxy_with_its_secret(tmp_path: Path) -> None:
+    secret = tmp_path / "proxy.secret"
+    secret.write_text("s" * 16 + "\n")
+    cfg = config(proxy={"trusted": ["127.0.0.1/32", "fd00::/8"], "secret_file": str(secret)})
     assert trusted_proxy(cfg, "127.0.0.1") and trusted_proxy(cfg, "fd00::5")
     assert not trusted_proxy(cfg, "127.0.0.2") and not trusted_proxy(cfg, None)
     assert not trusted_proxy(config(), "127.0.0.1")  # no proxy configured
+    proxy = Proxy.for_config(cfg)
+    named = {"X-Remote-User": "noc", SECRET_HEADER: "s" * 16}
+    assert proxy.user_name("127.0.0.1", named) == "noc"
+    assert proxy.user_name("127.0.0.2", named) is None  # not its address
+    assert proxy.user_name("127.0.0.1", {**named, SECRET_HEADER: "s" * 15}) is None
+    assert proxy.user_name("127.0.0.1", {**named, SECRET_HEADER: "é" * 16}) is None
+    assert Proxy.for_config(config()).user_name("127.0.0.1", named) is None
     user = Sessions(cfg, Keys(b"k" * 32)).proxied("noc")
     assert user is not None and user.role == "viewer" and user.via_proxy
     assert Sessions(cfg, Keys(b"k" * 32)).proxied("mallory") is None
+    secret.write_text("short\n")
+    with pytest.raises(PermanentError, match=f"web.proxy.secret_file {secret}: the secret is "):
+        Proxy.for_config(cfg)
 
 
 @pytest.mark.parametrize(
@@ -175,7 +190,8 @@ def test_any_address_with_tls_and_proxy_only_users_with_a_proxy_are_accepted(
     tls = {"certificate_file": str(tmp_path / "c.pem"), "key_file": str(tmp_path / "k.pem")}
     cfg = config(listen="0.0.0.0", tls=tls)
     assert cfg.cookies_secure
-    proxied = config(users=[{"name": "ana"}], proxy={"trusted": ["127.0.0.1"]})
+    proxy = {"trusted": ["127.0.0.1"], "secret_file": str(tmp_path / "proxy.secret")}
+    proxied = config(users=[{"name": "ana"}], proxy=proxy)
     assert not proxied.cookies_secure and proxied.user("ana") is not None
 
 

@@ -27,13 +27,19 @@ from yarl import URL
 
 from upsguard.config.site import SiteConfig
 from upsguard.controller.service import Service
-from upsguard.controller.web.auth import MAX_DELAY_S, SESSION_COOKIE, hash_password
+from upsguard.controller.web.auth import (
+    MAX_DELAY_S,
+    SECRET_HEADER,
+    SESSION_COOKIE,
+    hash_password,
+)
 from upsguard.controller.web.server import WebServer
 
 Client = TestClient[Any, Any]
 PASSWORDS = {"ana": "ana's long passphrase", "noc": "noc's passphrase"}
 HASHES = {name: hash_password(pw) for name, pw in PASSWORDS.items()}
 ROLES = {"ana": "operator", "noc": "viewer"}
+SECRET = "the proxy's own secret, long enough"
 
 
 def users(roles: dict[str, str] | None = None) -> list[dict[str, str]]:
@@ -190,14 +196,21 @@ class Browser:
     its cookies; ``forwarded`` is the client address a trusted proxy would name."""
 
     def __init__(
-        self, client: Client | str, address: str = "127.0.0.1", forwarded: str = ""
+        self,
+        client: Client | str,
+        address: str = "127.0.0.1",
+        forwarded: str = "",
+        proxy_secret: str = "",
     ) -> None:
+        """``proxy_secret``: what the proxy sends with ``forwarded``, when it is the proxy."""
         self.base = URL(client) if isinstance(client, str) else client.make_url("")
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(local_addr=(address, 0)),
             cookie_jar=aiohttp.CookieJar(unsafe=True),  # cookies for a numeric host
         )
         self.headers = {"X-Forwarded-For": forwarded} if forwarded else {}
+        if proxy_secret:
+            self.headers[SECRET_HEADER] = proxy_secret
 
     async def close(self) -> None:
         await self.session.close()
@@ -224,12 +237,19 @@ class Browser:
         """A control as the page sends it, with the CSRF token the page carries."""
         return (await self.send(path, json.dumps(body).encode()))[0]
 
-    async def send(self, path: str, body: bytes) -> tuple[int, str]:
-        """A POST of ``body`` with the page's CSRF token: its status and text."""
+    async def send(
+        self, path: str, body: bytes, headers: dict[str, str] | None = None
+    ) -> tuple[int, str]:
+        """A POST of ``body`` with the page's CSRF token (and ``headers``): its status and
+        text."""
         async with self.session.get(self.base.join(URL("/"))) as overview:
             token = re.search(r'name="csrf-token" content="([^"]+)"', await overview.text())
         assert token is not None
-        headers = {"X-CSRF-Token": token.group(1), "Content-Type": "application/json"}
+        headers = {
+            "X-CSRF-Token": token.group(1),
+            "Content-Type": "application/json",
+            **(headers or {}),
+        }
         url = self.base.join(URL(path))
         async with self.session.post(url, data=body, headers=headers) as answer:
             return answer.status, await answer.text()
@@ -282,26 +302,73 @@ def test_failures_from_one_address_never_refuse_the_right_password_from_another(
     run(scenario)
 
 
+def proxied(tmp_path: Path, **web: Any) -> SiteConfig:
+    """A site whose page sits behind a proxy on 127.0.0.1 that sends ``SECRET``."""
+    secret = tmp_path / "proxy.secret"
+    secret.write_text(SECRET + "\n")
+    secret.chmod(0o600)
+    return site(tmp_path, proxy={"trusted": ["127.0.0.1"], "secret_file": str(secret)}, **web)
+
+
 def test_behind_a_trusted_proxy_each_forwarded_client_waits_for_its_own_failures(
     tmp_path: Path,
 ) -> None:
     clock = FakeClock()
 
     async def scenario() -> None:
-        config = site(tmp_path, proxy={"trusted": ["127.0.0.1"]})
-        async with page(config, clock) as (_, _, client):
-            mallory = Browser(client, "127.0.0.1", forwarded="192.0.2.66")
-            ana = Browser(client, "127.0.0.1", forwarded="10.1.1.1, 192.0.2.7")
+        async with page(proxied(tmp_path), clock) as (_, _, client):
+            mallory = Browser(client, "127.0.0.1", "192.0.2.66", SECRET)
+            ana = Browser(client, "127.0.0.1", "10.1.1.1, 192.0.2.7", SECRET)
             stranger = Browser(client, "127.0.0.9", forwarded="192.0.2.7")  # not the proxy
+            local = Browser(client, "127.0.0.1", forwarded="192.0.2.7")  # without its secret
             try:
                 assert await guesses(mallory, clock, 3) == [401] * 3
+                assert await guesses(local, clock, 3) == [401] * 3  # counted on 127.0.0.1
                 assert await ana.login("ana", PASSWORDS["ana"]) == 303
                 assert await mallory.login("ana", PASSWORDS["ana"]) == 429
                 assert await stranger.login("noc", "guess") == 401
                 assert await stranger.login("noc", PASSWORDS["noc"]) == 429  # its own address
             finally:
-                for browser in (mallory, ana, stranger):
+                for browser in (mallory, ana, stranger, local):
                     await browser.close()
+
+    run(scenario)
+
+
+def test_a_local_process_naming_a_user_without_the_proxy_secret_is_a_stranger(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with page(proxied(tmp_path)) as (_, _, client):
+            claims = {"X-Remote-User": "ana"}
+            answer = await client.get("/api/status", headers=claims)
+            assert (answer.status, await answer.text()) == (401, "log in first")
+            for wrong in ("", "guess", SECRET[:-1], SECRET + "x"):
+                answer = await client.get("/api/status", headers={**claims, SECRET_HEADER: wrong})
+                assert answer.status == 401, wrong
+            answer = await client.get("/api/status", headers={**claims, SECRET_HEADER: SECRET})
+            assert answer.status == 200
+
+    run(scenario)
+
+
+def test_a_host_name_the_page_is_not_served_as_is_refused(tmp_path: Path) -> None:
+    """DNS rebinding: a site of the attacker's whose name now resolves to the page's address
+    sends the page's own Host and Origin back to it."""
+
+    async def scenario() -> None:
+        config = proxied(tmp_path, names=["ups.example.org", "127.0.0.1"])
+        async with page(config) as (_, _, client), browsers(client, "127.0.0.1") as [b]:
+            assert await b.login("ana", PASSWORDS["ana"]) == 303
+            evil = {"Host": "evil.example:8080", "Origin": "http://evil.example:8080"}
+            hold = json.dumps({"reason": "rebound", "confirm": True}).encode()
+            assert await b.send("/api/hold", hold, evil) == (421, "not a name of this page")
+            proxy = {**evil, SECRET_HEADER: SECRET, "X-Remote-User": "ana"}
+            assert (await client.get("/api/status", headers=proxy)).status == 421
+            assert (await client.get("/login", headers={"Host": "evil.example"})).status == 421
+            for name in ("ups.example.org", "UPS.example.org:443", "127.0.0.1:8080"):
+                answer = await client.get("/login", headers={"Host": name})
+                assert answer.status == 200, name
 
     run(scenario)
 
@@ -389,3 +456,31 @@ def test_a_body_nested_too_deeply_is_a_400_and_one_quiet_line(
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
     nested = [r for r in caplog.records if "nested too deeply" in r.getMessage()]
     assert len(nested) == 1 and nested[0].levelno == logging.DEBUG
+
+
+def test_a_proxy_secret_that_cannot_be_read_is_an_alert_and_the_service_watches_on(
+    tmp_path: Path,
+) -> None:
+    config = proxied(tmp_path)
+    (tmp_path / "proxy.secret").unlink()
+
+    async def scenario() -> None:
+        service = Service(config, log_events=False)
+        await service.open()
+        stop = asyncio.Event()
+        serving = asyncio.create_task(service.serve(stop))
+        try:
+            said = f"no web page: web.proxy.secret_file {tmp_path / 'proxy.secret'}: No such file"
+            for _ in range(1000):
+                texts = [e.text for e in service.journal.read.events(after=-50)]
+                if any(said in text for text in texts):
+                    break
+                await asyncio.sleep(0.01)
+            assert any(said in text for text in texts), texts
+            assert not serving.done()
+        finally:
+            stop.set()
+            await serving
+            await service.close()
+
+    run(scenario)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 from datetime import timedelta
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import Field, IPvAnyAddress, IPvAnyNetwork, model_validator
 
@@ -19,6 +19,7 @@ from upsguard.config.types import Duration, LocalPath
 
 Role = Literal["viewer", "operator"]
 HASH_PATTERN = r"^\$argon2(id|i|d)\$\S+$"
+HostName = Annotated[str, Field(pattern=r"^\[?[A-Za-z0-9.:_-]{1,253}\]?$")]
 
 
 class WebUser(Model):
@@ -40,12 +41,20 @@ class WebTls(Model):
 
 
 class WebProxy(Model):
-    """A reverse proxy that authenticates people itself and names them in a header."""
+    """A reverse proxy that authenticates people itself and names them in a header.
+
+    Its address alone is not enough: on loopback every local process shares it. The proxy
+    proves itself with a secret it sends on every request (``X-Upsguard-Proxy-Secret``); a
+    request from a trusted address without it is a direct one, its headers ignored."""
 
     user_header: str = Field("X-Remote-User", pattern=r"^[A-Za-z0-9-]{1,64}$")
     trusted: list[IPvAnyNetwork] = Field(
         min_length=1,
         description="addresses the proxy connects from; the header is ignored from any other",
+    )
+    secret_file: LocalPath = Field(
+        description="a secret (16 bytes at least) the proxy sends in X-Upsguard-Proxy-Secret "
+        "on every request; without it the proxy's headers are ignored",
     )
 
 
@@ -55,6 +64,13 @@ class WebConfig(Model):
         description="address of the page; other than loopback only with tls",
     )
     port: int = Field(8080, ge=1, le=65535)
+    names: list[HostName] | None = Field(
+        None,
+        min_length=1,
+        description="the host names (and addresses) the page is served as: a request whose "
+        "Host is another is refused (DNS rebinding); default: the listen address, localhost "
+        "on loopback, and this machine's names",
+    )
     tls: WebTls | None = None
     users: list[WebUser] = Field(min_length=1)
     proxy: WebProxy | None = None

@@ -7,10 +7,12 @@ Every request passes two guards before its route:
   sets the headers that keep the page to itself: a Content-Security-Policy of ``'self'``
   (no script, style, font or image from anywhere else, nothing framed), no referrer, no
   sniffing, no caching of what a person sees;
-- ``_guarded``: finds who asks (the trusted proxy's header, else the session cookie); a
-  stranger is sent to the login page (HTML) or gets 401 (JSON). A change (any POST but the
-  login itself) needs the session's CSRF token in ``X-CSRF-Token`` and, when the browser
-  says where it comes from, this page's own origin: 403 otherwise.
+- ``_guarded``: refuses a ``Host`` the page is not served as (421: DNS rebinding, see
+  ``hosts``); finds who asks (the trusted proxy's header, with the proxy's secret, else the
+  session cookie); a stranger is sent to the login page (HTML) or gets 401 (JSON). A
+  change (any POST but the login itself) needs the session's CSRF token in
+  ``X-CSRF-Token`` and, when the browser says where it comes from, this page's own origin:
+  403 otherwise.
 
 Connections are bounded before any of this (``listener``): a ceiling counting the live
 streams, none while descriptors are short, a deadline for a request's head.
@@ -35,6 +37,7 @@ from aiohttp import web
 from upsguard.config.web import WebConfig
 from upsguard.controller.web import auth, controls, pages
 from upsguard.controller.web.context import WebContext, WebServed, set_user
+from upsguard.controller.web.hosts import Hosts
 from upsguard.controller.web.listener import HEAD_TIMEOUT_S, MAX_CONNECTIONS, Door
 from upsguard.controller.web.live import LiveFeed
 from upsguard.errors import PermanentError
@@ -60,12 +63,15 @@ class WebServer:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``max_connections``: the listener's ceiling (tests make it small); ``monotonic``:
-        the clock of the login throttle (a test's fake one)."""
+        the clock of the login throttle (a test's fake one). PermanentError naming the file
+        when a key or secret the site file names cannot be read."""
         self.svc = svc
         self.max_connections = max_connections
         self.config = config
         self.roster = auth.Roster(config.users)
         self.sessions = auth.Sessions(config, auth.Keys.for_config(config), self.roster)
+        self.proxy = auth.Proxy.for_config(config)
+        self.hosts = Hosts(config)
         self.feed = LiveFeed(
             svc.status,
             lambda after: svc.journal.read.events(after=after),
@@ -78,6 +84,7 @@ class WebServer:
             self.sessions,
             auth.PasswordCheck(config, roster=self.roster),
             auth.LoginThrottle(monotonic),
+            self.proxy,
         )
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
@@ -113,6 +120,7 @@ class WebServer:
         self.url = f"{scheme}://{shown}:{self.config.port}/"
         self._feeding = asyncio.create_task(self.feed.run(), name="web live feed")
         log.info("web page on %s", self.url)
+        await self.hosts.start()
         await self.context.passwords.start()  # a login before it is made waits for it
 
     def apply(self, config: WebConfig | None) -> None:
@@ -155,15 +163,16 @@ class WebServer:
     # -- who asks ----------------------------------------------------------------------
 
     def user_of(self, request: web.Request) -> auth.User | None:
-        proxy = self.config.proxy
-        if proxy is not None and auth.trusted_proxy(self.config, request.remote):
-            name = request.headers.get(proxy.user_header)
-            if name:
-                return self.sessions.proxied(name)
+        name = self.proxy.user_name(request.remote, request.headers)
+        if name:
+            return self.sessions.proxied(name)
         return self.sessions.user(request.cookies.get(auth.SESSION_COOKIE))
 
     @web.middleware
     async def _guarded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not self.hosts.serves(request.host):
+            log.debug("web: a request for another host name from %s, refused", request.remote)
+            raise web.HTTPMisdirectedRequest(text="not a name of this page")
         if request.path.startswith(PUBLIC):
             if request.method == "POST" and not _same_origin(request):
                 raise web.HTTPForbidden(text="a change must come from this page itself")
