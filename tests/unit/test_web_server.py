@@ -484,3 +484,27 @@ def test_a_proxy_secret_that_cannot_be_read_is_an_alert_and_the_service_watches_
             await service.close()
 
     run(scenario)
+
+
+def test_a_viewer_sees_the_program_a_step_runs_not_its_arguments_nor_the_journals_path(
+    tmp_path: Path,
+) -> None:
+    command = "PDU_TOKEN=s3cret /opt/pdu/bin/pductl --user admin --password hunter2"
+    pdu = {"id": "pdu", "kind": "command", "platform": "command", "shutdown": command}
+    data = site_dict(tmp_path)
+    data["resources"].append(pdu)
+    config = SiteConfig.model_validate(data)
+
+    async def scenario() -> None:
+        async with page(config) as (_, _, client), browsers(client, "127.0.0.2") as [b]:
+            assert await b.login("noc", PASSWORDS["noc"]) == 303
+            async with b.session.get(b.base.join(URL("/api/plan"))) as answer:
+                plan = await answer.text()
+            assert answer.status == 200
+            (step,) = [s for s in json.loads(plan)["shutdown"]["steps"] if s["resource"] == "pdu"]
+            assert step["description"] == "shut down command pdu with 'pductl' via command"
+            assert "hunter2" not in plan and "s3cret" not in plan and "/opt/pdu" not in plan
+            async with b.session.get(b.base.join(URL("/runs/no-such-run/report"))) as answer:
+                assert (answer.status, await answer.text()) == (404, "no report of that run")
+
+    run(scenario)

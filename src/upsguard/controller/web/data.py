@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import logging
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +24,8 @@ from upsguard.controller.web.history import METRICS, SPANS, ChartCache
 from upsguard.errors import UpsguardError
 from upsguard.journal import Journal
 from upsguard.models import Direction
+
+log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
 EVENTS_SEARCHED = 2000
@@ -108,8 +111,9 @@ class Data:
         async with self._one:
             try:
                 html = await asyncio.to_thread(_report_html, self._ctx.svc.site, run)
-            except UpsguardError as exc:
-                raise web.HTTPNotFound(text=str(exc)) from None
+            except UpsguardError as exc:  # it may name the journal's path: for the log only
+                log.info("web: no report of run %r: %s", run[:64], exc)
+                raise web.HTTPNotFound(text="no report of that run") from None
         response = web.Response(text=html, content_type="text/html")
         response.headers["Content-Security-Policy"] = f"{REPORT_CSP}; script-src {_hashes(html)}"
         return response
