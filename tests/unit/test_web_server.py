@@ -33,12 +33,13 @@ from upsguard.controller.web.auth import (
     SESSION_COOKIE,
     hash_password,
 )
+from upsguard.controller.web.live import STREAMS_PER_USER, StreamLimits
 from upsguard.controller.web.server import WebServer
 
 Client = TestClient[Any, Any]
-PASSWORDS = {"ana": "ana's long passphrase", "noc": "noc's passphrase"}
+PASSWORDS = {"ana": "ana's long passphrase", "noc": "noc's passphrase", "vic": "vic's passphrase"}
 HASHES = {name: hash_password(pw) for name, pw in PASSWORDS.items()}
-ROLES = {"ana": "operator", "noc": "viewer"}
+ROLES = {"ana": "operator", "noc": "viewer", "vic": "viewer"}
 SECRET = "the proxy's own secret, long enough"
 
 
@@ -87,17 +88,19 @@ class FakeClock:
 
 @contextlib.asynccontextmanager
 async def page(
-    config: SiteConfig, clock: FakeClock | None = None
+    config: SiteConfig, clock: FakeClock | None = None, **options: Any
 ) -> AsyncIterator[tuple[Service, WebServer, Client]]:
-    """The page's application behind aiohttp's test server, with its service."""
+    """The page's application behind aiohttp's test server, with its service; ``options``:
+    the server's (its wall clock, its stream limits)."""
     assert config.web is not None
     async with opened(config) as service:
-        server = WebServer(service, config.web, monotonic=clock or FakeClock())
+        server = WebServer(service, config.web, monotonic=clock or FakeClock(), **options)
         client: Client = TestClient(TestServer(server.application()))
         await client.start_server()
         try:
             yield service, server, client
         finally:
+            server.feed.close()  # the live streams a failed test left open end
             await client.close()
 
 
@@ -205,14 +208,17 @@ class Browser:
         """``proxy_secret``: what the proxy sends with ``forwarded``, when it is the proxy."""
         self.base = URL(client) if isinstance(client, str) else client.make_url("")
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(local_addr=(address, 0)),
+            connector=aiohttp.TCPConnector(local_addr=(address, 0), limit=0),
             cookie_jar=aiohttp.CookieJar(unsafe=True),  # cookies for a numeric host
         )
         self.headers = {"X-Forwarded-For": forwarded} if forwarded else {}
+        self.streams: list[aiohttp.ClientResponse] = []
         if proxy_secret:
             self.headers[SECRET_HEADER] = proxy_secret
 
     async def close(self) -> None:
+        for stream in self.streams:
+            stream.close()
         await self.session.close()
 
     async def login(self, name: str, password: str) -> int:
@@ -228,6 +234,21 @@ class Browser:
 
     def cookie(self, name: str) -> str:
         return next((c.value for c in self.session.cookie_jar if c.key == name), "")
+
+    async def stream(self) -> aiohttp.ClientResponse:
+        """A live stream, open (its status read, when it is 200) until the browser closes."""
+        answer = await self.session.get(self.base.join(URL("/api/stream")))
+        self.streams.append(answer)
+        if answer.status == 200:
+            while b"event: status" not in await answer.content.readuntil(b"\n\n"):
+                pass
+        return answer
+
+    async def refused(self) -> tuple[int, str]:
+        """A live stream that should be refused: its status and text (a stream opened:
+        200, and no text)."""
+        answer = await self.stream()
+        return answer.status, "" if answer.status == 200 else await answer.text()
 
     async def status_of(self, path: str) -> int:
         async with self.session.get(self.base.join(URL(path)), allow_redirects=False) as answer:
@@ -506,5 +527,79 @@ def test_a_viewer_sees_the_program_a_step_runs_not_its_arguments_nor_the_journal
             assert "hunter2" not in plan and "s3cret" not in plan and "/opt/pdu" not in plan
             async with b.session.get(b.base.join(URL("/runs/no-such-run/report"))) as answer:
                 assert (answer.status, await answer.text()) == (404, "no report of that run")
+
+    run(scenario)
+
+
+# -- the live streams ---------------------------------------------------------------------
+
+
+def test_one_viewer_cannot_take_every_live_stream_nor_the_operators_slots(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with (
+            page(site(tmp_path)) as (_, _, client),
+            browsers(client, "127.0.0.2") as [noc],
+        ):
+            assert await noc.login("noc", PASSWORDS["noc"]) == 303
+            opened = [await noc.stream() for _ in range(STREAMS_PER_USER)]
+            assert [s.status for s in opened] == [200] * STREAMS_PER_USER
+            says = f"noc has {STREAMS_PER_USER} live pages open already: close one"
+            assert await noc.refused() == (429, says)
+
+    run(scenario)
+
+
+def test_the_live_streams_viewers_may_not_take_are_kept_for_operators(tmp_path: Path) -> None:
+    limits = StreamLimits(total=5, per_user=3, kept_for_operators=2)
+
+    async def scenario() -> None:
+        async with (
+            page(site(tmp_path), streams=limits) as (_, _, client),
+            browsers(client, "127.0.0.2", "127.0.0.3", "127.0.0.4") as [noc, vic, ana],
+        ):
+            for browser, name in ((noc, "noc"), (vic, "vic"), (ana, "ana")):
+                assert await browser.login(name, PASSWORDS[name]) == 303
+            opened = [await noc.stream(), await noc.stream(), await vic.stream()]
+            assert [s.status for s in opened] == [200] * 3
+            says = "the live pages left are kept for operators: try again later"
+            assert await vic.refused() == (503, says)
+            opened += [await ana.stream(), await ana.stream()]
+            assert [s.status for s in opened] == [200] * 5
+            assert await ana.refused() == (503, "5 live pages are open already")
+
+    run(scenario)
+
+
+async def next_status(stream: aiohttp.ClientResponse) -> bytes | None:
+    """The next status message the stream sends; None: it ended instead."""
+    while True:
+        chunk = await asyncio.wait_for(stream.content.readuntil(b"\n\n"), 30)
+        if not chunk:
+            return None
+        if b"event: status" in chunk:
+            return chunk
+
+
+def test_a_live_stream_ends_at_its_next_refresh_once_its_session_is_over(tmp_path: Path) -> None:
+    """Logged out, or past the session's lifetime: the stream of that session ends when the
+    status is next published; the browser's reconnection then gets the login page."""
+    wall = FakeClock(now=1_000_000.0)
+
+    async def scenario() -> None:
+        async with (
+            page(site(tmp_path, session_lifetime="1h"), wall=wall) as (_, server, client),
+            browsers(client, "127.0.0.2", "127.0.0.3") as [ana, noc],
+        ):
+            assert await ana.login("ana", PASSWORDS["ana"]) == 303
+            assert await noc.login("noc", PASSWORDS["noc"]) == 303
+            streams = [await ana.stream(), await noc.stream()]
+            assert await ana.act("/logout", {}) == 200
+            server.feed.publish()
+            assert await next_status(streams[0]) is None  # ana's ended
+            assert await next_status(streams[1]) is not None
+            wall.now += 3600 + 1  # noc's session is past its hour
+            server.feed.publish()
+            assert await next_status(streams[1]) is None
+            assert server.feed.clients == 0
 
     run(scenario)

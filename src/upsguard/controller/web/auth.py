@@ -147,9 +147,16 @@ class Sessions:
     made with the old one. A session logged out of is kept as revoked until it would have
     expired (in memory: a restart with the same ``session_key_file`` forgets it)."""
 
-    def __init__(self, config: WebConfig, keys: Keys, roster: Roster | None = None) -> None:
+    def __init__(
+        self,
+        config: WebConfig,
+        keys: Keys,
+        roster: Roster | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         """``roster``: the users in force (shared with the login's check); by default those
-        of ``config``."""
+        of ``config``. ``clock``: the wall clock of expiry (a test's fake one)."""
+        self._clock = clock
         self._config = config
         self._keys = keys
         self._roster = roster or Roster(config.users)
@@ -162,7 +169,7 @@ class Sessions:
 
     def issue(self, name: str, now: float | None = None) -> str:
         lifetime = self._config.session_lifetime.total_seconds()
-        expires = (time.time() if now is None else now) + lifetime
+        expires = (self._clock() if now is None else now) + lifetime
         payload = json.dumps(
             {
                 "u": name,
@@ -181,7 +188,7 @@ class Sessions:
         if session is None:
             return None
         entry = self._roster.user(session.name)
-        if entry is None or session.expires < (time.time() if now is None else now):
+        if entry is None or session.expires < (self._clock() if now is None else now):
             return None
         if session.csrf in self._revoked:
             return None
@@ -191,7 +198,7 @@ class Sessions:
 
     def revoke(self, cookie: str | None, now: float | None = None) -> None:
         """End the session of ``cookie`` (a logout): refused until it would have expired."""
-        moment = time.time() if now is None else now
+        moment = self._clock() if now is None else now
         for csrf, expires in list(self._revoked.items()):
             if expires < moment:
                 del self._revoked[csrf]

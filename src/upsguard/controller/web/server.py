@@ -39,7 +39,7 @@ from upsguard.controller.web import auth, controls, pages
 from upsguard.controller.web.context import WebContext, WebServed, set_user
 from upsguard.controller.web.hosts import Hosts
 from upsguard.controller.web.listener import HEAD_TIMEOUT_S, MAX_CONNECTIONS, Door
-from upsguard.controller.web.live import LiveFeed
+from upsguard.controller.web.live import STREAM_LIMITS, LiveFeed, StreamLimits
 from upsguard.errors import PermanentError
 
 log = logging.getLogger(__name__)
@@ -61,15 +61,19 @@ class WebServer:
         config: WebConfig,
         max_connections: int = MAX_CONNECTIONS,
         monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        streams: StreamLimits = STREAM_LIMITS,
     ) -> None:
-        """``max_connections``: the listener's ceiling (tests make it small); ``monotonic``:
-        the clock of the login throttle (a test's fake one). PermanentError naming the file
-        when a key or secret the site file names cannot be read."""
+        """``max_connections``: the listener's ceiling, ``streams``: how the live streams are
+        shared out (tests make them small); ``monotonic``: the clock of the login throttle,
+        ``wall``: the clock of sessions' expiry (a test's fake ones). PermanentError naming
+        the file when a key or secret the site file names cannot be read."""
         self.svc = svc
         self.max_connections = max_connections
         self.config = config
         self.roster = auth.Roster(config.users)
-        self.sessions = auth.Sessions(config, auth.Keys.for_config(config), self.roster)
+        keys = auth.Keys.for_config(config)
+        self.sessions = auth.Sessions(config, keys, self.roster, clock=wall)
         self.proxy = auth.Proxy.for_config(config)
         self.hosts = Hosts(config)
         self.feed = LiveFeed(
@@ -77,6 +81,8 @@ class WebServer:
             lambda after: svc.journal.read.events(after=after),
             lambda: svc.changed,
             svc.metrics.web_clients.set,
+            asker=self.user_of,
+            limits=streams,
         )
         self.context = WebContext(
             svc,
