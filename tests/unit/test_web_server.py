@@ -16,6 +16,7 @@ import re
 import socket
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,9 @@ from upsguard.controller.web.auth import (
 )
 from upsguard.controller.web.live import STREAMS_PER_USER, StreamLimits
 from upsguard.controller.web.server import WebServer
+from upsguard.events import RunStarted
+from upsguard.models import RunId
+from upsguard.runs import RunKind, RunOrigin, RunSpec
 
 Client = TestClient[Any, Any]
 PASSWORDS = {"ana": "ana's long passphrase", "noc": "noc's passphrase", "vic": "vic's passphrase"}
@@ -278,7 +282,7 @@ class Browser:
 
 @contextlib.asynccontextmanager
 async def browsers(client: Client, *addresses: str) -> AsyncIterator[list[Browser]]:
-    opened = [Browser(client, address) for address in addresses]
+    opened = [Browser(client, address) for address in addresses or ("127.0.0.1",)]
     try:
         yield opened
     finally:
@@ -601,5 +605,40 @@ def test_a_live_stream_ends_at_its_next_refresh_once_its_session_is_over(tmp_pat
             server.feed.publish()
             assert await next_status(streams[1]) is None
             assert server.feed.clients == 0
+
+    run(scenario)
+
+
+# -- headers ------------------------------------------------------------------------------
+
+
+def test_a_report_runs_no_script_and_the_page_names_no_server_version(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with page(site(tmp_path)) as (service, _, client), browsers(client) as [b]:
+            at = datetime(2026, 1, 1, tzinfo=UTC)
+            spec = RunSpec(RunId("r1"), RunKind.SHUTDOWN, RunOrigin.POLICY, "low battery", at)
+            service.journal.write.record(RunStarted(at, spec, 0))
+            assert await b.login("noc", PASSWORDS["noc"]) == 303
+            async with b.session.get(b.base.join(URL("/runs/r1/report"))) as answer:
+                html = await answer.text()
+                assert answer.status == 200 and "<svg" in html
+                assert "<script" not in html  # pygal's settings, inert without its library
+                policy = answer.headers["Content-Security-Policy"]
+                assert "sha256" not in policy and "script-src 'none'" in policy
+                assert answer.headers["Server"] == "upsguard"
+                assert "Strict-Transport-Security" not in answer.headers  # plain HTTP
+            async with b.session.get(b.base.join(URL("/login"))) as answer:
+                assert answer.headers["Server"] == "upsguard"
+
+    run(scenario)
+
+
+def test_a_page_served_over_tls_tells_browsers_to_keep_to_https(tmp_path: Path) -> None:
+    tls = {"certificate_file": str(tmp_path / "c.pem"), "key_file": str(tmp_path / "k.pem")}
+
+    async def scenario() -> None:
+        async with page(site(tmp_path, tls=tls)) as (_, _, client):
+            answer = await client.get("/login")  # the test server itself speaks plain HTTP
+            assert answer.headers["Strict-Transport-Security"] == "max-age=31536000"
 
     run(scenario)

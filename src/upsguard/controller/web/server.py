@@ -6,7 +6,8 @@ Every request passes two guards before its route:
 - ``_measured``: counts it in the service's Prometheus metrics (route and status) and
   sets the headers that keep the page to itself: a Content-Security-Policy of ``'self'``
   (no script, style, font or image from anywhere else, nothing framed), no referrer, no
-  sniffing, no caching of what a person sees;
+  sniffing, no caching of what a person sees, no software versions (``Server: upsguard``),
+  and over TLS, HTTPS only from then on (``Strict-Transport-Security``);
 - ``_guarded``: refuses a ``Host`` the page is not served as (421: DNS rebinding, see
   ``hosts``); finds who asks (the trusted proxy's header, with the proxy's secret, else the
   session cookie); a stranger is sent to the login page (HTML) or gets 401 (JSON). A
@@ -51,6 +52,7 @@ CSP = (
     "connect-src 'self'; font-src 'self'; frame-ancestors 'none'; form-action 'self'; "
     "base-uri 'none'"
 )
+HSTS_MAX_AGE_S = 365 * 24 * 3600
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -101,6 +103,8 @@ class WebServer:
     def application(self) -> web.Application:
         app = web.Application(middlewares=[self._measured, self._guarded], client_max_size=MAX_BODY)
         app.on_response_prepare.append(_protect)
+        if self.config.tls is not None:
+            app.on_response_prepare.append(_https_only)
         pages.add_routes(app, self.context)
         controls.add_routes(app, self.context)
         app.router.add_get("/api/stream", self.feed.stream)
@@ -219,6 +223,12 @@ async def _protect(request: web.Request, response: web.StreamResponse) -> None:
     response.headers.setdefault("Referrer-Policy", "same-origin")  # Origin stays set on POSTs
     response.headers.setdefault("X-Frame-Options", "DENY")
     response.headers.setdefault("Cache-Control", "no-store")
+    response.headers["Server"] = "upsguard"  # not aiohttp's and Python's versions
+
+
+async def _https_only(request: web.Request, response: web.StreamResponse) -> None:
+    """A page served over TLS is to be asked for over TLS only, for a year."""
+    response.headers["Strict-Transport-Security"] = f"max-age={HSTS_MAX_AGE_S}"
 
 
 def _same_origin(request: web.Request) -> bool:
