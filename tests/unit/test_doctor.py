@@ -390,4 +390,4 @@ def test_doctor_warns_of_a_trusted_proxy_on_loopback(
     assert row.verdict is verdict
     if verdict is Verdict.WARN:
         assert "every local process connects from it" in row.detail
-        assert row.fix.startswith(f"keep {secret} readable by upsguard and the proxy only")
+        assert row.fix.startswith(f"keep {secret} readable by upsguard's user only (mode 0600")

@@ -9,16 +9,19 @@ web-password``: the password itself is never in the file.
 from __future__ import annotations
 
 import ipaddress
+import re
 from datetime import timedelta
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, IPvAnyAddress, IPvAnyNetwork, model_validator
+from pydantic import Field, IPvAnyAddress, IPvAnyNetwork, field_validator, model_validator
 
 from upsguard.config.base import Model
 from upsguard.config.types import Duration, LocalPath
 
 Role = Literal["viewer", "operator"]
-HASH_PATTERN = r"^\$argon2(id|i|d)\$\S+$"
+ARGON2ID = re.compile(r"^\$argon2id\$\S+$")
+"""argon2id only: argon2i and argon2d hashes (of other tools) are weaker against one attack
+or the other; ``upsguard web-password`` makes argon2id."""
 HostName = Annotated[str, Field(pattern=r"^\[?[A-Za-z0-9.:_-]{1,253}\]?$")]
 
 
@@ -29,10 +32,17 @@ class WebUser(Model):
     role: Role = "viewer"
     password_hash: str | None = Field(
         None,
-        pattern=HASH_PATTERN,
-        description="an argon2 hash from 'upsguard web-password'; none: this user "
+        description="an argon2id hash from 'upsguard web-password'; none: this user "
         "logs in only through the reverse proxy's header",
+        json_schema_extra={"pattern": ARGON2ID.pattern},
     )
+
+    @field_validator("password_hash")
+    @classmethod
+    def _argon2id(cls, value: str | None) -> str | None:
+        if value is not None and not ARGON2ID.match(value):
+            raise ValueError("is not an argon2id hash: make one with 'upsguard web-password'")
+        return value
 
 
 class WebTls(Model):

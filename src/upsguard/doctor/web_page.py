@@ -34,8 +34,9 @@ def check_web(site: SiteConfig) -> list[Finding]:
                 "address",
                 f"web.proxy.trusted {', '.join(local)} is loopback: every local process "
                 "connects from it, and only the proxy's secret tells the proxy apart",
-                f"keep {proxy.secret_file} readable by upsguard and the proxy only (mode "
-                "0600 or 0640), or give the proxy an address of its own",
+                f"keep {proxy.secret_file} readable by upsguard's user only (mode 0600; the "
+                "proxy's own configuration holds a copy), or give the proxy an address of its "
+                "own",
             )
         ]
     trusted = ", ".join(str(n) for n in proxy.trusted)

@@ -28,7 +28,9 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import os
 import secrets
+import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +46,7 @@ SESSION_COOKIE = "upsguard_session"
 LOGIN_COOKIE = "upsguard_login"
 CSRF_HEADER = "X-CSRF-Token"
 SECRET_HEADER = "X-Upsguard-Proxy-Secret"
+MIN_PASSWORD = 12
 FIRST_DELAY_S = 0.5
 MAX_DELAY_S = 60.0
 NAME_MAX_DELAY_S = 5.0
@@ -109,11 +112,19 @@ class Keys:
 
 
 def read_secret(path: Path, field: str) -> bytes:
-    """The secret in ``path`` (``field`` names it in the site file), without its line end."""
+    """The secret in ``path`` (``field`` names it in the site file), without its line end;
+    refused when others than its owner may read it, or shorter than 16 bytes."""
     try:
-        key = path.read_bytes().strip()
+        with path.open("rb") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            key = file.read().strip()
     except OSError as exc:
         raise PermanentError(f"{field} {path}: {exc.strerror}") from exc
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise PermanentError(
+            f"{field} {path}: readable by others than its owner (mode "
+            f"{stat.S_IMODE(mode):04o}): chmod 600 {path}"
+        )
     if len(key) < 16:
         raise PermanentError(f"{field} {path}: the secret is shorter than 16 bytes")
     return key
