@@ -642,3 +642,52 @@ def test_a_page_served_over_tls_tells_browsers_to_keep_to_https(tmp_path: Path) 
             assert answer.headers["Strict-Transport-Security"] == "max-age=31536000"
 
     run(scenario)
+
+
+# -- paths and cookies ----------------------------------------------------------------------
+
+
+def test_only_the_login_itself_is_public_not_every_path_that_begins_like_it(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with page(site(tmp_path)) as (_, _, client):
+            for path in ("/login-admin", "/loginx", "/favicon.ico.bak"):
+                answer = await client.get(path, allow_redirects=False)
+                assert (answer.status, answer.headers.get("Location")) == (
+                    303,
+                    f"/login?next={path}",
+                ), path
+            for path in ("/login", "/favicon.ico", "/static/app.js"):
+                assert (await client.get(path, allow_redirects=False)).status in (200, 204), path
+
+    run(scenario)
+
+
+def test_with_secure_cookies_the_session_cookie_is_a_host_only_one(tmp_path: Path) -> None:
+    """``__Host-``: the browser keeps it only if it is Secure, for Path=/, with no Domain, so
+    no other host of the domain can set one for the page."""
+
+    async def scenario() -> None:
+        async with page(site(tmp_path, secure_cookies=True)) as (_, _, client):
+            form = await client.get("/login")
+            token = re.search(r'name="csrf" value="([^"]+)"', await form.text())
+            assert token is not None
+            nonce = form.cookies["upsguard_login"].value
+            data = {"name": "ana", "password": PASSWORDS["ana"], "csrf": token.group(1)}
+            answer = await client.post(
+                "/login",
+                data=data,
+                cookies={"upsguard_login": nonce},
+                allow_redirects=False,
+            )
+            assert answer.status == 303
+            (cookie,) = [c for c in answer.cookies.values() if c.key != "upsguard_login"]
+            assert cookie.key == "__Host-upsguard_session"
+            assert cookie["secure"] and cookie["path"] == "/" and not cookie["domain"]
+            session = {"__Host-upsguard_session": cookie.value}
+            assert (await client.get("/api/status", cookies=session)).status == 200
+            plain = {"upsguard_session": cookie.value}
+            assert (await client.get("/api/status", cookies=plain)).status == 401
+
+    run(scenario)

@@ -43,6 +43,7 @@ from upsguard.config.web import Role, WebConfig, WebUser
 from upsguard.errors import PermanentError
 
 SESSION_COOKIE = "upsguard_session"
+HOST_ONLY = "__Host-"
 LOGIN_COOKIE = "upsguard_login"
 CSRF_HEADER = "X-CSRF-Token"
 SECRET_HEADER = "X-Upsguard-Proxy-Secret"
@@ -248,6 +249,13 @@ class Sessions:
     def login_token(self, nonce: str) -> str:
         """The login form's CSRF token, bound to the nonce cookie set with the form."""
         return self._keys.sign(f"login:{nonce}".encode())
+
+
+def session_cookie(config: WebConfig) -> str:
+    """The session cookie's name: with Secure cookies it is a ``__Host-`` one, which browsers
+    keep only when Secure, for ``Path=/`` and without a ``Domain``, so that no other host of
+    the domain (nor a plain-HTTP answer) can plant a session for the page."""
+    return HOST_ONLY + SESSION_COOKIE if config.cookies_secure else SESSION_COOKIE
 
 
 def csrf_ok(user: User, sent: str | None) -> bool:

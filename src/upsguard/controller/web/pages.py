@@ -20,7 +20,7 @@ from aiohttp import web
 from upsguard import __version__
 from upsguard.config.types import format_duration
 from upsguard.controller.web import data, doctor
-from upsguard.controller.web.auth import LOGIN_COOKIE, SESSION_COOKIE
+from upsguard.controller.web.auth import LOGIN_COOKIE, session_cookie
 from upsguard.controller.web.context import WebContext, current_user
 from upsguard.controller.web.history import SPANS
 
@@ -146,7 +146,7 @@ class Pages:
             return self._login_page(request, "wrong name or password", status=401)
         response = web.HTTPSeeOther(_next(str(form.get("next", "/"))))
         response.set_cookie(
-            SESSION_COOKIE,
+            session_cookie(self._ctx.config),
             self._ctx.sessions.issue(name),
             httponly=True,
             samesite="Strict",
@@ -158,9 +158,10 @@ class Pages:
         raise response
 
     async def logout(self, request: web.Request) -> web.Response:
-        self._ctx.sessions.revoke(request.cookies.get(SESSION_COOKIE))
+        name = session_cookie(self._ctx.config)
+        self._ctx.sessions.revoke(request.cookies.get(name))
         response = web.json_response({"logged_out": current_user(request).name})
-        response.del_cookie(SESSION_COOKIE, path="/")
+        response.del_cookie(name, path="/", secure=self._ctx.config.cookies_secure)
         return response
 
 

@@ -46,7 +46,10 @@ from upsguard.errors import PermanentError
 log = logging.getLogger(__name__)
 
 MAX_BODY = 16 * 1024
-PUBLIC = ("/login", "/static/", "/favicon.ico")
+PUBLIC = frozenset({"/login", "/favicon.ico"})
+"""Paths a stranger may ask for: exactly these (a route added one day under ``/login...`` is
+not public by its name), and what is under ``PUBLIC_UNDER``."""
+PUBLIC_UNDER = "/static/"
 CSP = (
     "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
     "connect-src 'self'; font-src 'self'; frame-ancestors 'none'; form-action 'self'; "
@@ -77,6 +80,7 @@ class WebServer:
         keys = auth.Keys.for_config(config)
         self.sessions = auth.Sessions(config, keys, self.roster, clock=wall)
         self.proxy = auth.Proxy.for_config(config)
+        self._cookie = auth.session_cookie(config)
         self.hosts = Hosts(config)
         self.feed = LiveFeed(
             svc.status,
@@ -176,14 +180,14 @@ class WebServer:
         name = self.proxy.user_name(request.remote, request.headers)
         if name:
             return self.sessions.proxied(name)
-        return self.sessions.user(request.cookies.get(auth.SESSION_COOKIE))
+        return self.sessions.user(request.cookies.get(self._cookie))
 
     @web.middleware
     async def _guarded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if not self.hosts.serves(request.host):
             log.debug("web: a request for another host name from %s, refused", request.remote)
             raise web.HTTPMisdirectedRequest(text="not a name of this page")
-        if request.path.startswith(PUBLIC):
+        if request.path in PUBLIC or request.path.startswith(PUBLIC_UNDER):
             if request.method == "POST" and not _same_origin(request):
                 raise web.HTTPForbidden(text="a change must come from this page itself")
             return await handler(request)
