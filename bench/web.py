@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import re
 import sqlite3
 import statistics
@@ -40,26 +41,33 @@ from tests.peers.ports import free_port  # noqa: E402
 
 import reaction  # noqa: E402  (bench/reaction.py, beside this file)
 from upsguard.controller.web.auth import hash_password  # noqa: E402
+from upsguard.controller.web.live import STREAMS_PER_USER  # noqa: E402
 
 PASSWORD = "bench passphrase"
+VIEWERS = 8
+"""The page gives a user ``STREAMS_PER_USER`` live streams: the browsers share these logins."""
 
 
 def site(tmp: Path, nut: reaction.NutServer, port: int) -> Path:
     path = reaction.site(tmp, nut, None)
     data = yaml.safe_load(path.read_text())
+    hashed = hash_password(PASSWORD)
     data["web"] = {
         "port": port,
-        "users": [{"name": "bench", "role": "viewer", "password_hash": hash_password(PASSWORD)}],
+        "users": [
+            {"name": f"bench-{i}", "role": "viewer", "password_hash": hashed}
+            for i in range(VIEWERS)
+        ],
     }
     path.write_text(yaml.safe_dump(data))
     return path
 
 
-async def login(session: aiohttp.ClientSession, base: str) -> None:
+async def login(session: aiohttp.ClientSession, base: str, name: str = "bench-0") -> None:
     form = await (await session.get(f"{base}/login")).text()
     token = re.search(r'name="csrf" value="([^"]+)"', form)
     assert token is not None
-    data = {"csrf": token.group(1), "name": "bench", "password": PASSWORD, "next": "/"}
+    data = {"csrf": token.group(1), "name": name, "password": PASSWORD, "next": "/"}
     async with session.post(f"{base}/login", data=data, headers={"Origin": base}) as answer:
         if answer.status != 200 or "upsguard_session" not in {c.key for c in session.cookie_jar}:
             raise SystemExit(f"bench: could not log in ({answer.status})")
@@ -87,10 +95,16 @@ class Streams:
 
     async def _main(self) -> None:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        jar = aiohttp.CookieJar(unsafe=True)
-        async with aiohttp.ClientSession(cookie_jar=jar) as session:
-            await login(session, self.base)
-            tasks = [asyncio.create_task(self._follow(session)) for _ in range(self.count)]
+        if self.count > VIEWERS * STREAMS_PER_USER:
+            raise SystemExit(f"bench: at most {VIEWERS * STREAMS_PER_USER} browsers")
+        async with contextlib.AsyncExitStack() as stack:
+            tasks = []
+            for first in range(0, self.count, STREAMS_PER_USER):
+                jar = aiohttp.CookieJar(unsafe=True)
+                session = await stack.enter_async_context(aiohttp.ClientSession(cookie_jar=jar))
+                await login(session, self.base, f"bench-{first // STREAMS_PER_USER}")
+                group = min(STREAMS_PER_USER, self.count - first)
+                tasks += [asyncio.create_task(self._follow(session)) for _ in range(group)]
             await self._stop.wait()
             for task in tasks:
                 task.cancel()

@@ -47,6 +47,8 @@ class Area(enum.StrEnum):
     FILE = "file"
     """A file the site file names (secrets, keys, CA bundles) and the journal."""
     NOTIFY = "notify"
+    WEB = "web"
+    """The live page's own settings (its trusted proxy)."""
     PLAN = "plan"
 
 

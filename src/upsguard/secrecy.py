@@ -13,16 +13,21 @@ Two rules for the whole code base, each kept here and nowhere else:
   (NUT, Redfish, SNMP keys, Proxmox tokens); a notify hook or a resource's command has no
   business with them. A child gets the few variables any program needs (``PATH``, home,
   user, locale, time zone) and the ones its own settings name in ``pass_env``.
+* ``program_name``: a resource's ``shutdown:``/``startup:`` command line that is described
+  (a plan's steps, and through them the web page, the journal and reports) is shown as its
+  program's name: its arguments may hold a password, and its path whatever a directory says.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Iterable, Mapping
+from pathlib import PurePosixPath
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
-__all__ = ["BASE_ENV", "HIDDEN", "child_env", "redact_url"]
+__all__ = ["BASE_ENV", "HIDDEN", "child_env", "program_name", "redact_url"]
 
 #: What stands in for a hidden part of a URL.
 HIDDEN = "***"
@@ -84,3 +89,18 @@ def child_env(
     env = {k: v for k, v in source.items() if k in wanted or _LOCALE.fullmatch(k)}
     env.update(extra or {})
     return env
+
+
+def program_name(command: str) -> str:
+    """The name of the program a command line runs, without its directory, its arguments or
+    the ``NAME=value`` assignments before it (``PDU_TOKEN=x /opt/bin/pductl --password y``:
+    ``pductl``); ``?`` when there is none to be found."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # an unbalanced quote: the shell's concern, not the description's
+        words = command.split()
+    program = next((w for w in words if not _ASSIGNMENT.match(w)), "")
+    return PurePosixPath(program).name or "?"
+
+
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")

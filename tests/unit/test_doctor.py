@@ -366,3 +366,28 @@ def test_wake_on_lan_on_a_network_of_this_machine_is_ok(tmp_path: Path) -> None:
 )
 def test_the_gateway_a_broadcast_would_leave_through(address: str, gateway: str | None) -> None:
     assert gateway_for(address, ROUTES) == gateway
+
+
+@pytest.mark.parametrize(
+    ("trusted", "verdict"),
+    [(["127.0.0.1"], Verdict.WARN), (["::1"], Verdict.WARN), (["0.0.0.0/0"], Verdict.WARN),
+     (["10.0.0.5", "fd00::/8"], Verdict.OK)],
+)  # fmt: skip
+def test_doctor_warns_of_a_trusted_proxy_on_loopback(
+    tmp_path: Path, trusted: list[str], verdict: Verdict
+) -> None:
+    secret = tmp_path / "proxy.secret"
+    secret.write_text("s" * 32)
+    secret.chmod(0o600)
+    web = {
+        "users": [{"name": "ana", "role": "operator"}],
+        "proxy": {"trusted": trusted, "secret_file": str(secret)},
+    }
+    site = site_from(tmp_path, {**simple_site(), "web": web})
+    checkup = asyncio.run(run_checkup(site, SystemClock(), only=Selection(frozenset({"web"}))))
+    (row,) = checkup.findings
+    assert (row.area, row.subject, row.check) == (Area.WEB, "proxy", "address")
+    assert row.verdict is verdict
+    if verdict is Verdict.WARN:
+        assert "every local process connects from it" in row.detail
+        assert row.fix.startswith(f"keep {secret} readable by upsguard's user only (mode 0600")

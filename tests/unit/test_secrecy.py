@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from upsguard.secrecy import child_env, redact_url
+from upsguard.secrecy import child_env, program_name, redact_url
 
 SECRET = "Zq7-SECRET-41"
 CLI = [sys.executable, "-m", "upsguard"]
@@ -142,3 +142,17 @@ def test_a_remote_upsd_in_clear_is_a_warning_unless_accepted(tmp_path: Path) -> 
         result = _validate(tmp_path, _site(ups=[entry]))
         assert result.returncode == 0, result.stderr
         assert "warning" not in result.stderr, quiet
+
+
+@pytest.mark.parametrize(
+    ("command", "shown"),
+    [
+        ("true --user admin --password hunter2", "true"),
+        ("PDU_TOKEN=s3cret A=b /opt/pdu/bin/pductl --password x", "pductl"),
+        ("'/opt/my tools/stop' 'unbalanced", "my"),  # not shell words: the first word's name
+        ("/sbin/shutdown -h now", "shutdown"),
+        ("   ", "?"),
+    ],
+)
+def test_a_command_line_is_shown_as_its_programs_name(command: str, shown: str) -> None:
+    assert program_name(command) == shown

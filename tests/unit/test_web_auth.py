@@ -4,26 +4,32 @@ gets, the slowed logins, the proxy's header, and a web: section that would expos
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import pytest
-from argon2 import PasswordHasher
+from argon2 import PasswordHasher, Type
 from pydantic import ValidationError
 
+from upsguard.cli import main
 from upsguard.config.web import WebConfig
 from upsguard.controller.web.auth import (
+    MIN_PASSWORD,
     NAME_MAX_DELAY_S,
+    SECRET_HEADER,
     Keys,
     LoginThrottle,
     PasswordCheck,
+    Proxy,
     Sessions,
     csrf_ok,
     hash_password,
     trusted_proxy,
 )
+from upsguard.errors import PermanentError
 
 ANA_HASH = hash_password("op-secret")
 
@@ -139,14 +145,27 @@ def test_passwords_are_checked_against_their_hash_and_a_wrong_name_is_no_shortcu
     assert "op-secret" not in ANA_HASH and ANA_HASH.startswith("$argon2id$")
 
 
-def test_the_proxy_header_is_trusted_only_from_the_proxy() -> None:
-    cfg = config(proxy={"trusted": ["127.0.0.1/32", "fd00::/8"]})
+def test_the_proxy_header_is_trusted_only_from_the_proxy_with_its_secret(tmp_path: Path) -> None:
+    secret = tmp_path / "proxy.secret"
+    secret.write_text("s" * 16 + "\n")
+    secret.chmod(0o600)
+    cfg = config(proxy={"trusted": ["127.0.0.1/32", "fd00::/8"], "secret_file": str(secret)})
     assert trusted_proxy(cfg, "127.0.0.1") and trusted_proxy(cfg, "fd00::5")
     assert not trusted_proxy(cfg, "127.0.0.2") and not trusted_proxy(cfg, None)
     assert not trusted_proxy(config(), "127.0.0.1")  # no proxy configured
+    proxy = Proxy.for_config(cfg)
+    named = {"X-Remote-User": "noc", SECRET_HEADER: "s" * 16}
+    assert proxy.user_name("127.0.0.1", named) == "noc"
+    assert proxy.user_name("127.0.0.2", named) is None  # not its address
+    assert proxy.user_name("127.0.0.1", {**named, SECRET_HEADER: "s" * 15}) is None
+    assert proxy.user_name("127.0.0.1", {**named, SECRET_HEADER: "é" * 16}) is None
+    assert Proxy.for_config(config()).user_name("127.0.0.1", named) is None
     user = Sessions(cfg, Keys(b"k" * 32)).proxied("noc")
     assert user is not None and user.role == "viewer" and user.via_proxy
     assert Sessions(cfg, Keys(b"k" * 32)).proxied("mallory") is None
+    secret.write_text("short\n")
+    with pytest.raises(PermanentError, match=f"web.proxy.secret_file {secret}: the secret is "):
+        Proxy.for_config(cfg)
 
 
 @pytest.mark.parametrize(
@@ -155,7 +174,7 @@ def test_the_proxy_header_is_trusted_only_from_the_proxy() -> None:
         ({"listen": "0.0.0.0"}, "not loopback: give tls"),
         ({"users": []}, "at least 1 item"),
         ({"users": [{"name": "ana"}]}, "has no password_hash"),
-        ({"users": [{"name": "ana", "password_hash": "plain-text"}]}, "should match pattern"),
+        ({"users": [{"name": "ana", "password_hash": "plain-text"}]}, "is not an argon2id hash"),
         (
             {"users": [{"name": "a", "password_hash": ANA_HASH}] * 2},
             "user 'a' is named twice",
@@ -175,7 +194,8 @@ def test_any_address_with_tls_and_proxy_only_users_with_a_proxy_are_accepted(
     tls = {"certificate_file": str(tmp_path / "c.pem"), "key_file": str(tmp_path / "k.pem")}
     cfg = config(listen="0.0.0.0", tls=tls)
     assert cfg.cookies_secure
-    proxied = config(users=[{"name": "ana"}], proxy={"trusted": ["127.0.0.1"]})
+    proxy = {"trusted": ["127.0.0.1"], "secret_file": str(tmp_path / "proxy.secret")}
+    proxied = config(users=[{"name": "ana"}], proxy=proxy)
     assert not proxied.cookies_secure and proxied.user("ana") is not None
 
 
@@ -235,3 +255,62 @@ def test_a_revoked_session_names_nobody_until_it_would_have_expired() -> None:
     assert sessions.revoked == 1
     sessions.revoke(other, now=4601.0)  # the first has expired: it is forgotten
     assert sessions.revoked == 1
+
+
+# -- what the page accepts as passwords, hashes and keys ----------------------------------
+
+
+@pytest.mark.parametrize("password", ["x", "eleven char", ""])
+def test_web_password_refuses_a_short_password_in_one_line(
+    password: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(password + "\n"))
+    assert main(["web-password"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        f"upsguard: the password is {len(password)} characters: give {MIN_PASSWORD} at least "
+        "(a few words make a good one)\n"
+    )
+
+
+def test_web_password_hashes_a_long_enough_one_with_argon2id(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("twelve chars\n"))
+    assert main(["web-password", "--name", "ana", "--role", "operator"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith('- {name: ana, role: operator, password_hash: "$argon2id$')
+
+
+@pytest.mark.parametrize("kind", ["argon2i", "argon2d"])
+def test_a_hash_that_is_not_argon2id_is_refused(kind: str) -> None:
+    weaker = PasswordHasher(type={"argon2i": Type.I, "argon2d": Type.D}[kind]).hash("x" * 12)
+    assert weaker.startswith(f"${kind}$")
+    users = [{"name": "ana", "role": "operator", "password_hash": weaker}]
+    with pytest.raises(ValidationError, match=r"is not an argon2id hash: make one with 'upsguard "
+                       r"web-password'"):  # fmt: skip
+        config(users=users)
+
+
+@pytest.mark.parametrize(
+    ("mode", "key", "says"),
+    [
+        (0o640, b"k" * 32, "readable by others than its owner (mode 0640): chmod 600 {path}"),
+        (0o604, b"k" * 32, "readable by others than its owner (mode 0604): chmod 600 {path}"),
+        (0o600, b"k" * 15, "the secret is shorter than 16 bytes"),
+    ],
+)
+def test_a_session_key_file_others_can_read_or_too_short_is_refused(
+    tmp_path: Path, mode: int, key: bytes, says: str
+) -> None:
+    path = tmp_path / "session.key"
+    path.write_bytes(key)
+    path.chmod(mode)
+    cfg = config(session_key_file=str(path))
+    with pytest.raises(PermanentError) as refused:
+        Keys.for_config(cfg)
+    assert str(refused.value) == f"web.session_key_file {path}: " + says.format(path=path)
+    path.write_bytes(b"k" * 32)
+    path.chmod(0o600)
+    assert Keys.for_config(cfg).valid(b"x", Keys(b"k" * 32).sign(b"x"))

@@ -46,7 +46,7 @@ def register(commands: Subparsers) -> None:
         nargs="+",
         default=[],
         metavar="WHAT",
-        help="only these: areas (ups, platform, resource, cache, store, file, notify, plan) "
+        help="only these: areas (ups, platform, resource, cache, store, file, notify, web, plan) "
         "or names of UPSes, platforms, resources and caches",
     )
     p.add_argument(

@@ -1,6 +1,8 @@
 """``web-password``: the hash of a web page user's password, for the site file's
 ``web.users`` (docs/web.md). The password is read from the terminal (asked twice) or
-from the first line of standard input; it is never printed, only its argon2 hash."""
+from the first line of standard input; it is never printed, only its argon2id hash. One
+shorter than ``MIN_PASSWORD`` characters is refused (exit 2): argon2 slows each guess, it
+cannot make a short password long."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import re
 import sys
 
 from upsguard.cli.common import Subparsers
-from upsguard.errors import PermanentError
+from upsguard.errors import ConfigError, PermanentError
 
 
 def register(commands: Subparsers) -> None:
@@ -23,13 +25,19 @@ def register(commands: Subparsers) -> None:
 
 
 def cmd_web_password(args: argparse.Namespace) -> int:
-    from upsguard.controller.web.auth import hash_password
+    from upsguard.controller.web.auth import MIN_PASSWORD, hash_password
 
     if args.name and not re.fullmatch(r"[A-Za-z0-9._@+-]{1,64}", args.name):
         raise PermanentError(
             f"--name {args.name[:64]!r}: letters, digits and . _ @ + - only, 64 at most"
         )
-    hashed = hash_password(_password())
+    password = _password()
+    if len(password) < MIN_PASSWORD:
+        raise ConfigError(
+            f"the password is {len(password)} characters: give {MIN_PASSWORD} at least "
+            "(a few words make a good one)"
+        )
+    hashed = hash_password(password)
     if args.name:
         print(f'- {{name: {args.name}, role: {args.role}, password_hash: "{hashed}"}}')
     else:

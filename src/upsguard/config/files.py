@@ -32,6 +32,8 @@ SECRET_FIELDS = frozenset(
         "token_file",
         "bearer_token_file",
         "value_file",
+        "secret_file",
+        "session_key_file",
     }
 )
 #: Fields that name a file upsguard reads but that holds no secret.

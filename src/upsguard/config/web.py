@@ -9,16 +9,20 @@ web-password``: the password itself is never in the file.
 from __future__ import annotations
 
 import ipaddress
+import re
 from datetime import timedelta
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
-from pydantic import Field, IPvAnyAddress, IPvAnyNetwork, model_validator
+from pydantic import Field, IPvAnyAddress, IPvAnyNetwork, field_validator, model_validator
 
 from upsguard.config.base import Model
 from upsguard.config.types import Duration, LocalPath
 
 Role = Literal["viewer", "operator"]
-HASH_PATTERN = r"^\$argon2(id|i|d)\$\S+$"
+ARGON2ID = re.compile(r"^\$argon2id\$\S+$")
+"""argon2id only: argon2i and argon2d hashes (of other tools) are weaker against one attack
+or the other; ``upsguard web-password`` makes argon2id."""
+HostName = Annotated[str, Field(pattern=r"^\[?[A-Za-z0-9.:_-]{1,253}\]?$")]
 
 
 class WebUser(Model):
@@ -28,10 +32,17 @@ class WebUser(Model):
     role: Role = "viewer"
     password_hash: str | None = Field(
         None,
-        pattern=HASH_PATTERN,
-        description="an argon2 hash from 'upsguard web-password'; none: this user "
+        description="an argon2id hash from 'upsguard web-password'; none: this user "
         "logs in only through the reverse proxy's header",
+        json_schema_extra={"pattern": ARGON2ID.pattern},
     )
+
+    @field_validator("password_hash")
+    @classmethod
+    def _argon2id(cls, value: str | None) -> str | None:
+        if value is not None and not ARGON2ID.match(value):
+            raise ValueError("is not an argon2id hash: make one with 'upsguard web-password'")
+        return value
 
 
 class WebTls(Model):
@@ -40,12 +51,20 @@ class WebTls(Model):
 
 
 class WebProxy(Model):
-    """A reverse proxy that authenticates people itself and names them in a header."""
+    """A reverse proxy that authenticates people itself and names them in a header.
+
+    Its address alone is not enough: on loopback every local process shares it. The proxy
+    proves itself with a secret it sends on every request (``X-Upsguard-Proxy-Secret``); a
+    request from a trusted address without it is a direct one, its headers ignored."""
 
     user_header: str = Field("X-Remote-User", pattern=r"^[A-Za-z0-9-]{1,64}$")
     trusted: list[IPvAnyNetwork] = Field(
         min_length=1,
         description="addresses the proxy connects from; the header is ignored from any other",
+    )
+    secret_file: LocalPath = Field(
+        description="a secret (16 bytes at least) the proxy sends in X-Upsguard-Proxy-Secret "
+        "on every request; without it the proxy's headers are ignored",
     )
 
 
@@ -55,6 +74,13 @@ class WebConfig(Model):
         description="address of the page; other than loopback only with tls",
     )
     port: int = Field(8080, ge=1, le=65535)
+    names: list[HostName] | None = Field(
+        None,
+        min_length=1,
+        description="the host names (and addresses) the page is served as: a request whose "
+        "Host is another is refused (DNS rebinding); default: the listen address, localhost "
+        "on loopback, and this machine's names",
+    )
     tls: WebTls | None = None
     users: list[WebUser] = Field(min_length=1)
     proxy: WebProxy | None = None

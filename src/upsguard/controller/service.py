@@ -519,8 +519,8 @@ class Service:
             return None
         from upsguard.controller.web.server import WebServer
 
-        page = WebServer(self, self.site.web)
         try:
+            page = WebServer(self, self.site.web)
             await page.start()
         except UpsguardError as exc:
             self.bus(Notice(self.clock.now(), f"no web page: {exc}", level="error"))

@@ -21,7 +21,7 @@ from typing import Any
 from upsguard.clock import Clock
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_bytes, format_duration
-from upsguard.doctor import places, site_files
+from upsguard.doctor import places, site_files, web_page
 from upsguard.errors import UpsguardError
 from upsguard.findings import Area, Finding, Verdict, counts, fail, ok, worst
 from upsguard.models import CacheName, PlatformName, ResourceId, Target, UpsName
@@ -115,6 +115,8 @@ async def run_checkup(
     if only.keeps(Area.FILE):
         units.append(check(Area.FILE, "files", _now(site_files.check_files, site)))
         units.append(check(Area.FILE, str(site.journal), _now(site_files.journal, site)))
+    if only.keeps(Area.WEB):
+        findings += web_page.check_web(site)
     if notify is not None and only.keeps(Area.NOTIFY):
         units.append(check(Area.NOTIFY, "notify", notify()))
     try:

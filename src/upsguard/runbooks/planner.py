@@ -44,6 +44,7 @@ from upsguard.runbooks.plan import (
 )
 from upsguard.runbooks.schedule import critical_path, list_schedule
 from upsguard.runbooks.topology import contract, topological_order
+from upsguard.secrecy import program_name
 
 Inventory = Mapping[ResourceId, list[Target]]
 
@@ -556,7 +557,7 @@ def _describe(res: ResourceConfig, node: Node, action: Action, count: int, direc
         mm = "enter maintenance mode, then " if res.maintenance_mode else ""
         return f"{mm}shut down host {res.target_name}{via}"
     if action in (Action.DEVICE_SHUTDOWN, Action.COMMAND):
-        command = f" with '{res.shutdown}'" if res.shutdown else ""
+        command = f" with '{program_name(res.shutdown)}'" if res.shutdown else ""
         return f"shut down {res.kind} {res.target_name}{command} via {res.platform}"
     if action is Action.HOST_POWER_ON:
         through = f" through {res.power_on_via}" if res.power_on_via else ""

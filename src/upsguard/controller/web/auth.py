@@ -12,8 +12,10 @@ reverse proxy's header.
 - Each failed login makes the next attempt from that address wait longer (0.5 s doubling,
   up to a minute; ``LoginThrottle``), answered at once with 429; an address with no
   failures is never refused, and attempts from one address are checked one at a time.
-- A reverse proxy that authenticates people may name them in a header, trusted only from
-  the configured proxy addresses. Its users get a CSRF token derived from their name.
+- A reverse proxy that authenticates people may name them in a header, believed only from
+  the configured proxy addresses with the proxy's secret (``Proxy``): on loopback every
+  local process shares the proxy's address. Its users get a CSRF token derived from their
+  name.
 
 No password, hash or key is ever logged or shown.
 """
@@ -26,9 +28,11 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import os
 import secrets
+import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,8 +43,11 @@ from upsguard.config.web import Role, WebConfig, WebUser
 from upsguard.errors import PermanentError
 
 SESSION_COOKIE = "upsguard_session"
+HOST_ONLY = "__Host-"
 LOGIN_COOKIE = "upsguard_login"
 CSRF_HEADER = "X-CSRF-Token"
+SECRET_HEADER = "X-Upsguard-Proxy-Secret"
+MIN_PASSWORD = 12
 FIRST_DELAY_S = 0.5
 MAX_DELAY_S = 60.0
 NAME_MAX_DELAY_S = 5.0
@@ -96,7 +103,7 @@ class Keys:
     def for_config(cls, config: WebConfig) -> Keys:
         if config.session_key_file is None:
             return cls(secrets.token_bytes(32))
-        return cls(_read_key(config.session_key_file))
+        return cls(read_secret(config.session_key_file, "web.session_key_file"))
 
     def sign(self, data: bytes) -> str:
         return _b64(hmac.new(self._key, data, hashlib.sha256).digest())
@@ -105,13 +112,22 @@ class Keys:
         return hmac.compare_digest(self.sign(data), signature)
 
 
-def _read_key(path: Path) -> bytes:
+def read_secret(path: Path, field: str) -> bytes:
+    """The secret in ``path`` (``field`` names it in the site file), without its line end;
+    refused when others than its owner may read it, or shorter than 16 bytes."""
     try:
-        key = path.read_bytes().strip()
+        with path.open("rb") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            key = file.read().strip()
     except OSError as exc:
-        raise PermanentError(f"web.session_key_file {path}: {exc.strerror}") from exc
+        raise PermanentError(f"{field} {path}: {exc.strerror}") from exc
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise PermanentError(
+            f"{field} {path}: readable by others than its owner (mode "
+            f"{stat.S_IMODE(mode):04o}): chmod 600 {path}"
+        )
     if len(key) < 16:
-        raise PermanentError(f"web.session_key_file {path}: the key is shorter than 16 bytes")
+        raise PermanentError(f"{field} {path}: the secret is shorter than 16 bytes")
     return key
 
 
@@ -143,9 +159,16 @@ class Sessions:
     made with the old one. A session logged out of is kept as revoked until it would have
     expired (in memory: a restart with the same ``session_key_file`` forgets it)."""
 
-    def __init__(self, config: WebConfig, keys: Keys, roster: Roster | None = None) -> None:
+    def __init__(
+        self,
+        config: WebConfig,
+        keys: Keys,
+        roster: Roster | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         """``roster``: the users in force (shared with the login's check); by default those
-        of ``config``."""
+        of ``config``. ``clock``: the wall clock of expiry (a test's fake one)."""
+        self._clock = clock
         self._config = config
         self._keys = keys
         self._roster = roster or Roster(config.users)
@@ -158,7 +181,7 @@ class Sessions:
 
     def issue(self, name: str, now: float | None = None) -> str:
         lifetime = self._config.session_lifetime.total_seconds()
-        expires = (time.time() if now is None else now) + lifetime
+        expires = (self._clock() if now is None else now) + lifetime
         payload = json.dumps(
             {
                 "u": name,
@@ -177,7 +200,7 @@ class Sessions:
         if session is None:
             return None
         entry = self._roster.user(session.name)
-        if entry is None or session.expires < (time.time() if now is None else now):
+        if entry is None or session.expires < (self._clock() if now is None else now):
             return None
         if session.csrf in self._revoked:
             return None
@@ -187,7 +210,7 @@ class Sessions:
 
     def revoke(self, cookie: str | None, now: float | None = None) -> None:
         """End the session of ``cookie`` (a logout): refused until it would have expired."""
-        moment = time.time() if now is None else now
+        moment = self._clock() if now is None else now
         for csrf, expires in list(self._revoked.items()):
             if expires < moment:
                 del self._revoked[csrf]
@@ -228,11 +251,19 @@ class Sessions:
         return self._keys.sign(f"login:{nonce}".encode())
 
 
+def session_cookie(config: WebConfig) -> str:
+    """The session cookie's name: with Secure cookies it is a ``__Host-`` one, which browsers
+    keep only when Secure, for ``Path=/`` and without a ``Domain``, so that no other host of
+    the domain (nor a plain-HTTP answer) can plant a session for the page."""
+    return HOST_ONLY + SESSION_COOKIE if config.cookies_secure else SESSION_COOKIE
+
+
 def csrf_ok(user: User, sent: str | None) -> bool:
     return bool(sent) and hmac.compare_digest(user.csrf, sent or "")
 
 
 def trusted_proxy(config: WebConfig, remote: str | None) -> bool:
+    """Whether ``remote`` is one of the proxy's addresses (which alone proves nothing)."""
     if config.proxy is None or not remote:
         return False
     try:
@@ -240,6 +271,49 @@ def trusted_proxy(config: WebConfig, remote: str | None) -> bool:
     except ValueError:
         return False
     return any(address in network for network in config.proxy.trusted)
+
+
+class Proxy:
+    """The trusted reverse proxy: a request is the proxy's when it comes from one of its
+    addresses *and* carries its secret in ``SECRET_HEADER`` (compared in constant time).
+    Any other request is a direct one: its user and forwarded-for headers are ignored."""
+
+    def __init__(self, config: WebConfig, secret: bytes = b"") -> None:
+        self._config = config
+        self._secret = secret
+
+    @classmethod
+    def for_config(cls, config: WebConfig) -> Proxy:
+        """Reads the proxy's secret; PermanentError naming the file when it cannot."""
+        if config.proxy is None:
+            return cls(config)
+        return cls(config, read_secret(config.proxy.secret_file, "web.proxy.secret_file"))
+
+    def vouches(self, remote: str | None, headers: Mapping[str, str]) -> bool:
+        if not self._secret or not trusted_proxy(self._config, remote):
+            return False
+        sent = headers.get(SECRET_HEADER, "").encode("utf-8", "replace")
+        return hmac.compare_digest(sent, self._secret)
+
+    def user_name(self, remote: str | None, headers: Mapping[str, str]) -> str | None:
+        """The name the proxy gives, when it is the proxy that asks."""
+        proxy = self._config.proxy
+        if proxy is None or not self.vouches(remote, headers):
+            return None
+        return headers.get(proxy.user_header) or None
+
+    def client_address(self, remote: str | None, headers: Mapping[str, str]) -> str:
+        """Who connects, for the login throttle: the peer, or behind the proxy the client
+        address it names last in ``X-Forwarded-For`` (what the proxy itself saw)."""
+        peer = remote or "unknown"
+        forwarded = headers.get("X-Forwarded-For")
+        if not forwarded or not self.vouches(remote, headers):
+            return peer
+        last = forwarded.split(",")[-1].strip()
+        try:
+            return str(ipaddress.ip_address(last))
+        except ValueError:
+            return peer
 
 
 @dataclass
@@ -315,19 +389,6 @@ class LoginThrottle:
             del self._seen[key]
         while len(self._seen) >= MAX_TRACKED:  # a spray of addresses: oldest go first
             del self._seen[min(self._seen, key=lambda k: self._seen[k].last)]
-
-
-def client_address(config: WebConfig, remote: str | None, forwarded: str | None) -> str:
-    """Who connects, for the login throttle: the peer, or behind a trusted proxy the client
-    address it names last in ``X-Forwarded-For`` (what the proxy itself saw)."""
-    peer = remote or "unknown"
-    if not forwarded or not trusted_proxy(config, remote):
-        return peer
-    last = forwarded.split(",")[-1].strip()
-    try:
-        return str(ipaddress.ip_address(last))
-    except ValueError:
-        return peer
 
 
 class PasswordCheck:

@@ -13,7 +13,7 @@ from upsguard.config.site import SiteConfig
 from upsguard.config.web import WebConfig
 from upsguard.controller.api import Served
 from upsguard.controller.metrics import Metrics
-from upsguard.controller.web.auth import LoginThrottle, PasswordCheck, Sessions, User
+from upsguard.controller.web.auth import LoginThrottle, PasswordCheck, Proxy, Sessions, User
 
 
 class WebServed(Served, Protocol):
@@ -38,6 +38,7 @@ class WebContext:
     sessions: Sessions
     passwords: PasswordCheck
     throttle: LoginThrottle
+    proxy: Proxy
 
 
 _USER = web.RequestKey("upsguard.user", User)

@@ -11,6 +11,7 @@ API cleans them: they are journaled and shown on terminals.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from aiohttp import web
@@ -18,6 +19,8 @@ from aiohttp import web
 from upsguard.controller.api import MAX_NAME, MAX_REASON, MAX_ROWS, clean_text
 from upsguard.controller.web.context import WebContext, current_user
 from upsguard.errors import TemporaryError, UpsguardError
+
+log = logging.getLogger(__name__)
 
 
 def add_routes(app: web.Application, ctx: WebContext) -> None:
@@ -68,6 +71,9 @@ async def _operator(request: web.Request) -> tuple[str, dict[str, Any]]:
         raise web.HTTPForbidden(text=f"{user.name} is a viewer: only an operator may act")
     try:
         body = json.loads(await request.read() or b"{}")
+    except RecursionError:
+        log.debug("web: a body nested too deeply from %s, refused", request.remote)
+        raise web.HTTPBadRequest(text="the body is JSON nested too deeply") from None
     except ValueError:
         raise web.HTTPBadRequest(text="the body is not JSON") from None
     if not isinstance(body, dict):

@@ -66,6 +66,8 @@ def chart_svg(span: Span, metric: str) -> str:
     import pygal
     from pygal.style import Style
 
+    from upsguard.reports.charts import svg
+
     title, unit = METRICS[metric]
     width = (span.end - span.start) / POINTS
     buckets: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -114,7 +116,7 @@ def chart_svg(span: Span, metric: str) -> str:
     chart.add("runs", [(when, top * 0.95) for when, _ in span.runs], stroke=False, dots_size=5)
     for ups, values in series.items():
         chart.add(f"UPS {ups}", [(at[i], values.get(i)) for i in range(POINTS)], show_dots=True)
-    return str(chart.render(is_unicode=True))
+    return svg(chart)
 
 
 def _value(row: ReadingRow, metric: str) -> float | None:

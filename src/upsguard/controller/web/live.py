@@ -11,6 +11,12 @@ With no browser connected nothing is built at all. New journal events go along a
 Browsers reconnect by themselves (``EventSource``); a browser that falls behind skips to
 the newest status (a status replaces the one before, nothing is lost) and is told to
 fetch the events it missed.
+
+Streams are shared out (``StreamLimits``): a few per user, and some kept for operators, so
+that no viewer (nor a script with a viewer's login) can take the one an operator needs
+during an outage. Each stream checks its session again at each status it is sent: the
+stream of a session logged out of, expired, or of a user taken out of the site file ends
+there (its browser's reconnection then finds the login page).
 """
 
 from __future__ import annotations
@@ -19,11 +25,14 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from aiohttp import web
 
+from upsguard.controller.web.auth import User
+from upsguard.controller.web.context import current_user
 from upsguard.journal.rows import EventRow
 from upsguard.status import SiteStatus
 
@@ -33,12 +42,31 @@ MIN_INTERVAL_S = 0.25
 REFRESH_S = 5.0
 KEEPALIVE_S = 15.0
 MAX_CLIENTS = 192  # of the listener's 256 connections: the rest stay for logins and acts
+STREAMS_PER_USER = 16
+"""A person's tabs, phones and wall screens; a group login shares them."""
+KEPT_FOR_OPERATORS = 32
 KEPT_EVENTS = 256
 RETRY_MS = 2000
 
 
 def message(kind: str, data: str) -> bytes:
     return f"event: {kind}\ndata: {data}\n\n".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLimits:
+    """How the live streams are shared out."""
+
+    total: int = MAX_CLIENTS
+    per_user: int = STREAMS_PER_USER
+    kept_for_operators: int = KEPT_FOR_OPERATORS
+    """Of ``total``: viewers never hold these."""
+
+
+STREAM_LIMITS = StreamLimits()
+
+Asker = Callable[[web.Request], User | None]
+"""Who a request's credentials name now (None: nobody any more)."""
 
 
 class LiveFeed:
@@ -48,9 +76,16 @@ class LiveFeed:
         events_after: Callable[[int], list[EventRow]],
         changed: Callable[[], asyncio.Event],
         on_clients: Callable[[int], None] = lambda n: None,
+        asker: Asker = lambda request: None,
+        limits: StreamLimits = STREAM_LIMITS,
     ) -> None:
-        """``changed``: the service's event of the next change (set once, then replaced)."""
+        """``changed``: the service's event of the next change (set once, then replaced);
+        ``asker``: who a stream's request names now, checked at each status sent."""
         self._status = status
+        self._asker = asker
+        self._limits = limits
+        self._by_user: Counter[str] = Counter()
+        self._viewers = 0
         self._events_after = events_after
         self._changed = changed
         self._on_clients = on_clients
@@ -115,8 +150,8 @@ class LiveFeed:
     # -- one browser -------------------------------------------------------------------
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
-        if self.clients >= MAX_CLIENTS:
-            raise web.HTTPServiceUnavailable(text=f"{MAX_CLIENTS} live pages are open already")
+        user = current_user(request)
+        self._admit(user)
         response = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream",
@@ -125,25 +160,49 @@ class LiveFeed:
             }
         )
         await response.prepare(request)
-        self._joined(+1)
+        self._joined(+1, user)
         try:
             if asyncio.get_running_loop().time() - self._built_at > MIN_INTERVAL_S:
                 self.publish()  # a browser arriving at an idle feed gets today's status
             await response.write(f"retry: {RETRY_MS}\n\n".encode() + self._status_chunk)
-            await self._follow(response, self.version)
+            await self._follow(response, self.version, lambda: self._still(request, user))
         except (ConnectionResetError, ConnectionError):
             pass  # the browser went away; it reconnects by itself if it wants to
         finally:
-            self._joined(-1)
+            self._joined(-1, user)
         return response
 
-    async def _follow(self, response: web.StreamResponse, seen: int) -> None:
+    def _admit(self, user: User) -> None:
+        """Room for one more stream of ``user``; else 429 (theirs are many) or 503."""
+        limits = self._limits
+        if self._by_user[user.name] >= limits.per_user:
+            raise web.HTTPTooManyRequests(
+                text=f"{user.name} has {limits.per_user} live pages open already: close one"
+            )
+        if self.clients >= limits.total:
+            raise web.HTTPServiceUnavailable(text=f"{limits.total} live pages are open already")
+        if not user.may_act and self._viewers >= limits.total - limits.kept_for_operators:
+            raise web.HTTPServiceUnavailable(
+                text="the live pages left are kept for operators: try again later"
+            )
+
+    def _still(self, request: web.Request, user: User) -> bool:
+        """Whether the stream's session still names its user (not logged out, expired, or
+        taken out of the site file)."""
+        now = self._asker(request)
+        return now is not None and now.name == user.name
+
+    async def _follow(
+        self, response: web.StreamResponse, seen: int, still: Callable[[], bool]
+    ) -> None:
         while not self._closing.is_set():
             published = self._published
             if self.version == seen:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(KEEPALIVE_S):
                         await _first(published.wait(), self._closing.wait())
+            if not still():
+                return  # the session is over: so is its stream
             if self.version == seen:
                 await response.write(b": keep-alive\n\n")
                 continue
@@ -153,8 +212,13 @@ class LiveFeed:
             seen = self.version
             await response.write(b"".join([*fresh, self._status_chunk]))
 
-    def _joined(self, delta: int) -> None:
+    def _joined(self, delta: int, user: User) -> None:
         self.clients += delta
+        self._by_user[user.name] += delta
+        if self._by_user[user.name] <= 0:
+            del self._by_user[user.name]
+        if not user.may_act:
+            self._viewers += delta
         if self.clients > 0:
             self._watched.set()
         self._on_clients(self.clients)

@@ -20,7 +20,7 @@ from aiohttp import web
 from upsguard import __version__
 from upsguard.config.types import format_duration
 from upsguard.controller.web import data, doctor
-from upsguard.controller.web.auth import LOGIN_COOKIE, SESSION_COOKIE, client_address
+from upsguard.controller.web.auth import LOGIN_COOKIE, session_cookie
 from upsguard.controller.web.context import WebContext, current_user
 from upsguard.controller.web.history import SPANS
 
@@ -130,9 +130,7 @@ class Pages:
         expected = self._ctx.sessions.login_token(nonce) if nonce else ""
         if not nonce or not secrets.compare_digest(expected, str(form.get("csrf", ""))):
             raise web.HTTPForbidden(text="the login form is stale: reload it")
-        address = client_address(
-            self._ctx.config, request.remote, request.headers.get("X-Forwarded-For")
-        )
+        address = self._ctx.proxy.client_address(request.remote, request.headers)
         throttle = self._ctx.throttle
         wait = throttle.admit(name, address)
         if wait > 0:
@@ -148,7 +146,7 @@ class Pages:
             return self._login_page(request, "wrong name or password", status=401)
         response = web.HTTPSeeOther(_next(str(form.get("next", "/"))))
         response.set_cookie(
-            SESSION_COOKIE,
+            session_cookie(self._ctx.config),
             self._ctx.sessions.issue(name),
             httponly=True,
             samesite="Strict",
@@ -160,9 +158,10 @@ class Pages:
         raise response
 
     async def logout(self, request: web.Request) -> web.Response:
-        self._ctx.sessions.revoke(request.cookies.get(SESSION_COOKIE))
+        name = session_cookie(self._ctx.config)
+        self._ctx.sessions.revoke(request.cookies.get(name))
         response = web.json_response({"logged_out": current_user(request).name})
-        response.del_cookie(SESSION_COOKIE, path="/")
+        response.del_cookie(name, path="/", secure=self._ctx.config.cookies_secure)
         return response
 
 

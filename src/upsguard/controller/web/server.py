@@ -6,11 +6,14 @@ Every request passes two guards before its route:
 - ``_measured``: counts it in the service's Prometheus metrics (route and status) and
   sets the headers that keep the page to itself: a Content-Security-Policy of ``'self'``
   (no script, style, font or image from anywhere else, nothing framed), no referrer, no
-  sniffing, no caching of what a person sees;
-- ``_guarded``: finds who asks (the trusted proxy's header, else the session cookie); a
-  stranger is sent to the login page (HTML) or gets 401 (JSON). A change (any POST but the
-  login itself) needs the session's CSRF token in ``X-CSRF-Token`` and, when the browser
-  says where it comes from, this page's own origin: 403 otherwise.
+  sniffing, no caching of what a person sees, no software versions (``Server: upsguard``),
+  and over TLS, HTTPS only from then on (``Strict-Transport-Security``);
+- ``_guarded``: refuses a ``Host`` the page is not served as (421: DNS rebinding, see
+  ``hosts``); finds who asks (the trusted proxy's header, with the proxy's secret, else the
+  session cookie); a stranger is sent to the login page (HTML) or gets 401 (JSON). A
+  change (any POST but the login itself) needs the session's CSRF token in
+  ``X-CSRF-Token`` and, when the browser says where it comes from, this page's own origin:
+  403 otherwise.
 
 Connections are bounded before any of this (``listener``): a ceiling counting the live
 streams, none while descriptors are short, a deadline for a request's head.
@@ -35,19 +38,24 @@ from aiohttp import web
 from upsguard.config.web import WebConfig
 from upsguard.controller.web import auth, controls, pages
 from upsguard.controller.web.context import WebContext, WebServed, set_user
+from upsguard.controller.web.hosts import Hosts
 from upsguard.controller.web.listener import HEAD_TIMEOUT_S, MAX_CONNECTIONS, Door
-from upsguard.controller.web.live import LiveFeed
+from upsguard.controller.web.live import STREAM_LIMITS, LiveFeed, StreamLimits
 from upsguard.errors import PermanentError
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 16 * 1024
-PUBLIC = ("/login", "/static/", "/favicon.ico")
+PUBLIC = frozenset({"/login", "/favicon.ico"})
+"""Paths a stranger may ask for: exactly these (a route added one day under ``/login...`` is
+not public by its name), and what is under ``PUBLIC_UNDER``."""
+PUBLIC_UNDER = "/static/"
 CSP = (
     "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
     "connect-src 'self'; font-src 'self'; frame-ancestors 'none'; form-action 'self'; "
     "base-uri 'none'"
 )
+HSTS_MAX_AGE_S = 365 * 24 * 3600
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -58,19 +66,29 @@ class WebServer:
         config: WebConfig,
         max_connections: int = MAX_CONNECTIONS,
         monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        streams: StreamLimits = STREAM_LIMITS,
     ) -> None:
-        """``max_connections``: the listener's ceiling (tests make it small); ``monotonic``:
-        the clock of the login throttle (a test's fake one)."""
+        """``max_connections``: the listener's ceiling, ``streams``: how the live streams are
+        shared out (tests make them small); ``monotonic``: the clock of the login throttle,
+        ``wall``: the clock of sessions' expiry (a test's fake ones). PermanentError naming
+        the file when a key or secret the site file names cannot be read."""
         self.svc = svc
         self.max_connections = max_connections
         self.config = config
         self.roster = auth.Roster(config.users)
-        self.sessions = auth.Sessions(config, auth.Keys.for_config(config), self.roster)
+        keys = auth.Keys.for_config(config)
+        self.sessions = auth.Sessions(config, keys, self.roster, clock=wall)
+        self.proxy = auth.Proxy.for_config(config)
+        self._cookie = auth.session_cookie(config)
+        self.hosts = Hosts(config)
         self.feed = LiveFeed(
             svc.status,
             lambda after: svc.journal.read.events(after=after),
             lambda: svc.changed,
             svc.metrics.web_clients.set,
+            asker=self.user_of,
+            limits=streams,
         )
         self.context = WebContext(
             svc,
@@ -78,6 +96,7 @@ class WebServer:
             self.sessions,
             auth.PasswordCheck(config, roster=self.roster),
             auth.LoginThrottle(monotonic),
+            self.proxy,
         )
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
@@ -88,6 +107,8 @@ class WebServer:
     def application(self) -> web.Application:
         app = web.Application(middlewares=[self._measured, self._guarded], client_max_size=MAX_BODY)
         app.on_response_prepare.append(_protect)
+        if self.config.tls is not None:
+            app.on_response_prepare.append(_https_only)
         pages.add_routes(app, self.context)
         controls.add_routes(app, self.context)
         app.router.add_get("/api/stream", self.feed.stream)
@@ -113,6 +134,7 @@ class WebServer:
         self.url = f"{scheme}://{shown}:{self.config.port}/"
         self._feeding = asyncio.create_task(self.feed.run(), name="web live feed")
         log.info("web page on %s", self.url)
+        await self.hosts.start()
         await self.context.passwords.start()  # a login before it is made waits for it
 
     def apply(self, config: WebConfig | None) -> None:
@@ -155,16 +177,17 @@ class WebServer:
     # -- who asks ----------------------------------------------------------------------
 
     def user_of(self, request: web.Request) -> auth.User | None:
-        proxy = self.config.proxy
-        if proxy is not None and auth.trusted_proxy(self.config, request.remote):
-            name = request.headers.get(proxy.user_header)
-            if name:
-                return self.sessions.proxied(name)
-        return self.sessions.user(request.cookies.get(auth.SESSION_COOKIE))
+        name = self.proxy.user_name(request.remote, request.headers)
+        if name:
+            return self.sessions.proxied(name)
+        return self.sessions.user(request.cookies.get(self._cookie))
 
     @web.middleware
     async def _guarded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path.startswith(PUBLIC):
+        if not self.hosts.serves(request.host):
+            log.debug("web: a request for another host name from %s, refused", request.remote)
+            raise web.HTTPMisdirectedRequest(text="not a name of this page")
+        if request.path in PUBLIC or request.path.startswith(PUBLIC_UNDER):
             if request.method == "POST" and not _same_origin(request):
                 raise web.HTTPForbidden(text="a change must come from this page itself")
             return await handler(request)
@@ -204,6 +227,12 @@ async def _protect(request: web.Request, response: web.StreamResponse) -> None:
     response.headers.setdefault("Referrer-Policy", "same-origin")  # Origin stays set on POSTs
     response.headers.setdefault("X-Frame-Options", "DENY")
     response.headers.setdefault("Cache-Control", "no-store")
+    response.headers["Server"] = "upsguard"  # not aiohttp's and Python's versions
+
+
+async def _https_only(request: web.Request, response: web.StreamResponse) -> None:
+    """A page served over TLS is to be asked for over TLS only, for a year."""
+    response.headers["Strict-Transport-Security"] = f"max-age={HSTS_MAX_AGE_S}"
 
 
 def _same_origin(request: web.Request) -> bool:
