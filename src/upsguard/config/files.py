@@ -32,6 +32,7 @@ SECRET_FIELDS = frozenset(
         "token_file",
         "bearer_token_file",
         "value_file",
+        "url_file",
     }
 )
 #: Fields that name a file upsguard reads but that holds no secret.

@@ -113,7 +113,9 @@ class Service:
             self.bus.subscribe(_log_event)
         self.metrics = Metrics()
         self.bus.subscribe(self.metrics.observe)
-        self.notifier = Notifier(site.service.notify, site.site)
+        self.notifier = Notifier(
+            site.service.notify, site.site, clock=self.clock, policies=site.policies
+        )
         self.bus.subscribe(self.notifier.observe)
         self.changed = asyncio.Event()
         """Set at the next event of any kind, then replaced: what the web page's live status
