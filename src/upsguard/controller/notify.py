@@ -131,6 +131,15 @@ class Notifier:
         self._writer = AlertWriter(site, policies)
         self.limit = RateLimit(settings.alert_every.total_seconds())
 
+    def use(self, settings: NotifySettings, policies: PoliciesConfig | None) -> None:
+        """A reloaded site file's settings, from the next event on. What the rate limit
+        remembers stays (a reload is no reason to tell a flapping UPS again); sends in
+        flight finish with the settings they began with."""
+        self._s = settings
+        self.channels = AppriseChannels(settings.apprise, settings.channel_names())
+        self._writer = AlertWriter(self._site, policies)
+        self.limit.every_s = settings.alert_every.total_seconds()
+
     @property
     def enabled(self) -> bool:
         return bool(self._s.command) or self._s.webhook is not None

@@ -396,6 +396,7 @@ class Service:
         new.take_over(old)
         self._runtime = new
         self.site = site
+        self.notifier.use(site.service.notify, site.policies)
         self.metrics.attach(new.controller)
         await old.close()
         new.start(self._calendar, self.request_poll)
