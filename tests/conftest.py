@@ -38,6 +38,7 @@ pytest_plugins = [
     "tests.peers.browser",
     "tests.peers.cluster",
     "tests.peers.webhook",
+    "tests.peers.alerts",
     "tests.peers.etcd",
     "tests.peers.pair",
 ]

@@ -46,6 +46,28 @@ NO_PLAN = PlanTime(0.0)
 
 
 @dataclass(frozen=True, slots=True)
+class Outlook:
+    """When a feed's shutdown will start, as its triggers and figures stand now: what an alert
+    says upsguard will do next. Each figure is None when it is not known (a runtime the UPS
+    does not report, a drain not measured yet): unknown, never a guess."""
+
+    runtime_s: float | None
+    """The runtime the feed has left."""
+    due_now: bool = False
+    """A shutdown trigger holds already (or the critical floor is reached)."""
+    condition: str | None = None
+    """The trigger that fires first at the present drain (``runtime < plan + 5m``), or the
+    one that holds; None when none can be foreseen."""
+    metric: str | None = None
+    """What that trigger compares (``runtime``, ``charge``, ``on_battery_for``); None for a
+    flag (``low_battery``)."""
+    limit: float | None = None
+    """The value at which it fires (seconds of runtime, a charge in %, seconds on battery)."""
+    fires_in_s: float | None = None
+    """How long from now it fires at the present drain; 0 when due now."""
+
+
+@dataclass(frozen=True, slots=True)
 class Reckoning:
     """One condition judged over one feed, with its figures."""
 

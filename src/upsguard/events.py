@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from upsguard.decisions import Reckoning
+from upsguard.decisions import Outlook, Reckoning
 from upsguard.findings import Finding, Verdict, counts
 from upsguard.models import (
     CacheMode,
@@ -25,6 +25,7 @@ from upsguard.models import (
     RunId,
     StepId,
     StepState,
+    UpsFlag,
     UpsName,
     UpsReading,
 )
@@ -55,6 +56,8 @@ class OnBattery(Event):
 
     feed: str
     detail: str
+    outlook: Outlook | None = None
+    """When the feed's shutdown will start, as its triggers and figures stood then."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,69 @@ class PowerRestored(Event):
     """A feed is supplied from mains again; the startup policy's timer counts from here."""
 
     feed: str
+    outage_s: float | None = None
+    """How long the feed was on battery (None when not seen go: a restarted controller)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpsFlagChanged(Event):
+    """A UPS raised, or cleared, a status flag a person must hear of (``ALERT_FLAGS``): low
+    battery, battery needs replacing, overload, bypass. Told once per change, not per poll."""
+
+    ups: UpsName
+    flag: UpsFlag
+    raised: bool
+    outlook: Outlook | None = None
+    """For a low battery: the shutdown of the UPS's feed as its triggers see it now."""
+
+
+ALERT_FLAGS = {
+    UpsFlag.LB: "low battery",
+    UpsFlag.RB: "battery needs replacing",
+    UpsFlag.OVER: "overload",
+    UpsFlag.BYPASS: "on bypass",
+}
+"""The status flags told as events, each with the words a person reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContactLost(Event):
+    """A UPS cannot be read (out of reach, refusing, or its data stale): an alert, told once
+    until it answers again."""
+
+    ups: UpsName
+    why: str
+    stale: bool = False
+    """The source answers, but says its data is stale (NUT's DATA-STALE)."""
+    was_on_battery: bool = False
+    """Its last live reading said on battery: its countdown goes on from that runtime."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContactBack(Event):
+    """A UPS that could not be read answers again with fresh data."""
+
+    ups: UpsName
+
+
+@dataclass(frozen=True, slots=True)
+class RedundancyLost(Event):
+    """A feed has fewer UPSes on mains than it has, but still enough (``min_supplies``):
+    nothing is at risk yet, but one failure more puts it on battery."""
+
+    feed: str
+    members: tuple[tuple[str, str], ...]
+    """Each UPS of the feed and its word (``online``, ``on-battery``...), in order."""
+    online: int
+    needed: int
+
+
+@dataclass(frozen=True, slots=True)
+class RedundancyBack(Event):
+    """Every UPS of a feed that had lost its redundancy is on mains again."""
+
+    feed: str
+    members: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +418,20 @@ def describe(event: Event) -> str | None:
             return f"feed {feed} on battery: {detail}"
         case PowerRestored(feed=feed):
             return f"feed {feed} on mains again"
+        case UpsFlagChanged(ups=ups, flag=flag, raised=raised):
+            said = f"{ALERT_FLAGS.get(flag, flag.value)} ({flag.value})"
+            return f"WARNING: UPS {ups}: {said}" if raised else f"UPS {ups}: no longer {said}"
+        case ContactLost(ups=ups, why=why):
+            return f"WARNING: UPS {ups} cannot be read: {why}"
+        case ContactBack(ups=ups):
+            return f"UPS {ups} answers again"
+        case RedundancyLost(feed=feed, members=members, online=online, needed=needed):
+            return (
+                f"WARNING: feed {feed} has lost its redundancy: {members_line(members)} "
+                f"({online} of {len(members)} UPSes on mains, {needed} needed)"
+            )
+        case RedundancyBack(feed=feed, members=members):
+            return f"feed {feed} is redundant again: {members_line(members)}"
         case RiskAccepted():
             return RISK_PREFIX + event.what
         case UpsCommandSent(ups=ups, command=command, ok=ok, detail=detail):
@@ -376,6 +456,11 @@ def describe(event: Event) -> str | None:
             runtime = f", runtime observed {observed / 60:.0f} min" if observed else ""
             return f"UPS {ups}: {test} battery test {state.value} ({text}){runtime}"
     return None
+
+
+def members_line(members: tuple[tuple[str, str], ...]) -> str:
+    """Each UPS of a feed with its word: ``ups-a on-battery, ups-b online``."""
+    return ", ".join(f"{ups} {word}" for ups, word in members)
 
 
 def _then(detail: str) -> str:
@@ -423,7 +508,9 @@ def level(event: Event) -> str:
         return "warning"
     if isinstance(event, UpsCommandSent) and not event.ok:
         return "error"
-    if isinstance(event, OnBattery):
+    if isinstance(event, OnBattery | ContactLost | RedundancyLost):
+        return "warning"
+    if isinstance(event, UpsFlagChanged) and event.raised:
         return "warning"
     if isinstance(event, CheckupDone) and event.broke:
         return "warning"

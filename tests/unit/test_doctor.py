@@ -6,6 +6,7 @@ The checks of real UPSes, platforms and caches run against the peers
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -391,3 +392,34 @@ def test_doctor_warns_of_a_trusted_proxy_on_loopback(
     if verdict is Verdict.WARN:
         assert "every local process connects from it" in row.detail
         assert row.fix.startswith(f"keep {secret} readable by upsguard's user only (mode 0600")
+
+
+def test_doctor_checks_each_apprise_channel_by_name_and_never_shows_its_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = "Xq2-chat-SECRET"
+    good, bad = tmp_path / "mail.url", tmp_path / "chat.url"
+    good.write_text("mailtos://ups:pw@mail.example.org?to=ops@example.org\n")
+    bad.write_text(f"nosuchservice://{secret}@chat.example.org/room\n")
+    for path in (good, bad):
+        path.chmod(0o600)
+    data = simple_site()
+    data["journal"] = str(tmp_path / "j.sqlite")
+    data["service"] = {
+        "notify": {
+            "apprise": [
+                {"name": "ops-mail", "url_file": str(good)},
+                {"name": "ops-chat", "url_file": str(bad), "min_level": "warning"},
+            ]
+        }
+    }
+    path = write_site(tmp_path, yaml.safe_dump(data))
+    assert main(["doctor", "-c", str(path), "--only", "notify", "--format", "json"]) == 1
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        "upsguard: FAIL notify ops-chat: url: Apprise does not understand the URL "
+        "(nosuchservice://…) -> check the URL against Apprise's documentation of that service"
+    ]
+    said = {f["subject"]: f["detail"] for f in json.loads(out)["findings"]}
+    assert said["ops-mail"] == "read and understood (mailtos://…)"
+    assert secret not in out + err and "pw@" not in out + err

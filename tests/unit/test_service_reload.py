@@ -278,3 +278,22 @@ def test_a_long_running_task_that_fails_ends_the_service_and_says_so_once(
         "ERROR: reload failed: RuntimeError: a plugin's bug: "
         "the service stops (systemd starts it again)"
     ]
+
+
+def test_a_reload_gives_the_notifier_the_new_file_s_channels(tmp_path: Path) -> None:
+    """The notify settings are the new file's after a reload, as everything else is."""
+    names: list[list[str]] = []
+    url = tmp_path / "mail.url"
+    url.write_text("mailto://127.0.0.1:1?from=a@example.org&to=b@example.org\n")
+
+    async def story(service: Service) -> None:
+        names.append([c.name for c in service.notifier.channels.channels])
+        path = site_file(tmp_path)  # the same file, with one Apprise channel added
+        data = yaml.safe_load(path.read_text())
+        data["service"]["notify"] = {"apprise": [{"name": "ops", "url_file": str(url)}]}
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        await service.reload()
+        names.append([c.name for c in service.notifier.channels.channels])
+
+    watched(tmp_path, story)
+    assert names == [[], ["ops"]]

@@ -50,7 +50,9 @@ def register(commands: Subparsers) -> None:
         "or names of UPSes, platforms, resources and caches",
     )
     p.add_argument(
-        "--notify", action="store_true", help="also send a test message through hook and webhook"
+        "--notify",
+        action="store_true",
+        help="also send a test message through the hook, the webhook and each Apprise channel",
     )
     _timeout_option(p, None, "the longest one check may take (default: checks.timeout, or 30s)")
     p.set_defaults(handler=cmd_doctor)
@@ -84,14 +86,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     timeout = args.timeout
     if timeout is None:
         timeout = site.checks.timeout.total_seconds() if site.checks else 30.0
-    notifier = Notifier(site.service.notify, site.site) if args.notify else None
+    notifier = Notifier(site.service.notify, site.site, policies=site.policies)
     checkup = run_async(
         run_checkup(
             site,
             SystemClock(),
             timeout_s=timeout,
             only=only,
-            notify=notifier.test if notifier is not None else None,
+            notify=notifier.test if args.notify else None,
+            channels=notifier.check if site.service.notify.apprise else None,
         )
     )
     if args.format == "json":

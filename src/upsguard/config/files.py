@@ -34,6 +34,7 @@ SECRET_FIELDS = frozenset(
         "value_file",
         "secret_file",
         "session_key_file",
+        "url_file",
     }
 )
 #: Fields that name a file upsguard reads but that holds no secret.

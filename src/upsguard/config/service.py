@@ -6,12 +6,18 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from upsguard.config.base import Model
 from upsguard.config.types import Duration, LocalPath, LongDuration, PassEnv, WebhookUrl
 
 NotifyOn = Literal["phase", "step_failed", "run", "risk", "override", "alert"]
+AlertLevel = Literal["info", "warning", "error"]
+"""How loud an alert is; a channel's ``min_level`` keeps the quieter ones away."""
+
+ALERT_EVERY = timedelta(minutes=10)
+"""The default ``notify.alert_every``: each kind of alert, per UPS or feed, at most once this
+often (a UPS flapping on and off battery sends one pair, then a count with the next)."""
 
 
 class WebhookSettings(Model):
@@ -32,6 +38,44 @@ class WebhookSettings(Model):
     )
 
 
+class AppriseChannel(Model):
+    """One Apprise channel (email, ntfy, Telegram, Matrix, Slack...: one URL each) that
+    gets the alerts people read.
+
+    The URL holds the channel's token or password, so it is never written in the site file:
+    it is read from ``url_file`` (or the variable ``url_env``) at send time, and logged as
+    its scheme alone (``mailtos://…``).
+    """
+
+    name: str | None = Field(
+        None, min_length=1, max_length=60, description="what logs and doctor call it"
+    )
+    url_file: LocalPath | None = Field(None, description="a file holding the Apprise URL")
+    url_env: str | None = Field(None, description="an environment variable holding the Apprise URL")
+    min_level: AlertLevel = Field(
+        "info", description="send alerts this loud and louder (info, warning, error)"
+    )
+    timeout: Duration = Field(
+        timedelta(seconds=30), description="the longest one send may take; then it failed"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_inline_url(cls, data: object) -> object:
+        if isinstance(data, dict) and "url" in data:
+            raise ValueError(
+                "inline 'url' is not accepted (an Apprise URL holds the channel's token or "
+                "password): put it in a file (url_file) or an environment variable (url_env)"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _one_place_for_the_url(self) -> AppriseChannel:
+        if (self.url_file is None) == (self.url_env is None):
+            raise ValueError("give one of url_file, url_env (the URL holds a secret)")
+        return self
+
+
 class NotifySettings(Model):
     """Who hears about phase changes and failed steps."""
 
@@ -46,8 +90,29 @@ class NotifySettings(Model):
         default_factory=lambda: list[NotifyOn](
             ["phase", "step_failed", "risk", "override", "alert"]
         ),
-        description="which events are sent",
+        description="which events the command and the webhook get",
     )
+    apprise: list[AppriseChannel] = Field(
+        default_factory=list,
+        description="channels that get the alerts people read (docs/operations.md)",
+    )
+    alert_every: Duration = Field(
+        ALERT_EVERY,
+        description="each kind of alert, per UPS or feed, at most once this often; the next "
+        "one counts those held back",
+    )
+
+    @model_validator(mode="after")
+    def _channel_names_unique(self) -> NotifySettings:
+        names = [c.name for c in self.apprise if c.name is not None]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"apprise: channel name {twice[0]} is given twice")
+        return self
+
+    def channel_names(self) -> list[str]:
+        """Each Apprise channel's name: its own, or ``apprise N`` (1-based) without one."""
+        return [c.name or f"apprise {i}" for i, c in enumerate(self.apprise, 1)]
 
 
 class ServiceConfig(Model):

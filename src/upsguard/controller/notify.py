@@ -1,6 +1,8 @@
-"""Notifications: a command hook and a webhook hear phase changes, failed steps and risks.
+"""Notifications: a command hook and a webhook hear phase changes, failed steps and risks;
+Apprise channels get the alerts people read (``controller.alert_text``), each kind at most
+once per ``notify.alert_every`` per UPS, feed, cache or run (``controller.alerts``).
 
-Both run in the background: a slow webhook never delays a shutdown step, and
+All of them run in the background: a slow webhook never delays a shutdown step, and
 a failing one is logged, never raised. The hook gets the event as JSON on
 stdin and as ``UPSGUARD_*`` environment variables, in an environment of its own
 (``secrecy.child_env``: none of the service's secrets). No secret is ever logged:
@@ -17,8 +19,13 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from upsguard.clock import Clock, SystemClock
+from upsguard.config.policies import PoliciesConfig
 from upsguard.config.service import NotifySettings, WebhookSettings
 from upsguard.config.types import resolve_secret
+from upsguard.controller.alert_text import AlertWriter
+from upsguard.controller.alerts import Alert, RateLimit
+from upsguard.controller.apprise_channels import AppriseChannels
 from upsguard.errors import UpsguardError
 from upsguard.events import (
     BatteryTestFinished,
@@ -104,18 +111,42 @@ def _finding(finding: Finding) -> dict[str, str]:
 
 
 class Notifier:
-    def __init__(self, settings: NotifySettings, site: str) -> None:
+    def __init__(
+        self,
+        settings: NotifySettings,
+        site: str,
+        *,
+        clock: Clock | None = None,
+        policies: PoliciesConfig | None = None,
+    ) -> None:
+        """``clock``: what the alerts' rate limit counts on (the service's); ``policies``:
+        the site's, for the alerts to say what upsguard does next."""
         self._s = settings
         self._site = site
+        self._clock: Clock = clock or SystemClock()
         self._tasks: set[asyncio.Task[None]] = set()
         self.sent = 0
         self.failed = 0
+        self.channels = AppriseChannels(settings.apprise, settings.channel_names())
+        self._writer = AlertWriter(site, policies)
+        self.limit = RateLimit(settings.alert_every.total_seconds())
+
+    def use(self, settings: NotifySettings, policies: PoliciesConfig | None) -> None:
+        """A reloaded site file's settings, from the next event on. What the rate limit
+        remembers stays (a reload is no reason to tell a flapping UPS again); sends in
+        flight finish with the settings they began with."""
+        self._s = settings
+        self.channels = AppriseChannels(settings.apprise, settings.channel_names())
+        self._writer = AlertWriter(self._site, policies)
+        self.limit.every_s = settings.alert_every.total_seconds()
 
     @property
     def enabled(self) -> bool:
         return bool(self._s.command) or self._s.webhook is not None
 
     def observe(self, event: Event) -> None:
+        if self.channels:
+            self._alert(event)
         kind = topic(event)
         if not self.enabled or kind is None or kind not in self._s.on:
             return
@@ -124,6 +155,24 @@ class Notifier:
             self._spawn(self._command(self._s.command, body))
         if self._s.webhook is not None:
             self._spawn(self._webhook(self._s.webhook, body))
+
+    def _alert(self, event: Event) -> None:
+        """The event's alert, unless its kind was sent about the same subject lately; and
+        any alert held back whose time has come (see ``controller.alerts``)."""
+        try:
+            now = self._clock.monotonic()
+        except RuntimeError:  # no loop (a direct CLI act outside asyncio): nothing to send on
+            return
+        alert = self._writer.alert(event)
+        due = self.limit.due(now)
+        if alert is not None:
+            admitted = self.limit.admit(alert, now)
+            due += [admitted] if admitted is not None else []
+        for each in due:
+            self._spawn(self._send_alert(each))
+
+    async def _send_alert(self, alert: Alert) -> None:
+        await self.channels.send(alert)
 
     def _spawn(self, coro: Any) -> None:
         try:
@@ -194,8 +243,9 @@ class Notifier:
         return f"webhook {redact_url(hook.url, origin_only=True)}: {why}"
 
     async def test(self) -> list[Finding]:
-        """Send one test message through the hook and the webhook, and wait for each answer
-        (``upsguard doctor --notify``): what an outage would send, proven now."""
+        """Send one test message through the hook, the webhook and each Apprise channel, and
+        wait for each answer (``upsguard doctor --notify``): what an outage would send, proven
+        now."""
         body = {
             "site": self._site,
             "event": "Test",
@@ -211,17 +261,24 @@ class Notifier:
             why = await self._send_webhook(hook, body)
             fix = "check the URL, the token file and the server (a 3xx: give the final URL)"
             found.append(_sent(f"webhook {redact_url(hook.url, origin_only=True)}", why, fix))
+        if self.channels:
+            found += await self.channels.test(self._site)
         if not found:
             found.append(
                 warn(
                     Area.NOTIFY,
                     "notify",
                     "send",
-                    "no hook and no webhook: nobody hears of an outage from upsguard",
-                    "set service.notify.command or service.notify.webhook",
+                    "no hook, no webhook and no Apprise channel: nobody hears of an outage "
+                    "from upsguard",
+                    "set service.notify.apprise (docs/operations.md), command or webhook",
                 )
             )
         return found
+
+    async def check(self) -> list[Finding]:
+        """Each Apprise channel's URL read and understood; nothing sent (``doctor``)."""
+        return await asyncio.to_thread(self.channels.check)
 
     def _failed(self, message: str) -> None:
         self.failed += 1

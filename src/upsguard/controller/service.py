@@ -113,7 +113,9 @@ class Service:
             self.bus.subscribe(_log_event)
         self.metrics = Metrics()
         self.bus.subscribe(self.metrics.observe)
-        self.notifier = Notifier(site.service.notify, site.site)
+        self.notifier = Notifier(
+            site.service.notify, site.site, clock=self.clock, policies=site.policies
+        )
         self.bus.subscribe(self.notifier.observe)
         self.changed = asyncio.Event()
         """Set at the next event of any kind, then replaced: what the web page's live status
@@ -394,6 +396,7 @@ class Service:
         new.take_over(old)
         self._runtime = new
         self.site = site
+        self.notifier.use(site.service.notify, site.policies)
         self.metrics.attach(new.controller)
         await old.close()
         new.start(self._calendar, self.request_poll)

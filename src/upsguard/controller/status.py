@@ -20,6 +20,7 @@ from upsguard.journal import Journal
 from upsguard.journal.rows import OverrideRow, StepRow, parse_iso
 from upsguard.models import Direction, LinkState, Phase, StepState, UpsName
 from upsguard.plugins.coordination.base import UpsSeen
+from upsguard.policies.outlook import fires_in
 from upsguard.policies.phases import condition_inputs
 from upsguard.policies.power import FeedReading, feed_name, read_feeds
 from upsguard.policies.reckoning import reckon
@@ -360,22 +361,12 @@ def triggers(site: SiteConfig, feed: FeedReading, plan: PlanTime) -> list[Trigge
     out = []
     for condition in site.policies.shutdown.when_any:
         judged = reckon(condition, feed.name, values, flags, plan)
-        fires_in: float | None = 0.0 if judged.holds else None
-        value, limit = judged.value, judged.limit
-        if not judged.holds and value is not None and limit is not None:
-            if condition.metric == "runtime" and condition.op in ("<", "<="):
-                fires_in = value - limit
-            elif condition.metric == "charge" and condition.op in ("<", "<="):
-                rate = values.get("depletion")
-                fires_in = (value - limit) / rate * 60.0 if rate else None
-            elif condition.metric == "on_battery_for":
-                fires_in = limit - value
         out.append(
             Trigger(
                 condition=condition.text,
                 feed=feed.name,
                 holds=judged.holds,
-                fires_in_s=fires_in,
+                fires_in_s=fires_in(condition, judged, values),
                 figures=judged.figures(),
             )
         )

@@ -94,8 +94,11 @@ async def run_checkup(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     only: Selection | None = None,
     notify: NotifyCheck | None = None,
+    channels: NotifyCheck | None = None,
 ) -> Checkup:
-    """Every check of ``site`` (``only`` some); ``notify``: also send a test notification."""
+    """Every check of ``site`` (``only`` some); ``notify``: also send a test notification;
+    ``channels``: check the notification channels without sending (each Apprise URL read and
+    understood)."""
     only = only or Selection()
     started, began = clock.now(), time.monotonic()
     plugins = _Plugins()
@@ -117,6 +120,8 @@ async def run_checkup(
         units.append(check(Area.FILE, str(site.journal), _now(site_files.journal, site)))
     if only.keeps(Area.WEB):
         findings += web_page.check_web(site)
+    if channels is not None and only.keeps(Area.NOTIFY):
+        units.append(check(Area.NOTIFY, "notify", channels()))
     if notify is not None and only.keeps(Area.NOTIFY):
         units.append(check(Area.NOTIFY, "notify", notify()))
     try:

@@ -141,7 +141,7 @@ class OutageController:
         self._under_way: dict[TargetKey, UnderWay] = {}
         """Requests of runs that ended (cancelled, aborted, superseded) not seen to land: the
         next run's steps wait for them instead of asking again."""
-        self._news = PowerNotices(self.feeds, clock, events)
+        self._news = PowerNotices(self.feeds, clock, events, site.policies)
         self._end = EndOfOutage(site, sources, clock, events)
         self._acting = asyncio.Lock()
         """Held while runs are started or stopped: a policy's decision and a person's
@@ -167,7 +167,7 @@ class OutageController:
             self._events(ReadingTaken(self._clock.now(), reading))
         self._news.readings(readings, self.watches.values())
         view = self.read_view()
-        self._news.feeds(view)
+        self._news.feeds(view, self.plan_seconds)
         self.view = view
         self._viewed.set()
         self._viewed = asyncio.Event()
