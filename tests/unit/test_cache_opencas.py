@@ -110,14 +110,13 @@ def test_write_through_flushes_in_the_background_with_progress(tmp_path: Path) -
 
 
 def test_write_back_interrupts_a_flush(tmp_path: Path) -> None:
-    tools, p = make(tmp_path)
-    data = tools.read()
-    data["devices"]["1"]["rate"] = 100.0
-    tools.write(data)
+    """The flush is seen under way (on the tools' own clock, which stands still) before the
+    write-back comes: it once slept 0.6 s instead, and a busy machine read it otherwise."""
+    _, p = make(tmp_path, clock=0.0)
 
     async def scenario() -> CacheState:
         await p.set_mode(target(), CacheMode.WRITE_THROUGH)
-        await asyncio.sleep(0.6)
+        await read_until(p, flushing, "the flush")
         await p.set_mode(target(), CacheMode.WRITE_BACK)
         return await p.read(target())
 
