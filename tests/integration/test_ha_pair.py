@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.peers.pair import HOSTS, MACHINES, TTL_S, VMS, PairLab
+from tests.peers.pair import HOSTS, MACHINES, NAMES, TTL_S, VMS, PairLab
 
 pytestmark = [pytest.mark.etcd, pytest.mark.nut, pytest.mark.vcsim, pytest.mark.timeout(240)]
 
@@ -95,6 +95,93 @@ def test_a_leader_paused_past_its_lease_starts_nothing_when_it_wakes(pair_lab: P
     assert lab.ups_commands() == ["shutdown.return"]
     stopped = lab.run(old, run)
     assert stopped is not None and stopped.state == "interrupted"
+
+
+def test_a_leader_paused_between_a_claim_and_its_request_asks_nothing_when_it_wakes(
+    pair_lab: PairLab,
+) -> None:
+    """One guest at a time (``max_parallel: 1``): the leader claims the web step for both
+    its VMs, asks the first, and the second waits for the slot. SIGSTOP freezes the leader
+    right then, between the step's claim and its second request, past its lease; the
+    standby wins and resumes the run, and asks the second VM itself. SIGCONT: the old
+    leader's second request gets its slot once the first VM is off, and is not made (its
+    term ended while it waited); its step and run end interrupted. Counted at vcsim."""
+    lab = pair_lab
+    lab.configure(vc={"max_parallel": 1})
+    old = shutdown_under_way(lab)
+    lab.pause(old)
+    new = lab.other(old)
+    first = lab.asked("VmGuestShutdownEvent")
+    assert len(first) == 1 and set(first) <= {"web-01", "web-02"}, first  # the other waits
+
+    def resumed() -> bool:
+        status = lab.status(new)
+        return status["ha"]["role"] == "leader" and bool(status["service"]["resumed"])
+
+    lab.wait(resumed, "the standby to take over and resume the run", TTL_S + 30)
+    run = lab.status(new)["service"]["resumed"]
+    lab.wake(old)
+    lab.wait(lambda: lab.role(old) == "standby", "the old leader to see its term is over")
+    lab.wait(lambda: lab.shutdown_done(new), "the resumed shutdown to finish", 120)
+    lab.assert_each_stopped_once_in_order(last=MACHINES[new])
+    assert lab.command_step_runs() == [new]
+    assert lab.ups_commands() == ["shutdown.return"]
+    (second,) = {"web-01", "web-02"} - set(first)
+    (waited,) = [s for s in lab.steps(old, run) if s.step == f"stop:web/{second}"]
+    assert waited.state == "interrupted", waited  # claimed, never asked by the old leader
+    stopped = lab.run(old, run)
+    assert stopped is not None and stopped.state == "interrupted"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="cut off from etcd, the leader fences its claimed step (web-02 is not asked), "
+    "then, the store silent past its limit and the shutdown due, goes on alone with a new "
+    "run of its own while the other controller, which won the lease, resumes the shared "
+    "one: two controllers run the plan side by side, neither lagging; the command step "
+    "runs on each, the UPS gets shutdown.return from each, and each stops the other's "
+    "machine first (VMs and hosts were asked once only because each found the other's "
+    "request under way: sql01's two reads came 85 ms apart)",
+)
+def test_the_leader_cut_off_from_etcd_mid_shutdown_and_back_nothing_is_asked_twice(
+    pair_lab: PairLab,
+) -> None:
+    """One guest at a time (``max_parallel: 1``): the leader's paths to every etcd member
+    are cut with its web step claimed for both VMs and the second waiting for the slot.
+    The leader fences itself, and its claim does not outlive its term: the second VM is
+    not asked by it. The other controller, which still reaches etcd, wins the lease and
+    resumes the run. The cut holds until the run is over, then the paths come back and
+    the cut-off controller rejoins as the standby. In all, each VM and host is asked once
+    (counted at vcsim), the command step runs once, the UPS is sent its load cycle once,
+    and the shutdown ends done."""
+    lab = pair_lab
+    lab.configure(vc={"max_parallel": 1})
+    for name in NAMES:
+        lab.link_to_store(name)
+    leader = shutdown_under_way(lab)
+    other = lab.other(leader)
+    lab.cut_from_store(leader)
+    first = lab.asked("VmGuestShutdownEvent")
+    assert len(first) == 1 and set(first) <= {"web-01", "web-02"}, first  # the other waits
+
+    def resumed() -> bool:
+        status = lab.status(other)
+        return status["ha"]["role"] == "leader" and bool(status["service"]["resumed"])
+
+    lab.wait(resumed, "the other controller to take over and resume the run", TTL_S + 30)
+    run = lab.status(other)["service"]["resumed"]
+    lab.wait(lambda: lab.shutdown_done(other), "the resumed shutdown to finish", 120)
+    lab.wait(lambda: lab.status(leader)["run"] is None, "the cut-off controller to stop acting")
+    lab.restore_store(leader)
+    lab.wait(lambda: lab.role(leader) == "standby", "the cut-off controller to rejoin")
+    (second,) = {"web-01", "web-02"} - set(first)
+    (waited,) = [s for s in lab.steps(leader, run) if s.step == f"stop:web/{second}"]
+    assert waited.state == "interrupted", waited  # its claim did not outlive its term
+    guests, hosts = lab.asked("VmGuestShutdownEvent"), lab.asked("HostShutdownEvent")
+    assert (guests, hosts) == (dict.fromkeys(VMS, 1), dict.fromkeys(HOSTS, 1))
+    assert lab.command_step_runs() == [other]
+    assert lab.ups_commands() == ["shutdown.return"]
+    lab.assert_each_stopped_once_in_order(last=MACHINES[other])
 
 
 def test_both_controllers_restart_mid_shutdown_one_resumes_the_run_and_nothing_is_repeated(
@@ -274,6 +361,61 @@ def test_etcd_loses_its_quorum_mid_shutdown_both_go_on_alone_and_both_runs_end_d
     assert set(guests) == set(VMS) and set(hosts) == set(HOSTS)
     assert all(n == 1 for n in (*guests.values(), *hosts.values())), (guests, hosts)
     assert set(lab.ups_commands()) == {"shutdown.return"}
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="intermittent (6 of 11 runs on a loaded machine): after etcd loses its quorum one "
+    "controller never goes on alone: its role stays 'fenced' (or 'standby') for minutes "
+    "with store_silent_s None and no renewal (lease_age_s grows), so act_without_store "
+    "never holds; the other controller finishes the site alone. The restart half (no "
+    "shutdown comes back on mains) passed in every run that got there",
+)
+def test_after_both_finished_alone_the_site_comes_back_on_mains_and_no_shutdown_returns(
+    pair_lab: PairLab,
+) -> None:
+    """etcd loses its quorum mid-shutdown and both controllers finish alone; the store still
+    holds the run in progress as the leader last wrote it (its end was never recorded).
+    Then the controllers' machines go off, the mains come back, the etcd members start
+    again and both services start (their machines powered on). The one that wins finds the
+    run open in the store while the UPS reads on mains: it is over, and no shutdown comes
+    back, neither a new run nor the old one resumed, and vcsim is asked nothing more."""
+    lab = pair_lab
+    leader = shutdown_under_way(lab)
+    standby = lab.other(leader)
+    lab.etcd.cluster.stop(0)
+    lab.etcd.cluster.stop(1)
+
+    def ended(name: str) -> bool:
+        status = lab.status(name)
+        return status["run"] is None and (status.get("last_run") or {}).get("kind") == "shutdown"
+
+    lab.wait(lambda: ended(leader) and ended(standby), "both runs to end alone", 120)
+    asked = lab.seen()
+    journaled = {name: max(e.id for e in lab.events(name)) for name in NAMES}
+    for name in NAMES:  # their machines are off: systemd stopped each service
+        assert lab.controllers[name].terminate(group=True) == 0
+    lab.mains_back()
+    lab.etcd.cluster.heal()
+    lab.start()
+    winner = lab.leader()
+    other = lab.other(winner)
+
+    def settled() -> bool:
+        """The winner reads the UPS on line and has no run; the store holds none either."""
+        status = lab.status(winner)
+        (ups,) = status["ups"]
+        on_mains = ups["link"] == "ok" and not ups["on_battery"]
+        shared = lab.status(other)["ha"]["shared_run"]
+        return on_mains and status["run"] is None and shared is None
+
+    lab.wait(settled, "the winner on mains, with no run in the store")
+    assert lab.status(winner)["phase"] != "shutting_down"
+    assert lab.seen() == asked  # vcsim was asked nothing more
+    for name in NAMES:
+        started = [e for e in lab.events(name) if e.id > journaled[name] and e.kind == "RunStarted"]
+        assert started == [], (name, [(e.text, e.payload) for e in started])
+    assert lab.status(winner)["run"] is None and lab.status(other)["run"] is None
 
 
 def test_with_etcd_out_of_reach_the_controller_still_shuts_the_site_down_and_says_so(

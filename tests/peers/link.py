@@ -2,8 +2,9 @@
 
 ``Link`` forwards a port of its own to the server's, byte for byte, in threads. ``cut``
 drops every connection through it and refuses new ones, as a broken cable or a firewall
-rule between two machines would (the server itself stays up for its other clients). One
-link per client lets a test take a server away from one controller and not the other.
+rule between two machines would (the server itself stays up for its other clients), until
+``restore`` opens the same port again. One link per client lets a test take a server away
+from one controller and not the other.
 """
 
 from __future__ import annotations
@@ -23,7 +24,27 @@ class Link:
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self.is_cut = False
-        threading.Thread(target=self._accept, name=f"link :{self.port}", daemon=True).start()
+        self._serve()
+
+    @property
+    def url(self) -> str:
+        """The link's end as an ``http://`` endpoint (an etcd member's, for one client)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def _serve(self) -> None:
+        listener = self._listener
+        threading.Thread(
+            target=self._accept, args=(listener,), name=f"link :{self.port}", daemon=True
+        ).start()
+
+    def restore(self) -> None:
+        """The path is back after ``cut``: the same port accepts and forwards again."""
+        with self._lock:
+            if not self.is_cut:
+                return
+            self._listener = socket.create_server(("127.0.0.1", self.port))
+            self.is_cut = False
+        self._serve()
 
     def cut(self) -> None:
         """Every connection dropped, and new ones refused from now on."""
@@ -34,10 +55,10 @@ class Link:
         for sock in doomed:
             _drop(sock)
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
-                client, _ = self._listener.accept()
+                client, _ = listener.accept()
             except OSError:  # cut: the listener is closed
                 return
             try:

@@ -94,19 +94,26 @@ class PairLab:
     recorder: EventRecorder | None = None
     links: dict[str, Link] = field(default_factory=dict)
     """The controllers that reach upsd through a link the test can cut."""
+    store_links: dict[str, list[Link]] = field(default_factory=dict)
+    """The controllers that reach the etcd members through links the test can cut, one
+    per member."""
     ha: dict[str, Any] = field(default_factory=dict)
     """More of both site files' ``ha:`` section (``configure``)."""
+    vc_settings: dict[str, Any] = field(default_factory=dict)
+    """More of both site files' vCenter platform (``configure``)."""
 
     # -- the controllers ------------------------------------------------------------------
 
-    def configure(self, **ha: Any) -> None:
-        """Both site files again, with more of the ``ha:`` section (before ``start``)."""
-        self.ha = ha
+    def configure(self, vc: dict[str, Any] | None = None, **ha: Any) -> None:
+        """Both site files again, with more of the ``ha:`` section and of the vCenter
+        platform (``vc``: ``max_parallel``) (before ``start``)."""
+        self.ha, self.vc_settings = ha, vc or {}
         for name in NAMES:
             self._write_site(name)
 
     def _write_site(self, name: str) -> None:
         link = self.links.get(name)
+        store = self.store_links.get(name)
         self.controllers[name] = site_of(
             self.lab_dir,
             name,
@@ -115,6 +122,8 @@ class PairLab:
             self.vc,
             self.webhook,
             ups_port=link.port if link is not None else None,
+            endpoints=[s.url for s in store] if store is not None else None,
+            vc_settings=self.vc_settings,
             **self.ha,
         )
 
@@ -124,6 +133,24 @@ class PairLab:
         link = self.links[name] = Link(self.nut.port)
         self._write_site(name)
         return link
+
+    def link_to_store(self, name: str) -> list[Link]:
+        """``name`` reaches each etcd member through a link of its own, which the test can
+        cut and restore (before ``start``); the other controller keeps its direct paths."""
+        ports = [member.client_port for member in self.etcd.cluster.members]
+        links = self.store_links[name] = [Link(port) for port in ports]
+        self._write_site(name)
+        return links
+
+    def cut_from_store(self, name: str) -> None:
+        """Every path from ``name`` to etcd cut (``link_to_store``): its machine's network
+        to the members is down, the members and the other controller are not."""
+        for link in self.store_links[name]:
+            link.cut()
+
+    def restore_store(self, name: str) -> None:
+        for link in self.store_links[name]:
+            link.restore()
 
     def start(self, *names: str) -> None:
         for name in names or NAMES:
@@ -212,7 +239,7 @@ class PairLab:
     def stop(self) -> None:
         for controller in self.controllers.values():
             controller.stop()
-        for link in self.links.values():
+        for link in [*self.links.values(), *(s for ls in self.store_links.values() for s in ls)]:
             link.cut()
 
     # -- the outage and what the peers saw --------------------------------------------------
@@ -221,6 +248,10 @@ class PairLab:
         """The mains go: the shutdown is due at once (runtime 2 min < plan + 10 min)."""
         self.recorder = EventRecorder(self.vc, *WATCHED)
         self.nut.write("ups1", ON_BATTERY)
+
+    def mains_back(self) -> None:
+        """The mains return: the UPS on line again, charged."""
+        self.nut.write("ups1", ONLINE)
 
     def seen(self) -> list[tuple[str, str]]:
         assert self.recorder is not None, "outage() first"
@@ -280,9 +311,13 @@ def site_of(
     vc: Vcsim,
     webhook: WebhookServer,
     ups_port: int | None = None,
+    endpoints: list[str] | None = None,
+    vc_settings: dict[str, Any] | None = None,
     **ha: Any,
 ) -> ServiceProcess:
-    """``ups_port``: where this controller reaches upsd (its own link), if not upsd's port."""
+    """``ups_port``: where this controller reaches upsd (its own link), if not upsd's port;
+    ``endpoints``: where it reaches the etcd members (its own links), if not at theirs;
+    ``vc_settings``: more of the vCenter platform's settings."""
     directory = lab_dir / name
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "nut.pw").write_text("upsguard-secret\n")
@@ -311,7 +346,7 @@ def site_of(
     settings = {
         "name": name,
         "peer_machine": peer,
-        "endpoints": etcd.endpoints,
+        "endpoints": endpoints or etcd.endpoints,
         "lease_ttl": f"{TTL_S}s",
         "fence_margin": "0.5s",
         "request_timeout": "0.5s",
@@ -336,7 +371,10 @@ def site_of(
                     "link_grace": "1s",  # a controller cut off from upsd says so soon
                 }
             ],
-            "platforms": {"vc": vc.settings_dict(directory), "cmd": {"type": "command"}},
+            "platforms": {
+                "vc": vc.settings_dict(directory, **(vc_settings or {})),
+                "cmd": {"type": "command"},
+            },
             "resources": resources,
             "ha": settings,
             "service": {"notify": {"webhook": {"url": webhook.url}}},
