@@ -9,6 +9,7 @@ renews at 0, 2, 4, ...; one whose renewal sent at 4 is its last fences itself at
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -51,6 +52,9 @@ class Faulty:
                 raise StoreUnavailable("etcd: no endpoint answered (test)")
             if self.mode == "hang":
                 await asyncio.Event().wait()
+            while self.mode == "deaf":  # a client that swallows a cancellation, waits on
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(1)
             if self.mode in REFUSALS:
                 raise REFUSALS[self.mode]
             return await method(*args)
@@ -197,6 +201,27 @@ def test_a_renewal_that_lands_before_the_lease_ends_makes_it_leader_again() -> N
         await pair.until(12)
         assert pair.changes["a"] == [(0.0, Role.LEADER), (9.0, Role.FENCED), (9.0, Role.LEADER)]
         assert a.state().token == token  # the same term: its lease never ended
+
+    virtual(scenario)
+
+
+def test_a_store_client_that_swallows_the_cancellation_delays_neither_fence_nor_going_alone() -> (
+    None
+):
+    """A gRPC call on a channel another task closed: cancelled, it went on waiting, and the
+    leadership loop with it (``asyncio.timeout`` waits for the call to end). The leader stayed
+    fenced for good, the silence never counted, and a due shutdown never went on alone."""
+
+    async def scenario(pair: Pair) -> None:
+        a = pair.controller("a")
+        pair.start("a")
+        await pair.until(5)
+        pair.stores["a"].mode = "deaf"
+        await pair.until(12)
+        assert pair.changes["a"] == [(0.0, Role.LEADER), (9.0, Role.FENCED)]
+        await pair.until(12 + a.silence_limit_s)
+        assert a.act_without_store("shutdown needed") is True
+        pair.stores["a"].mode = "ok"  # its calls left behind end
 
     virtual(scenario)
 

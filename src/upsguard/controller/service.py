@@ -241,6 +241,7 @@ class Service:
             self.clock,
             members=len(ha.endpoints),
             store_machines=ha.store_machines,
+            views_store=self._build_store(self.site),
         )
         self.bus.subscribe(pair.observe)
         return pair
@@ -541,6 +542,7 @@ class Service:
         await asyncio.gather(*self._pair_tasks, return_exceptions=True)
         if self.pair is not None:
             await _quietly(self.pair.store.close())
+            await _quietly(self.pair.views_store.close())
         await self.notifier.drain()
         self.journal.close()
         self.lock.release()

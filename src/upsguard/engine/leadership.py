@@ -25,6 +25,7 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from upsguard.clock import Clock
 from upsguard.errors import LeadershipLost, StoreUnavailable, UpsguardError
@@ -43,8 +44,30 @@ from upsguard.runs import RunRecord
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 RETRY_WRITE_S = 0.2
 """How soon a write the store did not answer is tried again, while the lease allows."""
+
+
+async def within(seconds: float, call: Awaitable[T]) -> T:
+    """``call``'s answer, or ``TimeoutError`` after ``seconds`` whether or not the call ends
+    when cancelled. A store's client may swallow a cancellation (a gRPC stream on a channel
+    another task closed), and ``asyncio.timeout`` then waits for it as long as it hangs: the
+    fence, the silence that lets a controller go on alone, and every later renewal with it.
+    Left behind, the call is cancelled and its end collected quietly."""
+    task = asyncio.ensure_future(call)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if task in done:
+        return task.result()
+    task.cancel()
+    task.add_done_callback(_collect)
+    raise TimeoutError(f"no answer within {seconds:.1f}s")
+
+
+def _collect(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("a store call left behind ended: %s", task.exception())
 
 
 class Role(enum.StrEnum):
@@ -199,12 +222,12 @@ class Leadership:
             bound = min(bound, fence - self._clock.monotonic())
         sent = self._clock.monotonic()
         try:
-            async with asyncio.timeout(max(bound, 0.001)):
-                if self._term is None:
-                    await self._campaign(sent)
-                else:
-                    await self._store.renew(self._term)
-                    self._renewed_at = sent
+            term = self._term
+            if term is None:
+                await within(max(bound, 0.001), self._campaign(sent))
+            else:
+                await within(max(bound, 0.001), self._store.renew(term))
+                self._renewed_at = sent
             self._answered()
         except LeadershipLost as exc:
             self._answered()
@@ -226,14 +249,13 @@ class Leadership:
         term = self._term
         sent = self._clock.monotonic()
         try:
-            async with asyncio.timeout(self.renew_every_s):
-                if term is not None:
-                    await self._store.renew(term)
-                    self._renewed_at = sent
-                elif self._declared:
-                    self._seen = await self._store.leader()
-                else:
-                    await self._campaign(sent)
+            if term is not None:
+                await within(self.renew_every_s, self._store.renew(term))
+                self._renewed_at = sent
+            elif self._declared:
+                self._seen = await within(self.renew_every_s, self._store.leader())
+            else:
+                await within(self.renew_every_s, self._campaign(sent))
             self._answered()
         except LeadershipLost as exc:
             self._answered()
@@ -455,8 +477,7 @@ class Leadership:
         if term is None or fence is None or not self.may_act():
             raise LeadershipLost(f"{self._me.name} does not lead ({self.role.value})")
         try:
-            async with asyncio.timeout(max(fence - self._clock.monotonic(), 0.001)):
-                await write(term)
+            await within(max(fence - self._clock.monotonic(), 0.001), write(term))
         except TimeoutError:
             self._silent("no answer before the lease could end")
             raise StoreUnavailable(

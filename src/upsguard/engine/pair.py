@@ -110,11 +110,15 @@ class Pair:
         *,
         members: int,
         store_machines: Collection[ResourceId] = (),
+        views_store: CoordinationStore | None = None,
     ) -> None:
         """``members``: how many etcd members the store has; ``store_machines``: the
-        resources whose stop takes one of them down."""
+        resources whose stop takes one of them down; ``views_store``: the store's client the
+        views are exchanged through, one of their own (a client that drops its connection
+        to a member that does not answer would break the lease's renewal under way on it)."""
         self.leadership = leadership
         self.store = store
+        self.views_store = views_store if views_store is not None else store
         self._clock = clock
         self._members = members
         self._store_machines = frozenset(store_machines)
@@ -462,7 +466,7 @@ class Pair:
                 took=tuple(sorted(self._took)),
             )
             try:
-                self.others = await self.store.exchange_views(view, 3 * pause)
+                self.others = await self.views_store.exchange_views(view, 3 * pause)
             except Exception as exc:
                 _not_read(exc, "sharing the controllers' views")
             else:

@@ -201,17 +201,9 @@ class EtcdStore:
         return holder
 
     async def renew(self, term: Term) -> float:
-        ttl = await self._keep_alive("renew the lease", term.lease)
-        if ttl <= 0:
-            raise LeadershipLost(f"etcd: the lease of term {term.token} has ended")
-        return float(ttl)
-
-    async def _keep_alive(self, what: str, lease: int) -> int:
-        """The seconds ``lease`` has to live after one keep-alive; 0 once it is gone."""
-
         async def keep_alive(c: _Connection) -> int:
             """One keep-alive on the lease's stream; etcd answers TTL 0 for a lease gone."""
-            stream = c.lease.keep_alive(lease)
+            stream = c.lease.keep_alive(term.lease)
             try:
                 async for reply in stream:
                     return int(reply.TTL)
@@ -220,9 +212,12 @@ class EtcdStore:
                 stream.cancel()
 
         try:
-            return await self._call(what, keep_alive)
+            ttl = await self._call("renew the lease", keep_alive)
         except _NotFound:
-            return 0
+            ttl = 0
+        if ttl <= 0:
+            raise LeadershipLost(f"etcd: the lease of term {term.token} has ended")
+        return float(ttl)
 
     async def resign(self, term: Term) -> None:
         with contextlib.suppress(_NotFound):  # the lease ended already, and took the key along
@@ -302,23 +297,31 @@ class EtcdStore:
     # -- each controller's view ------------------------------------------------------------
 
     async def exchange_views(self, view: ControllerView, ttl_s: float) -> list[ControllerView]:
-        lease = self._view_lease
-        if lease is None or await self._keep_alive("renew the view's lease", lease) <= 0:
-            granted = await self._call(
-                "grant the view's lease",
-                lambda c: c.lease.grant(max(1, round(ttl_s)), timeout=self._timeout_s),
-            )
-            lease = self._view_lease = int(granted.ID)
+        """Each view goes under a lease granted for it, and the one before is revoked: no
+        keep-alive stream beside the leader's (two on one client lost each other's answers,
+        and the leader's renewal hung past its timeout)."""
+        granted = await self._call(
+            "grant the view's lease",
+            lambda c: c.lease.grant(max(1, round(ttl_s)), timeout=self._timeout_s),
+        )
+        lease, before = int(granted.ID), self._view_lease
         views = self._prefix + VIEWS
         mine = (views + quote(view.by, safe="")).encode()
         ops = [
             KVService.txn_op_put(mine, encode(view), lease=lease),
             KVService.txn_op_get(views.encode(), range_end=prefix_range_end(views.encode())),
         ]
-        reply = await self._call(
-            "publish this controller's view",
-            lambda c: c.kv.txn([], ops, [], timeout=self._timeout_s),
-        )
+        try:
+            reply = await self._call(
+                "publish this controller's view",
+                lambda c: c.kv.txn([], ops, [], timeout=self._timeout_s),
+            )
+        except BaseException:
+            await self._revoke_quietly(lease)
+            raise
+        self._view_lease = lease
+        if before is not None:
+            await self._revoke_quietly(before)  # the view holds on to the new one now
         others = []
         for kv in reply.responses[-1].response_range.kvs:
             if kv.key == mine:
