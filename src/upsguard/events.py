@@ -17,6 +17,7 @@ from upsguard.decisions import Outlook, Reckoning
 from upsguard.findings import Finding, Verdict, counts
 from upsguard.models import (
     CacheMode,
+    CommandProcess,
     Direction,
     Phase,
     PowerState,
@@ -219,6 +220,9 @@ class TargetAsked(Event):
     target: str
     target_kind: ResourceKind
     wanted: PowerState
+    process: CommandProcess | None = None
+    """The request is a command running here (the ``command`` platform), journaled as it
+    starts: a restarted controller waits for that process instead of starting another."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -210,6 +210,25 @@ class Target:
     graceful: bool | None = field(default=None, compare=False)
 
 
+@dataclass(frozen=True, slots=True)
+class CommandProcess:
+    """A step's command started here, in a session of its own (the ``command`` platform): it
+    outlives the controller, so a restarted one must find it rather than start it again.
+
+    ``pid`` with ``start_ticks`` (field 22 of ``/proc/PID/stat``, clock ticks since boot)
+    names the process: a PID reused by another process has another start time. ``session``
+    is its session id. ``exit_file`` is where the command's own session writes its exit
+    status when it ends, since the exit status is lost with the parent that started it.
+    ``started`` is when it was started: its timeout counts from then, across restarts.
+    """
+
+    pid: int
+    start_ticks: int
+    session: int
+    exit_file: str
+    started: datetime
+
+
 class CacheMode(enum.StrEnum):
     WRITE_BACK = "write-back"
     WRITE_THROUGH = "write-through"

@@ -190,6 +190,10 @@ class PlanStatus(_Model):
 class RunningStep(_Model):
     step: str
     description: str
+    under_way_since: datetime | None = None
+    """When its command started, for a command a controller before this one started and this
+    one waits for (it was not started again): "under way since ... (started before the
+    restart)"."""
 
 
 class RunStatus(_Model):

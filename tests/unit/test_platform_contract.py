@@ -51,8 +51,9 @@ def test_the_registry_and_the_site_file_know_the_same_backends() -> None:
 def test_the_platforms_that_list_their_tasks_offer_them_to_a_resumed_run() -> None:
     """vSphere and Proxmox run each request as a task they list; a resumed step waits for
     one still under way instead of asking again. The simulated platform lists its requests
-    not landed yet, like them. Other platforms have nothing to list."""
+    not landed yet, like them; the command platform lists its commands still running (their
+    processes, found again after a restart). Other platforms have nothing to list."""
     offering = {
         kind for kind in BUILTIN_TYPES if issubclass(registry.load("platform", kind), InFlightTasks)
     }
-    assert offering == {"proxmox", "simulated", "vsphere"}
+    assert offering == {"command", "proxmox", "simulated", "vsphere"}

@@ -13,6 +13,7 @@ from upsguard.status import (
     FeedStatus,
     LastRun,
     PairStatus,
+    RunningStep,
     RunStatus,
     SiteStatus,
     UpsStatus,
@@ -200,7 +201,7 @@ def _run_lines(run: RunStatus | None, last: LastRun | None) -> list[str]:
             )
         ]
         for step in run.running:
-            lines.append(f"  now running: {step.step}: {step.description}")
+            lines.append(f"  now running: {step.step}: {step.description}{_first_started(step)}")
         return lines
     if last is not None:
         return [f"last run {last.id}: {last.state} {last.detail}".rstrip()]
@@ -246,3 +247,11 @@ def history_text(hist: dict[str, Any]) -> str:
 def event_line(event: dict[str, Any]) -> str:
     level = "" if event["level"] == "info" else f"{event['level'].upper()} "
     return f"{event['at']}  {level}{event['text']}"
+
+
+def _first_started(step: RunningStep) -> str:
+    """For a command a controller before this one started: since when it is under way."""
+    if step.under_way_since is None:
+        return ""
+    at = step.under_way_since.astimezone().strftime("%H:%M:%S")
+    return f" (under way since {at}, started before the restart)"

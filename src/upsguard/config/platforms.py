@@ -177,6 +177,11 @@ class CommandSettings(PlatformBase):
     timeout: Duration = timedelta(minutes=5)
     pass_env: PassEnv = Field(default_factory=list)
     poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
+    state_dir: LocalPath | None = Field(
+        None,
+        description="where each command's output and exit status are written, so that a "
+        "restarted service finds a command still running; default: 'commands' beside the journal",
+    )
 
     def can_power_on(self, res: ResourceConfig) -> bool:
         """Only through the resource's own ``startup`` command."""

@@ -18,7 +18,7 @@ from upsguard.engine.outage_controller import OutageController
 from upsguard.engine.pair import Pair
 from upsguard.journal import Journal
 from upsguard.journal.rows import OverrideRow, StepRow, parse_iso
-from upsguard.models import Direction, LinkState, Phase, StepState, UpsName
+from upsguard.models import Direction, LinkState, Phase, StepId, StepState, UpsName
 from upsguard.plugins.coordination.base import UpsSeen
 from upsguard.policies.outlook import fires_in
 from upsguard.policies.phases import condition_inputs
@@ -382,6 +382,11 @@ def run_status(controller: OutageController, journal: Journal, now: datetime) ->
     by_id = executor.plan.by_id()
     rows = {row.step: row for row in journal.read.steps(spec.id)}  # the last attempt wins
     plan = plan_status(executor.plan, rows, set(progress.running), now)
+    since = {
+        request.step: request.process.started
+        for request in executor.under_way.values()
+        if request.before_restart and request.process is not None
+    }
     return RunStatus(
         id=spec.id,
         kind=spec.kind,
@@ -394,7 +399,9 @@ def run_status(controller: OutageController, journal: Journal, now: datetime) ->
         finished=len(progress.finished),
         failed=sorted(s for s, state in progress.finished.items() if state is StepState.FAILED),
         running=[
-            RunningStep(step=s, description=by_id[s].description)
+            RunningStep(
+                step=s, description=by_id[s].description, under_way_since=since.get(StepId(s))
+            )
             for s in progress.running
             if s in by_id
         ],

@@ -44,6 +44,7 @@ from upsguard.errors import (
     naming,
 )
 from upsguard.models import (
+    CommandProcess,
     Direction,
     PlatformName,
     PowerState,
@@ -55,7 +56,12 @@ from upsguard.models import (
     StopMethod,
     Target,
 )
-from upsguard.plugins.platforms.base import InFlightTasks, Platform, SeenWhileItAnswers
+from upsguard.plugins.platforms.base import (
+    InFlightTasks,
+    Platform,
+    RunsProcesses,
+    SeenWhileItAnswers,
+)
 from upsguard.runbooks.plan import Step, StepSettings
 
 log = logging.getLogger(__name__)
@@ -78,6 +84,9 @@ class UnderWay:
     wanted: PowerState
     before_restart: bool = False
     """Asked by a controller before this one (from the journal)."""
+    process: CommandProcess | None = None
+    """The request is a command running here (``RunsProcesses``): its process, which a
+    restarted controller waits for instead of starting the command again."""
 
     @property
     def guest_shutdown(self) -> bool:
@@ -89,6 +98,8 @@ class UnderWay:
 
     def said(self) -> str:
         verb = "power-on" if self.wanted is PowerState.ON else "shutdown"
+        if self.process is not None:
+            return f"the {verb} command of run {self.run} (pid {self.process.pid})"
         return f"the {verb} asked by run {self.run}"
 
 
@@ -209,6 +220,7 @@ class StepRunner:
         self, step: Step, settings: StepSettings, platform: Platform, target: Target
     ) -> TargetResult:
         slot = self._slots.get(PlatformName(step.platform or ""))
+        self._hand_back(platform, target)
         try:
             async with slot or contextlib.nullcontext():
                 if self._direction is Direction.SHUTDOWN:
@@ -277,8 +289,7 @@ class StepRunner:
         if state is not PowerState.ON:
             found = await self._found(platform, target, PowerState.ON)
             if found is None:
-                await self._power_on(settings, platform, target)
-                self._asked(step, target, PowerState.ON)
+                await self._power_on(step, settings, platform, target)
             asked = Request(under_way=found)
             if not await self._landed(platform, target, PowerState.ON, timeout):
                 return TargetResult(
@@ -313,9 +324,8 @@ class StepRunner:
             return ALREADY_THERE
         under_way = await self._found(platform, target, PowerState.OFF)
         if under_way is None:
-            self._fence()
             try:
-                await platform.stop(target, StopMethod.GRACEFUL)
+                await self._request(step, platform, target, PowerState.OFF)
             except UpsguardError:
                 if await platform.power_state(target) is not PowerState.OFF:
                     raise
@@ -323,8 +333,36 @@ class StepRunner:
                 # pair going on alone, a person): what the step wanted, not a failure
                 self._reached(target, PowerState.OFF)
                 return ALREADY_THERE
-            self._asked(step, target, PowerState.OFF)
         return Request(under_way=under_way)
+
+    def _hand_back(self, platform: Platform, target: Target) -> None:
+        """A command process journaled before the restart for ``target`` goes back to its
+        platform, which waits for it rather than start the command again."""
+        earlier = self.under_way.get(key_of(target))
+        if earlier is None or earlier.process is None or not earlier.before_restart:
+            return
+        if isinstance(platform, RunsProcesses):
+            platform.adopt(target, earlier.wanted, earlier.process)
+
+    async def _request(
+        self, step: StepId, platform: Platform, target: Target, wanted: PowerState
+    ) -> None:
+        """Ask for a graceful stop (``OFF``) or a power-on (``ON``), fenced, and journal it as
+        under way. A command run here is journaled as it starts, with its process: if this
+        controller dies while it runs, the next one finds it (``RunsProcesses``)."""
+        self._fence()
+        if isinstance(platform, RunsProcesses):
+
+            def started(process: CommandProcess) -> None:
+                self._asked(step, target, wanted, process)
+
+            await platform.request(target, wanted, f"{self._run}.{step}", started)
+            return
+        if wanted is PowerState.OFF:
+            await platform.stop(target, StopMethod.GRACEFUL)
+        else:
+            await platform.start(target)
+        self._asked(step, target, wanted)
 
     def _fence(self) -> None:
         """Right before a request: a controller of a pair whose term ended meanwhile (a
@@ -348,9 +386,15 @@ class StepRunner:
         if lag:
             await asyncio.sleep(lag)
 
-    def _asked(self, step: StepId, target: Target, wanted: PowerState) -> None:
+    def _asked(
+        self,
+        step: StepId,
+        target: Target,
+        wanted: PowerState,
+        process: CommandProcess | None = None,
+    ) -> None:
         """A platform accepted a request: it is under way until seen to land."""
-        request = UnderWay(self._run, step, target, wanted)
+        request = UnderWay(self._run, step, target, wanted, process=process)
         self.under_way[request.key] = request
         if self._on_request is not None:
             self._on_request(request)
@@ -436,17 +480,19 @@ class StepRunner:
         log.info("%s: %s is under way already", target.name, found)
         return found
 
-    async def _power_on(self, settings: StepSettings, platform: Platform, target: Target) -> None:
+    async def _power_on(
+        self, step: StepId, settings: StepSettings, platform: Platform, target: Target
+    ) -> None:
         if settings.power_on_via is None:
-            await ask(
-                lambda: self._fenced(functools.partial(platform.start, target)), settings.retries
-            )
+            power_on = functools.partial(self._request, step, platform, target, PowerState.ON)
+            await ask(power_on, settings.retries)
             return
         bmc = self._platform(settings.power_on_via)
         bmc_targets = await ask(lambda: bmc.resolve(settings.resource), settings.retries)
         for bmc_target in bmc_targets:
             power_on = functools.partial(bmc.start, bmc_target)
             await ask(functools.partial(self._fenced, power_on), settings.retries)
+        self._asked(step, target, PowerState.ON)
 
 
 def _combine(

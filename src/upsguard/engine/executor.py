@@ -171,6 +171,7 @@ class Executor:
                 target.name,
                 target.kind,
                 request.wanted,
+                request.process,
             )
         )
 

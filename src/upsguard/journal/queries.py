@@ -69,7 +69,8 @@ class JournalQueries:
         done after it (an attempt of the same step that ended done before the request, in a
         run resumed since, says nothing of it): it may still be landing."""
         rows = self._rows(
-            "SELECT r.at, r.run, r.step, r.platform, r.target, r.target_kind, r.wanted"
+            "SELECT r.at, r.run, r.step, r.platform, r.target, r.target_kind, r.wanted,"
+            " r.pid, r.pid_start, r.session, r.exit_file"
             " FROM requests r WHERE r.id IN"
             " (SELECT MAX(id) FROM requests GROUP BY platform, target) AND r.at >= ?"
             " AND NOT EXISTS (SELECT 1 FROM steps s"

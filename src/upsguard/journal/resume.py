@@ -19,11 +19,12 @@ from upsguard.clock import Clock
 from upsguard.engine.actions import UnderWay
 from upsguard.engine.outage_controller import OutageController
 from upsguard.events import EventSink, Notice
-from upsguard.journal.rows import RunRow
+from upsguard.journal.rows import RequestRow, RunRow, parse_iso
 from upsguard.journal.store import Journal
 from upsguard.models import (
     CacheMode,
     CacheName,
+    CommandProcess,
     Phase,
     PlatformName,
     PowerState,
@@ -129,10 +130,23 @@ def _asked_before(journal: Journal, now: datetime) -> list[UnderWay]:
     for row in journal.read.pending_requests(now - REQUESTS_LAND_WITHIN):
         target = Target(PlatformName(row.platform), ResourceKind(row.target_kind), row.target)
         request = UnderWay(
-            RunId(row.run), StepId(row.step), target, PowerState(row.wanted), before_restart=True
+            RunId(row.run),
+            StepId(row.step),
+            target,
+            PowerState(row.wanted),
+            before_restart=True,
+            process=_process(row),
         )
         out.append(request)
     return out
+
+
+def _process(row: RequestRow) -> CommandProcess | None:
+    """The command process a request started, when it is one (see ``CommandProcess``)."""
+    if row.pid is None or row.pid_start is None or row.exit_file is None:
+        return None
+    session = row.session if row.session is not None else row.pid
+    return CommandProcess(row.pid, row.pid_start, session, row.exit_file, parse_iso(row.at))
 
 
 async def _caches_write_through(

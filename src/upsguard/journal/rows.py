@@ -172,6 +172,12 @@ class RequestRow(Row):
     target: str
     target_kind: str
     wanted: str
+    pid: int | None = None
+    """The command's process, when the request is a command running here (with
+    ``pid_start``, ``session`` and ``exit_file``; its start is ``at``)."""
+    pid_start: int | None = None
+    session: int | None = None
+    exit_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

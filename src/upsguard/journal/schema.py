@@ -169,6 +169,16 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE steps SET member = 1
         WHERE resource IS NOT NULL AND substr(step, instr(step, ':') + 1) != resource;
     """,
+    # 5 -> 6: a request that is a command running here (the ``command`` platform) names its
+    # process, journaled as it starts: PID, start time (``/proc/PID/stat`` field 22, so a
+    # reused PID is not taken for it), session, and the file its exit status goes to. A
+    # restarted controller waits for that process instead of starting the command again.
+    """
+    ALTER TABLE requests ADD COLUMN pid INTEGER;
+    ALTER TABLE requests ADD COLUMN pid_start INTEGER;
+    ALTER TABLE requests ADD COLUMN session INTEGER;
+    ALTER TABLE requests ADD COLUMN exit_file TEXT;
+    """,
 )
 
 VERSION = len(MIGRATIONS)

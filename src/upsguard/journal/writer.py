@@ -37,7 +37,7 @@ from upsguard.journal.checkups import write_battery_test, write_checkup
 from upsguard.journal.payload import fields_of, to_json
 from upsguard.journal.queries import Connection, JournalQueries
 from upsguard.journal.rows import NEVER_STARTED, EventRow, RunRow, iso
-from upsguard.models import LinkState, Phase, StepState, UpsReading
+from upsguard.models import CommandProcess, LinkState, Phase, StepState, UpsReading
 from upsguard.runs import RunOutcome, RunState
 
 LineListener = Callable[[EventRow], None]
@@ -100,6 +100,7 @@ class JournalWriter:
                 target=event.target,
                 target_kind=event.target_kind.value,
                 wanted=event.wanted.value,
+                **_process_columns(event.process),
             )
         elif isinstance(event, PointOfNoReturn):
             self._db().execute(
@@ -312,3 +313,16 @@ class JournalWriter:
             None,
         )
         return self._db().total_changes - before
+
+
+def _process_columns(process: CommandProcess | None) -> dict[str, int | str | None]:
+    """A request's process, as the ``requests`` table keeps it (its start is the row's
+    ``at``); all NULL for a request that is not a command running here."""
+    if process is None:
+        return {"pid": None, "pid_start": None, "session": None, "exit_file": None}
+    return {
+        "pid": process.pid,
+        "pid_start": process.start_ticks,
+        "session": process.session,
+        "exit_file": process.exit_file,
+    }

@@ -16,6 +16,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Literal
 
 from upsguard.clock import Clock
+from upsguard.config.platforms import CommandSettings
 from upsguard.config.site import SiteConfig
 from upsguard.errors import PluginNotFound
 from upsguard.models import CacheName, PlatformName, UpsName
@@ -129,6 +130,9 @@ def build_platforms(site: SiteConfig, clock: Clock) -> dict[PlatformName, Platfo
     platforms: dict[PlatformName, Platform] = {}
     for name in used_platform_names(site):
         settings = site.platform(name)
+        if isinstance(settings, CommandSettings) and settings.state_dir is None:
+            # its commands' exit statuses outlive the service: beside the journal, which does
+            settings = settings.model_copy(update={"state_dir": site.journal.parent / "commands"})
         cls = load("platform", getattr(settings, "type", name))
         platforms[PlatformName(name)] = cls(PlatformName(name), settings, clock)
     return platforms

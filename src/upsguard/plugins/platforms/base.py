@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from upsguard.clock import Clock
 from upsguard.config.resources import ResourceConfig
 from upsguard.errors import PermanentError, UpsguardError
 from upsguard.findings import Area, Finding, fail, ok
-from upsguard.models import PlatformName, PowerState, StopMethod, Target
+from upsguard.models import CommandProcess, PlatformName, PowerState, StopMethod, Target
 
 
 @runtime_checkable
@@ -145,6 +145,35 @@ class InFlightTasks(Protocol):
         power-off toward ``OFF``, a power-on toward ``ON``), as one line naming the task;
         None when nothing is under way. Finished and failed tasks are not under way.
         Raises ``PlatformUnreachable``."""
+        ...
+
+
+ProcessListener = Callable[[CommandProcess], None]
+
+
+@runtime_checkable
+class RunsProcesses(Protocol):
+    """A platform whose requests are commands it runs here, each in a session of its own
+    (``command``): an optional capability. Such a command outlives the controller, and its
+    exit status would die with it: so the step hears each process as it starts (and the
+    journal keeps it), the command's own session writes its exit status to a file, and a
+    restarted controller hands the processes back (``adopt``) instead of starting them
+    again. While a process for a target runs, the platform starts no other for it."""
+
+    async def request(
+        self, target: Target, wanted: PowerState, label: str, started: ProcessListener
+    ) -> None:
+        """Run the command that takes ``target`` to ``wanted`` (``OFF``: its shutdown, ``ON``:
+        its startup) to its end, as ``stop``/``start`` do; ``label`` names its exit-status
+        file (a run and a step). ``started`` hears the process before the command runs. A
+        process for the target still running (adopted, or one a cancelled call left) is
+        waited for and judged instead. Raises as ``stop``/``start`` do."""
+        ...
+
+    def adopt(self, target: Target, wanted: PowerState, process: CommandProcess) -> None:
+        """A process started for ``target`` before a restart (from the journal): while it runs
+        it is the request under way (``in_flight``, ``wait_for``), and once it ended its exit
+        status judges the step."""
         ...
 
 

@@ -11,23 +11,39 @@ The commands get none of the service's environment but the basics and ``pass_env
 A command that exits non-zero is a ``PermanentError`` naming the resource
 and showing the command's first line of output. There is no hard power-off:
 a command can only do what it does.
+
+A shutdown or startup command runs in a session of its own, so it outlives the service
+(``RunsProcesses``): the step journals its process as it starts, the command's own session
+writes its exit status and output to files in ``state_dir``, and a restarted service waits
+for the process it finds still running (same PID, same start time) and judges the step by
+that exit status; it never starts the command again while the first runs. Without the exit
+status (its session was killed too), the ``status`` command judges; without either, the step
+fails, saying why: unknown is not done.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
+import re
 import shutil
+import signal
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 
 from upsguard.clock import Clock
 from upsguard.config.platforms import CommandSettings
 from upsguard.config.resources import ResourceConfig
-from upsguard.errors import PermanentError, UpsguardError
+from upsguard.errors import PermanentError, TemporaryError, UpsguardError
 from upsguard.findings import Area, Finding, fail, ok
-from upsguard.models import PlatformName, PowerState, StopMethod, Target
-from upsguard.plugins import remote
-from upsguard.plugins.platforms.base import ResourceTargets, poll_for_state
+from upsguard.models import CommandProcess, PlatformName, PowerState, StopMethod, Target
+from upsguard.plugins import processes, remote
+from upsguard.plugins.platforms.base import ProcessListener, ResourceTargets, poll_for_state
+from upsguard.secrecy import child_env
 
 __all__ = ["CommandPlatform"]
 
@@ -43,6 +59,9 @@ class CommandPlatform:
         self._clock = clock
         self._targets = ResourceTargets(name)
         self._known: dict[str, PowerState] = {}
+        self._processes: dict[str, _Tracked] = {}
+        """The last shutdown or startup process of each resource not judged yet: started
+        here and left running by a cancelled call, or adopted after a restart."""
 
     async def open(self) -> None:
         return None
@@ -69,15 +88,72 @@ class CommandPlatform:
                 f"resource '{res.id}': a command resource has no hard power-off; "
                 "its shutdown command did not bring it down in time"
             )
-        await self._act(res, target, res.shutdown, "shutdown", PowerState.OFF)
+        await self.request(target, PowerState.OFF, f"stop-{res.id}", _nobody)
 
     async def start(self, target: Target) -> None:
         res = self._targets.resource(target)
-        await self._act(res, target, res.startup, "startup", PowerState.ON)
+        await self.request(target, PowerState.ON, f"start-{res.id}", _nobody)
+
+    async def request(
+        self, target: Target, wanted: PowerState, label: str, started: ProcessListener
+    ) -> None:
+        """``RunsProcesses``: the resource's shutdown (``OFF``) or startup (``ON``) command,
+        run to its end, unless one for it still runs (then that one is waited for) or one of
+        this very step ended while no controller watched (then its exit status judges)."""
+        res = self._targets.resource(target)
+        what = _what(wanted)
+        command = res.shutdown if wanted is PowerState.OFF else res.startup
+        if command is None:
+            raise PermanentError(f"resource '{res.id}' has no '{what}' command")
+        earlier = self._processes.get(str(res.id))
+        exit_file = self._exit_file(label)
+        if earlier is not None and earlier.wanted is wanted:
+            if processes.running(earlier.process):
+                await self._outlast(res, earlier, self._settings.timeout.total_seconds())
+            if processes.running(earlier.process):
+                raise PermanentError(
+                    f"resource '{res.id}': its {what} command {_named(earlier)} still runs "
+                    f"after {self._settings.timeout}; not started again while it runs"
+                )
+            if earlier.process.exit_file == str(exit_file):  # this step's own, ended
+                status = processes.exit_status(earlier.process)
+                if status is not None and status != processes.NOT_STARTED:
+                    self._judge(res, earlier, status, missing_ok=False)
+                    return
+                if status is None and res.status is None:
+                    self._judge(res, earlier, None, missing_ok=False)  # raises: unknown
+            del self._processes[str(res.id)]
+        await self._run_tracked(res, command, wanted, exit_file, started)
+
+    def adopt(self, target: Target, wanted: PowerState, process: CommandProcess) -> None:
+        """``RunsProcesses``: a process journaled before the restart is this resource's."""
+        res = self._targets.resource(target)
+        if str(res.id) not in self._processes:
+            self._processes[str(res.id)] = _Tracked(process, wanted, adopted=True)
+
+    async def in_flight(self, target: Target, state: PowerState) -> str | None:
+        """``InFlightTasks``: the resource's command toward ``state`` still running."""
+        res = self._targets.resource(target)
+        earlier = self._processes.get(str(res.id))
+        if earlier is None or earlier.wanted is not state:
+            return None
+        if not processes.running(earlier.process):
+            return None
+        return f"its {_what(state)} command {_named(earlier)}"
 
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
-        """Poll ``status`` until it says ``state``; without one, the last command's result."""
+        """Poll ``status`` until it says ``state``; without one, the last command's result.
+        A command of this resource toward ``state`` still running is waited for first (up to
+        ``timeout`` after it started, across restarts) and judged by its exit status."""
         res = self._targets.resource(target)
+        earlier = self._processes.get(str(res.id))
+        if earlier is not None and earlier.wanted is state:
+            left = timeout - (self._clock.now() - earlier.process.started).total_seconds()
+            await self._outlast(res, earlier, left)
+            if processes.running(earlier.process):
+                return False
+            del self._processes[str(res.id)]
+            self._judge(res, earlier, processes.exit_status(earlier.process), missing_ok=True)
         if res.status is None:
             return self._known.get(str(res.id)) is state
         interval = self._settings.poll_interval.total_seconds()
@@ -121,24 +197,107 @@ class CommandPlatform:
                 )
         return found
 
-    async def _act(
+    def _exit_file(self, label: str) -> Path:
+        folder = self._settings.state_dir or Path("/var/lib/upsguard/commands")
+        return folder / f"{re.sub(r'[^A-Za-z0-9._-]', '_', label)}.exit"
+
+    async def _run_tracked(
         self,
         res: ResourceConfig,
-        target: Target,
-        command: str | None,
-        what: str,
-        reaches: PowerState,
+        command: str,
+        wanted: PowerState,
+        exit_file: Path,
+        started: ProcessListener,
     ) -> None:
-        if command is None:
-            raise PermanentError(f"resource '{res.id}' has no '{what}' command")
-        result = await self._run(command, res)
-        if not result.ok:
+        """Start ``command`` in a session of its own, let ``started`` journal its process, let
+        it run, and judge it by the exit status its session writes. Cancelled (a stop signal,
+        an allowance run out), the command is left running: it is journaled, and whoever asks
+        next waits for it. Past the platform's ``timeout`` it is killed, as any command."""
+        try:
+            exit_file.parent.mkdir(parents=True, exist_ok=True)
+            exit_file.unlink(missing_ok=True)
+            output = exit_file.with_suffix(".out").open("wb")
+        except OSError as exc:
             raise PermanentError(
-                f"resource '{res.id}': {what} command exited {result.exit_status}: "
-                f"{result.first_error_line()}"
+                f"resource '{res.id}': cannot write its command's exit status in "
+                f"{exit_file.parent}: {exc.strerror or exc}"
+            ) from exc
+        argv = [self._settings.shell, "-c", command]
+        with output:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    "/bin/sh",
+                    "-c",
+                    processes.WRAPPER,
+                    str(exit_file),
+                    *argv,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=output,
+                    stderr=output,
+                    env=child_env(self._settings.pass_env),
+                    start_new_session=True,  # a signal meant for the service must not kill it
+                )
+            except OSError as exc:
+                raise PermanentError(f"resource '{res.id}': cannot run /bin/sh: {exc}") from exc
+        tracked = _Tracked(_identity(proc.pid, exit_file, self._clock.now()), wanted)
+        self._processes[str(res.id)] = tracked
+        assert proc.stdin is not None
+        try:
+            started(tracked.process)  # journaled before it runs
+            proc.stdin.write(b"go\n")
+        finally:
+            proc.stdin.close()
+        try:
+            async with asyncio.timeout(self._settings.timeout.total_seconds()):
+                await proc.wait()
+        except TimeoutError as exc:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            del self._processes[str(res.id)]
+            raise TemporaryError(
+                f"resource '{res.id}': {_what(wanted)} command: no answer within "
+                f"{self._settings.timeout}"
+            ) from exc
+        del self._processes[str(res.id)]
+        self._judge(res, tracked, processes.exit_status(tracked.process), missing_ok=False)
+
+    async def _outlast(self, res: ResourceConfig, tracked: _Tracked, timeout: float) -> None:
+        """Wait, polling ``/proc``, until ``tracked`` ends or ``timeout`` has passed."""
+        interval = self._settings.poll_interval.total_seconds()
+        deadline = self._clock.monotonic() + max(timeout, 0.0)
+        while processes.running(tracked.process) and self._clock.monotonic() < deadline:
+            await asyncio.sleep(interval)
+
+    def _judge(
+        self,
+        res: ResourceConfig,
+        tracked: _Tracked,
+        status: int | str | None,
+        *,
+        missing_ok: bool,
+    ) -> None:
+        """An ended command by what its session wrote: 0 is done; another status fails the
+        step with the command's first line of output. No exit status (its session was killed
+        too) is not done: the ``status`` command judges when there is one (``missing_ok``),
+        else the step fails saying so."""
+        what = _what(tracked.wanted)
+        if status == 0:
+            log.info("%s: %s command done", res.id, what)
+            self._known[str(res.id)] = tracked.wanted
+            return
+        if isinstance(status, int):
+            output = _output(tracked.process)
+            raise PermanentError(
+                f"resource '{res.id}': {what} command exited {status}: {output.first_error_line()}"
             )
-        log.info("%s: %s command done", res.id, what)
-        self._known[str(res.id)] = reaches
+        if missing_ok and res.status is not None:
+            return
+        raise PermanentError(
+            f"resource '{res.id}': its {what} command {_named(tracked)} ended without leaving "
+            f"its exit status ({tracked.process.exit_file})"
+            + ("" if res.status is not None else " and it has no 'status' command to read")
+            + f": not known to be {tracked.wanted.value}; not run again"
+        )
 
     async def _run(self, command: str, res: ResourceConfig) -> remote.CommandResult:
         timeout = self._settings.timeout.total_seconds()
@@ -151,6 +310,45 @@ class CommandPlatform:
             )
         except UpsguardError as exc:
             raise type(exc)(f"resource '{res.id}': {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class _Tracked:
+    process: CommandProcess
+    wanted: PowerState
+    adopted: bool = False
+    """Started by a controller before this one (from the journal)."""
+
+
+def _nobody(process: CommandProcess) -> None:
+    """The listener of a request no step journals (``upsguard`` acting directly)."""
+
+
+def _what(state: PowerState) -> str:
+    return "shutdown" if state is PowerState.OFF else "startup"
+
+
+def _named(tracked: _Tracked) -> str:
+    since = tracked.process.started.astimezone().strftime("%H:%M:%S")
+    before = ", started before the restart" if tracked.adopted else ""
+    return f"(pid {tracked.process.pid}, since {since}{before})"
+
+
+def _identity(pid: int, exit_file: Path, started: datetime) -> CommandProcess:
+    """The process just started, by PID and start time; its session is its own (its PID)."""
+    found = processes.identify(pid)
+    start_ticks, session = found if found is not None else (0, pid)
+    return CommandProcess(pid, start_ticks, session, str(exit_file), started)
+
+
+def _output(process: CommandProcess) -> remote.CommandResult:
+    """What an ended command printed (its output file beside its exit status)."""
+    try:
+        text = Path(process.exit_file).with_suffix(".out").read_text(errors="replace")
+    except OSError:
+        text = ""
+    status = processes.exit_status(process)
+    return remote.CommandResult(status if isinstance(status, int) else 255, text, "")
 
 
 def _runnable(program: str) -> bool:

@@ -194,7 +194,8 @@ function drawRun() {
       : "No run in progress, and none yet."));
     return;
   }
-  const running = run.running.map((s) => el("li", {}, badge("running"), ` ${s.step}: ${s.description}`));
+  const running = run.running.map((s) => el("li", {}, badge("running"), ` ${s.step}: ${s.description}` +
+    (s.under_way_since ? ` (under way since ${new Date(s.under_way_since).toLocaleTimeString()}, started before the restart)` : "")));
   box.replaceChildren(
     el("p", { id: "run-summary" }, `${run.kind} run ${run.id} (${run.origin}): `
       + `${run.finished}/${run.total} steps finished, ${dur(run.elapsed_s)} elapsed of about `
