@@ -363,14 +363,6 @@ def test_etcd_loses_its_quorum_mid_shutdown_both_go_on_alone_and_both_runs_end_d
     assert set(lab.ups_commands()) == {"shutdown.return"}
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="intermittent (6 of 11 runs on a loaded machine): after etcd loses its quorum one "
-    "controller never goes on alone: its role stays 'fenced' (or 'standby') for minutes "
-    "with store_silent_s None and no renewal (lease_age_s grows), so act_without_store "
-    "never holds; the other controller finishes the site alone. The restart half (no "
-    "shutdown comes back on mains) passed in every run that got there",
-)
 def test_after_both_finished_alone_the_site_comes_back_on_mains_and_no_shutdown_returns(
     pair_lab: PairLab,
 ) -> None:
