@@ -356,8 +356,9 @@ class PairLab(OutageLab):
         return 2 * silence + TTL_S + renew + silence
 
     def _follows(self, service: Service) -> bool:
-        """A controller that may not act holds the shared ledger's runs, which it follows."""
-        return service.pair is not None and not service.pair.may_act()
+        """A controller that may not act holds the shared ledger's runs, which it follows;
+        so does one that won the lease and has not taken the ledger's run up yet."""
+        return service.pair is not None and (not service.pair.may_act() or service.taking_over)
 
     # -- the pair's rules, at each request -------------------------------------------------
 

@@ -11,6 +11,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from tests.property.test_pair_invariants import PairMachine
 
 Step = tuple[str, dict[str, Any]]
@@ -72,4 +74,36 @@ def test_both_alone_when_the_store_comes_back_one_leads_and_the_other_stops_acti
         step("mains", on=False, ups="ub"),
         step("store_quorum", lost=True),
         step("time_passes", seconds=120),
+    )
+
+
+def test_a_ledger_read_as_the_standby_is_not_followed_once_the_controller_leads() -> None:
+    """A person's shutdown, then each controller stopped in turn: the controller that won
+    the lease last held, until it took the run up, the store's ledger it had followed as the
+    standby (the run interrupted, so in progress there) and not yet its journal's. The rule
+    took that moment of a takeover for two stories; a controller taking over now says so
+    (``Service.taking_over``), and a ledger read as the standby is no longer followed once
+    the controller leads."""
+    replay(
+        step("trigger", controller="ctl-a", direction="shutdown", only=[]),
+        step("sigterm", controller="ctl-a"),
+        step("sigterm", controller="ctl-a"),
+        step("sigterm", controller="ctl-a"),
+        step("sigterm", controller="ctl-b"),
+        step("sigterm", controller="ctl-a"),
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a debt of write-back passed between the controllers is lost when the one that "
+    "owed it restarts again and again: the cache stays in write-through (not judged yet)",
+)
+def test_a_cache_owed_by_a_controller_restarted_again_and_again_goes_back_to_write_back() -> None:
+    """A person's shutdown flipped the cache on ctl-a, which was then stopped five times in
+    a row. The debt went between the journals, the shared ledger and the views as ctl-a came
+    and went, and the site came back with the cache in write-through."""
+    replay(
+        step("trigger", controller="ctl-a", direction="shutdown", only=[]),
+        *[step("sigterm", controller="ctl-a") for _ in range(5)],
     )

@@ -96,6 +96,7 @@ class Service:
         self.pair: Pair | None = None
         self._term: int | None = None
         self._pair_tasks: set[asyncio.Task[None]] = set()
+        self._taking_over: set[asyncio.Task[None]] = set()
         self.bus = EventBus()
         self.lock = JournalLock(site.journal)
         self.lock.acquire()
@@ -261,16 +262,25 @@ class Service:
         )
         if state.role is Role.LEADER and state.token != self._term:
             self._term = state.token
-            self._spawn(self._take_over(), "take over")
+            self._spawn(self._take_over(), "take over", taking_over=True)
         elif state.role is Role.STANDBY:
             self._term = None
             if self._runtime is not None and self.controller.busy:
                 self._spawn(self.controller.interrupt(), "interrupt the run")
 
-    def _spawn(self, job: Awaitable[None], name: str) -> None:
+    def _spawn(self, job: Awaitable[None], name: str, *, taking_over: bool = False) -> None:
         task = asyncio.get_running_loop().create_task(_quietly(job), name=name)
         self._pair_tasks.add(task)
         task.add_done_callback(self._pair_tasks.discard)
+        if taking_over:
+            self._taking_over.add(task)
+            task.add_done_callback(self._taking_over.discard)
+
+    @property
+    def taking_over(self) -> bool:
+        """Won the lease, the shared ledger's run not taken up yet: until then the runs it
+        holds are the store's, as a standby's are."""
+        return bool(self._taking_over)
 
     async def _take_over(self) -> None:
         """Won the lease: resume the run the shared ledger holds (unless the other

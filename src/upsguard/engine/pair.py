@@ -440,7 +440,8 @@ class Pair:
                 await asyncio.sleep(pause)
                 continue
             self._saw(ledger)
-            on_ledger(ledger)
+            if self.leadership.role not in (Role.LEADER, Role.ALONE):  # it may lead by now
+                on_ledger(ledger)
             try:
                 await self.store.wait_for_change(ledger.revision, 3 * pause)
             except Exception as exc:
