@@ -237,3 +237,29 @@ def test_without_exit_status_or_status_command_the_step_is_not_done(tmp_path: Pa
         asyncio.run(scenario())
     assert "no 'status' command" in str(err.value) and "not run again" in str(err.value)
     assert not log.exists()
+
+
+@pytest.mark.parametrize("outcome", ["done", "fails"])
+def test_a_state_dir_that_cannot_be_written_never_stops_a_command(
+    tmp_path: Path, outcome: str
+) -> None:
+    """The journal's directory read-only (the exit status is kept beside it): every command
+    step of the shutdown failed, "cannot write its command's exit status". The journal is a
+    record, not a precondition: the command runs as a plain child, judged by its exit code."""
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")  # a file where the folder should be: even root cannot write in it
+    marker = tmp_path / "ran"
+    tail = "" if outcome == "done" else "; echo 'array busy' >&2; exit 3"
+    res = device(tmp_path, shutdown=f"touch {marker}{tail}")
+
+    async def scenario() -> None:
+        cmd = command_platform(state_dir=str(blocked / "commands"))
+        [target] = await cmd.resolve(res)
+        await cmd.stop(target, StopMethod.GRACEFUL)
+
+    if outcome == "done":
+        asyncio.run(scenario())
+    else:
+        with pytest.raises(PermanentError, match="shutdown command exited 3: array busy"):
+            asyncio.run(scenario())
+    assert marker.exists()

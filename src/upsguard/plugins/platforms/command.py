@@ -218,10 +218,15 @@ class CommandPlatform:
             exit_file.unlink(missing_ok=True)
             output = exit_file.with_suffix(".out").open("wb")
         except OSError as exc:
-            raise PermanentError(
-                f"resource '{res.id}': cannot write its command's exit status in "
-                f"{exit_file.parent}: {exc.strerror or exc}"
-            ) from exc
+            log.warning(
+                "%s: cannot keep its command's exit status in %s (%s): it runs untracked, and "
+                "a restart while it runs would run it again",
+                res.id,
+                exit_file.parent,
+                exc.strerror or exc,
+            )
+            await self._run_untracked(res, command, wanted)
+            return
         argv = [self._settings.shell, "-c", command]
         with output:
             try:
@@ -260,6 +265,43 @@ class CommandPlatform:
             ) from exc
         del self._processes[str(res.id)]
         self._judge(res, tracked, processes.exit_status(tracked.process), missing_ok=False)
+
+    async def _run_untracked(self, res: ResourceConfig, command: str, wanted: PowerState) -> None:
+        """The exit status cannot be kept on disk (the journal's directory read-only or
+        full): the journal is a record, not a precondition, so the command still runs, as
+        a child of this service judged by its exit code."""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                self._settings.shell,
+                "-c",
+                command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=child_env(self._settings.pass_env),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise PermanentError(f"resource '{res.id}': cannot run its command: {exc}") from exc
+        try:
+            async with asyncio.timeout(self._settings.timeout.total_seconds()):
+                printed, _ = await proc.communicate()
+        except TimeoutError as exc:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise TemporaryError(
+                f"resource '{res.id}': {_what(wanted)} command: no answer within "
+                f"{self._settings.timeout}"
+            ) from exc
+        result = remote.CommandResult(proc.returncode or 0, printed.decode(errors="replace"), "")
+        if result.exit_status == 0:
+            log.info("%s: %s command done", res.id, _what(wanted))
+            self._known[str(res.id)] = wanted
+            return
+        raise PermanentError(
+            f"resource '{res.id}': {_what(wanted)} command exited {result.exit_status}: "
+            f"{result.first_error_line()}"
+        )
 
     async def _outlast(self, res: ResourceConfig, tracked: _Tracked, timeout: float) -> None:
         """Wait, polling ``/proc``, until ``tracked`` ends or ``timeout`` has passed."""
