@@ -101,6 +101,8 @@ class PairLab:
     """More of both site files' ``ha:`` section (``configure``)."""
     vc_settings: dict[str, Any] = field(default_factory=dict)
     """More of both site files' vCenter platform (``configure``)."""
+    unanswered: dict[str, str] = field(default_factory=dict)
+    """Why each controller's status last failed to answer (``role``), for a wait's message."""
 
     # -- the controllers ------------------------------------------------------------------
 
@@ -178,8 +180,10 @@ class PairLab:
             return None
         try:
             ha = self.status(name)["ha"]
-        except Exception:  # not answering (stopped, starting): no role to read
+        except Exception as exc:  # not answering (stopped, starting): no role to read
+            self.unanswered[name] = f"{type(exc).__name__}: {exc}"[:500]
             return None
+        self.unanswered.pop(name, None)
         return str(ha["role"]) if ha else None
 
     def wait(self, check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
@@ -191,6 +195,7 @@ class PairLab:
             time.sleep(0.1)
         logs = "\n".join(
             f"--- {n}:\n{c.log.read_text()[-3000:] if c.log.exists() else ''}"
+            + (f"\n(its status last failed: {self.unanswered[n]})" if n in self.unanswered else "")
             for n, c in self.controllers.items()
         )
         pytest.fail(f"timed out waiting for {what}:\n{logs}")
