@@ -74,7 +74,9 @@ async def reap_and_resume(
         controller.engine.hold(held.reason)
     controller.caches.owe(CacheName(c) for c in journal.read.owed_caches())
     controller.asked_before(_asked_before(journal, clock.now()))
-    if controller.engine.phase in FLIPPED_PHASES:
+    if controller.engine.phase in FLIPPED_PHASES and controller.may_act:
+        # the standby of a pair never acts: the phase journaled may be long over, and the
+        # leader keeps the caches (a flip made here would be a debt no one holds)
         await _caches_write_through(controller, clock, events)
     if newest is None:
         return None
