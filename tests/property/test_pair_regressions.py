@@ -103,3 +103,20 @@ def test_a_cache_owed_by_a_controller_restarted_again_and_again_goes_back_to_wri
         step("trigger", controller="ctl-a", direction="shutdown", only=[]),
         *[step("sigterm", controller="ctl-a") for _ in range(5)],
     )
+
+
+def test_a_run_started_alone_and_killed_is_not_left_running_in_the_journal() -> None:
+    """ctl-a leads and starts a startup while etcd has lost its quorum: the run's record
+    never reaches the shared ledger. Killed, ctl-a restarts and wins the lease again; the
+    store holds no run, and ctl-a's journal kept the startup in progress for good, a run no
+    one would run or end (found by the pair machine). A run the journal left that the store
+    never held is resumed now when nothing newer went on since, else closed as superseded."""
+    replay(
+        step("store_quorum", lost=True),
+        step("trigger", controller="ctl-a", direction="startup", only=[]),
+        step("store_quorum", lost=False),
+        step("platform_hangs", platform="vc", seconds=30),
+        step("pause", controller="ctl-b"),
+        step("kill_9", controller="ctl-a"),
+        step("mains", on=True, ups="ub"),
+    )

@@ -141,6 +141,9 @@ class OutageController:
         self._under_way: dict[TargetKey, UnderWay] = {}
         """Requests of runs that ended (cancelled, aborted, superseded) not seen to land: the
         next run's steps wait for them instead of asking again."""
+        self._journal_left: SharedRun | None = None
+        """A pair's controller: the run its journal left in progress at its start, resumed
+        when it leads only if the shared ledger never held it (``left_in_journal``)."""
         self._news = PowerNotices(self.feeds, clock, events, site.policies)
         self._end = EndOfOutage(site, sources, clock, events)
         self._acting = asyncio.Lock()
@@ -724,6 +727,26 @@ class OutageController:
             done = _still_started(plan, done)
         return await self._start(plan, spec, already_done=done, resumed=True)
 
+    def left_in_journal(self, run: SharedRun) -> None:
+        """A pair's controller started with ``run`` in progress in its journal; the shared
+        ledger is the pair's record, but a run begun while the store was silent never
+        reached it (``lead``)."""
+        self._journal_left = run
+
+    def _unshared(self, records: list[RunRecord]) -> SharedRun | None:
+        """The run this controller's journal left that the shared ledger never held: resumed
+        when nothing newer went on since (its steps done are not repeated), else closed as
+        superseded, so that the journal never keeps a run in progress that no one runs."""
+        left, self._journal_left = self._journal_left, None
+        if left is None or any(r.spec.id == left.spec.id for r in records):
+            return None
+        self.ledger.restore([RunRecord(left.spec)])
+        if all(r.spec.at < left.spec.at for r in records):
+            return left
+        why = "superseded: a newer run went on while its record was not in the shared ledger"
+        self.ledger.finished(left.spec.id, RunOutcome.ABANDONED, why)
+        return None
+
     async def lead(self, run: SharedRun | None, records: list[RunRecord]) -> RunId | None:
         """This controller won the lease: the runs are the shared ledger's from now on, and
         the run in progress there is resumed as a restarted controller resumes one (steps
@@ -741,6 +764,8 @@ class OutageController:
                     self._pair.share_owed()
                 return None
             self.ledger.follow(records)
+            unshared = self._unshared(records)
+            run = run if run is not None else unshared
             self._close_superseded(run)
             if run is None:
                 return None

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from upsguard.clock import Clock
 from upsguard.engine.actions import UnderWay
 from upsguard.engine.outage_controller import OutageController
+from upsguard.engine.pair import SharedRun
 from upsguard.events import EventSink, Notice
 from upsguard.journal.rows import RequestRow, RunRow, parse_iso
 from upsguard.journal.store import Journal
@@ -57,7 +58,12 @@ async def reap_and_resume(
         journal.write.close_run(
             run.id, clock.now(), RunOutcome.ABANDONED, f"superseded by {newest and newest.id}"
         )
-    if not resume:
+    if not resume and newest is not None:
+        done = _done_steps(journal, newest)
+        unsure = tuple(
+            sorted({StepId(s.step) for s in journal.read.steps(newest.id)} - done.keys())
+        )
+        controller.left_in_journal(SharedRun(newest.record().spec, done, (), unsure))
         newest = None
     if newest is not None and _only_own_machine_left(journal, controller, newest):
         journal.write.close_run(newest.id, clock.now(), RunOutcome.DONE, OWN_POWEROFF)
