@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
+from tests.peers.ceph import SETTABLE, CephMonitor
 from tests.peers.pve import TOKEN, PveApi, settings_of
 from tests.runs import executor_for
 from tests.sites import site_from
 from upsguard.clock import SystemClock
 from upsguard.config.platforms import ProxmoxSettings
 from upsguard.config.resources import ResourceConfig
-from upsguard.errors import AuthenticationError, PermanentError
+from upsguard.errors import AuthenticationError, PermanentError, PlatformUnreachable
 from upsguard.events import Event
 from upsguard.models import PlatformName, PowerState, ResourceKind, StepState, StopMethod
 from upsguard.plugins import registry
@@ -188,3 +189,99 @@ def test_a_resumed_shutdown_waits_for_the_guest_shutdowns_under_way(
     assert "qmshutdown:103" in outcomes["stop:hung01"][1]
     assert outcomes["stop:hung01"][1].endswith("; powered off")
     assert outcomes["stop:dc01"][0] is StepState.DONE
+
+
+def cluster_state(which: str) -> ResourceConfig:
+    return ResourceConfig.model_validate(
+        {"id": f"pve-{which}", "kind": "cluster", "cluster": which, "platform": "pve"}
+    )
+
+
+def test_ha_is_disarmed_and_rearmed_only_if_upsguard_disarmed_it(
+    pve_api: PveApi, tmp_path: Path
+) -> None:
+    state = pve_api.pve
+    state.ha_resources = {"vm:101": "started", "vm:103": "started"}
+
+    async def scenario() -> list[PowerState]:
+        px = platform(pve_api, tmp_path, state_dir=str(tmp_path / "state"))
+        [ha] = await px.resolve(cluster_state("ha"))
+        seen = [await px.power_state(ha)]
+        await px.stop(ha, StopMethod.GRACEFUL)
+        assert await px.wait_for(ha, PowerState.OFF, 5)
+        seen.append(await px.power_state(ha))
+        restarted = platform(pve_api, tmp_path, state_dir=str(tmp_path / "state"))
+        await restarted.start(ha)  # a restarted service finds what it recorded
+        seen.append(await restarted.power_state(ha))
+        return seen
+
+    assert asyncio.run(scenario()) == [PowerState.ON, PowerState.OFF, PowerState.ON]
+    assert state.armed == "armed"
+    assert "POST cluster/ha/status/disarm-ha" in state.calls
+
+
+def test_an_ha_an_operator_disarmed_stays_disarmed(pve_api: PveApi, tmp_path: Path) -> None:
+    state = pve_api.pve
+    state.ha_resources, state.armed = {"vm:101": "started"}, "disarmed"
+
+    async def scenario() -> None:
+        px = platform(pve_api, tmp_path, state_dir=str(tmp_path / "state"))
+        [ha] = await px.resolve(cluster_state("ha"))
+        await px.stop(ha, StopMethod.GRACEFUL)
+        assert await px.power_state(ha) is PowerState.OFF
+        await px.start(ha)
+        assert await px.power_state(ha) is PowerState.ON
+
+    asyncio.run(scenario())
+    assert state.armed == "disarmed"
+    assert not [c for c in state.calls if "arm-ha" in c]
+
+
+def test_ha_without_an_arm_state_is_unknown_and_its_disarm_fails(
+    pve_api: PveApi, tmp_path: Path
+) -> None:
+    """A PVE before 9.1 has no disarm-ha: its HA state is unknown, never taken as disarmed."""
+    pve_api.pve.ha_disarm = False
+
+    async def scenario() -> PowerState:
+        px = platform(pve_api, tmp_path, state_dir=str(tmp_path / "state"))
+        [ha] = await px.resolve(cluster_state("ha"))
+        with pytest.raises(PermanentError, match=r"disarming HA needs PVE 9\.1"):
+            await px.stop(ha, StopMethod.GRACEFUL)
+        state: PowerState = await px.power_state(ha)
+        return state
+
+    assert asyncio.run(scenario()) is PowerState.UNKNOWN
+
+
+def test_ceph_flags_are_set_at_the_monitor_and_only_upsguards_are_unset(
+    pve_api: PveApi, ceph_monitor: CephMonitor, tmp_path: Path
+) -> None:
+    pve_api.pve.ceph = ceph_monitor
+    ceph_monitor.set_flag("noout", True)  # an operator's, before the outage
+
+    async def scenario() -> list[PowerState]:
+        px = platform(pve_api, tmp_path, state_dir=str(tmp_path / "state"))
+        [flags] = await px.resolve(cluster_state("ceph_flags"))
+        seen = [await px.power_state(flags)]
+        await px.stop(flags, StopMethod.GRACEFUL)
+        assert await px.wait_for(flags, PowerState.OFF, 10)
+        assert ceph_monitor.flags() >= {"noout", "norebalance", "nobackfill", "norecover"}
+        await px.start(flags)
+        seen.append(await px.power_state(flags))
+        return seen
+
+    assert asyncio.run(scenario()) == [PowerState.ON, PowerState.ON]
+    assert ceph_monitor.flags() & SETTABLE == {"noout"}
+
+
+def test_ceph_flags_that_cannot_be_read_are_unknown(pve_api: PveApi, tmp_path: Path) -> None:
+    """No Ceph answering (here: none at all): neither set nor unset."""
+
+    async def scenario() -> None:
+        px = platform(pve_api, tmp_path, state_dir=str(tmp_path / "state"))
+        [flags] = await px.resolve(cluster_state("ceph_flags"))
+        with pytest.raises(PlatformUnreachable, match="read the Ceph flags failed"):
+            await px.power_state(flags)
+
+    asyncio.run(scenario())

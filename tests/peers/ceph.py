@@ -28,10 +28,10 @@ CEPH_MON = "/usr/bin/ceph-mon"
 CEPH = "/usr/bin/ceph"
 CLI_TIMEOUT_S = 10
 START_WITHIN_S = 30.0
-SETTABLE = frozenset(
-    "pause noup nodown noout noin nobackfill norebalance norecover noscrub nodeep-scrub "
-    "notieragent nosnaptrim".split()
-)
+SETTABLE = frozenset({
+    "pause", "noup", "nodown", "noout", "noin", "nobackfill", "norebalance", "norecover",
+    "noscrub", "nodeep-scrub", "notieragent", "nosnaptrim",
+})  # fmt: skip
 """The flags ``osd set`` takes; the OSD map also carries flags of its own (``sortbitwise``)."""
 
 
