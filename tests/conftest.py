@@ -41,6 +41,8 @@ pytest_plugins = [
     "tests.peers.alerts",
     "tests.peers.etcd",
     "tests.peers.pair",
+    "tests.peers.ceph",
+    "tests.peers.pve",
 ]
 
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -46,6 +46,9 @@ class ResourceKind(enum.StrEnum):
     STORAGE = "storage"
     SWITCH = "switch"
     COMMAND = "command"
+    CLUSTER = "cluster"
+    """A cluster's own state around a shutdown (Proxmox VE's HA stack, its Ceph flags): the
+    shutdown changes it, the startup puts it back."""
 
     @property
     def is_hardware(self) -> bool:

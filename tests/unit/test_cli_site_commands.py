@@ -111,3 +111,23 @@ def test_simulate_says_what_happened_on_its_timeline_only() -> None:
     assert done.returncode == 0
     assert done.stderr == ""  # no wall-clock log lines beside the virtual clock's timeline
     assert "WARNING: UPS cp1500 cannot be read" in done.stdout
+
+
+def test_the_proxmox_ceph_example_validates_plans_both_ways_and_simulates(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    site = str(EXAMPLES / "proxmox-ceph.yaml")
+    assert main(["validate", "-c", site]) == 0
+    assert "ok: site 'pve-ceph'" in capsys.readouterr().out
+    assert main(["plan", "shutdown", "-c", site]) == 0
+    shutdown = capsys.readouterr().out
+    marks = ["stop:pve-ha ", "stop:web ", "stop:pve-ceph ", "stop:pve1 ", "loses its quorum"]
+    at = [shutdown.index(m) for m in marks]
+    assert at == sorted(at), shutdown
+    assert main(["plan", "startup", "-c", site]) == 0
+    startup = capsys.readouterr().out
+    marks = ["start:pve2 ", "start:pve1 ", "start:pve-ceph ", "start:dns01 ", "start:pve-ha "]
+    at = [startup.index(m) for m in marks]
+    assert at == sorted(at), startup
+    assert main(["simulate", "-c", site]) == 0
+    assert "\nOK: shutdown finishes" in capsys.readouterr().out

@@ -24,7 +24,7 @@ from upsguard.models import (
     Target,
 )
 from upsguard.runbooks import render
-from upsguard.runbooks.plan import Action, LearnedDuration, Plan
+from upsguard.runbooks.plan import Action, LearnedDuration, Plan, Quorum
 from upsguard.runbooks.planner import Planner
 from upsguard.runbooks.schedule import finish_with_destage
 
@@ -389,3 +389,32 @@ def test_without_direct_access_a_host_waits_for_its_manager_to_start(tmp_path: P
     del data["platforms"]["vcenter"]["direct_hosts"]
     steps = steps_by_id(Planner(site_from(tmp_path, data)).plan("startup"))
     assert "start:vcenter" in steps[StepId("start:esx02")].waits_for
+
+
+def test_a_proxmox_cluster_shuts_down_in_its_vendors_order() -> None:
+    """HA disarmed before any guest, the Ceph flags once the guests are down and before any
+    node, the node without a monitor before the monitor nodes, upsguard's own box last; the
+    plan marks where the cluster's quorum ends, after its HA and Ceph steps."""
+    site = load_site(EXAMPLES / "proxmox-ceph.yaml")
+    planner = Planner(site)
+    shutdown, startup = planner.plan("shutdown"), planner.plan("startup")
+    order = [str(s.id) for s in shutdown.steps]
+
+    def before(a: str, b: str) -> bool:
+        return order.index(a) < order.index(b)
+
+    for guest in ("stop:web", "stop:db01", "stop:dns01"):
+        assert before("stop:pve-ha", guest) and before(guest, "stop:pve-ceph")
+    for node in ("stop:pve1", "stop:pve2", "stop:pve3"):
+        assert before("stop:pve-ceph", node)
+        assert "stop:pve-ceph" in shutdown.step(StepId(node)).waits_for
+    assert "stop:pve1" in shutdown.step(StepId("stop:pve2")).waits_for
+    assert "stop:pve1" in shutdown.step(StepId("stop:pve3")).waits_for
+    assert order[-1] == "stop:mgmt01"
+    [ends] = [s for s in shutdown.steps if s.quorum_ends is not None]
+    assert ends.id == "stop:pve2" and ends.quorum_ends == Quorum(PlatformName("pve"), 2, 3)
+    assert "cluster pve loses its quorum here (2 of 3 nodes down)" in render.plan_text(shutdown)
+    back = [str(s.id) for s in startup.steps]
+    assert back.index("start:pve2") < back.index("start:pve1")  # monitors first
+    assert back.index("start:pve1") < back.index("start:pve-ceph") < back.index("start:dns01")
+    assert back[-1] == "start:pve-ha"  # once the guests are up

@@ -159,6 +159,18 @@ class LibvirtSettings(PlatformBase):
     poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
 
 
+CephFlag = Literal[
+    "noout", "norebalance", "nobackfill", "norecover", "noscrub", "nodeep-scrub", "pause"
+]
+"""OSD flags PVE's ``/cluster/ceph/flags`` sets that a cluster shutdown may want."""
+
+
+def _cluster_shutdown_flags() -> list[CephFlag]:
+    """Proxmox's documented minimum (``noout``) and the three that keep Ceph from moving
+    data between the nodes still up while the others go down one by one."""
+    return ["noout", "norebalance", "nobackfill", "norecover"]
+
+
 class ProxmoxSettings(PlatformBase, Credentials):
     type: Literal["proxmox"]
     host: str
@@ -169,6 +181,18 @@ class ProxmoxSettings(PlatformBase, Credentials):
     token_env: str | None = None
     poll_interval: Interval = Field(timedelta(seconds=2), description="how often a wait polls")
     ca_file: LocalPath | None = None
+    ceph_flags: list[CephFlag] = Field(
+        default_factory=_cluster_shutdown_flags,
+        min_length=1,
+        description="the OSD flags a 'ceph_flags' cluster resource sets once the guests are "
+        "down (noout is Proxmox's documented minimum; the others keep Ceph from moving data "
+        "while nodes go one by one)",
+    )
+    state_dir: LocalPath | None = Field(
+        None,
+        description="where what upsguard changed on the cluster (HA, Ceph flags) is kept "
+        "until the startup puts it back; default: 'proxmox' beside the journal",
+    )
 
 
 class CommandSettings(PlatformBase):

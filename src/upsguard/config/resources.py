@@ -22,6 +22,7 @@ DEFAULT_STOP_S = {
     ResourceKind.STORAGE: 120.0,
     ResourceKind.SWITCH: 60.0,
     ResourceKind.COMMAND: 30.0,
+    ResourceKind.CLUSTER: 30.0,
 }
 DEFAULT_START_S = {
     ResourceKind.VM: 90.0,
@@ -30,6 +31,7 @@ DEFAULT_START_S = {
     ResourceKind.STORAGE: 240.0,
     ResourceKind.SWITCH: 120.0,
     ResourceKind.COMMAND: 30.0,
+    ResourceKind.CLUSTER: 60.0,
 }
 """After a graceful stop timed out: power off, leave it running, or fail the step."""
 
@@ -174,6 +176,17 @@ class ResourceConfig(Model):
     serves_platform: str | None = Field(
         None, description="this VM is the manager of that platform (vCenter): it goes last"
     )
+    cluster: Literal["ha", "ceph_flags"] | None = Field(
+        None,
+        description="kind cluster: the cluster state a shutdown changes and a startup puts "
+        "back: 'ha' (disarmed before any guest of the platform stops) or 'ceph_flags' (set "
+        "once every guest of the platform is down, before its nodes stop)",
+    )
+    ceph_monitor: bool = Field(
+        False,
+        description="kind host: the node runs a Ceph monitor; it stops after the nodes that "
+        "do not (the monitors keep their quorum until the end), and starts first",
+    )
     runs_upsguard: bool = Field(False, description="upsguard itself runs here: it goes last")
     contact: str | None = Field(
         None, description="who to call about it: a name from 'contacts', or any text (run book)"
@@ -197,6 +210,10 @@ class ResourceConfig(Model):
             raise ValueError("'select' is only for kind vm_group")
         if self.kind is ResourceKind.COMMAND and not (self.shutdown or self.startup):
             raise ValueError("a command resource needs 'shutdown' or 'startup'")
+        if (self.kind is ResourceKind.CLUSTER) != (self.cluster is not None):
+            raise ValueError("'cluster' (ha or ceph_flags) is for kind cluster, and it needs one")
+        if self.ceph_monitor and self.kind is not ResourceKind.HOST:
+            raise ValueError("'ceph_monitor' is only for kind host")
         return self
 
     @property

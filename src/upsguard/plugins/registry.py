@@ -16,7 +16,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Literal
 
 from upsguard.clock import Clock
-from upsguard.config.platforms import CommandSettings
+from upsguard.config.platforms import CommandSettings, ProxmoxSettings
 from upsguard.config.site import SiteConfig
 from upsguard.errors import PluginNotFound
 from upsguard.models import CacheName, PlatformName, UpsName
@@ -133,6 +133,9 @@ def build_platforms(site: SiteConfig, clock: Clock) -> dict[PlatformName, Platfo
         if isinstance(settings, CommandSettings) and settings.state_dir is None:
             # its commands' exit statuses outlive the service: beside the journal, which does
             settings = settings.model_copy(update={"state_dir": site.journal.parent / "commands"})
+        if isinstance(settings, ProxmoxSettings) and settings.state_dir is None:
+            # what it changed on the cluster outlives the service, as the journal does
+            settings = settings.model_copy(update={"state_dir": site.journal.parent / "proxmox"})
         cls = load("platform", getattr(settings, "type", name))
         platforms[PlatformName(name)] = cls(PlatformName(name), settings, clock)
     return platforms

@@ -151,6 +151,7 @@ def build_graph(
         )
     _dependency_edges(site, graph, members)
     _placement_edges(site, graph, members)
+    _cluster_edges(site, graph, members)
     _last_rules(site, graph, members)
     return graph
 
@@ -230,6 +231,67 @@ def _placement_edges(
             graph.edge(vm, barrier)
         for host in hosts:
             graph.edge(barrier, host)
+
+
+def _cluster_edges(
+    site: SiteConfig, graph: ResourceGraph, members: dict[ResourceId, list[NodeId]]
+) -> None:
+    """A cluster's own state, in the order its vendor documents a cluster shutdown (Proxmox
+    VE: ha-manager, pveceph "Shutdown"): HA disarmed before any guest of the platform stops
+    (it would restart or move them), the Ceph flags set once every guest is down and before
+    any node stops, and the nodes running a Ceph monitor after those that do not (the
+    monitors keep their quorum until the end). These order the plan; none is a need. A
+    startup mirrors them: monitor nodes first, the flags unset, the guests in their order,
+    and HA re-armed once they are up (armed first, it would start them all at once, ahead
+    of their dependencies)."""
+    for res in site.resources:
+        if res.kind is not ResourceKind.CLUSTER or res.platform is None:
+            continue
+        mine = [n for n in graph.nodes.values() if n.platform == res.platform and not n.barrier]
+        own = {r.id for r in site.resources if r.runs_upsguard}
+        guests = [
+            n.id
+            for n in mine
+            if n.kind in (ResourceKind.VM, ResourceKind.VM_GROUP) and n.resource not in own
+        ]
+        hosts = [n.id for n in mine if n.kind is ResourceKind.HOST]
+        for nid in members[res.id]:
+            if res.cluster == "ha":
+                for guest in guests:
+                    graph.edge(nid, guest, need=False)
+            else:
+                for guest in guests:
+                    graph.edge(guest, nid, need=False)
+            for host in hosts:  # the cluster's state needs its quorum: before any node
+                graph.edge(nid, host, need=False)
+        _state_before_flags(site, graph, members, res.platform)
+    _monitors_last(site, graph, members)
+
+
+def _state_before_flags(
+    site: SiteConfig, graph: ResourceGraph, members: dict[ResourceId, list[NodeId]], platform: str
+) -> None:
+    """HA is disarmed before the Ceph flags are set (and re-armed after they are unset)."""
+    of = [r for r in site.resources if r.kind is ResourceKind.CLUSTER and r.platform == platform]
+    for ha in (r for r in of if r.cluster == "ha"):
+        for flags in (r for r in of if r.cluster == "ceph_flags"):
+            for a in members[ha.id]:
+                for b in members[flags.id]:
+                    graph.edge(a, b, need=False)
+
+
+def _monitors_last(
+    site: SiteConfig, graph: ResourceGraph, members: dict[ResourceId, list[NodeId]]
+) -> None:
+    """The nodes of a platform without a Ceph monitor stop before those with one."""
+    hosts = [r for r in site.resources if r.kind is ResourceKind.HOST]
+    for monitor in (r for r in hosts if r.ceph_monitor):
+        for other in hosts:
+            mon = other.ceph_monitor or other.runs_upsguard  # upsguard's own node goes last
+            if other.platform == monitor.platform and not mon:
+                for a in members[other.id]:
+                    for b in members[monitor.id]:
+                        graph.edge(a, b, need=False)
 
 
 def _hosts_from_targets(node: Node, host_by_name: dict[str, ResourceId]) -> list[ResourceId]:

@@ -76,6 +76,15 @@ class EstimateSource(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Quorum:
+    """Where a cluster's quorum ends in a shutdown: the node steps down, of its nodes."""
+
+    platform: PlatformName
+    down: int
+    nodes: int
+
+
+@dataclass(frozen=True, slots=True)
 class StepSettings:
     """How one step is carried out, from its resource's entry and its platform."""
 
@@ -123,6 +132,14 @@ class Step:
     configured_s: float | None = None
     """The configured estimate, when a learned figure is below it (the plan says so; the
     estimate is held at ``policies.learning.may_lower_to_pct`` of it)."""
+    quorum_ends: Quorum | None = None
+    """A shutdown's node step after which its cluster has lost its quorum (no more than
+    half its nodes up): every API action that needs the quorum comes before it."""
+
+    @property
+    def is_cluster_state(self) -> bool:
+        """HA disarmed, Ceph flags set: the cluster's state, which needs its quorum."""
+        return self.kind is ResourceKind.CLUSTER
 
     @property
     def is_point_of_no_return(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from upsguard.config.checks import (
@@ -39,6 +39,7 @@ from upsguard.runbooks.plan import (
     EstimateSource,
     LearnedDuration,
     Plan,
+    Quorum,
     Step,
     StepSettings,
 )
@@ -115,6 +116,8 @@ class Planner:
             self.durations,
         )
         steps = [maker.step(graph.nodes[n], order_edges[n]) for n in order]
+        if direction is Direction.SHUTDOWN:
+            steps = _quorum_ends(site, steps)
         limits = {name: site.platform(name).max_parallel for name in _platforms(steps)}
         path, path_s = critical_path(steps, limits)
         return Plan(
@@ -289,6 +292,25 @@ def _data_path(
                 found.add(rid)
                 stack.append(rid)
     return found
+
+
+def _quorum_ends(site: SiteConfig, steps: list[Step]) -> list[Step]:
+    """Mark, for each platform with cluster steps, the node step after which the cluster has
+    no more than half its nodes up (its quorum gone: pmxcfs turns read-only), counting the
+    node steps in plan order. Its nodes are the site file's hosts of the platform."""
+    clusters = {r.platform for r in site.resources if r.kind is ResourceKind.CLUSTER}
+    out = list(steps)
+    for platform in sorted(p for p in clusters if p is not None):
+        nodes = len(site.hosts_of_platform(platform))
+        down_at = (nodes + 1) // 2
+        hosts = [
+            i for i, s in enumerate(out) if s.kind is ResourceKind.HOST and s.platform == platform
+        ]
+        if nodes and len(hosts) >= down_at:
+            index = hosts[down_at - 1]
+            mark = Quorum(PlatformName(platform), down_at, nodes)
+            out[index] = replace(out[index], quorum_ends=mark)
+    return out
 
 
 def _platforms(steps: list[Step]) -> list[str]:
@@ -546,6 +568,8 @@ def _timeout(res: ResourceConfig, direction: Direction) -> float:
 
 
 def _describe(res: ResourceConfig, node: Node, action: Action, count: int, direct: bool) -> str:
+    if res.kind is ResourceKind.CLUSTER:
+        return _cluster_text(res, action)
     via = ""
     if direct:
         down = "is down" if action is not Action.HOST_POWER_ON else "may not be up yet"
@@ -575,6 +599,27 @@ def _fallback_phrase(fallback: str, guest_timeout: timedelta) -> str:
     if fallback == "skip":
         return f"leave it after {grace} (fallback: skip)"
     return f"fail after {grace}"
+
+
+def _cluster_text(res: ResourceConfig, action: Action) -> str:
+    """What a cluster-state step does, each way."""
+    stopping = action is not Action.POWER_ON
+    if res.cluster == "ha":
+        if stopping:
+            return (
+                f"disarm HA of {res.platform} (resources ignored), recording its state, "
+                "before any of its guests stops"
+            )
+        return (
+            f"re-arm HA of {res.platform} if upsguard disarmed it, once its guests are up "
+            "(HA would start them all at once, ahead of their dependencies)"
+        )
+    if stopping:
+        return (
+            f"set the Ceph flags of {res.platform} (noout... per the platform), recording "
+            "those already set, once its guests are down and before its nodes stop"
+        )
+    return f"unset the Ceph flags upsguard set on {res.platform}, once its nodes are up"
 
 
 def _what(res: ResourceConfig, node: Node, count: int) -> str:

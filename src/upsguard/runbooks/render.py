@@ -50,6 +50,12 @@ def _step_extras(step: Step) -> str:
         parts.append("after caches clean: " + ", ".join(step.caches))
     if step.is_point_of_no_return and step.id.startswith("stop:"):
         parts.append("point of no return")
+    if step.quorum_ends is not None:
+        q = step.quorum_ends
+        parts.append(
+            f"cluster {q.platform} loses its quorum here ({q.down} of {q.nodes} nodes down): "
+            "its HA and Ceph steps come before"
+        )
     if step.configured_s is not None:
         parts.append(f"learned below the configured {format_duration(step.configured_s)}")
     return "; ".join(parts)
@@ -85,6 +91,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
                 "caches": list(s.caches),
                 "direct": s.direct,
                 "power_via": s.settings.power_on_via if s.settings else None,
+                "quorum_ends": s.quorum_ends.platform if s.quorum_ends else None,
                 "description": s.description,
             }
             for s in plan.steps

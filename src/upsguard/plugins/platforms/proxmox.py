@@ -15,12 +15,17 @@ Authentication: an API token (``user`` like ``root@pam``, ``token_name`` and
 the token's secret from ``token_file``/``token_env``) or a password. TLS is
 verified; a PVE host with its self-signed certificate needs ``ca_file``
 (``/etc/pve/pve-root-ca.pem``). proxmoxer is blocking: calls run in a thread.
+
+A resource of kind ``cluster`` stands for the cluster's own state (``cluster: ha``, its HA
+stack; ``cluster: ceph_flags``, its OSD flags): ``proxmox_cluster`` says what stopping and
+starting it means.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fnmatch
+from pathlib import Path
 from typing import Any
 
 import proxmoxer
@@ -38,6 +43,7 @@ from upsguard.errors import (
     UpsguardError,
 )
 from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod, Target
+from upsguard.plugins.platforms import proxmox_cluster as cluster
 from upsguard.plugins.platforms.base import poll_for_state
 
 __all__ = ["ProxmoxPlatform"]
@@ -63,6 +69,8 @@ class ProxmoxPlatform:
         self._clock = clock
         self._api: Any = None
         self._lock = asyncio.Lock()
+        state_dir = settings.state_dir or Path(".")
+        self._record = cluster.ClusterRecord(state_dir / f"{name}.cluster.json")
 
     @property
     def _where(self) -> str:
@@ -75,6 +83,11 @@ class ProxmoxPlatform:
         self._api = None  # tickets expire by themselves; tokens need no logout
 
     async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
+        if resource.kind is ResourceKind.CLUSTER and resource.cluster is not None:
+            what = "HA" if resource.cluster == cluster.HA else "Ceph flags"
+            return [
+                Target(self.name, resource.kind, f"{what} of {self.name}", ref=resource.cluster)
+            ]
         if resource.kind is ResourceKind.HOST:
             nodes = await self._call("list nodes", _nodes)
             if resource.target_name not in nodes:
@@ -98,6 +111,12 @@ class ProxmoxPlatform:
 
     async def power_state(self, target: Target) -> PowerState:
         ref = _ref(target)
+        if ref == cluster.HA:
+            armed = await self._call("read the HA status", cluster.ha_armed_state)
+            return cluster.ha_state(armed, self._record)
+        if ref == cluster.CEPH:
+            flags = await self._call("read the Ceph flags", cluster.ceph_flags)
+            return cluster.ceph_state(flags, self._settings.ceph_flags, self._record)
         if "/" not in ref:
             status = (await self._call("list nodes", _nodes)).get(ref)
             return _NODE_STATES.get(str(status), PowerState.UNKNOWN)
@@ -105,8 +124,18 @@ class ProxmoxPlatform:
         return _GUEST_STATES.get(str(current.get("status")), PowerState.UNKNOWN)
 
     async def stop(self, target: Target, method: StopMethod) -> None:
-        """Guest ``shutdown`` or ``stop``; a node is shut down (there is no hard node stop)."""
+        """Guest ``shutdown`` or ``stop``; a node is shut down (there is no hard node stop);
+        HA is disarmed, the Ceph flags set (either way)."""
         ref = _ref(target)
+        if ref == cluster.HA:
+            await self._call("disarm HA", cluster.disarm_ha, self._record, self._where)
+            return
+        if ref == cluster.CEPH:
+            wanted = self._settings.ceph_flags
+            await self._call(
+                "set the Ceph flags", cluster.set_ceph_flags, wanted, self._record, self._where
+            )
+            return
         if "/" not in ref:
             if method is StopMethod.HARD:
                 raise PermanentError(
@@ -118,7 +147,15 @@ class ProxmoxPlatform:
         await self._call(f"{action} {target.name}", _guest_action, ref, action)
 
     async def start(self, target: Target) -> None:
+        """A guest starts; HA is re-armed, the Ceph flags unset, each only if upsguard
+        changed it."""
         ref = _ref(target)
+        if ref == cluster.HA:
+            await self._call("re-arm HA", cluster.rearm_ha, self._record)
+            return
+        if ref == cluster.CEPH:
+            await self._call("unset the Ceph flags", cluster.unset_ceph_flags, self._record)
+            return
         if "/" not in ref:
             raise PermanentError(
                 f"{self._where}: node {target.name} cannot be powered on through the "
@@ -134,8 +171,8 @@ class ProxmoxPlatform:
         """``InFlightTasks``: the guest's task still active on its node toward ``state``
         (``/nodes/{node}/tasks?source=active``). A node's own shutdown is no API task."""
         ref = _ref(target)
-        if "/" not in ref:
-            return None
+        if ref.count("/") != 2:
+            return None  # a node's shutdown and the cluster's state are no API task
         node, kind, vmid = ref.split("/")
         wanted = _TOWARD.get(state, {}).get(kind, ())
         active = await self._call(f"read the tasks under way on {node}", _active, node, vmid)
@@ -147,7 +184,7 @@ class ProxmoxPlatform:
     async def healthy(self, target: Target) -> bool:
         """Running, and its guest agent answering where the VM's config enables one."""
         ref = _ref(target)
-        if "/" not in ref:
+        if ref.count("/") != 2:
             return await self.power_state(target) is PowerState.ON
         current = await self._call(f"read the state of {target.name}", _current, ref)
         if current.get("status") != "running":
@@ -214,7 +251,8 @@ class ProxmoxPlatform:
         if isinstance(exc, proxmoxer.AuthenticationError) or status in (401, 403):
             return AuthenticationError(
                 f"{self._where}: user '{self._settings.user}' was refused: check its "
-                "token or password, and its permissions (VM.PowerMgmt, Sys.PowerMgmt)"
+                "token or password, and its permissions (docs/proxmox.md: VM.PowerMgmt, "
+                "Sys.PowerMgmt, and for HA and Ceph Sys.Console, Sys.Modify)"
             )
         if isinstance(exc, requests.exceptions.SSLError):
             return PermanentError(
