@@ -295,10 +295,10 @@ def test_power_back_before_the_point_of_no_return_cancels_and_restarts_in_order(
     assert "HostShutdownEvent" not in kinds
     stopped = sorted(name for kind, name in seen if kind == "VmGuestShutdownEvent")
     assert stopped == ["web-01", "web-02"]  # sql01 and dc01 were never asked
-    off = [i for i, (kind, _) in enumerate(seen) if kind == "VmPoweredOffEvent"]
-    on = [i for i, (kind, _) in enumerate(seen) if kind == "VmPoweredOnEvent"]
-    assert sorted(seen[i][1] for i in on) == ["web-01", "web-02"]
-    assert max(off) < min(on)  # the guests under way landed, then came back
+    on = [name for kind, name in seen if kind == "VmPoweredOnEvent"]
+    assert sorted(on) == ["web-01", "web-02"]
+    for vm in on:  # each guest under way landed, then came back (each at its own pace)
+        assert seen.index(("VmPoweredOffEvent", vm)) < seen.index(("VmPoweredOnEvent", vm)), seen
     assert phases(svc)[:3] == ["on_battery", "shutting_down", "recovering"]
     journal = svc.read_journal()
     runs = [(r.kind, r.state) for r in reversed(journal.read.runs(with_steps=False))]
