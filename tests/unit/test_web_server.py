@@ -474,7 +474,10 @@ def test_a_body_nested_too_deeply_is_a_400_and_one_quiet_line(
         async with page(site(tmp_path)) as (_, _, client), browsers(client, "127.0.0.2") as [b]:
             assert await b.login("ana", PASSWORDS["ana"]) == 303
             status, text = await b.send("/api/hold", b"[" * 5000)
-            assert (status, text) == (400, "the body is JSON nested too deeply")
+            assert (status, json.loads(text)) == (
+                400,
+                {"error": "the body is JSON nested too deeply"},
+            )
 
     caplog.set_level(logging.DEBUG)
     run(scenario)

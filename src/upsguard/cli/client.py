@@ -7,12 +7,15 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from upsguard.controller.commands import error_from
 from upsguard.errors import PermanentError, ServiceNotRunning, TemporaryError, UpsguardError
 from upsguard.status import SiteStatus
+
+Model = TypeVar("Model", bound=BaseModel)
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -45,12 +48,20 @@ class ApiClient:
 
     def status(self) -> SiteStatus:
         """The service's status, read into the one status model."""
-        answer = self.get("/status")
+        return self.read(self.get("/status"), SiteStatus, "a status")
+
+    def act(self, command: str, body: dict[str, Any], answer: type[Model]) -> Model:
+        """An override command (``controller.commands``), its answer read into its model."""
+        return self.read(self.post(f"/{command}", body), answer, f"to {command}")
+
+    def read(self, raw: Any, model: type[Model], what: str) -> Model:
+        """``raw``, an answer of the service, as ``model``: a service of another version may
+        answer what this CLI cannot read, and that is one line, not a traceback."""
         try:
-            return SiteStatus.model_validate(answer)
+            return model.model_validate(raw)
         except ValidationError as exc:
             raise UpsguardError(
-                f"the service on {self.path} answered a status this upsguard cannot read "
+                f"the service on {self.path} answered {what} this upsguard cannot read "
                 f"({exc.error_count()} fields differ): are the service and the CLI one version?"
             ) from None
 
@@ -91,8 +102,6 @@ class ApiClient:
             answer = json.loads(raw)
         except ValueError as exc:
             raise UpsguardError(f"the service on {self.path} answered garbage") from exc
-        if response.status in (409, 503):
-            raise TemporaryError(str(answer.get("error")))
         if response.status >= 400:
-            raise PermanentError(str(answer.get("error", f"HTTP {response.status}")))
+            raise error_from(response.status, str(answer.get("error", f"HTTP {response.status}")))
         return answer

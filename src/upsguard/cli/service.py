@@ -33,6 +33,7 @@ from upsguard.errors import PermanentError, ServiceNotRunning, TemporaryError
 if TYPE_CHECKING:
     from upsguard.cli.client import ApiClient
     from upsguard.config.site import SiteConfig
+    from upsguard.controller.commands import History
 
 
 def register(commands: Subparsers) -> None:
@@ -168,9 +169,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_hold(args: argparse.Namespace) -> int:
+    from upsguard.controller.commands import HoldAnswer
+
     site = site_of(args)
     try:
-        answer = _client(args, site).post("/hold", {"reason": args.reason})
+        answer = _client(args, site).act("hold", {"reason": args.reason}, HoldAnswer)
     except ServiceNotRunning:
         _direct("Journal the hold for its next start?", args.yes)
         from upsguard.controller import offline
@@ -178,14 +181,16 @@ def cmd_hold(args: argparse.Namespace) -> int:
         reason = offline.hold(site, _who(), args.reason)
         print(f"held (journaled; the service takes it up when it starts): {reason}")
         return 0
-    print(f"held: {answer['reason']}")
+    print(f"held: {answer.reason}")
     return 0
 
 
 def cmd_release(args: argparse.Namespace) -> int:
+    from upsguard.controller.commands import ReleaseAnswer
+
     site = site_of(args)
     try:
-        answer = _client(args, site).post("/release", {"reason": args.reason})
+        answer = _client(args, site).act("release", {"reason": args.reason}, ReleaseAnswer)
     except ServiceNotRunning:
         _direct("Journal the release for its next start?", args.yes)
         from upsguard.controller import offline
@@ -193,9 +198,7 @@ def cmd_release(args: argparse.Namespace) -> int:
         offline.hold(site, _who(), args.reason, release=True)
         print("released (journaled)")
         return 0
-    print(
-        "released" + (f" (was held: {answer['was']})" if answer.get("was") else " (was not held)")
-    )
+    print("released" + (f" (was held: {answer.was})" if answer.was else " (was not held)"))
     return 0
 
 
@@ -211,9 +214,11 @@ def cmd_trigger(args: argparse.Namespace) -> int:
             offline.trigger(site, _who(), args.direction, args.only, args.reason, print)
         )
     confirm(f"Start the {what} now?", args.yes)
+    from upsguard.controller.commands import TriggerAnswer
+
     body = {"direction": args.direction, "only": args.only, "reason": args.reason}
-    answer = client.post("/trigger", body)
-    print(f"started run {answer['run']}: follow it with 'upsguard events -f'")
+    answer = client.act("trigger", body, TriggerAnswer)
+    print(f"started run {answer.run}: follow it with 'upsguard events -f'")
     return 0
 
 
@@ -228,37 +233,38 @@ def cmd_abort(args: argparse.Namespace) -> int:
         print("aborted: " + (", ".join(closed) if closed else "nothing was unfinished") + "; held")
         return 0
     confirm("Cancel the run in progress and hold automatic actions?", args.yes)
-    answer = client.post("/abort", {"reason": args.reason})
-    run = answer.get("aborted")
-    print((f"aborted run {run}" if run else "no run was in progress") + f"; {answer['held']}")
+    from upsguard.controller.commands import AbortAnswer
+
+    answer = client.act("abort", {"reason": args.reason}, AbortAnswer)
+    run = answer.aborted
+    print((f"aborted run {run}" if run else "no run was in progress") + f"; {answer.held}")
     return 0
 
 
 def cmd_history(args: argparse.Namespace) -> int:
     from upsguard.cli import views
+    from upsguard.controller.commands import History
 
     site = site_of(args)
+    client = _client(args, site)
     try:
-        hist = _client(args, site).get(f"/history?limit={args.limit}")
+        hist = client.read(client.get(f"/history?limit={args.limit}"), History, "a history")
     except ServiceNotRunning:
         hist = _journal_history(site, args.limit)
     if args.format == "json":
-        print_json(hist)
+        print_json(hist.model_dump(mode="json"))
     else:
         print(views.history_text(hist))
     return 0
 
 
-def _journal_history(site: SiteConfig, limit: int) -> dict[str, Any]:
-    from upsguard.controller import offline
+def _journal_history(site: SiteConfig, limit: int) -> History:
+    """The history as the service builds it (``commands.history``), from the journal."""
+    from upsguard.controller import commands, offline
 
     journal = offline.read_journal(site)
     try:
-        return {
-            "runs": [r.to_dict() for r in journal.read.runs(limit=limit)],
-            "phases": [p.to_dict() for p in journal.read.phases(limit=limit * 5)],
-            "overrides": [o.to_dict() for o in journal.read.overrides(limit=limit * 5)],
-        }
+        return commands.history(journal, limit)
     finally:
         journal.close()
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from upsguard.config.types import format_bytes, format_duration
 from upsguard.models import LinkState
@@ -18,6 +18,9 @@ from upsguard.status import (
     SiteStatus,
     UpsStatus,
 )
+
+if TYPE_CHECKING:
+    from upsguard.controller.commands import History
 
 
 def _dur(seconds: float | None) -> str:
@@ -217,9 +220,9 @@ def _cache_lines(caches: list[CacheStatus]) -> list[str]:
     return lines
 
 
-def history_text(hist: dict[str, Any]) -> str:
+def history_text(hist: History) -> str:
     lines = []
-    for run in hist.get("runs", []):
+    for run in hist.runs:
         only = f" only {', '.join(run['only'])}" if run.get("only") else ""
         resumed = f", resumed {run['resumed']}x" if run.get("resumed") else ""
         lines.append(
@@ -232,13 +235,13 @@ def history_text(hist: dict[str, Any]) -> str:
             attempt = f" (attempt {step['attempt']})" if step["attempt"] > 1 else ""
             head = f"    {step['started']}  {step['state']:<9} {step['step']}{attempt}"
             lines.append(f"{head}: {step['detail']}")
-    if hist.get("phases"):
+    if hist.phases:
         lines.append("phases:")
-        for p in reversed(hist["phases"]):
+        for p in reversed(hist.phases):
             lines.append(f"  {p['at']}  {p['old']} -> {p['new']}: {p['reason']}")
-    if hist.get("overrides"):
+    if hist.overrides:
         lines.append("overrides:")
-        for o in reversed(hist["overrides"]):
+        for o in reversed(hist.overrides):
             detail = f" ({o['detail']})" if o.get("detail") else ""
             lines.append(f"  {o['at']}  {o['action']} by {o['who']}: {o['reason']}{detail}")
     return "\n".join(lines) if lines else "the journal is empty"

@@ -19,9 +19,11 @@ aiohttp reads and writes HTTP; this module adds what a local service needs on to
     POST /abort    {"reason"}
     POST /poll                        poll the UPSes now (for upsmon's NOTIFYCMD)
 
-Errors: a ``TemporaryError`` is 409, too many long-polls 503, any other ``UpsguardError``
-400 (413 for a body too large, 408 for one too slow), HTTP that cannot be parsed 400, an
-unknown route 404, a bug 500 (logged); every answer is JSON ``{"error": "one line"}``. A
+The override commands are read, carried out and answered by ``controller.commands``, as
+the web page's are. Errors have the statuses ``commands.http_status`` gives them (a
+``TemporaryError`` 409, too many long-polls 503, any other ``UpsguardError`` 400, 413 for
+a body too large, 408 for one too slow); HTTP that cannot be parsed is 400, an unknown
+route 404, a bug 500 (logged); every answer is JSON ``{"error": "one line"}``. A
 connection past the ceiling is closed without an answer.
 """
 
@@ -37,7 +39,6 @@ import pwd
 import socket
 import struct
 import time
-import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -46,11 +47,13 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from upsguard.controller import commands
+from upsguard.controller.commands import MAX_NAME, MAX_ROWS, clean_text
 from upsguard.controller.descriptors import API_RESERVE, Refused, to_spare
 from upsguard.controller.overrides import Overrides
 from upsguard.controller.socket_group import group_id
 from upsguard.engine.outage_controller import OutageController
-from upsguard.errors import ApiBusy, BadRequest, PermanentError, TemporaryError, UpsguardError
+from upsguard.errors import ApiBusy, BadRequest, PermanentError, UpsguardError
 from upsguard.journal import Journal
 from upsguard.journal.rows import EventRow
 from upsguard.journal.stream import EventStream
@@ -64,9 +67,6 @@ MAX_CONNECTIONS = 64
 MAX_WAITERS = 16  # long-polls; the other connections stay free for status and overrides
 MAX_WAIT_S = 60.0
 REQUEST_TIMEOUT_S = 10.0  # for a request to arrive, head and body
-MAX_REASON = 500
-MAX_NAME = 200
-MAX_ROWS = 1000
 LAST_ID = 2**63 - 1  # SQLite's largest integer
 
 
@@ -77,6 +77,8 @@ Route = Callable[["Call"], Awaitable[Any]]
 class Call:
     """One request as a route sees it: the query, the JSON body and the kernel's word on who."""
 
+    name: str
+    """The route's name: ``status``, ``hold``, ..."""
     query: Mapping[str, str]
     body: Mapping[str, Any]
     peer: str
@@ -84,26 +86,10 @@ class Call:
     @property
     def who(self) -> str:
         """The kernel's word for the caller, with the user sudo ran for when the client says so."""
-        claimed = self.text("who", 64)
+        claimed = commands.text_field(self.body, "who", 64)
         if claimed and claimed != self.peer:
             return f"{claimed} (as {self.peer})"
         return self.peer
-
-    def text(self, name: str, limit: int = MAX_REASON) -> str:
-        value = self.body.get(name)
-        if value is None:
-            return ""
-        if not isinstance(value, str):
-            raise BadRequest(f"'{name}' must be a string")
-        return clean_text(value, limit)
-
-    def names(self, name: str) -> list[str]:
-        value = self.body.get(name) or []
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise BadRequest(f"'{name}' must be a list of resource ids")
-        if len(value) > MAX_ROWS:
-            raise BadRequest(f"'{name}' names more than {MAX_ROWS} resources")
-        return [clean_text(v, MAX_NAME) for v in value]
 
     def integer(self, name: str, default: int, low: int, high: int) -> int:
         raw = self.query.get(name)
@@ -128,19 +114,6 @@ class Call:
         if not (math.isfinite(value) and value >= 0):
             raise BadRequest(f"'{name}' must be a number of seconds, 0 or more")
         return value
-
-
-def clean_text(value: str, limit: int) -> str:
-    """Text a caller gives is journaled and shown on terminals: control characters (newlines,
-    ANSI escapes, bidi overrides) would forge lines there, so line breaks and tabs become
-    spaces, the other controls go, and the rest is cut at ``limit`` characters."""
-    kept = (
-        " " if ch.isspace() else ch
-        for ch in value
-        if ch.isspace() or unicodedata.category(ch) not in ("Cc", "Cf", "Cs")
-    )
-    text = "".join(kept).strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class Served(Protocol):
@@ -173,12 +146,10 @@ class ApiServer:
             ("GET", "/status"): self._status,
             ("GET", "/history"): self._history,
             ("GET", "/events"): self._events,
-            ("POST", "/hold"): self._hold,
-            ("POST", "/release"): self._release,
-            ("POST", "/trigger"): self._trigger,
-            ("POST", "/abort"): self._abort,
             ("POST", "/poll"): self._poll,
         }
+        for command in commands.COMMANDS:
+            self._routes[("POST", f"/{command}")] = self._command
 
     async def start(self) -> None:
         gid = group_id(self.group) if self.group else None
@@ -248,18 +219,12 @@ class ApiServer:
             return 404, {"error": f"no {request.method} {clean_text(request.path, MAX_NAME)}"}
         try:
             body = await _json_body(request) if request.method == "POST" else {}
-            call = Call(request.query, body, _peer(request))
+            call = Call(request.path.lstrip("/"), request.query, body, _peer(request))
             if request.method == "POST":  # a caller who hangs up must not cut an override in half
                 return 200, await asyncio.shield(route(call))
             return 200, await route(call)
-        except BadRequest as exc:
-            return exc.status, {"error": str(exc)}
-        except ApiBusy as exc:
-            return 503, {"error": str(exc)}
-        except TemporaryError as exc:
-            return 409, {"error": str(exc)}
         except UpsguardError as exc:
-            return 400, {"error": str(exc)}
+            return commands.refusal(exc)
         except Exception as exc:  # a bug in one request must not take the service down
             log.exception("API request %s %s failed", request.method, request.path)
             return 500, {"error": f"internal error: {exc!r}"}
@@ -271,13 +236,7 @@ class ApiServer:
 
     async def _history(self, call: Call) -> Any:
         limit = call.integer("limit", 10, 0, MAX_ROWS)
-        journal = self.svc.journal
-        return {
-            "runs": [r.to_dict() for r in journal.read.runs(limit=limit)],
-            "phases": [p.to_dict() for p in journal.read.phases(limit=limit * 5)],
-            "overrides": [o.to_dict() for o in journal.read.overrides(limit=limit * 5)],
-            "cache_ops": [c.to_dict() for c in journal.read.cache_ops(limit=limit * 5)],
-        }
+        return commands.history(self.svc.journal, limit).model_dump(mode="json")
 
     async def _events(self, call: Call) -> Any:
         after = call.integer("after", -20, -MAX_ROWS, LAST_ID)
@@ -320,27 +279,16 @@ class ApiServer:
             closing.cancel()
         return line in done and not self._closing.is_set()
 
-    async def _hold(self, call: Call) -> Any:
-        return self.svc.overrides.hold(call.who, call.text("reason"))
-
-    async def _release(self, call: Call) -> Any:
-        return self.svc.overrides.release(call.who, call.text("reason"))
-
-    async def _trigger(self, call: Call) -> Any:
-        return await self.svc.overrides.trigger(
-            call.who,
-            call.text("direction", MAX_NAME),
-            call.names("only"),
-            call.text("reason"),
-        )
+    async def _command(self, call: Call) -> Any:
+        """hold, release, trigger or abort, as ``commands`` reads and answers them."""
+        request = commands.parse(call.name, call.body, call.who)
+        answer = await self.svc.overrides.apply(request)
+        return answer.model_dump(mode="json")
 
     async def _poll(self, call: Call) -> Any:
         """Poll at once instead of at the next interval: a NOTIFYCMD hook calls this on ONBATT."""
         await self.svc.poll_now()
         return {"phase": self.svc.phase.value}
-
-    async def _abort(self, call: Call) -> Any:
-        return await self.svc.overrides.abort(call.who, call.text("reason"))
 
 
 class _BoundedServer(web.Server):
@@ -432,17 +380,7 @@ async def _json_body(request: web.BaseRequest) -> dict[str, Any]:
                     raise BadRequest(f"the body is over {MAX_BODY // 1024} KiB", status=413)
     except TimeoutError:
         raise BadRequest("the body did not arrive in time", status=408) from None
-    if not raw:
-        return {}
-    try:
-        parsed = json.loads(raw)
-    except RecursionError:
-        raise BadRequest("the body is JSON nested too deeply") from None
-    except ValueError:
-        raise BadRequest("the body is not JSON") from None
-    if not isinstance(parsed, dict):
-        raise BadRequest("the body must be a JSON object")
-    return parsed
+    return commands.json_object(bytes(raw))
 
 
 def _dumps(value: Any) -> str:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from upsguard.clock import SystemClock
 from upsguard.config.site import SiteConfig
-from upsguard.controller.api import MAX_NAME, MAX_REASON, clean_text
+from upsguard.controller.commands import Abort, Hold, Release
 from upsguard.controller.service import Service
 from upsguard.controller.status import offline_status
 from upsguard.errors import PermanentError
@@ -71,31 +71,27 @@ async def _poll_once(site: SiteConfig) -> dict[UpsName, UpsWatch]:
     return watches
 
 
-def _cleaned(who: str, reason: str) -> tuple[str, str]:
-    """Who and why, cleaned as the API cleans what its callers send (``api.clean_text``):
-    a line break or an escape sequence in a reason (or in ``$SUDO_USER``) would forge a line
-    of ``history`` or of a terminal; the direct path journals the same text the API would."""
-    return clean_text(who, MAX_NAME), clean_text(reason, MAX_REASON)
-
-
 def hold(site: SiteConfig, who: str, reason: str, release: bool = False) -> str:
     """Journal a hold (or its release) for the service's next start; returns the reason as
-    journaled. A hold needs a reason, as the service's does."""
-    who, reason = _cleaned(who, reason)
-    if not release and not reason:
-        raise PermanentError("hold needs a reason: upsguard hold --reason 'why'")
+    journaled. The request is read by ``commands``' rules, as the service's would be: who
+    and why cleaned (a line break or an escape sequence in a reason, or in ``$SUDO_USER``,
+    would forge a line of ``history`` or of a terminal), and a hold needs a reason."""
+    order = Release.of(who, reason) if release else Hold.of(who, reason)
     journal = open_journal(site)
     try:
         action = "release" if release else "hold"
         detail = "while the service was stopped"
-        journal.write.record(OverrideApplied(datetime.now(UTC), who, action, reason, detail))
+        journal.write.record(
+            OverrideApplied(datetime.now(UTC), order.who, action, order.reason, detail)
+        )
     finally:
         journal.close()
     return reason
 
 
 def abort(site: SiteConfig, who: str, reason: str) -> list[str]:
-    who, reason = _cleaned(who, reason)
+    order = Abort.of(who, reason)
+    who, reason = order.who, order.reason
     journal = open_journal(site)
     try:
         now = datetime.now(UTC)
@@ -122,9 +118,8 @@ async def trigger(
     reason: str,
     show: Callable[[str], None],
 ) -> int:
-    """Run the plan here and now; returns 0 when every step ended well."""
-    who, reason = _cleaned(who, reason)
-    only = [clean_text(rid, MAX_NAME) for rid in only]
+    """Run the plan here and now; returns 0 when every step ended well. ``who``, ``only``
+    and ``reason`` are read by ``commands``' rules, as the service reads them."""
     svc = Service(site, log_events=False)
 
     def printer(event: Event) -> None:
@@ -141,7 +136,7 @@ async def trigger(
         answer = await svc.overrides.trigger(who, direction, only, reason)
         result = await svc.controller.wait_idle()
         await svc.poll_now()  # the phase moves on from the run's end, as the service's would
-        ok = result is not None and result.run.id == answer["run"]
+        ok = result is not None and result.run.id == answer.run
         return 0 if ok and result is not None and result.outcome is RunOutcome.DONE else 1
     finally:
         await svc.close()

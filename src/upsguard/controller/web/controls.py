@@ -1,113 +1,61 @@
 """The page's controls: hold, release, trigger (the whole site or ``only`` some resources)
 and abort, for operators.
 
-Each goes through ``controller.overrides`` like the CLI's, so it is an ``OverrideApplied``
-event journaled with who (``NAME (web)``) and why. The page asks for a confirmation and a
-reason; the server insists on both as well (``confirm: true``, a reason that is not
-empty), so a script cannot skip them either. Reasons and names are cleaned as the local
-API cleans them: they are journaled and shown on terminals.
+Each is read, carried out and answered by ``controller.commands``, as the local API's are:
+the same rules (a hold needs a reason; a trigger, a release or an abort without one is
+journaled as asked for by its operator), the same JSON answers, the same error statuses.
+What the page adds is its own: the operator's role is checked before the body is read,
+the caller is ``NAME (web)``, and the body must say ``confirm: true`` (the page asks for a
+confirmation, and a reason, before it sends one), so a script cannot skip the question.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from aiohttp import web
 
-from upsguard.controller.api import MAX_NAME, MAX_REASON, MAX_ROWS, clean_text
+from upsguard.controller import commands
 from upsguard.controller.web.context import WebContext, current_user
-from upsguard.errors import TemporaryError, UpsguardError
+from upsguard.errors import BadRequest, UpsguardError
 
 log = logging.getLogger(__name__)
 
 
 def add_routes(app: web.Application, ctx: WebContext) -> None:
     controls = Controls(ctx)
-    app.router.add_post("/api/hold", controls.hold)
-    app.router.add_post("/api/release", controls.release)
-    app.router.add_post("/api/trigger", controls.trigger)
-    app.router.add_post("/api/abort", controls.abort)
+    for command in commands.COMMANDS:
+        app.router.add_post(f"/api/{command}", controls.act)
 
 
 class Controls:
     def __init__(self, ctx: WebContext) -> None:
         self._ctx = ctx
 
-    async def hold(self, request: web.Request) -> web.Response:
-        who, body = await _operator(request)
-        overrides = self._ctx.svc.overrides
-        return _answer(lambda: overrides.hold(who, _reason(body)))
-
-    async def release(self, request: web.Request) -> web.Response:
-        who, body = await _operator(request)
-        overrides = self._ctx.svc.overrides
-        return _answer(lambda: overrides.release(who, _reason(body)))
-
-    async def trigger(self, request: web.Request) -> web.Response:
-        who, body = await _operator(request)
-        direction = clean_text(str(body.get("direction", "")), MAX_NAME)
-        only = _names(body.get("only"))
+    async def act(self, request: web.Request) -> web.Response:
+        """One command, from an operator (or 403), confirmed."""
+        user = current_user(request)
+        if not user.may_act:
+            raise web.HTTPForbidden(text=f"{user.name} is a viewer: only an operator may act")
+        command = request.path.removeprefix("/api/")
         try:
-            answer = await self._ctx.svc.overrides.trigger(who, direction, only, _reason(body))
+            body = _confirmed(await request.read(), request.remote)
+            order = commands.parse(command, body, f"{user.name} (web)")
+            answer = await self._ctx.svc.overrides.apply(order)
         except UpsguardError as exc:
-            return _refused(exc)
-        return web.json_response(answer)
-
-    async def abort(self, request: web.Request) -> web.Response:
-        who, body = await _operator(request)
-        try:
-            answer = await self._ctx.svc.overrides.abort(who, _reason(body))
-        except UpsguardError as exc:
-            return _refused(exc)
-        return web.json_response(answer)
+            status, refusal = commands.refusal(exc)
+            return web.json_response(refusal, status=status)
+        return web.json_response(answer.model_dump(mode="json"))
 
 
-async def _operator(request: web.Request) -> tuple[str, dict[str, Any]]:
-    """Who acts (an operator, or 403) and the body, confirmed (or 400)."""
-    user = current_user(request)
-    if not user.may_act:
-        raise web.HTTPForbidden(text=f"{user.name} is a viewer: only an operator may act")
+def _confirmed(raw: bytes, remote: str | None) -> dict[str, Any]:
+    """The body, a JSON object that says ``confirm: true``."""
     try:
-        body = json.loads(await request.read() or b"{}")
-    except RecursionError:
-        log.debug("web: a body nested too deeply from %s, refused", request.remote)
-        raise web.HTTPBadRequest(text="the body is JSON nested too deeply") from None
-    except ValueError:
-        raise web.HTTPBadRequest(text="the body is not JSON") from None
-    if not isinstance(body, dict):
-        raise web.HTTPBadRequest(text="the body must be a JSON object")
+        body = commands.json_object(raw)
+    except BadRequest as exc:
+        log.debug("web: refused a body from %s: %s", remote, exc)
+        raise
     if body.get("confirm") is not True:
-        raise web.HTTPBadRequest(text="not confirmed: nothing done")
-    return f"{user.name} (web)", body
-
-
-def _reason(body: dict[str, Any]) -> str:
-    value = body.get("reason")
-    reason = clean_text(value, MAX_REASON) if isinstance(value, str) else ""
-    if not reason:
-        raise web.HTTPBadRequest(text="give a reason: it is journaled with your name")
-    return reason
-
-
-def _names(value: object) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise web.HTTPBadRequest(text="'only' must be a list of resource ids")
-    if len(value) > MAX_ROWS:
-        raise web.HTTPBadRequest(text=f"'only' names more than {MAX_ROWS} resources")
-    return [clean_text(v, MAX_NAME) for v in value if v.strip()]
-
-
-def _answer(act: Any) -> web.Response:
-    try:
-        return web.json_response(act())
-    except UpsguardError as exc:
-        return _refused(exc)
-
-
-def _refused(exc: UpsguardError) -> web.Response:
-    status = 409 if isinstance(exc, TemporaryError) else 400
-    return web.json_response({"error": str(exc)}, status=status)
+        raise BadRequest("not confirmed: nothing done")
+    return body
