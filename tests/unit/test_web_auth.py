@@ -314,3 +314,38 @@ def test_a_session_key_file_others_can_read_or_too_short_is_refused(
     path.write_bytes(b"k" * 32)
     path.chmod(0o600)
     assert Keys.for_config(cfg).valid(b"x", Keys(b"k" * 32).sign(b"x"))
+
+
+class BlockingHasher(PasswordHasher):
+    """argon2's hasher whose checks of ``held`` wait until ``let_go`` is set: a guess that
+    is still being checked."""
+
+    def __init__(self, held: str) -> None:
+        super().__init__()
+        self.held = held
+        self.let_go = threading.Event()
+
+    def verify(self, hash: str | bytes, password: str | bytes) -> Literal[True]:
+        if password == self.held:
+            self.let_go.wait(timeout=60)
+        return super().verify(hash, password)
+
+
+def test_a_login_from_a_clean_address_is_not_queued_behind_the_guesses_being_checked() -> None:
+    """Wrong passwords from 20 addresses kept the one check at a time busy: an operator's
+    right password from a clean address waited behind every admitted guess (16 to 31 s on a
+    busy machine, bench/web.py). Addresses that have failed share their own lane."""
+    hasher = BlockingHasher(held="a guess")
+
+    async def tries() -> bool:
+        check = PasswordCheck(config(), hasher)
+        await check.start()
+        guess = asyncio.create_task(check.verify("ana", "a guess", failed_before=True))
+        await asyncio.sleep(0)  # the guess holds its lane
+        try:
+            return await asyncio.wait_for(check.verify("ana", "op-secret"), timeout=30)
+        finally:
+            hasher.let_go.set()
+            assert await guess is False
+
+    assert asyncio.run(tries()) is True

@@ -359,6 +359,10 @@ class LoginThrottle:
             self._checking.add(here)
         return wait
 
+    def failed(self, address: str) -> bool:
+        """The address has failures on record (its checks go in their own lane)."""
+        return f"address {address}" in self._seen
+
     def record(self, name: str, address: str, ok: bool) -> float:
         """The outcome of an admitted attempt; the delay the next from there will wait."""
         now = self.clock()
@@ -392,7 +396,10 @@ class LoginThrottle:
 
 
 class PasswordCheck:
-    """argon2 verification off the event loop, one at a time; the decoy hash for unknown
+    """argon2 verification off the event loop, one at a time in each of two lanes: one for
+    addresses that have failed a login, one for those that have not, so that an operator on
+    a clean address waits for one check at most, never behind the guesses of a spray of
+    addresses (each admitted once a second by ``LoginThrottle``). The decoy hash for unknown
     names is made at start (``start``), off the event loop too."""
 
     def __init__(
@@ -402,7 +409,8 @@ class PasswordCheck:
         default those of ``config``."""
         self._roster = roster or Roster(config.users)
         self._hasher = hasher
-        self._one = asyncio.Semaphore(1)
+        self._clean_lane = asyncio.Semaphore(1)
+        self._failed_lane = asyncio.Semaphore(1)
         self._decoy: str | None = None
 
     async def start(self) -> None:
@@ -411,11 +419,12 @@ class PasswordCheck:
         if self._decoy is None:
             self._decoy = await asyncio.to_thread(self._hasher.hash, secrets.token_urlsafe(16))
 
-    async def verify(self, name: str, password: str) -> bool:
-        """Whether ``password`` is ``name``'s; an unknown name costs what a known one does."""
+    async def verify(self, name: str, password: str, *, failed_before: bool = False) -> bool:
+        """Whether ``password`` is ``name``'s; an unknown name costs what a known one does.
+        ``failed_before``: the address has failed a login (``LoginThrottle.failed``)."""
         entry = self._roster.user(name)
         stored = entry.password_hash if entry is not None else None
-        async with self._one:
+        async with self._failed_lane if failed_before else self._clean_lane:
             if self._decoy is None:
                 await self.start()
             assert self._decoy is not None

@@ -138,7 +138,8 @@ class Pages:
             return self._login_page(request, message, status=429)
         ok = False
         try:
-            ok = await self._ctx.passwords.verify(name, password)
+            failed = throttle.failed(address)
+            ok = await self._ctx.passwords.verify(name, password, failed_before=failed)
         finally:
             throttle.record(name, address, ok)
         if not ok:
