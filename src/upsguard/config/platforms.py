@@ -67,6 +67,11 @@ class VsphereSettings(PlatformBase, Credentials):
     direct_hosts: DirectHostAccess | None = Field(
         None, description="credentials for ESXi hosts, used once vCenter itself is down"
     )
+    vcenter_silent_after: Interval = Field(
+        timedelta(seconds=60),
+        description="once vCenter has not answered a request for this long, the steps left go "
+        "to the ESXi hosts directly (direct_hosts)",
+    )
     watch: Literal["updates", "poll"] = Field(
         "updates",
         description="how waits learn of changes: WaitForUpdatesEx pushes them (best on vCenter), "

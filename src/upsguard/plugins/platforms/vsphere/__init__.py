@@ -2,9 +2,10 @@
 
 The platform reads the inventory in one request, watches power and Tools
 state of everything through one PropertyCollector, and runs pyVmomi's
-blocking calls in a thread pool of its own. Once the VM that runs vCenter
-itself has been stopped, every later call goes to the ESXi hosts directly
-(``direct_hosts`` in the site file), each with its own session and watch.
+blocking calls in thread pools of its own (one for vCenter, one for the hosts).
+Once the VM that runs vCenter itself has been stopped, or vCenter left a call
+unanswered for ``vcenter_silent_after``, every later call goes to the ESXi hosts
+directly (``direct_hosts`` in the site file), each with its own session and watch.
 
 Inside, outermost first (an import-linter contract keeps it so)::
 
@@ -62,16 +63,36 @@ class VspherePlatform:
         self.name = name
         self.settings = settings
         workers = min(settings.max_parallel, WORKERS_MAX) + 2
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"vsphere-{name}")
+        # vCenter's calls have threads of their own: calls stuck on a vCenter that hangs must
+        # not hold up those to the ESXi hosts the steps then go to
+        self._manager_pool = ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix=f"vsphere-{name}"
+        )
+        self._pool = ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix=f"vsphere-{name}-hosts"
+        )
         poll_s = settings.poll_interval.total_seconds() if settings.watch == "poll" else None
 
         def session(endpoint: Endpoint) -> Session:
             return Session(endpoint, self._pool, workers, poll_s)
 
+        def silent() -> None:
+            self._locator.manager_silent()
+
+        manager = Session(
+            manager_endpoint(name, settings),
+            self._manager_pool,
+            workers,
+            poll_s,
+            silent_after=settings.vcenter_silent_after.total_seconds()
+            if settings.direct_hosts is not None
+            else None,
+            on_silent=silent,
+        )
         self._resolved = Resolved()
         self._locator = Locator(
             name,
-            session(manager_endpoint(name, settings)),
+            manager,
             lambda host: session(host_endpoint(name, settings, host)),
             settings.direct_hosts is not None,
             self._resolved,
@@ -105,12 +126,14 @@ class VspherePlatform:
         await self._locator.open()
 
     async def close(self) -> None:
+        self._locator.stop_asking()
         for session in self._locator.sessions():
             try:
                 await session.close()
             except Exception as exc:  # close never raises
                 log.debug("closing %s failed: %s", session.label, exc)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._manager_pool, self._pool):
+            pool.shutdown(wait=False, cancel_futures=True)
 
     async def inventory(self, fresh: bool = True) -> Snapshot:
         """What vCenter sees now (for ``upsguard inventory`` and live plans)."""
