@@ -168,9 +168,12 @@ FAULTS = {
     "vCenter user without a privilege": (
         _vcenter_user_without_privileges,
         ("platform", "vcenter", "privileges"),
-        f"FAIL platform vcenter: privileges: {LIMITED_USER} lacks Global.Settings (vCLS retreat "
+        f"FAIL platform vcenter: privileges: {LIMITED_USER} lacks Global.ManageCustomFields "
+        "(the attribute that records HA and DRS values) on vCenter; Global.SetCustomField (HA "
+        "and DRS values recorded on the cluster) on DC0_C0; Global.Settings (vCLS retreat "
         "mode) on vCenter; Host.Config.Maintenance (maintenance mode and host shutdown) on "
-        "DC0_C0_H0, DC0_C0_H1, DC0_C0_H2",
+        "DC0_C0_H0, DC0_C0_H1, DC0_C0_H2; Host.Inventory.EditCluster (HA and DRS set aside for "
+        "the shutdown) on DC0_C0",
     ),
     "SNMP agent read-only": (
         _snmp_agent_read_only,

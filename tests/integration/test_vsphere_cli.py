@@ -141,7 +141,10 @@ def test_live_plan_text_shows_unplanned_vms_and_vms_without_tools(
     steps = {s["id"]: s["description"] for s in json.loads(capsys.readouterr().out)["steps"]}
     (host_step,) = [sid for sid, text in steps.items() if "stray-01" in text]
     assert host_step.startswith("stop:DC0_C0_H")
-    assert steps[host_step].startswith("stop 1 VM(s) no resource covers (stray-01), ")
+    assert steps[host_step].startswith(
+        "set HA host monitoring off and DRS to manual on its cluster (recorded), "
+        "stop 1 VM(s) no resource covers (stray-01), "
+    )
     (app_01,) = [sid for sid in steps if sid.endswith("app-01")]
     assert steps[app_01].endswith("; no VMware Tools: powered off at once")
     assert "VMware Tools" not in steps["stop:sql01"]

@@ -8,20 +8,25 @@ of events it recorded in collectors created before acting.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from pyVmomi import vim
 
 from tests.peers.ports import free_port
 from tests.peers.vcsim import (
     LAB_ARGS,
     LAB_VMS,
+    LIMITED_PASSWORD,
+    LIMITED_USER,
     EventRecorder,
     Vcsim,
     VmSpec,
     create_vm,
+    grant,
     host_names,
     start_vcsim,
     tag_vms,
@@ -558,3 +563,85 @@ def test_after_the_outage_vcenter_is_started_through_its_host(
     assert run_with(platform, body) == (True, True)
     assert "working with the ESXi hosts directly" in caplog.text
     assert esx.vm("vcsa").runtime.powerState == "poweredOn"
+
+
+# --- HA and DRS of a cluster ---------------------------------------------------------------
+
+
+def ha_drs(sim: Vcsim) -> tuple[str, str]:
+    """The cluster's HA host monitoring and DRS automation, as vcsim has them."""
+    config = sim.all(vim.ClusterComputeResource)[0].configurationEx
+    return config.dasConfig.hostMonitoring, config.drsConfig.defaultVmBehavior
+
+
+def test_ha_and_drs_are_set_aside_before_a_host_stops_and_restored_at_the_startup(
+    vcsim_factory: Callable[..., Vcsim], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first host step disables HA host monitoring and sets DRS to manual; a controller
+    started afresh for the startup finds the values recorded on the cluster and puts them back."""
+    caplog.set_level(logging.INFO)
+    sim = vcsim_factory(*LAB_ARGS)
+    cluster = sim.all(vim.ClusterComputeResource)[0]
+    spec = vim.cluster.ConfigSpecEx(
+        dasConfig=vim.cluster.DasConfigInfo(hostMonitoring="enabled"),
+        drsConfig=vim.cluster.DrsConfigInfo(defaultVmBehavior="fullyAutomated"),
+    )
+    wait_task(cluster.ReconfigureComputeResource_Task(spec=spec, modify=True))
+    assert ha_drs(sim) == ("enabled", "fullyAutomated")
+    host = res("DC0_C0_H2", "host", maintenance_mode=True)
+
+    async def shutdown(p: VspherePlatform) -> bool:
+        (target,) = await p.resolve(host)
+        await p.stop(target, StopMethod.GRACEFUL)
+        return await p.wait_for(target, PowerState.OFF, 20)
+
+    assert run_with(make(sim, tmp_path), shutdown)
+    assert ha_drs(sim) == ("disabled", "manual")
+    sim.power_on_host("DC0_C0_H2")
+
+    async def startup(p: VspherePlatform) -> bool:
+        (target,) = await p.resolve(host)
+        return await p.wait_for(target, PowerState.ON, 20) and await until_healthy(p, target)
+
+    assert run_with(make(sim, tmp_path), startup)
+    assert ha_drs(sim) == ("enabled", "fullyAutomated")
+    assert "HA and DRS restored" in caplog.text
+
+
+def test_a_restore_with_nothing_recorded_changes_nothing_and_says_so(
+    lab: Vcsim, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    cluster = lab.all(vim.ClusterComputeResource)[0]
+    spec = vim.cluster.ConfigSpecEx(
+        dasConfig=vim.cluster.DasConfigInfo(hostMonitoring="disabled"),
+        drsConfig=vim.cluster.DrsConfigInfo(defaultVmBehavior="partiallyAutomated"),
+    )
+    wait_task(cluster.ReconfigureComputeResource_Task(spec=spec, modify=True))
+
+    async def startup(p: VspherePlatform) -> bool:
+        (target,) = await p.resolve(res("DC0_C0_H0", "host"))
+        return await until_healthy(p, target)
+
+    assert run_with(make(lab, tmp_path), startup)
+    assert ha_drs(lab) == ("disabled", "partiallyAutomated")
+    assert "no HA or DRS values recorded on any cluster: nothing restored" in caplog.text
+
+
+def test_the_rights_check_names_what_setting_ha_and_drs_aside_needs(
+    vcsim_factory: Callable[..., Vcsim], tmp_path: Path
+) -> None:
+    sim = vcsim_factory(*LAB_ARGS, "-user", f"{LIMITED_USER}:{LIMITED_PASSWORD}")
+    grant(sim, LIMITED_USER, "hosts-only", ["Host.Config.Maintenance", "Global.Settings"])
+    conf = settings(sim, tmp_path / "pw").model_copy(update={"user": LIMITED_USER})
+    (tmp_path / "pw").write_text(LIMITED_PASSWORD)
+    platform = VspherePlatform(PlatformName("vc"), conf, SystemClock())
+    found = run_with(platform, lambda p: p.diagnose([res("DC0_C0_H0", "host")]))
+    assert found[-1].missing == (
+        "Global.ManageCustomFields",
+        "Global.SetCustomField",
+        "Host.Inventory.EditCluster",
+    )
+    assert "Host.Inventory.EditCluster (HA and DRS set aside for the shutdown) on DC0_C0" in (
+        found[-1].detail
+    )

@@ -8,8 +8,11 @@ simulator's own event history, through collectors created before the run.
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -191,3 +194,58 @@ def test_hand_over_to_the_esxi_host_once_vcenter_is_down(
         ("VmGuestShutdownEvent", "vcsa"),
         ("HostShutdownEvent", host_names(esx)[0]),
     ]
+
+
+def test_vcenter_that_hangs_mid_run_hands_the_hosts_left_to_esxi(
+    vcsim_factory: Callable[..., Vcsim], tmp_path: Path
+) -> None:
+    """vCenter freezes (SIGSTOP) once the VMs are down: both host steps left go to the ESXi
+    hosts directly once vCenter has been silent for ``vcenter_silent_after``.
+
+    A command step between the VM and the host steps freezes it, so the moment is the
+    plan's, not a race; two simulators in ESX mode play the two hosts.
+    """
+    vc = vcsim_factory("-cluster", "1", "-host", "2", "-standalone-host", "0", "-vm", "0")
+    esx = [vcsim_factory("-vm", "0", esx=True) for _ in range(2)]
+    create_vm(vc, VmSpec("app-01", "DC0_C0_H0"))
+    (tmp_path / "esx.pw").write_text(esx[0].password)
+    resources: list[dict[str, Any]] = [
+        {"id": "app", "kind": "vm", "platform": "vc", "vm": "app-01", "depends_on": ["freeze"]},
+        {
+            "id": "freeze",
+            "kind": "command",
+            "platform": "command",
+            "shutdown": f"kill -STOP {vc.process.pid}",
+            "depends_on": ["DC0_C0_H0", "DC0_C0_H1"],
+        },
+        {"id": "DC0_C0_H0", "kind": "host", "platform": "vc"},
+        {"id": "DC0_C0_H1", "kind": "host", "platform": "vc"},
+    ]
+    site = write_site(
+        vc,
+        tmp_path,
+        resources,
+        direct_hosts={
+            "user": esx[0].user,
+            "password_file": str(tmp_path / "esx.pw"),
+            "ca_file": str(esx[0].tls.ca_file),
+        },
+        direct_addresses={f"DC0_C0_H{i}": f"127.0.0.1:{sim.port}" for i, sim in enumerate(esx)},
+        vcenter_silent_after="2s",
+    )
+    at_vc = EventRecorder(vc, "VmGuestShutdownEvent")
+    at_esx = [EventRecorder(sim, "HostShutdownEvent") for sim in esx]
+    try:
+        result, _ = run(site, "shutdown")
+    finally:
+        os.kill(vc.process.pid, signal.SIGCONT)
+        # the calls left to the frozen vCenter now get their answers: let them end while it
+        # still answers, so that no connection is left open
+        for thread in threading.enumerate():
+            if thread.name.startswith("vsphere-"):
+                thread.join(60)
+    assert result.outcome == "done", [o.detail for o in result.failed]
+    assert at_vc.read() == [("VmGuestShutdownEvent", "app-01")]
+    for sim, recorder in zip(esx, at_esx, strict=True):
+        assert recorder.read() == [("HostShutdownEvent", host_names(sim)[0])]
+        assert all(h.runtime.powerState == "poweredOff" for h in sim.all_hosts())

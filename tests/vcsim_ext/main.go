@@ -88,6 +88,7 @@ var routed = map[string]bool{
 	"ShutdownHost_Task": true, "ShutdownGuest": true, "EnterMaintenanceMode_Task": true,
 	"PowerOnVM_Task": true, "PowerOffVM_Task": true, "ExitMaintenanceMode_Task": true,
 	"HasPrivilegeOnEntities": true, "HasPrivilegeOnEntity": true,
+	"ReconfigureComputeResource_Task": true,
 }
 
 // logins is -user: NAME:PASSWORD pairs that may log in beside -username.
@@ -432,6 +433,24 @@ func (e *ext) PowerOffVMTask(ctx *simulator.Context, req *types.PowerOffVM_Task)
 	if body, ok := res.(*methods.PowerOffVM_TaskBody); ok && body.Res != nil {
 		followTask(bg(ctx), body.Res.Returnval, func(c *simulator.Context) { setTools(c, vm, false) })
 	}
+	return res
+}
+
+// ReconfigureComputeResourceTask is stock vcsim's, plus vSphere HA's host monitoring
+// (dasConfig.hostMonitoring), which stock vcsim leaves out of a cluster's configuration.
+func (e *ext) ReconfigureComputeResourceTask(ctx *simulator.Context, req *types.ReconfigureComputeResource_Task) soap.HasFault {
+	c, ok := ctx.Map.Get(req.This).(*simulator.ClusterComputeResource)
+	if !ok {
+		return &methods.ReconfigureComputeResource_TaskBody{Fault_: simulator.Fault("", &types.ManagedObjectNotFound{Obj: req.This})}
+	}
+	var res soap.HasFault
+	ctx.WithLock(c, func() {
+		spec, isEx := req.Spec.(*types.ClusterConfigSpecEx)
+		if isEx && spec.DasConfig != nil && spec.DasConfig.HostMonitoring != "" {
+			c.ConfigurationEx.(*types.ClusterConfigInfoEx).DasConfig.HostMonitoring = spec.DasConfig.HostMonitoring
+		}
+		res = c.ReconfigureComputeResourceTask(ctx, req)
+	})
 	return res
 }
 

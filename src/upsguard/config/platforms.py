@@ -49,6 +49,10 @@ class PlatformBase(Model):
         """Whether upsguard can read its hosts without their manager (vCenter) up."""
         return False
 
+    def host_step_note(self, shutdown: bool) -> str:
+        """What a host step does to the host's cluster, as the plan says it ("" for nothing)."""
+        return ""
+
 
 class DirectHostAccess(Credentials):
     """How to reach ESXi hosts directly once vCenter is down."""
@@ -67,6 +71,11 @@ class VsphereSettings(PlatformBase, Credentials):
     direct_hosts: DirectHostAccess | None = Field(
         None, description="credentials for ESXi hosts, used once vCenter itself is down"
     )
+    vcenter_silent_after: Interval = Field(
+        timedelta(seconds=60),
+        description="once vCenter has not answered a request for this long, the steps left go "
+        "to the ESXi hosts directly (direct_hosts)",
+    )
     watch: Literal["updates", "poll"] = Field(
         "updates",
         description="how waits learn of changes: WaitForUpdatesEx pushes them (best on vCenter), "
@@ -83,6 +92,12 @@ class VsphereSettings(PlatformBase, Credentials):
         "retreat", description="vCLS and other system VMs: put the cluster in retreat mode, or skip"
     )
     without_tools: Literal["power_off", "skip"] = "power_off"
+    cluster_ha_drs: Literal["set_aside", "leave"] = Field(
+        "set_aside",
+        description="before the first host of a cluster stops: HA host monitoring disabled and "
+        "DRS manual, the values before recorded on the cluster and restored at the startup; or "
+        "leave them",
+    )
     unplanned_vms: Literal["shutdown", "ignore"] = Field(
         "shutdown", description="VMs no resource covers: shut them down before their host, or leave"
     )
@@ -102,6 +117,13 @@ class VsphereSettings(PlatformBase, Credentials):
     @property
     def reaches_hosts_directly(self) -> bool:
         return self.direct_hosts is not None
+
+    def host_step_note(self, shutdown: bool) -> str:
+        if self.cluster_ha_drs == "leave":
+            return ""
+        if shutdown:
+            return "set HA host monitoring off and DRS to manual on its cluster (recorded), "
+        return "; HA and DRS of its cluster restored as recorded once vCenter answers"
 
 
 class IpmiSettings(PlatformBase, Credentials):

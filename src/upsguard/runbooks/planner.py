@@ -426,6 +426,13 @@ class _StepMaker:
         text = _describe(res, node, action, count, direct)
         if self.unplanned and action is Action.HOST_SHUTDOWN:
             text = self._unplanned_note(res) + text
+        if (
+            res.kind is ResourceKind.HOST
+            and res.platform
+            and not (direct and action is Action.HOST_SHUTDOWN)
+        ):
+            note = self._site.platform(res.platform).host_step_note(action is Action.HOST_SHUTDOWN)
+            text = note + text if action is Action.HOST_SHUTDOWN else text + note
         if node.targets and self._direction is Direction.SHUTDOWN:
             text += self._tools_note(res, node)
         return text

@@ -2,14 +2,16 @@
 
 The platform reads the inventory in one request, watches power and Tools
 state of everything through one PropertyCollector, and runs pyVmomi's
-blocking calls in a thread pool of its own. Once the VM that runs vCenter
-itself has been stopped, every later call goes to the ESXi hosts directly
-(``direct_hosts`` in the site file), each with its own session and watch.
+blocking calls in thread pools of its own (one for vCenter, one for the hosts).
+Once the VM that runs vCenter itself has been stopped, or vCenter left a call
+unanswered for ``vcenter_silent_after``, every later call goes to the ESXi hosts
+directly (``direct_hosts`` in the site file), each with its own session and watch.
 
 Inside, outermost first (an import-linter contract keeps it so)::
 
     VspherePlatform (here)   the Platform protocol; which step a target takes
     resolve, hosts, rights   resources to targets; host steps; privileges the steps need
+    cluster                  HA and DRS set aside before host steps, restored after
     own_vm                   which VM runs vCenter itself
     vms                      VM steps
     locate, tasks            which session reaches a target; tasks and their errors
@@ -33,6 +35,7 @@ from upsguard.config.resources import ResourceConfig
 from upsguard.errors import PlatformUnreachable, StepFailed, UpsguardError
 from upsguard.findings import Area, Finding, fail, ok
 from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod, Target
+from upsguard.plugins.platforms.vsphere.cluster import ClusterGuard
 from upsguard.plugins.platforms.vsphere.endpoint import (
     Endpoint,
     host_endpoint,
@@ -43,7 +46,16 @@ from upsguard.plugins.platforms.vsphere.inventory import Snapshot
 from upsguard.plugins.platforms.vsphere.locate import Locator, Resolved
 from upsguard.plugins.platforms.vsphere.own_vm import manager_vm
 from upsguard.plugins.platforms.vsphere.resolve import Resolver
-from upsguard.plugins.platforms.vsphere.rights import SETTINGS, WHAT_FOR, Wanted, lacking, needed
+from upsguard.plugins.platforms.vsphere.rights import (
+    EDIT_CLUSTER,
+    MANAGE_FIELDS,
+    SET_FIELD,
+    SETTINGS,
+    WHAT_FOR,
+    Wanted,
+    lacking,
+    needed,
+)
 from upsguard.plugins.platforms.vsphere.session import Session
 from upsguard.plugins.platforms.vsphere.states import host_power, power_of, vm_power
 from upsguard.plugins.platforms.vsphere.tasks import TaskLog
@@ -62,16 +74,36 @@ class VspherePlatform:
         self.name = name
         self.settings = settings
         workers = min(settings.max_parallel, WORKERS_MAX) + 2
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"vsphere-{name}")
+        # vCenter's calls have threads of their own: calls stuck on a vCenter that hangs must
+        # not hold up those to the ESXi hosts the steps then go to
+        self._manager_pool = ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix=f"vsphere-{name}"
+        )
+        self._pool = ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix=f"vsphere-{name}-hosts"
+        )
         poll_s = settings.poll_interval.total_seconds() if settings.watch == "poll" else None
 
         def session(endpoint: Endpoint) -> Session:
             return Session(endpoint, self._pool, workers, poll_s)
 
+        def silent() -> None:
+            self._locator.manager_silent()
+
+        manager = Session(
+            manager_endpoint(name, settings),
+            self._manager_pool,
+            workers,
+            poll_s,
+            silent_after=settings.vcenter_silent_after.total_seconds()
+            if settings.direct_hosts is not None
+            else None,
+            on_silent=silent,
+        )
         self._resolved = Resolved()
         self._locator = Locator(
             name,
-            session(manager_endpoint(name, settings)),
+            manager,
             lambda host: session(host_endpoint(name, settings, host)),
             settings.direct_hosts is not None,
             self._resolved,
@@ -81,6 +113,7 @@ class VspherePlatform:
             name, self._locator, self._resolved, list(settings.direct_addresses)
         )
         self._tasks = TaskLog()
+        self._clusters = ClusterGuard() if settings.cluster_ha_drs == "set_aside" else None
         self._vms = VmSteps(self._locator, self._tasks)
         self._hosts = HostSteps(
             self._locator,
@@ -88,6 +121,7 @@ class VspherePlatform:
             self._resolved,
             retreat_system_vms=settings.system_vms == "retreat",
             stop_unplanned_vms=settings.unplanned_vms == "shutdown",
+            clusters=self._clusters,
         )
 
     @property
@@ -105,12 +139,14 @@ class VspherePlatform:
         await self._locator.open()
 
     async def close(self) -> None:
+        self._locator.stop_asking()
         for session in self._locator.sessions():
             try:
                 await session.close()
             except Exception as exc:  # close never raises
                 log.debug("closing %s failed: %s", session.label, exc)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._manager_pool, self._pool):
+            pool.shutdown(wait=False, cancel_futures=True)
 
     async def inventory(self, fresh: bool = True) -> Snapshot:
         """What vCenter sees now (for ``upsguard inventory`` and live plans)."""
@@ -212,9 +248,18 @@ class VspherePlatform:
         return await self._vms.under_way(target, state)
 
     async def healthy(self, target: Target) -> bool:
+        """Up as its kind counts it; the first target up while vCenter answers also puts back
+        the HA and DRS values recorded on the clusters (``cluster``)."""
         if target.kind is ResourceKind.HOST:
-            return await self._hosts.healthy(target)
-        return await self._vms.healthy(target)
+            up = await self._hosts.healthy(target)
+        else:
+            up = await self._vms.healthy(target)
+        if up and self._clusters is not None and await self._locator.manager_usable():
+            try:
+                await self._clusters.restore(self.manager)
+            except UpsguardError as exc:  # asked again with the next target up
+                log.warning("HA and DRS not restored yet: %s", exc)
+        return up
 
     async def diagnose(self, resources: Sequence[ResourceConfig]) -> list[Finding]:
         """``PlatformDiagnosis``: who is logged in to what, and the privileges the steps on
@@ -235,6 +280,8 @@ class VspherePlatform:
         hosts = any(w.kind is ResourceKind.HOST for w in wanted)
         if hosts and self.settings.system_vms == "retreat":
             wanted.append(Wanted("vCenter", None, None, (SETTINGS,)))
+        if hosts and self._clusters is not None:
+            wanted += await self._clusters_wanted(wanted)
         answer = await lacking(self.manager, wanted)
         where = f"{self.settings.host}:{self.settings.port}"
         found = [ok(Area.PLATFORM, self.name, "login", f"{where}: {answer.user}, {answer.server}")]
@@ -268,6 +315,27 @@ class VspherePlatform:
             )
         )
         return found
+
+    async def _clusters_wanted(self, wanted: list[Wanted]) -> list[Wanted]:
+        """What setting HA and DRS aside needs: on each cluster of the hosts, and on vCenter."""
+        snap = await self.inventory(fresh=False)
+        clusters = {
+            host.cluster_ref: host.cluster or host.cluster_ref
+            for w in wanted
+            if w.kind is ResourceKind.HOST
+            and w.moid is not None
+            and (host := snap.hosts.get(w.moid)) is not None
+            and host.cluster_ref
+        }
+        if not clusters:
+            return []
+        return [
+            *(
+                Wanted(name, None, ref, (EDIT_CLUSTER, SET_FIELD), cluster=True)
+                for ref, name in sorted(clusters.items())
+            ),
+            Wanted("vCenter", None, None, (MANAGE_FIELDS,)),
+        ]
 
 
 def _some(names: list[str], shown: int = 3) -> str:

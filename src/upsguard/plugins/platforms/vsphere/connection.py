@@ -48,6 +48,8 @@ class Connection:
         self.round_trips = 0  # calls made through ``call``
         self.logins = 0
         self._closed = False  # a call still under way after close() must not log in again
+        self._calls = 0  # calls under way; close() drops the connections once they are back
+        self._idle = threading.Condition()
 
     def open(self) -> None:
         """Reach the endpoint and log in. Raises AuthenticationError, PlatformUnreachable,
@@ -113,13 +115,22 @@ class Connection:
     def call(self, doing: str, fn: Callable[[], T]) -> T:
         """``fn()``, whose pyVmomi calls use this session; what it raises leaves mapped."""
         self.round_trips += 1
-        with vsphere_faults(self.endpoint, doing):
-            if self._stub is None:
-                self.open()
-            return fn()
+        with self._idle:
+            self._calls += 1
+        try:
+            with vsphere_faults(self.endpoint, doing):
+                if self._stub is None:
+                    self.open()
+                return fn()
+        finally:
+            with self._idle:
+                self._calls -= 1
+                self._idle.notify_all()
 
     def close(self) -> None:
-        """Log out when logged in, and drop the kept-alive connections. Never raises."""
+        """Log out when logged in, and drop the kept-alive connections once the calls under
+        way are back (a call to an endpoint that hangs returns its connection late: dropped
+        before, it would be left open). Never raises."""
         self._closed = True
         stub, content = self._stub, self._content
         try:
@@ -128,6 +139,8 @@ class Connection:
         except Exception as exc:  # closing must never raise
             log.debug("%s: logout failed: %s", self.endpoint.label, exc)
         finally:
+            with self._idle:
+                self._idle.wait_for(lambda: self._calls == 0, HTTP_TIMEOUT_S * ATTEMPTS)
             self._drop()
 
     def _drop(self) -> None:

@@ -1,4 +1,5 @@
-"""Host steps: system and unplanned VMs first, then maintenance mode, then ShutdownHost.
+"""Host steps: the cluster's HA and DRS set aside, system and unplanned VMs, then maintenance
+mode, then ShutdownHost.
 
 vSphere shuts a host down only from maintenance mode unless forced; maintenance
 mode waits for every running VM. So before asking, the step powers off vCLS agents
@@ -19,6 +20,7 @@ from pyVmomi import vim
 from upsguard.config.resources import ResourceConfig
 from upsguard.errors import GracefulUnavailable, PermanentError, StepFailed, UpsguardError
 from upsguard.models import PowerState, ResourceKind, Target
+from upsguard.plugins.platforms.vsphere.cluster import ClusterGuard
 from upsguard.plugins.platforms.vsphere.locate import Located, Locator, Resolved
 from upsguard.plugins.platforms.vsphere.states import TOOLS_RUNNING, host_power, is_off
 from upsguard.plugins.platforms.vsphere.tasks import TaskLog, task_error, task_under_way
@@ -48,6 +50,7 @@ class HostSteps:
         *,
         retreat_system_vms: bool,
         stop_unplanned_vms: bool,
+        clusters: ClusterGuard | None = None,
     ) -> None:
         self._locator = locator
         self._tasks = tasks
@@ -55,11 +58,14 @@ class HostSteps:
         self._retreat = retreat_system_vms
         self._stop_unplanned_vms = stop_unplanned_vms
         self._leaving_mm: set[Target] = set()
+        self._clusters = clusters  # HA and DRS set aside before the host steps (or None)
 
     async def stop(self, target: Target, res: ResourceConfig | None) -> None:
         at = await self._locator.locate(target)
         if host_power(at.watched()) is PowerState.OFF:
             return
+        if self._clusters is not None:
+            await self._set_aside_cluster(at, target)
         if self._retreat:
             await self._retreat_system_vms(at, target)
         await self._stop_unplanned(at, target, res)
@@ -165,6 +171,22 @@ class HostSteps:
             if error:
                 raise StepFailed(f"{target.name}: maintenance mode failed: {error}")
         raise StepFailed(f"{target.name}: not in maintenance mode after {limit}s")
+
+    async def _set_aside_cluster(self, at: Located, target: Target) -> None:
+        """HA host monitoring off and DRS manual on the host's cluster (see ``cluster``);
+        only vCenter can: a host reached directly leaves them as they are."""
+        if self._clusters is None:
+            return
+        if at.session is not self._locator.manager:
+            log.warning(
+                "%s: reached directly: its cluster's HA and DRS left as they are", target.name
+            )
+            return
+        host, _ = await self._locator.running_vms_on(at.session, target.name)
+        if host is not None and host.cluster_ref:
+            await self._clusters.set_aside(
+                at.session, host.cluster_ref, host.cluster or host.cluster_ref
+            )
 
     async def _retreat_system_vms(self, at: Located, target: Target) -> None:
         """vCLS agents on this host: retreat mode for its cluster, then power them off."""

@@ -1,8 +1,10 @@
 """Where a target lives now: which session reaches it, and its managed object id there.
 
 A target is reached through vCenter, or through its ESXi host directly: vCenter's
-own VM, steps planned direct, and everything once vCenter is down (stopped by
-us, or not answering after an outage; asked again every few seconds). Its id
+own VM, steps planned direct, and everything once vCenter is down: stopped by
+us, or not answering, at login after an outage or mid-run (a call left unanswered
+for ``vcenter_silent_after``). One that does not answer is asked again aside every
+few seconds; the steps go on through the hosts meanwhile. Its id
 comes with the target when vCenter resolved it; otherwise it is found by name in
 the session's inventory, read again once when the name is not there. VM steps,
 host steps and the resolution of resources all find things here.
@@ -10,6 +12,7 @@ host steps and the resolution of resources all find things here.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +22,7 @@ from pyVmomi import vim
 
 from upsguard.clock import Clock
 from upsguard.config.resources import ResourceConfig
-from upsguard.errors import PermanentError, PlatformUnreachable
+from upsguard.errors import PermanentError, PlatformUnreachable, UpsguardError
 from upsguard.models import PlatformName, PowerState, ResourceKind, Target
 from upsguard.plugins.platforms.vsphere.inventory import HostInfo, Snapshot, VmInfo
 from upsguard.plugins.platforms.vsphere.reads import Props
@@ -87,8 +90,9 @@ class Locator:
         self._resolved = resolved
         self._clock = clock
         self._manager_down = False  # we stopped vCenter's own VM: it stays down for this run
-        self._unreachable_since: float | None = None  # vCenter did not answer (after an outage)
+        self._silent = False  # vCenter did not answer (at login, or mid-run): asked again aside
         self._last_try = float("-inf")
+        self._probe: asyncio.Task[None] | None = None
 
     def now(self) -> float:
         """Seconds on the injected clock (the inventory cache and reconnects use it)."""
@@ -107,24 +111,55 @@ class Locator:
             if not self.can_go_direct:
                 raise
             log.warning("%s; working with the ESXi hosts directly until it answers", exc)
-            self._unreachable_since = self._last_try = self.now()
+            self._silent = True
+            self._last_try = self.now()
+
+    def manager_silent(self) -> None:
+        """vCenter left a call unanswered for ``vcenter_silent_after`` (it hangs, or is gone):
+        the steps left go to the ESXi hosts, and vCenter is asked again aside."""
+        if not self.can_go_direct or self._silent:
+            return
+        self._silent = True
+        self._last_try = self.now()
+        log.warning(
+            "%s does not answer; the steps left go to the ESXi hosts directly until it does",
+            self.manager.label,
+        )
 
     async def manager_usable(self) -> bool:
-        """False while vCenter is down: stopped by us, or not answering (retried every 5 s)."""
+        """False while vCenter is down: stopped by us, or not answering. One that does not
+        answer is asked again every few seconds, aside: a step never waits for that."""
         if self._manager_down:
             return False
-        if self._unreachable_since is None:
-            return True
-        now = self.now()
-        if now - self._last_try >= RECONNECT_S:
-            self._last_try = now
-            try:
+        asking = self._probe is not None and not self._probe.done()
+        if self._silent and not asking and self.now() - self._last_try >= RECONNECT_S:
+            self._last_try = self.now()
+            self._probe = asyncio.create_task(self._ask_again())
+        return not self._silent
+
+    async def _ask_again(self) -> None:
+        """Log in to vCenter again (or, logged in, read the session): once it answers, the
+        steps after go through it again."""
+        try:
+            if self.manager.is_open:
+                await self.manager.run(
+                    "read the session",
+                    lambda: self.manager.conn.content.sessionManager.currentSession,
+                )
+            else:
                 await self.manager.open()
-            except PlatformUnreachable:
-                return False
-            log.info("%s: vCenter answers again", self.manager.label)
-            self._unreachable_since = None
-        return self._unreachable_since is None
+        except PlatformUnreachable:
+            return
+        except UpsguardError as exc:  # it answers, but refuses: still not usable
+            log.warning("%s: %s", self.manager.label, exc)
+            return
+        log.info("%s: vCenter answers again", self.manager.label)
+        self._silent = False
+
+    def stop_asking(self) -> None:
+        """Closing: no more asking vCenter aside."""
+        if self._probe is not None:
+            self._probe.cancel()
 
     def manager_stopping(self) -> None:
         """vCenter's own VM is being stopped: later steps go to the ESXi hosts."""

@@ -10,6 +10,10 @@ Nothing is changed.
 ``VirtualMachine.Interact.PowerOn``   powering VMs on in the startup
 ``Host.Config.Maintenance``           maintenance mode and ``ShutdownHost``, leaving it after
 ``Global.Settings``                   vCLS retreat mode (``system_vms: retreat``), on vCenter
+``Host.Inventory.EditCluster``        HA host monitoring and DRS automation set aside and
+                                      restored (``cluster_ha_drs: set_aside``), on the cluster
+``Global.SetCustomField``             their values before, recorded on the cluster
+``Global.ManageCustomFields``         the attribute holding that record, made once, on vCenter
 ==============================  ============================================================
 """
 
@@ -29,12 +33,18 @@ POWER_OFF = "VirtualMachine.Interact.PowerOff"
 POWER_ON = "VirtualMachine.Interact.PowerOn"
 MAINTENANCE = "Host.Config.Maintenance"
 SETTINGS = "Global.Settings"
+EDIT_CLUSTER = "Host.Inventory.EditCluster"
+SET_FIELD = "Global.SetCustomField"
+MANAGE_FIELDS = "Global.ManageCustomFields"
 
 WHAT_FOR = {
     POWER_OFF: "guest shutdown and power-off",
     POWER_ON: "power-on",
     MAINTENANCE: "maintenance mode and host shutdown",
     SETTINGS: "vCLS retreat mode",
+    EDIT_CLUSTER: "HA and DRS set aside for the shutdown",
+    SET_FIELD: "HA and DRS values recorded on the cluster",
+    MANAGE_FIELDS: "the attribute that records HA and DRS values",
 }
 
 
@@ -52,12 +62,14 @@ def needed(resource: ResourceConfig, kind: ResourceKind) -> tuple[str, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Wanted:
-    """Privileges wanted on one object (``moid`` of ``kind``; None: vCenter's root folder)."""
+    """Privileges wanted on one object (``moid`` of ``kind``, or a cluster with ``cluster``;
+    no ``moid``: vCenter's root folder)."""
 
     name: str
     kind: ResourceKind | None
     moid: str | None
     privileges: tuple[str, ...]
+    cluster: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +95,7 @@ async def lacking(session: Session, wanted: Sequence[Wanted]) -> Answer:
         current = content.sessionManager.currentSession
         server = str(content.about.fullName)
         entities: list[Any] = [
-            content.rootFolder
-            if w.moid is None
-            else session.ref(
-                vim.HostSystem if w.kind is ResourceKind.HOST else vim.VirtualMachine, w.moid
-            )
+            content.rootFolder if w.moid is None else session.ref(_managed(w), w.moid)
             for w in wanted
         ]
         privileges = sorted({p for w in wanted for p in w.privileges})
@@ -110,3 +118,9 @@ async def lacking(session: Session, wanted: Sequence[Wanted]) -> Answer:
         return Answer(str(current.userName), server, out)
 
     return await session.run("read the user's privileges", ask)
+
+
+def _managed(wanted: Wanted) -> Any:
+    if wanted.cluster:
+        return vim.ClusterComputeResource
+    return vim.HostSystem if wanted.kind is ResourceKind.HOST else vim.VirtualMachine
