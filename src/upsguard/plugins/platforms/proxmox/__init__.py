@@ -17,7 +17,7 @@ verified; a PVE host with its self-signed certificate needs ``ca_file``
 (``/etc/pve/pve-root-ca.pem``). proxmoxer is blocking: calls run in a thread.
 
 A resource of kind ``cluster`` stands for the cluster's own state (``cluster: ha``, its HA
-stack; ``cluster: ceph_flags``, its OSD flags): ``proxmox_cluster`` says what stopping and
+stack; ``cluster: ceph_flags``, its OSD flags): ``proxmox.cluster`` says what stopping and
 starting it means.
 """
 
@@ -43,7 +43,7 @@ from upsguard.errors import (
     UpsguardError,
 )
 from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod, Target
-from upsguard.plugins.platforms import proxmox_cluster as cluster
+from upsguard.plugins.platforms.proxmox import cluster
 from upsguard.plugins.platforms.base import poll_for_state
 
 __all__ = ["ProxmoxPlatform"]
