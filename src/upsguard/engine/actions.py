@@ -241,7 +241,11 @@ class StepRunner:
         grace = settings.timeout_s
         await self._let_land(step, platform, target, PowerState.ON, grace)
         try:
-            asked = await ask(lambda: self._ask_to_stop(step, platform, target), settings.retries)
+            asked = await ask(
+                lambda: self._ask_to_stop(step, platform, target),
+                settings.retries,
+                _allowance_s(platform, settings),
+            )
             if not asked.needed:
                 detail = f"{target.name} already off"
                 return TargetResult(target, StepState.DONE, detail, already_there=True)
@@ -484,8 +488,14 @@ class StepRunner:
         self, step: StepId, settings: StepSettings, platform: Platform, target: Target
     ) -> None:
         if settings.power_on_via is None:
-            power_on = functools.partial(self._request, step, platform, target, PowerState.ON)
-            await ask(power_on, settings.retries)
+
+            async def power_on() -> None:
+                earlier = self.under_way.get(key_of(target))
+                if earlier is not None and earlier.wanted is PowerState.ON:
+                    return  # sent, then no answer in time: under way, not sent twice
+                await self._request(step, platform, target, PowerState.ON)
+
+            await ask(power_on, settings.retries, _allowance_s(platform, settings))
             return
         bmc = self._platform(settings.power_on_via)
         bmc_targets = await ask(lambda: bmc.resolve(settings.resource), settings.retries)
@@ -493,6 +503,16 @@ class StepRunner:
             power_on = functools.partial(bmc.start, bmc_target)
             await ask(functools.partial(self._fenced, power_on), settings.retries)
         self._asked(step, target, PowerState.ON)
+
+
+def _allowance_s(platform: Platform, settings: StepSettings) -> float:
+    """How long one request may take. A command run to its end (``RunsProcesses``) is the
+    step's own work: the step's timeout bounds it (and the platform's own timeout the
+    command), not the allowance of a request to an API, which would cut a command slower
+    than that and ask again."""
+    if isinstance(platform, RunsProcesses):
+        return settings.timeout_s
+    return CALL_TIMEOUT_S
 
 
 def _combine(
