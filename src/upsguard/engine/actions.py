@@ -7,8 +7,11 @@ state it asked for, and a step that finds its target's request under way (from a
 was cancelled, aborted or superseded, or journaled before a restart) waits for it instead
 of asking again. In a resumed run it also asks a platform that lists its tasks
 (``InFlightTasks``) whether a request is still under way (a host shutting down still reads
-on). A step whose target has the opposite request under way lets it land first: a startup
-would find a VM up that goes off a moment later, and a shutdown a host off that boots.
+on). A command sent to the target itself (``SendsCommands``: ssh) cannot be seen once sent:
+it is journaled as it goes out, and a resumed run sends no second one before the step's own
+timeout has passed since the first; by then, not landed, it is sent again. A step whose
+target has the opposite request under way lets it land first: a startup would find a VM up
+that goes off a moment later, and a shutdown a host off that boots.
 
 Both controllers of a pair going on without the store (``Unfenced``) have nothing between
 them to say who asks: each then reads the platform's requests under way before asking, as
@@ -61,6 +64,7 @@ from upsguard.plugins.platforms.base import (
     Platform,
     RunsProcesses,
     SeenWhileItAnswers,
+    SendsCommands,
 )
 from upsguard.runbooks.plan import Step, StepSettings
 
@@ -87,6 +91,9 @@ class UnderWay:
     process: CommandProcess | None = None
     """The request is a command running here (``RunsProcesses``): its process, which a
     restarted controller waits for instead of starting the command again."""
+    at: datetime | None = None
+    """When it was asked (journaled): a command sent to the target (``SendsCommands``) is
+    not sent again before the step's timeout has passed since."""
 
     @property
     def guest_shutdown(self) -> bool:
@@ -240,6 +247,7 @@ class StepRunner:
     ) -> TargetResult:
         grace = settings.timeout_s
         await self._let_land(step, platform, target, PowerState.ON, grace)
+        await self._outwait_sent(step, platform, target, PowerState.OFF, grace)
         try:
             asked = await ask(
                 lambda: self._ask_to_stop(step, platform, target),
@@ -288,6 +296,7 @@ class StepRunner:
     ) -> TargetResult:
         timeout = settings.timeout_s
         await self._let_land(step, platform, target, PowerState.OFF, timeout)
+        await self._outwait_sent(step, platform, target, PowerState.ON, timeout)
         state = await ask(lambda: platform.power_state(target), settings.retries)
         asked = ALREADY_THERE
         if state is not PowerState.ON:
@@ -362,6 +371,14 @@ class StepRunner:
 
             await platform.request(target, wanted, f"{self._run}.{step}", started)
             return
+        if isinstance(platform, SendsCommands):
+            try:
+                sent = functools.partial(self._asked, step, target, wanted)
+                await platform.send_command(target, wanted, sent)
+            except PermanentError:  # the command ran and failed: nothing is under way
+                self.under_way.pop(key_of(target), None)
+                raise
+            return
         if wanted is PowerState.OFF:
             await platform.stop(target, StopMethod.GRACEFUL)
         else:
@@ -398,7 +415,7 @@ class StepRunner:
         process: CommandProcess | None = None,
     ) -> None:
         """A platform accepted a request: it is under way until seen to land."""
-        request = UnderWay(self._run, step, target, wanted, process=process)
+        request = UnderWay(self._run, step, target, wanted, process=process, at=self._clock.now())
         self.under_way[request.key] = request
         if self._on_request is not None:
             self._on_request(request)
@@ -451,6 +468,40 @@ class StepRunner:
             if self._on_wait is not None:
                 self._on_wait(step, f"letting {earlier.said()} land first ({target.name})")
             await platform.wait_for(target, state, timeout)
+        self.under_way.pop(key_of(target), None)
+
+    async def _outwait_sent(
+        self, step: StepId, platform: Platform, target: Target, state: PowerState, timeout: float
+    ) -> None:
+        """A command sent to ``target`` before the restart (``SendsCommands``) toward ``state``
+        is waited for until ``timeout``, the step's own, has passed since it was sent: no
+        second one goes out before. Not landed by then, it is no longer waited for, and the
+        step sends it again (the first may never have reached the device)."""
+        earlier = self.under_way.get(key_of(target))
+        if (
+            earlier is None
+            or earlier.wanted is not state
+            or not earlier.before_restart
+            or earlier.process is not None
+            or earlier.at is None
+            or not isinstance(platform, SendsCommands)
+        ):
+            return
+        if state is PowerState.OFF and isinstance(platform, SeenWhileItAnswers):
+            platform.shutdown_accepted(target)  # its going quiet is that shutdown landing
+        left = timeout - (self._clock.now() - earlier.at).total_seconds()
+        if left > 0:
+            if self._on_wait is not None:
+                until = format_duration(timeout)
+                self._on_wait(step, f"waiting for {earlier.said()} ({target.name}), up to {until}")
+            if await platform.wait_for(target, state, left):
+                return  # landed: the step finds its target there
+        log.warning(
+            "%s: %s did not land within %s: sending it again",
+            target.name,
+            earlier.said(),
+            format_duration(timeout),
+        )
         self.under_way.pop(key_of(target), None)
 
     async def _under_way(self, platform: Platform, target: Target, state: PowerState) -> str | None:
@@ -506,11 +557,11 @@ class StepRunner:
 
 
 def _allowance_s(platform: Platform, settings: StepSettings) -> float:
-    """How long one request may take. A command run to its end (``RunsProcesses``) is the
-    step's own work: the step's timeout bounds it (and the platform's own timeout the
-    command), not the allowance of a request to an API, which would cut a command slower
-    than that and ask again."""
-    if isinstance(platform, RunsProcesses):
+    """How long one request may take. A command run to its end (``RunsProcesses``,
+    ``SendsCommands``) is the step's own work: the step's timeout bounds it (and the
+    platform's own timeout the command), not the allowance of a request to an API, which
+    would cut a command slower than that and ask again."""
+    if isinstance(platform, RunsProcesses | SendsCommands):
         return settings.timeout_s
     return CALL_TIMEOUT_S
 
