@@ -273,3 +273,22 @@ def test_a_command_is_heard_as_sent_only_once_the_device_answered(
     assert (heard, device.actions()) == ([], [])
     asyncio.run(scenario(platform(sshd)))
     assert (heard, device.actions()) == (["sent"], ["shutdown"])
+
+
+def test_doctor_checks_that_once_can_guard_the_commands_on_the_device(sshd: Sshd) -> None:
+    plain = nas(id="nas-plain", shutdown="poweroff")
+    guarded = nas(id="nas-once", shutdown="poweroff", ssh={"once": True})
+
+    async def scenario() -> list[tuple[str, str, str]]:
+        ssh = platform(sshd)
+        try:
+            found = await ssh.diagnose([plain, guarded])
+        finally:
+            await ssh.close()
+        return [(f.subject, f.check, f.verdict.value) for f in found]
+
+    assert asyncio.run(scenario()) == [
+        ("nas-plain", "ssh", "ok"),
+        ("nas-once", "ssh", "ok"),
+        ("nas-once", "once", "ok"),
+    ]

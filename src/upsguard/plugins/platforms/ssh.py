@@ -55,7 +55,7 @@ from upsguard.errors import (
     TemporaryError,
     UpsguardError,
 )
-from upsguard.findings import Area, Finding, fail, ok
+from upsguard.findings import Area, Finding, fail, ok, warn
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
 from upsguard.plugins import remote
 from upsguard.plugins.platforms.base import (
@@ -96,6 +96,10 @@ _ONCE = (
 """The ``once`` wrapper: ``sh -c _ONCE NAME LINE`` (see the module docstring). The lock's
 descriptor is passed on to the command, so it is held as long as the command runs; the line
 itself runs as ``sh -c LINE``, as the device's login shell would run it."""
+
+
+_ONCE_PROBE = 'command -v flock >/dev/null 2>&1 && test -w "$HOME"'
+"""What ``once`` needs on the device, read without changing anything (``doctor``)."""
 
 
 def once_argv(name: str, line: str) -> list[str]:
@@ -222,8 +226,9 @@ class SshPlatform:
         return await self.power_state(target) is PowerState.ON
 
     async def diagnose(self, resources: Sequence[ResourceConfig]) -> list[Finding]:
-        """``PlatformDiagnosis``: each device's host key is known and the key logs in (nothing
-        runs; whether its shutdown command would work only the device knows)."""
+        """``PlatformDiagnosis``: each device's host key is known and the key logs in; with
+        ``once``, that the device has ``flock`` and a home the lock file can go in (a probe
+        that reads only; whether its shutdown command would work only the device knows)."""
         found = []
         for res in resources:
             if res.platform != self.name:
@@ -239,7 +244,29 @@ class SshPlatform:
             found.append(
                 ok(Area.RESOURCE, res.id, "ssh", f"{where}: host key in {known}, key accepted")
             )
+            if res.ssh is not None and res.ssh.once:
+                found.append(await self._once_finding(res, where))
         return found
+
+    async def _once_finding(self, res: ResourceConfig, where: str) -> Finding:
+        """Whether ``once`` can guard the resource's commands on its device."""
+        timeout = self._settings.timeout.total_seconds()
+        endpoint = self._endpoint(res.target_name)
+        try:
+            result = await remote.run(["sh", "-c", _ONCE_PROBE], ssh=endpoint, timeout=timeout)
+        except UpsguardError as exc:
+            return fail(Area.RESOURCE, res.id, "once", str(exc), _fix(exc, endpoint))
+        if result.ok:
+            return ok(Area.RESOURCE, res.id, "once", f"{where}: flock there, lock file in ~")
+        return warn(
+            Area.RESOURCE,
+            res.id,
+            "once",
+            f"{where}: no flock, or a home the lock file cannot go in: its commands would run "
+            "unguarded (a copy sent again after a restart may run beside the first)",
+            "install flock (util-linux) on the device, or give the SSH user a writable home",
+            missing=("flock",),
+        )
 
     def _endpoint(self, host: str) -> remote.SshEndpoint:
         return remote.SshEndpoint(
