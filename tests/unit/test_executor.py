@@ -703,6 +703,7 @@ class SentCommandPlatform:
         self.name = PlatformName("dev")
         self.sent_at: list[float] = []
         self.down_at: float | None = None
+        self.refuses = False
         self._clock = clock
         self._command_s = command_s
 
@@ -733,6 +734,8 @@ class SentCommandPlatform:
 
     async def send_command(self, target: Target, wanted: PowerState, sent: SentListener) -> None:
         sent()
+        if self.refuses:
+            raise PermanentError(f"{target.name}: shutdown command exited 4: volume resync")
         now = self._clock.monotonic()
         self.sent_at.append(now)
         lands = now + self._command_s
@@ -812,3 +815,33 @@ def test_a_command_sent_longer_ago_than_the_step_timeout_is_sent_again_at_once(
 ) -> None:
     state, _, sent = resume_with_a_command_sent(tmp_path, 90, reached_after_s=None)
     assert (state, sent) == (StepState.DONE, [0.0])
+
+
+def test_a_command_that_ran_and_failed_is_not_left_under_way(tmp_path: Path) -> None:
+    """Journaled as it went out, but it exited non-zero: the next run asks again."""
+    site = site_from(
+        tmp_path,
+        {
+            "site": "t",
+            "ups": [{"name": "u", "simulated": {}}],
+            "platforms": {"dev": {"type": "ssh"}},
+            "resources": [
+                {"id": "nas1", "kind": "storage", "platform": "dev", "shutdown": "poweroff"}
+            ],
+        },
+    )
+
+    async def main() -> tuple[StepState, str, int]:
+        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        dev = SentCommandPlatform(clock, command_s=5)
+        dev.refuses = True
+        plan = Planner(site).plan("shutdown")
+        run = executor_for(plan, {dev.name: dev}, clock, lambda e: None)
+        outcome = (await run.run()).outcomes[plan.steps[0].id]
+        return outcome.state, outcome.detail, len(run.under_way)
+
+    assert run_virtual(main()) == (
+        StepState.FAILED,
+        "nas1: shutdown command exited 4: volume resync",
+        0,
+    )

@@ -376,7 +376,9 @@ class StepRunner:
                 sent = functools.partial(self._asked, step, target, wanted)
                 await platform.send_command(target, wanted, sent)
             except PermanentError:  # the command ran and failed: nothing is under way
-                self.under_way.pop(key_of(target), None)
+                sent_now = self.under_way.get(key_of(target))
+                if sent_now is not None and (sent_now.run, sent_now.step) == (self._run, step):
+                    del self.under_way[key_of(target)]
                 raise
             return
         if wanted is PowerState.OFF:
