@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 
 from upsguard.clock import Clock
-from upsguard.engine.actions import Unfenced
+from upsguard.engine.actions import TargetKey, UnderWay, Unfenced
 from upsguard.engine.executor import CacheGate, Executor, RunResult
 from upsguard.engine.ledger import RunLedger
 from upsguard.events import EventSink
@@ -24,11 +24,12 @@ def executor_for(
     resumed: bool = False,
     claim: Callable[[RunSpec, Step], Awaitable[bool]] | None = None,
     unfenced: Unfenced | None = None,
+    under_way: Mapping[TargetKey, UnderWay] | None = None,
 ) -> Executor:
     """An executor of ``plan`` as a manual run, with a ledger of its own; ``resumed`` as
     when a restarted service finishes a run; ``claim`` as a controller of a pair claims
     each step (``engine.pair``); ``unfenced`` as such a controller going on without the
-    store."""
+    store; ``under_way`` as requests journaled before a restart."""
     ledger = RunLedger(clock, events)
     kind = RunKind.SHUTDOWN if plan.direction is Direction.SHUTDOWN else RunKind.STARTUP
     spec = ledger.new_spec(kind, RunOrigin.MANUAL, "test")
@@ -43,6 +44,7 @@ def executor_for(
         resumed=resumed,
         claim=(lambda step: claim(spec, step)) if claim is not None else None,
         unfenced=unfenced,
+        under_way=under_way,
     )
 
 

@@ -17,7 +17,7 @@ from tests.peers.sshd import Sshd
 from upsguard.clock import SystemClock
 from upsguard.config.platforms import SshSettings
 from upsguard.config.resources import ResourceConfig
-from upsguard.errors import PermanentError
+from upsguard.errors import PermanentError, PlatformUnreachable
 from upsguard.models import PlatformName, PowerState, StopMethod
 from upsguard.plugins import registry
 from upsguard.plugins.platforms.ssh import command_argv
@@ -173,3 +173,122 @@ def test_command_lines_reach_switch_clis_unchanged() -> None:
     assert command_argv("shutdown -h now") == ["shutdown", "-h", "now"]
     assert command_argv("write memory") == ["write", "memory"]
     assert command_argv("sync; poweroff") == ["sh", "-c", "sync; poweroff"]
+
+
+SLOW_STOP = """#!/bin/sh
+# slow-stop: logs when it begins, runs until the test releases it, then logs its end
+dir=$(dirname "$0")
+echo "begin $$" >> "$dir/runs.log"
+while [ ! -e "$dir/release" ]; do sleep 0.05; done
+echo "end $$" >> "$dir/runs.log"
+"""
+
+
+def slow_device(base: Path) -> Path:
+    script = base / "slow-stop"
+    script.write_text(SLOW_STOP)
+    script.chmod(0o755)
+    return script
+
+
+def begun(base: Path) -> list[str]:
+    log = base / "runs.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [line for line in lines if line.startswith("begin ")]
+
+
+@pytest.mark.parametrize(("once", "starts"), [(True, 1), (False, 2)])
+def test_once_refuses_a_second_copy_while_the_first_runs_on_the_device(
+    sshd: Sshd, tmp_path: Path, once: bool, starts: int
+) -> None:
+    """Two controllers (a restarted one, say) send the same shutdown while the first copy
+    still runs: with ``once`` the second is refused by ``flock`` beside the first and taken
+    as that request under way; without it the command runs twice."""
+    script = slow_device(tmp_path)
+    rid = f"nas-{tmp_path.name}"  # its own lock: tests may run side by side
+    res = nas(id=rid, shutdown=str(script), ssh={"once": once} if once else None)
+
+    async def scenario() -> None:
+        first, second = platform(sshd), platform(sshd)
+        [target] = await first.resolve(res)
+        await second.resolve(res)
+        running = asyncio.create_task(first.stop(target, StopMethod.GRACEFUL))
+        while not begun(tmp_path):  # the first copy runs on the device, until released
+            await asyncio.sleep(0.05)
+        again = asyncio.create_task(second.stop(target, StopMethod.GRACEFUL))
+        while not again.done() and len(begun(tmp_path)) < 2:  # refused, or running too
+            await asyncio.sleep(0.05)
+        (tmp_path / "release").touch()
+        await asyncio.gather(running, again)
+        await first.close()
+        await second.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        (Path.home() / f".upsguard-{rid}-shutdown.lock").unlink(missing_ok=True)
+    assert len(begun(tmp_path)) == starts
+
+
+def test_a_once_command_that_fails_says_why(sshd: Sshd, tmp_path: Path) -> None:
+    device = Device(tmp_path)
+    rid = f"nas-{tmp_path.name}"
+    res = nas(id=rid, shutdown=f"{device.script} refuse", ssh={"once": True})
+
+    async def scenario() -> None:
+        ssh = platform(sshd)
+        [target] = await ssh.resolve(res)
+        try:
+            await ssh.stop(target, StopMethod.GRACEFUL)
+        finally:
+            await ssh.close()
+
+    try:
+        with pytest.raises(PermanentError) as err:
+            asyncio.run(scenario())
+    finally:
+        (Path.home() / f".upsguard-{rid}-shutdown.lock").unlink(missing_ok=True)
+    assert str(err.value) == (
+        f"resource '{rid}': shutdown command on 127.0.0.1 exited 4: "
+        "shutdown refused: volume resync in progress"
+    )
+
+
+def test_a_command_is_heard_as_sent_only_once_the_device_answered(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    device = Device(tmp_path)
+    res = nas(shutdown=f"{device.script} shutdown", status=f"{device.script} status")
+    heard: list[str] = []
+
+    async def scenario(ssh: Any) -> None:
+        [target] = await ssh.resolve(res)
+        try:
+            await ssh.send_command(target, PowerState.OFF, lambda: heard.append("sent"))
+        finally:
+            await ssh.close()
+
+    with pytest.raises(PlatformUnreachable):
+        asyncio.run(scenario(platform(sshd, port=free_port())))
+    assert (heard, device.actions()) == ([], [])
+    asyncio.run(scenario(platform(sshd)))
+    assert (heard, device.actions()) == (["sent"], ["shutdown"])
+
+
+def test_doctor_checks_that_once_can_guard_the_commands_on_the_device(sshd: Sshd) -> None:
+    plain = nas(id="nas-plain", shutdown="poweroff")
+    guarded = nas(id="nas-once", shutdown="poweroff", ssh={"once": True})
+
+    async def scenario() -> list[tuple[str, str, str]]:
+        ssh = platform(sshd)
+        try:
+            found = await ssh.diagnose([plain, guarded])
+        finally:
+            await ssh.close()
+        return [(f.subject, f.check, f.verdict.value) for f in found]
+
+    assert asyncio.run(scenario()) == [
+        ("nas-plain", "ssh", "ok"),
+        ("nas-once", "ssh", "ok"),
+        ("nas-once", "once", "ok"),
+    ]

@@ -337,3 +337,25 @@ def test_the_examples_validate_and_can_power_each_host_back_on() -> None:
         for res in site.resources:
             if res.power_on_via and isinstance(site.platform(res.power_on_via), WolSettings):
                 assert res.mac, f"{name}: {res.id} has no mac"
+
+
+def test_ssh_once_is_for_resources_on_an_ssh_platform(tmp_path: Path) -> None:
+    site_file = tmp_path / "site.yaml"
+    text = GOOD + "  - {id: nas01, kind: storage, platform: vcenter, ssh: {once: true}}\n"
+    assert problems(tmp_path, text) == [
+        "resources[4].ssh: 'ssh' is for resources on an ssh platform; 'vcenter' is not one: "
+        f"remove it, or put nas01 on an ssh platform ({site_file}:13)"
+    ]
+    typo = (
+        GOOD
+        + "  - {id: nas01, kind: storage, platform: ssh, shutdown: poweroff, ssh: {onse: true}}\n"
+    )
+    (only,) = problems(tmp_path, typo)
+    assert only.startswith("resources[4].ssh.onse:")
+    for platform in ("ssh", "nas"):
+        good = GOOD.replace("platforms:\n", "platforms:\n  nas: {type: ssh}\n") + (
+            f"  - {{id: nas01, kind: storage, platform: {platform}, shutdown: poweroff,"
+            " ssh: {once: true}}\n"
+        )
+        res = load_site(write_site(tmp_path, good)).resource("nas01")
+        assert res.ssh is not None and res.ssh.once

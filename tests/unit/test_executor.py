@@ -7,8 +7,9 @@ test double of the ``Platform`` protocol, which the real plugins implement too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,29 @@ from tests.runs import executor_for, outcomes_by_step
 from tests.sites import simple_site, site_from
 from upsguard.clock import LoopClock, run_virtual
 from upsguard.config.platforms import SimulatedPlatformSettings
+from upsguard.config.resources import ResourceConfig
 from upsguard.config.site import SiteConfig
+from upsguard.engine.actions import UnderWay
 from upsguard.engine.executor import RunResult
 from upsguard.engine.slots import Slots
 from upsguard.errors import PermanentError, PlatformUnreachable
 from upsguard.events import Event, PointOfNoReturn, RunFinished, StepFinished, StepStarted
-from upsguard.models import PlatformName, PowerState, ResourceId, StepState, StopMethod, Target
-from upsguard.plugins.platforms.base import Platform
+from upsguard.models import (
+    CommandProcess,
+    PlatformName,
+    PowerState,
+    ResourceId,
+    RunId,
+    StepState,
+    StopMethod,
+    Target,
+)
+from upsguard.plugins.platforms.base import (
+    Platform,
+    ProcessListener,
+    SentListener,
+    poll_for_state,
+)
 from upsguard.plugins.platforms.simulated import Behaviour, Fleet, SimulatedPlatform
 from upsguard.plugins.platforms.simulated import Request as SimRequest
 from upsguard.runbooks.planner import Planner
@@ -574,3 +591,257 @@ def test_a_claim_does_not_outlive_the_term_each_request_is_fenced(tmp_path: Path
 
 async def _claimed() -> bool:
     return True  # claimed while the term held
+
+
+class SlowCommandPlatform:
+    """A double of the ``command`` platform (``RunsProcesses``): a command runs ``command_s``
+    seconds in a process of its own, which a cancelled request leaves running (as the real
+    command's session outlives it), and the platform bounds it by its own ``timeout``. There
+    is no ``status`` command: the state is what the last command that ended made it."""
+
+    def __init__(self, clock: LoopClock, command_s: float, timeout_s: float) -> None:
+        self.name = PlatformName("cmd")
+        self.starts = 0
+        self.state = PowerState.UNKNOWN
+        self._clock = clock
+        self._command_s = command_s
+        self._timeout_s = timeout_s
+        self._process: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
+        return [Target(self.name, resource.kind, resource.target_name, ref=str(resource.id))]
+
+    async def power_state(self, target: Target) -> PowerState:
+        return self.state
+
+    async def stop(self, target: Target, method: StopMethod) -> None:
+        raise AssertionError("a command step asks through request()")
+
+    async def start(self, target: Target) -> None:
+        raise AssertionError("a command step asks through request()")
+
+    async def request(
+        self, target: Target, wanted: PowerState, label: str, started: ProcessListener
+    ) -> None:
+        if self._process is None or self._process.done():
+            self.starts += 1
+            self._process = asyncio.create_task(self._command(wanted))
+            pid = 4000 + self.starts
+            started(CommandProcess(pid, 1, pid, f"/state/{label}.exit", self._clock.now()))
+        async with asyncio.timeout(self._timeout_s):
+            await asyncio.shield(self._process)
+
+    async def _command(self, wanted: PowerState) -> None:
+        await asyncio.sleep(self._command_s)
+        self.state = wanted
+
+    def adopt(self, target: Target, wanted: PowerState, process: CommandProcess) -> None:
+        return None
+
+    async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
+        if self._process is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await asyncio.shield(self._process)
+        return self.state is state
+
+    async def healthy(self, target: Target) -> bool:
+        return self.state is PowerState.ON
+
+
+def run_slow_command(tmp_path: Path, retries: int) -> tuple[StepState, str, int]:
+    """A shutdown command that takes 5 minutes, on a platform whose commands may take 10 and
+    a step allowed 15: the step's state and detail, and how often the command started."""
+    site = site_from(
+        tmp_path,
+        {
+            "site": "t",
+            "ups": [{"name": "u", "simulated": {}}],
+            "platforms": {"cmd": {"type": "command", "timeout": "10m"}},
+            "resources": [
+                {
+                    "id": "db1",
+                    "kind": "storage",
+                    "platform": "cmd",
+                    "shutdown": "quiesce-db",
+                    "guest_timeout": "15m",
+                    "retries": retries,
+                }
+            ],
+        },
+    )
+
+    async def main() -> tuple[StepState, str, int]:
+        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        cmd = SlowCommandPlatform(clock, command_s=300, timeout_s=600)
+        plan = Planner(site).plan("shutdown")
+        run = executor_for(plan, {cmd.name: cmd}, clock, lambda e: None)
+        outcome = (await run.run()).outcomes[plan.steps[0].id]
+        return outcome.state, outcome.detail, cmd.starts
+
+    return run_virtual(main())
+
+
+@pytest.mark.parametrize("retries", [0, 2])
+def test_a_command_step_is_bounded_by_its_own_timeouts_not_cut_at_two_minutes(
+    tmp_path: Path, retries: int
+) -> None:
+    assert run_slow_command(tmp_path, retries) == (StepState.DONE, "db1 shut down", 1)
+
+
+class SentCommandPlatform:
+    """A double of the ssh platform (``SendsCommands``): a shutdown command takes the device
+    down ``command_s`` after it is sent; nothing here can see it once sent."""
+
+    def __init__(self, clock: LoopClock, command_s: float) -> None:
+        self.name = PlatformName("dev")
+        self.sent_at: list[float] = []
+        self.down_at: float | None = None
+        self.refuses = False
+        self._clock = clock
+        self._command_s = command_s
+
+    def reaches_the_device(self, after_s: float) -> None:
+        """A command sent before the restart that took the device down ``after_s`` from now."""
+        self.down_at = self._clock.monotonic() + after_s
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
+        return [Target(self.name, resource.kind, resource.target_name, ref=str(resource.id))]
+
+    async def power_state(self, target: Target) -> PowerState:
+        down = self.down_at is not None and self._clock.monotonic() >= self.down_at
+        return PowerState.OFF if down else PowerState.ON
+
+    async def stop(self, target: Target, method: StopMethod) -> None:
+        if method is StopMethod.HARD:
+            raise PermanentError(f"{target.name}: SSH has no hard power-off")
+        await self.send_command(target, PowerState.OFF, lambda: None)
+
+    async def start(self, target: Target) -> None:
+        raise AssertionError("only shutdowns here")
+
+    async def send_command(self, target: Target, wanted: PowerState, sent: SentListener) -> None:
+        sent()
+        if self.refuses:
+            raise PermanentError(f"{target.name}: shutdown command exited 4: volume resync")
+        now = self._clock.monotonic()
+        self.sent_at.append(now)
+        lands = now + self._command_s
+        self.down_at = lands if self.down_at is None else min(self.down_at, lands)
+
+    async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
+        return await poll_for_state(self, target, state, timeout, 1.0, self._clock)
+
+    async def healthy(self, target: Target) -> bool:
+        return await self.power_state(target) is PowerState.ON
+
+
+def resume_with_a_command_sent(
+    tmp_path: Path, sent_s_before: float, reached_after_s: float | None
+) -> tuple[StepState, str, list[float]]:
+    """The controller that died sent nas1 its shutdown ``sent_s_before`` seconds before this
+    resumed run (step timeout 60 s, journaled); the command took the device down
+    ``reached_after_s`` into the run, or never reached it (None). The step's state and
+    detail, and when (seconds into the run) commands were sent again."""
+    site = site_from(
+        tmp_path,
+        {
+            "site": "t",
+            "ups": [{"name": "u", "simulated": {}}],
+            "platforms": {"dev": {"type": "ssh"}},
+            "resources": [
+                {
+                    "id": "nas1",
+                    "kind": "storage",
+                    "platform": "dev",
+                    "shutdown": "poweroff",
+                    "guest_timeout": "60s",
+                }
+            ],
+        },
+    )
+
+    async def main() -> tuple[StepState, str, list[float]]:
+        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        dev = SentCommandPlatform(clock, command_s=5)
+        if reached_after_s is not None:
+            dev.reaches_the_device(reached_after_s)
+        plan = Planner(site).plan("shutdown")
+        [target] = await dev.resolve(site.resources[0])
+        sent = clock.now() - timedelta(seconds=sent_s_before)
+        earlier = UnderWay(
+            RunId("r0"), plan.steps[0].id, target, PowerState.OFF, before_restart=True, at=sent
+        )
+        run = executor_for(
+            plan,
+            {dev.name: dev},
+            clock,
+            lambda e: None,
+            resumed=True,
+            under_way={earlier.key: earlier},
+        )
+        outcome = (await run.run()).outcomes[plan.steps[0].id]
+        return outcome.state, outcome.detail, dev.sent_at
+
+    return run_virtual(main())
+
+
+def test_a_command_sent_before_the_restart_is_waited_for_not_sent_again(tmp_path: Path) -> None:
+    state, detail, sent = resume_with_a_command_sent(tmp_path, 10, reached_after_s=20)
+    assert (state, detail, sent) == (StepState.DONE, "nas1 already off", [])
+
+
+def test_a_command_sent_before_the_restart_is_sent_again_only_after_the_step_timeout(
+    tmp_path: Path,
+) -> None:
+    state, detail, sent = resume_with_a_command_sent(tmp_path, 10, reached_after_s=None)
+    assert (state, detail, sent) == (StepState.DONE, "nas1 shut down", [50.0])
+
+
+def test_a_command_sent_longer_ago_than_the_step_timeout_is_sent_again_at_once(
+    tmp_path: Path,
+) -> None:
+    state, _, sent = resume_with_a_command_sent(tmp_path, 90, reached_after_s=None)
+    assert (state, sent) == (StepState.DONE, [0.0])
+
+
+def test_a_command_that_ran_and_failed_is_not_left_under_way(tmp_path: Path) -> None:
+    """Journaled as it went out, but it exited non-zero: the next run asks again."""
+    site = site_from(
+        tmp_path,
+        {
+            "site": "t",
+            "ups": [{"name": "u", "simulated": {}}],
+            "platforms": {"dev": {"type": "ssh"}},
+            "resources": [
+                {"id": "nas1", "kind": "storage", "platform": "dev", "shutdown": "poweroff"}
+            ],
+        },
+    )
+
+    async def main() -> tuple[StepState, str, int]:
+        clock = LoopClock(asyncio.get_running_loop(), datetime(2026, 1, 1, tzinfo=UTC))
+        dev = SentCommandPlatform(clock, command_s=5)
+        dev.refuses = True
+        plan = Planner(site).plan("shutdown")
+        run = executor_for(plan, {dev.name: dev}, clock, lambda e: None)
+        outcome = (await run.run()).outcomes[plan.steps[0].id]
+        return outcome.state, outcome.detail, len(run.under_way)
+
+    assert run_virtual(main()) == (
+        StepState.FAILED,
+        "nas1: shutdown command exited 4: volume resync",
+        0,
+    )

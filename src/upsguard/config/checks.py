@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from upsguard.config.ha_checks import ha_problems, ha_warnings
 from upsguard.config.own_machine import weaker_feeds, without_a_way_back
-from upsguard.config.platforms import WolSettings
+from upsguard.config.platforms import SshSettings, WolSettings
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import Suggestions, suggest
 from upsguard.config.types import format_duration, shorten
@@ -49,6 +49,7 @@ def site_problems(site: SiteConfig, unchecked: Unchecked = _NOTHING) -> list[Pro
         problems.extend(check(site, unchecked))
     problems.extend(_cycles(site))
     problems.extend(_woken_without_a_mac(site))
+    problems.extend(_ssh_settings_off_ssh(site))
     problems.extend(_ups_command_outlasts_own_machine(site))
     problems.extend(_snmp_can_send(site))
     problems.extend(ha_problems(site, unchecked.resources))
@@ -174,6 +175,21 @@ def _woken_without_a_mac(site: SiteConfig) -> Iterator[Problem]:
                     "its MAC address: set mac like 'aa:bb:cc:dd:ee:ff'",
                 )
                 break
+
+
+def _ssh_settings_off_ssh(site: SiteConfig) -> Iterator[Problem]:
+    """A resource's ``ssh:`` block says how its commands run over SSH: on a resource whose
+    platform is not an ssh one it would do nothing, and a site that counts on ``once`` would
+    not have it, so ``validate`` refuses it."""
+    for i, res in enumerate(site.resources):
+        if res.ssh is None or res.platform is None or not site.knows_platform(res.platform):
+            continue
+        if not isinstance(site.platform(res.platform), SshSettings):
+            yield (
+                ("resources", i, "ssh"),
+                f"'ssh' is for resources on an ssh platform; {shorten(res.platform)!r} is "
+                f"not one: remove it, or put {shorten(res.id)} on an ssh platform",
+            )
 
 
 def _wakes(site: SiteConfig, name: str) -> bool:

@@ -132,6 +132,17 @@ class Estimate(Model):
     start: Duration | None = None
 
 
+class SshCommands(Model):
+    """How a resource's own commands run on its device over SSH (a platform of type ssh)."""
+
+    once: bool = Field(
+        False,
+        description="run shutdown and startup under flock on the device, so that a copy sent "
+        "again after a restart is refused while the first still runs there (needs a POSIX "
+        "shell and flock on the device)",
+    )
+
+
 class ResourceConfig(Model):
     id: ResourceId
     kind: ResourceKind
@@ -171,6 +182,9 @@ class ResourceConfig(Model):
     startup: str | None = Field(None, description="command for ssh and command platforms")
     status: str | None = Field(None, description="exits 0 while it is up (ssh, command)")
     mac: str | None = Field(None, description="MAC address for Wake-on-LAN (wol platform)")
+    ssh: SshCommands | None = Field(
+        None, description="how its commands run on the device (ssh platform): {once: true}"
+    )
     health: HealthCheck | None = None
     estimate: Estimate = Estimate()
     serves_platform: str | None = Field(

@@ -7,8 +7,11 @@ state it asked for, and a step that finds its target's request under way (from a
 was cancelled, aborted or superseded, or journaled before a restart) waits for it instead
 of asking again. In a resumed run it also asks a platform that lists its tasks
 (``InFlightTasks``) whether a request is still under way (a host shutting down still reads
-on). A step whose target has the opposite request under way lets it land first: a startup
-would find a VM up that goes off a moment later, and a shutdown a host off that boots.
+on). A command sent to the target itself (``SendsCommands``: ssh) cannot be seen once sent:
+it is journaled as it goes out, and a resumed run sends no second one before the step's own
+timeout has passed since the first; by then, not landed, it is sent again. A step whose
+target has the opposite request under way lets it land first: a startup would find a VM up
+that goes off a moment later, and a shutdown a host off that boots.
 
 Both controllers of a pair going on without the store (``Unfenced``) have nothing between
 them to say who asks: each then reads the platform's requests under way before asking, as
@@ -61,6 +64,7 @@ from upsguard.plugins.platforms.base import (
     Platform,
     RunsProcesses,
     SeenWhileItAnswers,
+    SendsCommands,
 )
 from upsguard.runbooks.plan import Step, StepSettings
 
@@ -87,6 +91,9 @@ class UnderWay:
     process: CommandProcess | None = None
     """The request is a command running here (``RunsProcesses``): its process, which a
     restarted controller waits for instead of starting the command again."""
+    at: datetime | None = None
+    """When it was asked (journaled): a command sent to the target (``SendsCommands``) is
+    not sent again before the step's timeout has passed since."""
 
     @property
     def guest_shutdown(self) -> bool:
@@ -240,8 +247,13 @@ class StepRunner:
     ) -> TargetResult:
         grace = settings.timeout_s
         await self._let_land(step, platform, target, PowerState.ON, grace)
+        await self._outwait_sent(step, platform, target, PowerState.OFF, grace)
         try:
-            asked = await ask(lambda: self._ask_to_stop(step, platform, target), settings.retries)
+            asked = await ask(
+                lambda: self._ask_to_stop(step, platform, target),
+                settings.retries,
+                _allowance_s(platform, settings),
+            )
             if not asked.needed:
                 detail = f"{target.name} already off"
                 return TargetResult(target, StepState.DONE, detail, already_there=True)
@@ -284,6 +296,7 @@ class StepRunner:
     ) -> TargetResult:
         timeout = settings.timeout_s
         await self._let_land(step, platform, target, PowerState.OFF, timeout)
+        await self._outwait_sent(step, platform, target, PowerState.ON, timeout)
         state = await ask(lambda: platform.power_state(target), settings.retries)
         asked = ALREADY_THERE
         if state is not PowerState.ON:
@@ -358,6 +371,16 @@ class StepRunner:
 
             await platform.request(target, wanted, f"{self._run}.{step}", started)
             return
+        if isinstance(platform, SendsCommands):
+            try:
+                sent = functools.partial(self._asked, step, target, wanted)
+                await platform.send_command(target, wanted, sent)
+            except PermanentError:  # the command ran and failed: nothing is under way
+                sent_now = self.under_way.get(key_of(target))
+                if sent_now is not None and (sent_now.run, sent_now.step) == (self._run, step):
+                    del self.under_way[key_of(target)]
+                raise
+            return
         if wanted is PowerState.OFF:
             await platform.stop(target, StopMethod.GRACEFUL)
         else:
@@ -394,7 +417,7 @@ class StepRunner:
         process: CommandProcess | None = None,
     ) -> None:
         """A platform accepted a request: it is under way until seen to land."""
-        request = UnderWay(self._run, step, target, wanted, process=process)
+        request = UnderWay(self._run, step, target, wanted, process=process, at=self._clock.now())
         self.under_way[request.key] = request
         if self._on_request is not None:
             self._on_request(request)
@@ -449,6 +472,40 @@ class StepRunner:
             await platform.wait_for(target, state, timeout)
         self.under_way.pop(key_of(target), None)
 
+    async def _outwait_sent(
+        self, step: StepId, platform: Platform, target: Target, state: PowerState, timeout: float
+    ) -> None:
+        """A command sent to ``target`` before the restart (``SendsCommands``) toward ``state``
+        is waited for until ``timeout``, the step's own, has passed since it was sent: no
+        second one goes out before. Not landed by then, it is no longer waited for, and the
+        step sends it again (the first may never have reached the device)."""
+        earlier = self.under_way.get(key_of(target))
+        if (
+            earlier is None
+            or earlier.wanted is not state
+            or not earlier.before_restart
+            or earlier.process is not None
+            or earlier.at is None
+            or not isinstance(platform, SendsCommands)
+        ):
+            return
+        if state is PowerState.OFF and isinstance(platform, SeenWhileItAnswers):
+            platform.shutdown_accepted(target)  # its going quiet is that shutdown landing
+        left = timeout - (self._clock.now() - earlier.at).total_seconds()
+        if left > 0:
+            if self._on_wait is not None:
+                until = format_duration(timeout)
+                self._on_wait(step, f"waiting for {earlier.said()} ({target.name}), up to {until}")
+            if await platform.wait_for(target, state, left):
+                return  # landed: the step finds its target there
+        log.warning(
+            "%s: %s did not land within %s: sending it again",
+            target.name,
+            earlier.said(),
+            format_duration(timeout),
+        )
+        self.under_way.pop(key_of(target), None)
+
     async def _under_way(self, platform: Platform, target: Target, state: PowerState) -> str | None:
         """In a resumed run, or without the store (the other controller may have asked), the
         platform's own task still taking ``target`` to ``state``. Tasks that cannot be read
@@ -484,8 +541,14 @@ class StepRunner:
         self, step: StepId, settings: StepSettings, platform: Platform, target: Target
     ) -> None:
         if settings.power_on_via is None:
-            power_on = functools.partial(self._request, step, platform, target, PowerState.ON)
-            await ask(power_on, settings.retries)
+
+            async def power_on() -> None:
+                earlier = self.under_way.get(key_of(target))
+                if earlier is not None and earlier.wanted is PowerState.ON:
+                    return  # sent, then no answer in time: under way, not sent twice
+                await self._request(step, platform, target, PowerState.ON)
+
+            await ask(power_on, settings.retries, _allowance_s(platform, settings))
             return
         bmc = self._platform(settings.power_on_via)
         bmc_targets = await ask(lambda: bmc.resolve(settings.resource), settings.retries)
@@ -493,6 +556,16 @@ class StepRunner:
             power_on = functools.partial(bmc.start, bmc_target)
             await ask(functools.partial(self._fenced, power_on), settings.retries)
         self._asked(step, target, PowerState.ON)
+
+
+def _allowance_s(platform: Platform, settings: StepSettings) -> float:
+    """How long one request may take. A command run to its end (``RunsProcesses``,
+    ``SendsCommands``) is the step's own work: the step's timeout bounds it (and the
+    platform's own timeout the command), not the allowance of a request to an API, which
+    would cut a command slower than that and ask again."""
+    if isinstance(platform, RunsProcesses | SendsCommands):
+        return settings.timeout_s
+    return CALL_TIMEOUT_S
 
 
 def _combine(

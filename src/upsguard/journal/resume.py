@@ -144,6 +144,7 @@ def _asked_before(journal: Journal, now: datetime) -> list[UnderWay]:
             PowerState(row.wanted),
             before_restart=True,
             process=_process(row),
+            at=parse_iso(row.at),
         )
         out.append(request)
     return out

@@ -210,6 +210,12 @@ class Runner:
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
 
+    async def open(self) -> None:
+        """Open the SSH connection now (nothing to open for local commands), so that a caller
+        knows the command it sends next goes out. Raises as ``connect`` does."""
+        if self.ssh is not None:
+            await self._connection()
+
     async def run(
         self, argv: Sequence[str], *, timeout: float, input: str | None = None
     ) -> CommandResult:

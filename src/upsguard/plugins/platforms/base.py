@@ -177,6 +177,28 @@ class RunsProcesses(Protocol):
         ...
 
 
+SentListener = Callable[[], None]
+
+
+@runtime_checkable
+class SendsCommands(Protocol):
+    """A platform whose requests are commands run on the target itself (``ssh``): an optional
+    capability. Once sent, such a command cannot be seen from here: it may run on after the
+    connection, or the controller, is gone, and nothing lists it. So the step hears the
+    moment each command is sent (the journal keeps it, and when), and a resumed run sends no
+    second one before the step's own timeout has passed since the first (``engine.actions``).
+    """
+
+    async def send_command(self, target: Target, wanted: PowerState, sent: SentListener) -> None:
+        """Run the command that takes ``target`` to ``wanted`` (``OFF``: its shutdown, ``ON``:
+        its startup), as ``stop``/``start`` do. ``sent`` hears the moment the command goes
+        out, once the connection is open: a device that could not be reached was sent
+        nothing. A copy of the same command still running on the device (where the platform
+        can tell) is that request under way: it returns as if accepted, starting none.
+        Raises as ``stop``/``start`` do."""
+        ...
+
+
 @runtime_checkable
 class SeenWhileItAnswers(Protocol):
     """A platform that sees a target only while the target itself answers (SSH): an optional

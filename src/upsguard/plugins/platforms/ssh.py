@@ -19,11 +19,29 @@ Command lines: a plain line (``shutdown -h now``) is sent as it is, so that a
 switch CLI without a POSIX shell understands it; a line using shell syntax
 (``;``, ``|``, ``&``, ``>``, ``$``) is run as ``sh -c LINE``. A device that
 drops the connection while running ``shutdown`` has accepted it.
+
+Sent once, a command cannot be seen from here: it runs on the device after the connection,
+or the controller, is gone. The step journals the moment each ``shutdown`` or ``startup``
+goes out (``SendsCommands``), and a restarted controller sends no second one before the
+step's own timeout has passed since the first (``engine.actions``). A resource with
+``ssh: {once: true}`` runs them under ``flock`` on the device, so that a copy sent again
+while the first still runs there (a command slower than the step's timeout) is refused
+beside it rather than run twice: the wrapper takes ``~/.upsguard-RESOURCE-ACTION.lock``
+without waiting, and on refusal exits ``ONCE_REFUSED`` saying ``ONCE_MARK``; the platform
+then treats the first copy as the request under way. The lock file lives in the SSH user's
+home, not ``/run/lock``: the home is there and writable on every device that lets the user
+log in (appliances often have no ``/run/lock``, or keep it for root), and nobody else may
+create files in it, whereas any user of the device can plant a file of that name in the
+shared ``/run/lock`` and so keep the shutdown from ever running. A ``flock`` lock ends
+with the processes holding it (the command and what it left running), so a file left
+behind by a reboot holds nothing. A device without ``flock``, or whose home cannot take the
+file, runs the command unguarded: the lock is a guard, never a reason not to shut down.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import shlex
 from collections.abc import Sequence
 
@@ -37,12 +55,17 @@ from upsguard.errors import (
     TemporaryError,
     UpsguardError,
 )
-from upsguard.findings import Area, Finding, fail, ok
+from upsguard.findings import Area, Finding, fail, ok, warn
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
 from upsguard.plugins import remote
-from upsguard.plugins.platforms.base import ResourceTargets, poll_for_state, port_state
+from upsguard.plugins.platforms.base import (
+    ResourceTargets,
+    SentListener,
+    poll_for_state,
+    port_state,
+)
 
-__all__ = ["SshPlatform", "command_argv"]
+__all__ = ["ONCE_MARK", "ONCE_REFUSED", "SshPlatform", "command_argv", "once_argv"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +77,35 @@ def command_argv(line: str) -> list[str]:
     if _SHELL_SYNTAX & set(line):
         return ["sh", "-c", line]
     return shlex.split(line)
+
+
+ONCE_REFUSED = 75
+"""The exit status of a ``once`` command refused because a copy of it still runs (EX_TEMPFAIL)."""
+ONCE_MARK = "upsguard: a copy of this command still runs on this device; not started again"
+"""The line the refusal prints on stderr: with ``ONCE_REFUSED`` it tells a refusal from a
+command that happens to exit 75 (a token of the wrapper's own, as ``remote.EXIT_MARK`` is)."""
+
+_ONCE = (
+    'lock="$HOME/.upsguard-$0.lock"\n'
+    'if command -v flock >/dev/null 2>&1 && (: >>"$lock") 2>/dev/null; then\n'
+    '  exec 9>>"$lock"\n'
+    f'  flock -n 9 || {{ echo "{ONCE_MARK}" >&2; exit {ONCE_REFUSED}; }}\n'
+    "fi\n"
+    'exec sh -c "$1"'
+)
+"""The ``once`` wrapper: ``sh -c _ONCE NAME LINE`` (see the module docstring). The lock's
+descriptor is passed on to the command, so it is held as long as the command runs; the line
+itself runs as ``sh -c LINE``, as the device's login shell would run it."""
+
+
+_ONCE_PROBE = 'command -v flock >/dev/null 2>&1 && test -w "$HOME"'
+"""What ``once`` needs on the device, read without changing anything (``doctor``)."""
+
+
+def once_argv(name: str, line: str) -> list[str]:
+    """``line`` run under the device's ``flock``, its lock named after ``name``."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    return ["sh", "-c", _ONCE, safe, line]
 
 
 class SshPlatform:
@@ -118,10 +170,38 @@ class SshPlatform:
                 f"resource '{res.id}': SSH has no hard power-off for {target.name}; "
                 "it did not go down after its shutdown command"
             )
+        await self.send_command(target, PowerState.OFF, _nobody)
+
+    async def start(self, target: Target) -> None:
+        """Run ``startup`` on a reachable device; power-on itself needs ``power_on_via``."""
+        await self.send_command(target, PowerState.ON, _nobody)
+
+    async def send_command(self, target: Target, wanted: PowerState, sent: SentListener) -> None:
+        """``SendsCommands``: run the resource's ``shutdown`` (``OFF``) or ``startup`` (``ON``)
+        on the device, ``sent`` hearing the moment it goes out. A ``once`` copy refused
+        because the first still runs is that request under way."""
+        res = self._targets.resource(target)
+        if wanted is PowerState.OFF:
+            await self._shutdown(target, res, sent)
+            return
+        if res.startup is None:
+            raise PermanentError(
+                f"resource '{res.id}': SSH cannot power {target.name} on: "
+                "set power_on_via (a BMC or wol) or a 'startup' command"
+            )
+        self._asked_down.pop(target.name, None)
+        result = await self._send(target, res, "startup", res.startup, sent)
+        if not result.ok and not _refused(result):
+            raise PermanentError(
+                f"resource '{res.id}': startup command on {target.name} exited "
+                f"{result.exit_status}: {result.first_error_line()}"
+            )
+
+    async def _shutdown(self, target: Target, res: ResourceConfig, sent: SentListener) -> None:
         if res.shutdown is None:
             raise PermanentError(f"resource '{res.id}' has no 'shutdown' command")
         try:
-            result = await self._run(target, res.shutdown)
+            result = await self._send(target, res, "shutdown", res.shutdown, sent)
         except PlatformUnreachable as exc:
             if "connection lost" not in str(exc):  # remote's words for a drop after connecting
                 raise
@@ -129,28 +209,14 @@ class SshPlatform:
             await self._drop(target.name)
             self._asked_down[target.name] = False
             return
-        if not result.ok and not _dropped(result):
+        if _refused(result):
+            log.info("%s: its shutdown command still runs there from before", target.name)
+        elif not result.ok and not _dropped(result):
             raise PermanentError(
                 f"resource '{res.id}': shutdown command on {target.name} exited "
                 f"{result.exit_status}: {result.first_error_line()}"
             )
         self._asked_down[target.name] = False
-
-    async def start(self, target: Target) -> None:
-        """Run ``startup`` on a reachable device; power-on itself needs ``power_on_via``."""
-        res = self._targets.resource(target)
-        if res.startup is None:
-            raise PermanentError(
-                f"resource '{res.id}': SSH cannot power {target.name} on: "
-                "set power_on_via (a BMC or wol) or a 'startup' command"
-            )
-        self._asked_down.pop(target.name, None)
-        result = await self._run(target, res.startup)
-        if not result.ok:
-            raise PermanentError(
-                f"resource '{res.id}': startup command on {target.name} exited "
-                f"{result.exit_status}: {result.first_error_line()}"
-            )
 
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
         interval = self._settings.poll_interval.total_seconds()
@@ -160,8 +226,9 @@ class SshPlatform:
         return await self.power_state(target) is PowerState.ON
 
     async def diagnose(self, resources: Sequence[ResourceConfig]) -> list[Finding]:
-        """``PlatformDiagnosis``: each device's host key is known and the key logs in (nothing
-        runs; whether its shutdown command would work only the device knows)."""
+        """``PlatformDiagnosis``: each device's host key is known and the key logs in; with
+        ``once``, that the device has ``flock`` and a home the lock file can go in (a probe
+        that reads only; whether its shutdown command would work only the device knows)."""
         found = []
         for res in resources:
             if res.platform != self.name:
@@ -177,7 +244,29 @@ class SshPlatform:
             found.append(
                 ok(Area.RESOURCE, res.id, "ssh", f"{where}: host key in {known}, key accepted")
             )
+            if res.ssh is not None and res.ssh.once:
+                found.append(await self._once_finding(res, where))
         return found
+
+    async def _once_finding(self, res: ResourceConfig, where: str) -> Finding:
+        """Whether ``once`` can guard the resource's commands on its device."""
+        timeout = self._settings.timeout.total_seconds()
+        endpoint = self._endpoint(res.target_name)
+        try:
+            result = await remote.run(["sh", "-c", _ONCE_PROBE], ssh=endpoint, timeout=timeout)
+        except UpsguardError as exc:
+            return fail(Area.RESOURCE, res.id, "once", str(exc), _fix(exc, endpoint))
+        if result.ok:
+            return ok(Area.RESOURCE, res.id, "once", f"{where}: flock there, lock file in ~")
+        return warn(
+            Area.RESOURCE,
+            res.id,
+            "once",
+            f"{where}: no flock, or a home the lock file cannot go in: its commands would run "
+            "unguarded (a copy sent again after a restart may run beside the first)",
+            "install flock (util-linux) on the device, or give the SSH user a writable home",
+            missing=("flock",),
+        )
 
     def _endpoint(self, host: str) -> remote.SshEndpoint:
         return remote.SshEndpoint(
@@ -189,12 +278,28 @@ class SshPlatform:
         )
 
     async def _run(self, target: Target, line: str) -> remote.CommandResult:
-        runner = self._runners.get(target.name)
         timeout = self._settings.timeout.total_seconds()
+        return await self._runner(target).run(command_argv(line), timeout=timeout)
+
+    async def _send(
+        self, target: Target, res: ResourceConfig, what: str, line: str, sent: SentListener
+    ) -> remote.CommandResult:
+        """Run a shutdown or startup ``line`` (under ``flock`` with ``once``), ``sent`` hearing
+        it go out once the connection is open."""
+        once = res.ssh is not None and res.ssh.once
+        argv = once_argv(f"{res.id}-{what}", line) if once else command_argv(line)
+        runner = self._runner(target)
+        await runner.open()
+        sent()
+        return await runner.run(argv, timeout=self._settings.timeout.total_seconds())
+
+    def _runner(self, target: Target) -> remote.Runner:
+        runner = self._runners.get(target.name)
         if runner is None:
             endpoint = self._endpoint(target.name)
+            timeout = self._settings.timeout.total_seconds()
             runner = self._runners[target.name] = remote.Runner(endpoint, connect_timeout=timeout)
-        return await runner.run(command_argv(line), timeout=timeout)
+        return runner
 
     async def _drop(self, host: str) -> None:
         runner = self._runners.pop(host, None)
@@ -218,6 +323,15 @@ def _fix(exc: UpsguardError, at: remote.SshEndpoint) -> str:
     if isinstance(exc, PermanentError):
         return "check key_file (an OpenSSH private key without a passphrase)"
     return "check the device's address and that its SSH server runs and is reachable"
+
+
+def _nobody() -> None:
+    """The listener of a request no step journals (``upsguard`` acting directly)."""
+
+
+def _refused(result: remote.CommandResult) -> bool:
+    """A ``once`` copy refused: its first copy still runs on the device (see ``ONCE_MARK``)."""
+    return result.exit_status == ONCE_REFUSED and ONCE_MARK in result.stderr.splitlines()
 
 
 def _dropped(result: remote.CommandResult) -> bool:
