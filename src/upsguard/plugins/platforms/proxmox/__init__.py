@@ -43,8 +43,8 @@ from upsguard.errors import (
     UpsguardError,
 )
 from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod, Target
-from upsguard.plugins.platforms.proxmox import cluster
 from upsguard.plugins.platforms.base import poll_for_state
+from upsguard.plugins.platforms.proxmox import cluster
 
 __all__ = ["ProxmoxPlatform"]
 
