@@ -27,8 +27,9 @@ from upsguard.config.types import resolve_secret
 from upsguard.errors import AuthenticationError, PermanentError, TemporaryError
 from upsguard.findings import Finding
 from upsguard.models import CacheMode, CacheName, CacheState, CacheTarget
-from upsguard.plugins.caches.base import SavedState, may_flip, require_targets
+from upsguard.plugins.caches.base import may_flip, require_targets
 from upsguard.plugins.remote import Runner
+from upsguard.saved_state import SavedState
 
 log = logging.getLogger(__name__)
 

@@ -45,6 +45,7 @@ from upsguard.errors import (
 from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod, Target
 from upsguard.plugins.platforms.base import poll_for_state
 from upsguard.plugins.platforms.proxmox import cluster
+from upsguard.saved_state import SavedState
 
 __all__ = ["ProxmoxPlatform"]
 
@@ -70,7 +71,10 @@ class ProxmoxPlatform:
         self._api: Any = None
         self._lock = asyncio.Lock()
         state_dir = settings.state_dir or Path(".")
-        self._record = cluster.ClusterRecord(state_dir / f"{name}.cluster.json")
+        self._record: SavedState[Any] = SavedState(
+            state_dir / f"{name}.cluster.json",
+            "what upsguard changed on the cluster (for the startup to undo)",
+        )
 
     @property
     def _where(self) -> str:

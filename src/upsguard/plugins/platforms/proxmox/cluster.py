@@ -19,58 +19,19 @@ before 9.1, a flag missing from the list) is ``UNKNOWN``, never taken as either.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import logging
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from upsguard.errors import PermanentError
 from upsguard.models import PowerState
+from upsguard.saved_state import SavedState
 
-log = logging.getLogger(__name__)
 
 HA = "ha"
 CEPH = "ceph_flags"
 _ARMED = {"armed": PowerState.ON, "standby": PowerState.ON, "disarmed": PowerState.OFF}
 """HA's ``armed-state``: ``standby`` is armed with nothing to watch; ``disarming`` (under
 way) and anything else is unknown."""
-
-
-class ClusterRecord:
-    """What upsguard changed on one cluster, kept in a JSON file until the startup undid it."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._values: dict[str, Any] = {}
-        with contextlib.suppress(OSError, ValueError):
-            self._values = dict(json.loads(path.read_text()))
-
-    def get(self, key: str) -> Any:
-        return self._values.get(key)
-
-    def put(self, key: str, value: Any) -> None:
-        self._values[key] = value
-        self._save()
-
-    def drop(self, key: str) -> None:
-        if self._values.pop(key, None) is not None:
-            self._save()
-
-    def _save(self) -> None:
-        try:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self._path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self._values, indent=1, sort_keys=True))
-            tmp.replace(self._path)
-        except OSError as exc:
-            log.warning(
-                "cannot keep what upsguard changed on the cluster in %s (%s): the startup "
-                "will not know to undo it",
-                self._path,
-                exc.strerror,
-            )
 
 
 def ha_armed_state(api: Any) -> str | None:
@@ -83,16 +44,16 @@ def ha_armed_state(api: Any) -> str | None:
     return None
 
 
-def ha_state(armed: str | None, record: ClusterRecord) -> PowerState:
+def ha_state(armed: str | None, record: SavedState[Any]) -> PowerState:
     """``OFF`` once HA is disarmed and upsguard recorded doing it (or finding it so)."""
     if armed is None:
         return PowerState.UNKNOWN
-    if record.get(HA) is None:
+    if record.get(HA, None) is None:
         return PowerState.ON
     return _ARMED.get(armed, PowerState.UNKNOWN)
 
 
-def disarm_ha(api: Any, record: ClusterRecord, where: str) -> None:
+def disarm_ha(api: Any, record: SavedState[Any], where: str) -> None:
     """Record HA's state, then disarm it, resources ignored (``crm-command disarm-ha
     ignore``): HA then neither restarts nor migrates the guests the shutdown stops. A
     record already there (a resumed run) is kept: it says what the cluster was first."""
@@ -102,16 +63,16 @@ def disarm_ha(api: Any, record: ClusterRecord, where: str) -> None:
             f"{where}: its HA status has no arm state: disarming HA needs PVE 9.1 or later "
             "(remove the 'ha' cluster resource, or upgrade)"
         )
-    if record.get(HA) is None:
+    if record.get(HA, None) is None:
         record.put(HA, armed)
     if armed != "disarmed":
         api.cluster.ha.status("disarm-ha").post(**{"resource-mode": "ignore"})
 
 
-def rearm_ha(api: Any, record: ClusterRecord) -> None:
+def rearm_ha(api: Any, record: SavedState[Any]) -> None:
     """Re-arm HA if upsguard disarmed it, then forget the record; an HA upsguard found
     disarmed stays so."""
-    before = record.get(HA)
+    before = record.get(HA, None)
     if before is not None and before != "disarmed" and ha_armed_state(api) != "armed":
         api.cluster.ha.status("arm-ha").post()
     record.drop(HA)
@@ -122,31 +83,33 @@ def ceph_flags(api: Any) -> dict[str, bool]:
     return {str(f["name"]): bool(f.get("value")) for f in api.cluster.ceph.flags.get()}
 
 
-def ceph_state(flags: dict[str, bool], wanted: Sequence[str], record: ClusterRecord) -> PowerState:
+def ceph_state(
+    flags: dict[str, bool], wanted: Sequence[str], record: SavedState[Any]
+) -> PowerState:
     """``OFF`` once every wanted flag reads set and upsguard recorded setting them."""
     if any(flag not in flags for flag in wanted):
         return PowerState.UNKNOWN
-    if record.get(CEPH) is None:
+    if record.get(CEPH, None) is None:
         return PowerState.ON
     return PowerState.OFF if all(flags[f] for f in wanted) else PowerState.ON
 
 
-def set_ceph_flags(api: Any, wanted: Sequence[str], record: ClusterRecord, where: str) -> None:
+def set_ceph_flags(api: Any, wanted: Sequence[str], record: SavedState[Any], where: str) -> None:
     """Record which wanted flags were set already, then set the others."""
     flags = ceph_flags(api)
     missing = [f for f in wanted if f not in flags]
     if missing:
         raise PermanentError(f"{where}: its Ceph reports no flag {', '.join(missing)}")
-    if record.get(CEPH) is None:
+    if record.get(CEPH, None) is None:
         record.put(CEPH, sorted(f for f in wanted if not flags[f]))
     to_set = {f: 1 for f in wanted if not flags[f]}
     if to_set:
         api.cluster.ceph.flags.put(**to_set)
 
 
-def unset_ceph_flags(api: Any, record: ClusterRecord) -> None:
+def unset_ceph_flags(api: Any, record: SavedState[Any]) -> None:
     """Unset the flags upsguard set (those set before it stay), then forget the record."""
-    ours = record.get(CEPH) or []
+    ours = record.get(CEPH, None) or []
     flags = ceph_flags(api)
     to_unset = {f: 0 for f in ours if flags.get(f)}
     if to_unset:
