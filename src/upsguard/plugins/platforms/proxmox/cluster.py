@@ -26,7 +26,6 @@ from upsguard.errors import PermanentError
 from upsguard.models import PowerState
 from upsguard.saved_state import SavedState
 
-
 HA = "ha"
 CEPH = "ceph_flags"
 _ARMED = {"armed": PowerState.ON, "standby": PowerState.ON, "disarmed": PowerState.OFF}
