@@ -10,6 +10,7 @@ while the device is on. ``start`` logs ``start ID``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,3 +169,31 @@ def polls_pass(svc: ServiceProcess, count: int = 4) -> None:
     something did not happen, by events rather than by the clock."""
     start = svc.status()["service"]["polls"]
     svc.wait(lambda: svc.status()["service"]["polls"] >= start + count, f"{count} more polls")
+
+
+def shutdown_cut_and_resumed(
+    svc: ServiceProcess, nut: NutServer, kill: str, begun: Callable[[], object]
+) -> None:
+    """An outage on ``ups1`` whose shutdown is cut, once ``begun()`` says its step's command
+    began, by ``kill`` (``kill9``, or ``sigterm`` to the whole unit as ``systemctl stop``
+    sends it); the service started again, until its resumed run ends."""
+    nut.write("ups1", ONLINE)
+    svc.start()
+    nut.write("ups1", LOW_BATTERY)
+    svc.wait(begun, "the shutdown command to begin")
+    if kill == "kill9":
+        svc.kill9()
+    else:
+        assert svc.terminate(group=True) == 0
+    svc.start()
+    svc.wait(lambda: svc.status()["phase"] == "down", "the resumed run to finish", 90)
+
+
+def the_only_run(svc: ServiceProcess) -> tuple[str, dict[str, str]]:
+    """The state of the one run the service journaled, and of each of its steps."""
+    journal = svc.read_journal()
+    try:
+        (run,) = journal.read.runs(limit=5)
+        return run.state, {s.step: s.state for s in run.steps}
+    finally:
+        journal.close()

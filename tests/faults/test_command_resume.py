@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.faults.lab import LOW_BATTERY, ONLINE
+from tests.faults.lab import ONLINE, shutdown_cut_and_resumed, the_only_run
 from tests.peers.nut import NutServer
 from tests.peers.service import ServiceProcess, write_site
 
@@ -80,29 +80,15 @@ def runs_log(root: Path) -> list[str]:
 def trial(root: Path, nut: NutServer, kill: str) -> list[str]:
     """One outage whose shutdown step is cut by ``kill``; the problems found."""
     svc = lab_site(root, nut)
-    nut.write("ups1", ONLINE)
     try:
-        svc.start()
-        nut.write("ups1", LOW_BATTERY)
-        svc.wait(lambda: runs_log(root), "the shutdown command to begin")
-        if kill == "kill9":
-            svc.kill9()
-        else:
-            assert svc.terminate(group=True) == 0  # systemctl stop: the whole unit
-        svc.start()
-        svc.wait(lambda: svc.status()["phase"] == "down", "the resumed run to finish", 90)
+        shutdown_cut_and_resumed(svc, nut, kill, lambda: runs_log(root))
     finally:
         svc.stop()
     lines = runs_log(root)
     found = [f"the command began {n} times" for n in [len(lines) - len(ended(lines))] if n != 1]
-    journal = svc.read_journal()
-    try:
-        (run,) = journal.read.runs(limit=5)
-        states = {s.step: s.state for s in run.steps}
-    finally:
-        journal.close()
-    if states.get("stop:db1") != "done" or run.state != "done":
-        found.append(f"run {run.state}, steps {states}")
+    run, states = the_only_run(svc)
+    if states.get("stop:db1") != "done" or run != "done":
+        found.append(f"run {run}, steps {states}")
     return found
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.faults.lab import LOW_BATTERY, ONLINE
+from tests.faults.lab import ONLINE, shutdown_cut_and_resumed, the_only_run
 from tests.peers.nut import NutServer
 from tests.peers.service import ServiceProcess, write_site
 from tests.peers.sshd import Sshd
@@ -93,17 +93,8 @@ def runs_log(root: Path) -> list[str]:
 def trial(root: Path, nut: NutServer, sshd: Sshd, kill: str, once: bool) -> list[str]:
     """One outage whose shutdown step is cut by ``kill``; the problems found."""
     svc = lab_site(root, nut, sshd, once)
-    nut.write("ups1", ONLINE)
     try:
-        svc.start()
-        nut.write("ups1", LOW_BATTERY)
-        svc.wait(lambda: runs_log(root), "the shutdown command to begin")
-        if kill == "kill9":
-            svc.kill9()
-        else:
-            assert svc.terminate(group=True) == 0  # systemctl stop: the whole unit
-        svc.start()
-        svc.wait(lambda: svc.status()["phase"] == "down", "the resumed run to finish", 90)
+        shutdown_cut_and_resumed(svc, nut, kill, lambda: runs_log(root))
     finally:
         svc.stop()
         for lock in Path.home().glob(f".upsguard-nas-{root.parent.name}-{root.name}-*.lock"):
@@ -111,14 +102,9 @@ def trial(root: Path, nut: NutServer, sshd: Sshd, kill: str, once: bool) -> list
     lines = runs_log(root)
     begun = len([line for line in lines if line.startswith("begin ")])
     found = [f"the command began {begun} times"] if begun != 1 else []
-    journal = svc.read_journal()
-    try:
-        (run,) = journal.read.runs(limit=5)
-        states = {s.step: s.state for s in run.steps}
-    finally:
-        journal.close()
-    if set(states.values()) != {"done"} or run.state != "done":
-        found.append(f"run {run.state}, steps {states}")
+    run, states = the_only_run(svc)
+    if set(states.values()) != {"done"} or run != "done":
+        found.append(f"run {run}, steps {states}")
     return found
 
 
