@@ -191,9 +191,9 @@ class RunningStep(_Model):
     step: str
     description: str
     under_way_since: datetime | None = None
-    """When its command started, for a command a controller before this one started and this
-    one waits for (it was not started again): "under way since ... (started before the
-    restart)"."""
+    """When it was asked, for a request (a command run here, one sent over ssh, a task) a
+    controller before this one made and this one waits for rather than make again: "under way
+    since ... (started before the restart)"."""
 
 
 class RunStatus(_Model):

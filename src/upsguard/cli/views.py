@@ -253,7 +253,7 @@ def event_line(event: dict[str, Any]) -> str:
 
 
 def _first_started(step: RunningStep) -> str:
-    """For a command a controller before this one started: since when it is under way."""
+    """For a request a controller before this one made: since when it is under way."""
     if step.under_way_since is None:
         return ""
     at = step.under_way_since.astimezone().strftime("%H:%M:%S")

@@ -383,9 +383,9 @@ def run_status(controller: OutageController, journal: Journal, now: datetime) ->
     rows = {row.step: row for row in journal.read.steps(spec.id)}  # the last attempt wins
     plan = plan_status(executor.plan, rows, set(progress.running), now)
     since = {
-        request.step: request.process.started
+        request.step: request.at
         for request in executor.under_way.values()
-        if request.before_restart and request.process is not None
+        if request.before_restart and request.at is not None
     }
     return RunStatus(
         id=spec.id,

@@ -152,6 +152,14 @@ class Request:
 ALREADY_THERE = Request(needed=False)
 
 
+def _landed_before(landed: str, already: str, sent_before: str | None) -> str:
+    """A target found in the state its step wants: ``already`` so, or ``landed`` there by
+    ``sent_before``, the command a controller before the restart sent, which it waited for."""
+    if sent_before is None:
+        return already
+    return f"{landed} (waited for {sent_before}, sent before the restart)"
+
+
 @dataclass(frozen=True, slots=True)
 class TargetResult:
     target: Target
@@ -247,7 +255,7 @@ class StepRunner:
     ) -> TargetResult:
         grace = settings.timeout_s
         await self._let_land(step, platform, target, PowerState.ON, grace)
-        await self._outwait_sent(step, platform, target, PowerState.OFF, grace)
+        sent = await self._outwait_sent(step, platform, target, PowerState.OFF, grace)
         try:
             asked = await ask(
                 lambda: self._ask_to_stop(step, platform, target),
@@ -255,7 +263,7 @@ class StepRunner:
                 _allowance_s(platform, settings),
             )
             if not asked.needed:
-                detail = f"{target.name} already off"
+                detail = f"{target.name} {_landed_before('shut down', 'already off', sent)}"
                 return TargetResult(target, StepState.DONE, detail, already_there=True)
             if await self._landed(platform, target, PowerState.OFF, grace):
                 detail = f"{target.name} shut down{asked.said()}"
@@ -296,7 +304,7 @@ class StepRunner:
     ) -> TargetResult:
         timeout = settings.timeout_s
         await self._let_land(step, platform, target, PowerState.OFF, timeout)
-        await self._outwait_sent(step, platform, target, PowerState.ON, timeout)
+        sent = await self._outwait_sent(step, platform, target, PowerState.ON, timeout)
         state = await ask(lambda: platform.power_state(target), settings.retries)
         asked = ALREADY_THERE
         if state is not PowerState.ON:
@@ -317,7 +325,7 @@ class StepRunner:
         except StepTimeout as exc:
             return TargetResult(target, StepState.FAILED, str(exc))
         already = state is PowerState.ON
-        done = "already up" if already else "up"
+        done = _landed_before("up", "already up", sent) if already else "up"
         detail = f"{target.name} {done}{asked.said()}"
         return TargetResult(target, StepState.DONE, detail, already_there=already)
 
@@ -474,11 +482,12 @@ class StepRunner:
 
     async def _outwait_sent(
         self, step: StepId, platform: Platform, target: Target, state: PowerState, timeout: float
-    ) -> None:
+    ) -> str | None:
         """A command sent to ``target`` before the restart (``SendsCommands``) toward ``state``
         is waited for until ``timeout``, the step's own, has passed since it was sent: no
         second one goes out before. Not landed by then, it is no longer waited for, and the
-        step sends it again (the first may never have reached the device)."""
+        step sends it again (the first may never have reached the device). The words for
+        that command when it landed meanwhile, for the step's detail."""
         earlier = self.under_way.get(key_of(target))
         if (
             earlier is None
@@ -488,7 +497,7 @@ class StepRunner:
             or earlier.at is None
             or not isinstance(platform, SendsCommands)
         ):
-            return
+            return None
         if state is PowerState.OFF and isinstance(platform, SeenWhileItAnswers):
             platform.shutdown_accepted(target)  # its going quiet is that shutdown landing
         left = timeout - (self._clock.now() - earlier.at).total_seconds()
@@ -497,7 +506,7 @@ class StepRunner:
                 until = format_duration(timeout)
                 self._on_wait(step, f"waiting for {earlier.said()} ({target.name}), up to {until}")
             if await platform.wait_for(target, state, left):
-                return  # landed: the step finds its target there
+                return earlier.said()  # landed: the step finds its target there
         log.warning(
             "%s: %s did not land within %s: sending it again",
             target.name,
@@ -505,6 +514,7 @@ class StepRunner:
             format_duration(timeout),
         )
         self.under_way.pop(key_of(target), None)
+        return None
 
     async def _under_way(self, platform: Platform, target: Target, state: PowerState) -> str | None:
         """In a resumed run, or without the store (the other controller may have asked), the
