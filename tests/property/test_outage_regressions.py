@@ -12,6 +12,9 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
+from tests.property.lab import LabUps
 from tests.property.test_outage_invariants import OutageMachine
 from upsguard.errors import RunBusy, UpsguardError
 from upsguard.events import (
@@ -22,6 +25,7 @@ from upsguard.events import (
     StepStarted,
     StepWaiting,
     TargetAsked,
+    UpsCommandSent,
 )
 from upsguard.models import CacheName, LinkState, StepState
 
@@ -565,3 +569,40 @@ def test_a_need_its_ups_cut_under_a_startup_is_no_order_of_the_controllers() -> 
         step("self_test", on=True, ups="ub"),
         step("time_passes", seconds=60),
     )
+
+
+def test_a_ups_told_before_a_kill_is_not_told_again_by_the_resumed_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The service died right after UPS ua took its load cycle (``shutdown.return``), before
+    ub was told and before its own machine's step started. Three defects, one behind the
+    other: the restarted service took the run for finished by its own poweroff (only that
+    step was left, though it had never started) and told ub nothing; then, resumed before
+    its first poll, the own machine's step read the unknown power as the mains there and
+    stayed up, telling nobody; then it told ua a second time (which UPS was told lived in
+    memory only; now the journal says). The kill lands at the command itself (the process
+    reaches nothing more once ua answered), as only a test can place it."""
+    killed: list[str] = []
+
+    command = LabUps.command
+
+    async def command_then_die(ups: LabUps, name: str) -> None:
+        await command(ups, name)
+        if not killed:
+            killed.append(ups.name)
+            ups._life.alive = False  # its next call never comes back, as after kill -9
+
+    monkeypatch.setattr(LabUps, "command", command_then_die)
+    with story() as machine:
+        for ups in ("ua", "ub"):
+            machine.mains(ups=ups, on=False)
+            machine.fsd(ups=ups, on=True)
+        for _ in range(180):  # the shutdown takes minutes of the virtual clock
+            if killed:
+                break
+            machine.time_passes(seconds=5)
+        machine.kill_9()
+        machine.time_passes(seconds=60)
+        check_invariants(machine)
+        told = [e.ups for _, e in heard(machine) if isinstance(e, UpsCommandSent) and e.ok]
+        assert sorted(told) == ["ua", "ub"], told

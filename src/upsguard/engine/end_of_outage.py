@@ -93,6 +93,16 @@ class EndOfOutage:
             return
         await self._tell(spec, self._run_ups(spec), stopped, last_moment)
 
+    def told_before(self, run: RunId, upses: Collection[UpsName]) -> None:
+        """UPSes a controller before this one told at the end of ``run`` (its journal says
+        so, or the pair's ledger): each counts as told, as its command left it, and is not
+        sent a second one (a second load cycle would restart the UPS's delay, or cut
+        what came back meanwhile)."""
+        told = self._told.setdefault(run, {})
+        for ups in upses:
+            config = self._configs.get(ups)
+            told[ups] = config is not None and config.at_shutdown_end.brings_power_back
+
     def untold(self, spec: RunSpec) -> list[UpsName]:
         """The UPSes of ``spec``'s feeds with an end command that were not told yet."""
         told = self._told.get(spec.id, {})
@@ -130,9 +140,12 @@ class EndOfOutage:
         return StayUp(why, mains_back=False)
 
     def mains_there(self, machine: ResourceId, view: PowerView | None) -> bool:
-        """No feed powering ``machine`` is at risk: a controller's machine stays up."""
+        """No feed powering ``machine`` is at risk: a controller's machine stays up. Power
+        not read yet (no ``view``) is not the mains there."""
+        if view is None:
+            return False
         feeds = self._site.feeds_powering(machine)
-        at_risk = {f.name for f in view.at_risk} if view is not None else set()
+        at_risk = {f.name for f in view.at_risk}
         own_feeds = {
             feed_name(f, i) for i, f in enumerate(self._site.effective_feeds()) if f in feeds
         }

@@ -488,6 +488,8 @@ class OutageController:
             return None
         if executor.plan.direction is not Direction.SHUTDOWN:
             return None
+        while self.view is None:  # resumed before the first poll: the power is not known yet
+            await self._viewed.wait()
         stay = await self._end.own_machine(
             executor.spec, step.settings.resource, executor.known_down(), self.view
         )
@@ -714,11 +716,18 @@ class OutageController:
         journal): the next run's steps wait for them rather than asking again."""
         self._under_way.update({request.key: request for request in requests})
 
-    async def resume(self, spec: RunSpec, done: Mapping[StepId, StepState]) -> RunId:
+    async def resume(
+        self,
+        spec: RunSpec,
+        done: Mapping[StepId, StepState],
+        told: Collection[UpsName] = (),
+    ) -> RunId:
         """Finish a run a dead or stopped controller left: the steps in ``done`` are not run
         again; every other step first reads its target's real state, and waits for a request
         of it under way (``asked_before`` the restart, or a task its platform lists) rather
-        than asking again."""
+        than asking again. The UPSes in ``told`` took the run's end command already: they
+        are not sent another."""
+        self._end.told_before(spec.id, told)
         if spec.kind is RunKind.SHUTDOWN and spec.only is None:
             plan = self.shutdown_plan
         else:

@@ -175,6 +175,16 @@ class JournalQueries:
         )
         return [_event_row(r) for r in rows]
 
+    def upses_told(self, run: str) -> list[str]:
+        """The UPSes whose end-of-outage command run ``run`` sent and they took: a resumed
+        run does not send them a second one."""
+        rows = self._rows(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE kind = 'UpsCommandSent' AND run = ?",
+            (run,),
+        )
+        sent = (_event_row(r).payload for r in rows)
+        return sorted({str(p["ups"]) for p in sent if p is not None and p.get("ok")})
+
     def readings(self, limit: int = 100, ups: str | None = None) -> list[ReadingRow]:
         where, args = ("WHERE ups = ?", [ups]) if ups else ("", [])
         rows = self._rows(

@@ -34,6 +34,7 @@ from upsguard.models import (
     StepId,
     StepState,
     Target,
+    UpsName,
 )
 from upsguard.runs import RunKind, RunOutcome
 
@@ -96,15 +97,19 @@ OWN_POWEROFF = (
 
 
 def _only_own_machine_left(journal: Journal, controller: OutageController, run: RunRow) -> bool:
-    """A whole-site shutdown whose only unfinished steps stop the machine running upsguard:
-    this process starting means that machine went down and came back. Stopping it again
-    would power it off after every boot."""
+    """A whole-site shutdown whose only unfinished steps stop the machine running upsguard,
+    and had started: this process starting means that machine went down and came back.
+    Stopping it again would power it off after every boot. Steps that never started did
+    not stop it: the service itself was restarted (a kill, an upgrade) before they could,
+    and the run goes on (the UPSes told, the machine stopped last)."""
     if run.kind is not RunKind.SHUTDOWN or run.only is not None:
         return False
     done = _done_steps(journal, run)
+    started = {StepId(s.step) for s in journal.read.steps(run.id)}
     left = [s for s in controller.shutdown_plan.steps if s.id not in done]
     return bool(left) and all(
-        s.settings is not None and s.settings.resource.runs_upsguard for s in left
+        s.settings is not None and s.settings.resource.runs_upsguard and s.id in started
+        for s in left
     )
 
 
@@ -119,12 +124,15 @@ async def _resume(
 ) -> str:
     done = _done_steps(journal, run)
     unsure = sorted({s.step for s in journal.read.steps(run.id)} - done.keys())
+    told = [UpsName(u) for u in journal.read.upses_told(run.id)]
     message = f"resuming {run.kind} run {run.id}: {len(done)} step(s) already done" + (
         f"; checking the real state of {', '.join(unsure)}" if unsure else ""
     )
+    if told:
+        message += f"; UPS {', '.join(told)} told already (not told again)"
     log.warning(message)
     events(Notice(clock.now(), message, level="warning"))
-    return await controller.resume(run.record().spec, done)
+    return await controller.resume(run.record().spec, done, told)
 
 
 REQUESTS_LAND_WITHIN = timedelta(hours=1)
