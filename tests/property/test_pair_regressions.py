@@ -11,7 +11,11 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
+from tests.property.lab import LabUps
 from tests.property.test_pair_invariants import PairMachine
+from upsguard.events import UpsCommandSent
 
 Step = tuple[str, dict[str, Any]]
 
@@ -120,3 +124,45 @@ def test_a_run_started_alone_and_killed_is_not_left_running_in_the_journal() -> 
         step("kill_9", controller="ctl-a"),
         step("mains", on=True, ups="ub"),
     )
+
+
+def test_a_ups_told_by_a_leader_whose_term_then_ends_is_not_told_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The controller finishing the shutdown (alone: its machines carry the store) told UPS
+    ua its load cycle, then stopped (SIGSTOP) before ub and its machine: its lease ran out,
+    and the other controller took the run over and told ua a second time, since which UPS
+    was told lived in the first one's memory. Now a leader marks each UPS in the shared
+    ledger, fenced (finishing alone too, while the store answers), before it tells it, and
+    the next one tells only the others. Behind it, two more: the world booted only the first
+    controller's machine when the power came back (the other's firmware powers it on too),
+    so the store never had its quorum again; and that controller, booted with its journal's
+    phase ``shutting_down`` and its run closed on mains, started a shutdown of the site
+    coming back before the mains had been there ``online_for``."""
+    paused: list[str] = []
+    command = LabUps.command
+    with story() as machine:
+
+        async def command_then_pause(ups: LabUps, name: str) -> None:
+            await command(ups, name)
+            if not paused:
+                paused.append(ups.name)
+                (seat,) = [
+                    s for s in machine.lab.seats if s.process and s.process.life is ups._life
+                ]
+                machine.lab.pause(seat)  # SIGSTOP right after the UPS answered
+
+        monkeypatch.setattr(LabUps, "command", command_then_pause)
+        for ups in ("ua", "ub"):
+            machine.mains(ups=ups, on=False)
+            machine.fsd(ups=ups, on=True)
+        for _ in range(180):  # the shutdown takes minutes of the virtual clock
+            if paused:
+                break
+            machine.time_passes(seconds=5)
+        for ups in ("ua", "ub"):
+            machine.fsd(ups=ups, on=False)
+        machine.time_passes(seconds=60)  # the paused one's lease runs out; the other leads
+        check_invariants(machine)
+        told = [e.ups for _, _, e in machine.lab.events if isinstance(e, UpsCommandSent) and e.ok]
+        assert sorted(told) == ["ua", "ub"], told

@@ -30,12 +30,13 @@ cycle is what brings them, and the site, back.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from upsguard.clock import Clock
 from upsguard.config.resources import ResourceConfig
 from upsguard.config.site import FeedConfig, SiteConfig
+from upsguard.errors import LeadershipLost
 from upsguard.events import EventSink, Notice, UpsCommandSent
 from upsguard.models import ResourceId, RunId, UpsName
 from upsguard.plugins.ups.base import UpsSource
@@ -62,8 +63,13 @@ class EndOfOutage:
         sources: Mapping[UpsName, UpsSource],
         clock: Clock,
         events: EventSink,
+        before_command: Callable[[RunSpec, UpsName], Awaitable[bool]] | None = None,
     ) -> None:
+        """``before_command``: awaited right before each command goes out (a pair's fence,
+        which marks it in the shared ledger); False: not sent, this controller no longer
+        acts (``own_machine`` raises ``LeadershipLost``; the end of a run says nothing more)."""
         self._site = site
+        self._before_command = before_command
         self._sources = sources
         self._clock = clock
         self._events = events
@@ -91,7 +97,10 @@ class EndOfOutage:
         ``stopped``; at the ``last_moment``, whatever it harms)."""
         if view is None or not view.on_battery:
             return
-        await self._tell(spec, self._run_ups(spec), stopped, last_moment)
+        try:
+            await self._tell(spec, self._run_ups(spec), stopped, last_moment)
+        except LeadershipLost as exc:  # the controller leading now tells them
+            log.info("%s", exc)
 
     def told_before(self, run: RunId, upses: Collection[UpsName]) -> None:
         """UPSes a controller before this one told at the end of ``run`` (its journal says
@@ -230,6 +239,8 @@ class EndOfOutage:
                 )
                 self._events(Notice(self._clock.now(), message, level="warning"))
             return None
+        if self._before_command is not None and not await self._before_command(spec, ups):
+            raise LeadershipLost(f"UPS {ups}: {command} not sent: another controller leads")
         if harmed:
             message = (
                 f"UPS {ups}: the battery is at the critical floor: {command} sent although "

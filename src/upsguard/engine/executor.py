@@ -39,6 +39,7 @@ from upsguard.clock import Clock
 from upsguard.engine.actions import StepRunner, TargetKey, UnderWay, Unfenced
 from upsguard.engine.ledger import RunLedger
 from upsguard.engine.slots import Slots
+from upsguard.errors import LeadershipLost
 from upsguard.events import EventSink, StepFinished, StepStarted, StepWaiting, TargetAsked
 from upsguard.models import Direction, PlatformName, ResourceId, StepId, StepOutcome, StepState
 from upsguard.plugins.platforms.base import Platform
@@ -96,7 +97,8 @@ class Executor:
         ``resumed``: the run was cut short before; its steps look for the platform's own
         tasks still under way and wait for them instead of asking again.
         ``before_step``: awaited just before a step acts (after its cache gate); a reason it
-        returns skips the step (upsguard's own machine staying up).
+        returns skips the step (upsguard's own machine staying up); ``LeadershipLost``: as a
+        claim refused (the pair's term ended while it acted).
         ``dry_run``: the simulator's run; health checks do not probe the network.
         ``under_way``: requests of runs before this one that have not landed yet.
         ``claim``: awaited before ``before_step`` (after the cache gate); False: another
@@ -309,7 +311,11 @@ class Executor:
                 self._deposed(step)
                 return
             if self._before_step is not None:
-                why = await self._before_step(step)
+                try:
+                    why = await self._before_step(step)
+                except LeadershipLost:
+                    self._deposed(step)
+                    return
                 if why is not None:
                     self._finish(self._skipped(step, why))
                     return

@@ -418,6 +418,13 @@ class Leadership:
         mark = self.mark(step, state, detail, asked=asked, handed_over=handed_over)
         await self._write(lambda term: self._store.record_step(term, run, mark))
 
+    async def record_ups_command(self, run: RunId, mark: StepMark) -> None:
+        """The mark a UPS's end command leaves (``Pair.claim_ups_command``), written also
+        while finishing alone with the term still held (the store's machines are going
+        down, the store still answers): fenced like every write, and the controller that
+        leads next must not command that UPS a second time."""
+        await self._write(lambda term: self._store.record_step(term, run, mark), alone_too=True)
+
     async def record_steps(self, marks: Sequence[tuple[RunId, StepMark]]) -> None:
         """Write several steps' states in one fenced write (at most ``MAX_MARKS``); see
         ``record_run``."""
@@ -470,8 +477,12 @@ class Leadership:
             except StoreUnavailable:
                 await asyncio.sleep(RETRY_WRITE_S)
 
-    async def _write(self, write: Callable[[Term], Awaitable[None]]) -> None:
-        if self.role is Role.ALONE:
+    async def _write(
+        self, write: Callable[[Term], Awaitable[None]], *, alone_too: bool = False
+    ) -> None:
+        """Fenced by the term. Nothing while finishing alone, unless ``alone_too`` and the
+        term is still held (then the lease is renewed while the store answers)."""
+        if self.role is Role.ALONE and not (alone_too and self._term is not None):
             return
         term, fence = self._term, self.fence_at
         if term is None or fence is None or not self.may_act():

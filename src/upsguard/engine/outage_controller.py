@@ -145,7 +145,7 @@ class OutageController:
         """A pair's controller: the run its journal left in progress at its start, resumed
         when it leads only if the shared ledger never held it (``left_in_journal``)."""
         self._news = PowerNotices(self.feeds, clock, events, site.policies)
-        self._end = EndOfOutage(site, sources, clock, events)
+        self._end = EndOfOutage(site, sources, clock, events, self._claim_ups_command)
         self._acting = asyncio.Lock()
         """Held while runs are started or stopped: a policy's decision and a person's
         override never interleave (one would abandon the run the other just began)."""
@@ -520,6 +520,11 @@ class OutageController:
             return False
         return await pair.claim(spec, step.id, step.resource)
 
+    async def _claim_ups_command(self, spec: RunSpec, ups: UpsName) -> bool:
+        """A pair's fence before a UPS's end command, as before a step (``Pair.claim_ups_command``):
+        False when another controller leads, and the command is not sent."""
+        return self._pair is None or await self._pair.claim_ups_command(spec, ups)
+
     def _unread_commanded(self) -> list[UpsName]:
         """The UPSes told something at the end of an outage (``at_shutdown_end``) that this
         controller cannot read now: it could neither tell them, nor tell whether the mains
@@ -841,8 +846,10 @@ class OutageController:
         )
         if run.unsure:
             message += f"; checking the real state of {', '.join(run.unsure)}"
+        if run.told:
+            message += f"; UPS {', '.join(run.told)} told already (not told again)"
         self._events(Notice(self._clock.now(), message, level="warning"))
-        return await self.resume(run.spec, run.done)
+        return await self.resume(run.spec, run.done, run.told)
 
     def plan_steps(self, spec: RunSpec) -> tuple[Step, ...]:
         """The steps of the plan ``resume`` would carry ``spec`` out with."""

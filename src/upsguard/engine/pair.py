@@ -48,6 +48,7 @@ from upsguard.models import (
     StepId,
     StepState,
     Target,
+    UpsName,
 )
 from upsguard.plugins.coordination.base import (
     MAX_MARKS,
@@ -58,6 +59,8 @@ from upsguard.plugins.coordination.base import (
     SharedLedger,
     StepMark,
     UpsSeen,
+    commanded_ups,
+    ups_command_mark,
 )
 from upsguard.runs import RunKind, RunRecord, RunSpec
 
@@ -97,6 +100,9 @@ class SharedRun:
     running_by: Mapping[StepId, str] = field(default_factory=dict)
     """Who marked each step started and not finished (a controller stopping its own machine
     leaves its step so: it went down with it)."""
+    told: tuple[UpsName, ...] = ()
+    """The UPSes a leader was about to send the run's end command (``claim_ups_command``):
+    sent, or about to be, and not sent again."""
 
 
 class Pair:
@@ -361,6 +367,22 @@ class Pair:
                 return True
             await asyncio.sleep(FENCED_WAIT_S)
 
+    async def claim_ups_command(self, spec: RunSpec, ups: UpsName) -> bool:
+        """``claim``, before the end command of ``spec`` goes to ``ups``: the mark it leaves
+        in the ledger tells the controller that leads next that the UPS was told. Marked
+        first and sent after, a leader that dies between the two leaves a UPS untold (its
+        battery then runs out, and the UPS powers up with the mains), never told twice.
+        Finishing alone (the end of an outage usually is: the store's machines go down),
+        the mark is written while the store still answers, and the command goes out
+        whether it was or not."""
+        mark = ups_command_mark(ups)
+        if self.leadership.role is not Role.ALONE:
+            return await self.claim(spec, mark, None)
+        told = self.leadership.mark(mark, StepState.RUNNING)
+        with contextlib.suppress(LeadershipLost, StoreUnavailable, AuthenticationError):
+            await self._in_order(lambda: self.leadership.record_ups_command(spec.id, told))
+        return True
+
     async def _before_store_machine(self, spec: RunSpec, resource: ResourceId | None) -> None:
         """Stopping ``resource`` takes an etcd member down: when the members left would be
         fewer than a quorum, the leader finishes alone first (noted in the store, so no
@@ -499,7 +521,8 @@ class Pair:
             return None
         spec = ledger.active.spec
         self._taken.add(spec.id)
-        marks = ledger.steps_of(spec.id)
+        marks = {s: m for s, m in ledger.steps_of(spec.id).items() if commanded_ups(s) is None}
+        told = sorted(UpsName(u) for s in ledger.steps_of(spec.id) if (u := commanded_ups(s)))
         done = {s: m.state for s, m in marks.items() if m.state.finished}
         if ledger.handed_over(spec.id) is not None:
             self._handed.add(spec.id)
@@ -516,7 +539,7 @@ class Pair:
         )
         unsure = tuple(sorted(s for s, m in marks.items() if not m.state.finished))
         running = {s: m.by for s, m in marks.items() if m.state is StepState.RUNNING}
-        return SharedRun(spec, done, requests, unsure, running)
+        return SharedRun(spec, done, requests, unsure, running, tuple(told))
 
     def gone(self, run: RunId, resources: Collection[ResourceId]) -> None:
         """Machines a resumed run's done steps stopped (for the store's quorum)."""

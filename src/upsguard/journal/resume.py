@@ -64,7 +64,9 @@ async def reap_and_resume(
         unsure = tuple(
             sorted({StepId(s.step) for s in journal.read.steps(newest.id)} - done.keys())
         )
-        controller.left_in_journal(SharedRun(newest.record().spec, done, (), unsure))
+        told = tuple(UpsName(u) for u in journal.read.upses_told(newest.id))
+        spec = newest.record().spec
+        controller.left_in_journal(SharedRun(spec, done, (), unsure, told=told))
         newest = None
     if newest is not None and _only_own_machine_left(journal, controller, newest):
         journal.write.close_run(newest.id, clock.now(), RunOutcome.DONE, OWN_POWEROFF)

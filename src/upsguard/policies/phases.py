@@ -80,6 +80,15 @@ class PowerView:
 Values = dict[str, float | None]
 
 
+def _calls_for_shutdown(view: PowerView) -> bool:
+    """The power still calls for the shutdown its phase wants, when no run carries it: a
+    feed at risk (or not read), or a forced shutdown. Mains read on every feed, for less
+    than ``power_returns.online_for``, it waits for them to count as back or to fail
+    again: a controller restarted as the site comes back (its run closed on mains) never
+    starts a shutdown of it."""
+    return view.on_battery or any(f.forced_shutdown for f in view.feeds)
+
+
 def _feed_flags(feed: FeedReading) -> set[str]:
     flags = {"on_battery"} if feed.at_risk else set()
     if feed.low_battery:
@@ -339,7 +348,7 @@ class PhaseEngine:
         if not runs.shutdown_running and not runs.shutdown_finished:
             if back and not runs.shutdown_manual:
                 self._move(Phase.RECOVERING, "power back, and no shutdown run was under way")
-            elif self._allowed():  # level-triggered: the phase wants a shutdown, none runs
+            elif _calls_for_shutdown(view) and self._allowed():  # level-triggered: none runs
                 feeds = tuple(f.name for f in view.at_risk)
                 scope = None if not feeds or len(feeds) == len(view.feeds) else feeds
                 out.append(Decision(Act.CACHES_WRITE_THROUGH, "shutting down", scope))

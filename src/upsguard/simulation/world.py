@@ -117,10 +117,12 @@ class PowerWorld:
         self.power_cut: PowerChange | None = None
         """Hears the resources that lost power (they are off now)."""
         self.power_back: PowerChange | None = None
-        """Hears the machines that boot when their power returns (upsguard's own)."""
+        """Hears the machines that boot when their power returns (upsguard's own, and its
+        pair's: their firmware powers them on with the mains)."""
         self._returning: set[UpsName] = set()
         self._cycling: set[UpsName] = set()
-        self._boots = frozenset(r.id for r in site.resources if r.runs_upsguard)
+        peer = site.ha.peer_machine if site.ha is not None else None
+        self._boots = frozenset(r.id for r in site.resources if r.runs_upsguard or r.id == peer)
         self._snapshot: tuple[int, dict[UpsName, tuple[float, float]]] | None = None
 
     @staticmethod

@@ -95,6 +95,21 @@ class StepMark:
     handed_over: bool = False
 
 
+UPS_COMMAND = "ups:"
+"""The mark a leader writes, fenced, before it sends a UPS the end command of a run, kept
+beside the run's steps as a step of its own (``ups:NAME``): the controller that leads next
+does not send that UPS a second one."""
+
+
+def ups_command_mark(ups: str) -> StepId:
+    return StepId(f"{UPS_COMMAND}{ups}")
+
+
+def commanded_ups(mark: StepId) -> str | None:
+    """The UPS a ``ups_command_mark`` is for; None for a step of the plan."""
+    return mark.removeprefix(UPS_COMMAND) if mark.startswith(UPS_COMMAND) else None
+
+
 @dataclass(frozen=True, slots=True)
 class AloneNotice:
     """The leader goes on without the store from ``at``: a standby that reads this does
