@@ -99,14 +99,17 @@ class SnmpSim:
         return path
 
     def ups_config(self, agent: str, **snmp: Any) -> UpsConfig:
-        """The agent read with v2c, its community (the data file's stem) from a file."""
+        """The agent read with v2c, its community (the data file's stem) from a file. The
+        timeout is generous: on a busy machine snmpsim (pure Python) can take seconds to
+        answer, and a test of what the agent received must not fail on that; tests of a
+        timeout set their own."""
         community = snmp.pop("community", agent)
         settings: dict[str, Any] = {
             "host": "127.0.0.1",
             "port": self.port,
             "community_file": self.community_file(community),
             "mib": "powernet" if agent == "powernet" else "ups-mib",
-            "timeout": "1s",
+            "timeout": "5s",
             "retries": 1,
         }
         settings.update(snmp)
@@ -144,7 +147,7 @@ class SnmpSim:
         async def read() -> dict[str, int | str]:
             engine = SnmpEngine()
             try:
-                target = await UdpTransportTarget.create(("127.0.0.1", self.port), 2, 1)
+                target = await UdpTransportTarget.create(("127.0.0.1", self.port), 5, 1)
                 error, status, _, binds = await get_cmd(
                     engine,
                     CommunityData(agent),
