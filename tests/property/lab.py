@@ -478,6 +478,8 @@ class OutageLab:
         the one that went off since."""
         self._declared_cuts: dict[UpsName, tuple[float, set[str]]] = {}
         """Per UPS, when its last command was sent and what it said it cuts not known off."""
+        self._told: dict[tuple[str, UpsName], tuple[float, int]] = {}
+        """Per run and UPS, when its end command was sent, and by which process."""
         self._run_started_at = 0.0
         self._excused: set[ResourceId] = set()
         self._due: dict[str, float] = {}
@@ -996,6 +998,7 @@ class OutageLab:
             self._run_started_at = self.now
         elif isinstance(event, UpsCommandSent) and event.ok:
             self._declared_cuts[UpsName(event.ups)] = (self.now, set(event.cuts_not_known_off))
+            self._check_told_once(process, event)
         elif isinstance(event, StepFinished):
             if event.state in (StepState.FAILED, StepState.SKIPPED):
                 assert event.resource is not None
@@ -1065,6 +1068,25 @@ class OutageLab:
                 f"{_said(seen)}: asked twice (first at T+{previous.at_s:.0f}s by process "
                 f"{previous.process})"
             )
+
+    def _check_told_once(self, process: int, event: UpsCommandSent) -> None:
+        """A UPS is sent a run's end command once, across kills and restarts (the journal
+        keeps which were told)."""
+        if event.run is None:
+            return
+        key = (event.run, UpsName(event.ups))
+        earlier = self._told.get(key)
+        if earlier is not None and not self._may_tell_again(process, event.run, key[1]):
+            self.violations.append(
+                f"T+{self.now:.0f}s: UPS {event.ups} sent {event.command} a second time in run "
+                f"{event.run} (first at T+{earlier[0]:.0f}s by process {earlier[1]})"
+            )
+        self._told[key] = (self.now, process)
+
+    def _may_tell_again(self, process: int, run: str, ups: UpsName) -> bool:
+        """A second end command to a UPS the rule allows (the pair's, without the store):
+        none, alone."""
+        return False
 
     def _may_ask_again(self, previous: Seen, seen: Seen) -> bool:
         """A second request to a target the rule allows besides a guest's (the pair's, when

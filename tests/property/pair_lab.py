@@ -58,6 +58,7 @@ from upsguard.plugins.coordination.base import (
     SharedLedger,
     StepMark,
     Term,
+    ups_command_mark,
 )
 from upsguard.plugins.coordination.memory import LEADER, MemorySite, MemoryStore
 from upsguard.plugins.coordination.records import decode
@@ -361,6 +362,15 @@ class PairLab(OutageLab):
         return service.pair is not None and (not service.pair.may_act() or service.taking_over)
 
     # -- the pair's rules, at each request -------------------------------------------------
+
+    def _may_tell_again(self, process: int, run: str, ups: UpsName) -> bool:
+        """Unless the sender read the first one's mark in the shared ledger: two
+        controllers alone, or one that took the run over without reading the mark (the
+        store silent), each send it (harmless, docs/ha.md)."""
+        seat = self.seat_of(process)
+        pair = seat.process.service.pair if seat is not None and seat.process else None
+        seen = pair.seen if pair is not None else None
+        return seen is None or ups_command_mark(ups) not in seen.steps_of(RunId(run))
 
     def _role(self, process: int) -> Role | None:
         seat = self.seat_of(process)
