@@ -244,6 +244,11 @@ def history_text(hist: History) -> str:
         for o in reversed(hist.overrides):
             detail = f" ({o['detail']})" if o.get("detail") else ""
             lines.append(f"  {o['at']}  {o['action']} by {o['who']}: {o['reason']}{detail}")
+    if hist.cache_ops:
+        lines.append("cache operations:")
+        for c in reversed(hist.cache_ops):
+            failed = "" if c["ok"] else f" FAILED: {c['detail']}"
+            lines.append(f"  {c['at']}  {c['cache']}/{c['target']} -> {c['mode']}{failed}")
     return "\n".join(lines) if lines else "the journal is empty"
 
 
