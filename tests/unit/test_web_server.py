@@ -14,6 +14,7 @@ import json
 import logging
 import re
 import socket
+import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +33,7 @@ from upsguard.controller.web.auth import (
     MAX_DELAY_S,
     SECRET_HEADER,
     SESSION_COOKIE,
+    PasswordCheck,
     hash_password,
 )
 from upsguard.controller.web.live import STREAMS_PER_USER, StreamLimits
@@ -685,12 +687,51 @@ def test_with_secure_cookies_the_session_cookie_is_a_host_only_one(tmp_path: Pat
                 allow_redirects=False,
             )
             assert answer.status == 303
-            (cookie,) = [c for c in answer.cookies.values() if c.key != "upsguard_login"]
+            cookies = {c.key: c for c in answer.cookies.values() if c.key != "upsguard_login"}
+            device = cookies.pop("upsguard_device")  # this browser logged in before: /login only
+            assert device["secure"] and device["httponly"] and device["path"] == "/login"
+            (cookie,) = cookies.values()
             assert cookie.key == "__Host-upsguard_session"
             assert cookie["secure"] and cookie["path"] == "/" and not cookie["domain"]
             session = {"__Host-upsguard_session": cookie.value}
             assert (await client.get("/api/status", cookies=session)).status == 200
             plain = {"upsguard_session": cookie.value}
             assert (await client.get("/api/status", cookies=plain)).status == 401
+
+    run(scenario)
+
+
+def test_a_browser_that_logged_in_before_is_not_queued_behind_fresh_addresses_guesses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first guess of each fresh address is checked in the lane of addresses with no
+    failures, one at a time: behind a spray of fresh addresses, an operator's right password
+    waited up to 10.5 s (bench/web.py). A browser that logged in before carries a device
+    cookie for that name (signed by the page, as OWASP's device cookies): its logins are
+    checked in a lane of their own."""
+    entered, held = threading.Event(), threading.Event()
+    verify = PasswordCheck._verify
+
+    def held_guess(check: PasswordCheck, stored: str, password: str) -> bool:
+        if password == "a guess":
+            entered.set()
+            held.wait(timeout=60)
+        return verify(check, stored, password)
+
+    monkeypatch.setattr(PasswordCheck, "_verify", held_guess)
+
+    async def scenario() -> None:
+        async with (
+            page(site(tmp_path)) as (_, _, client),
+            browsers(client, "127.0.0.3", "127.0.0.4") as [ana, fresh],
+        ):
+            assert await ana.login("ana", PASSWORDS["ana"]) == 303
+            guess = asyncio.create_task(fresh.login("ana", "a guess"))
+            assert await asyncio.to_thread(entered.wait, 30), "the guess was never checked"
+            try:
+                assert await asyncio.wait_for(ana.login("ana", PASSWORDS["ana"]), 30) == 303
+            finally:
+                held.set()
+            assert await guess == 401
 
     run(scenario)

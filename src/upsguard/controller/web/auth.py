@@ -45,6 +45,11 @@ from upsguard.errors import PermanentError
 SESSION_COOKIE = "upsguard_session"
 HOST_ONLY = "__Host-"
 LOGIN_COOKIE = "upsguard_login"
+DEVICE_COOKIE = "upsguard_device"
+"""Set by a successful login, for ``/login`` only: this browser logged in as that user
+before (a device cookie, as OWASP describes them). Its logins are checked in a lane of their
+own (``PasswordCheck``), never behind the guesses of addresses the page has not seen."""
+DEVICE_COOKIE_DAYS = 365
 CSRF_HEADER = "X-CSRF-Token"
 SECRET_HEADER = "X-Upsguard-Proxy-Secret"
 MIN_PASSWORD = 12
@@ -250,6 +255,17 @@ class Sessions:
         """The login form's CSRF token, bound to the nonce cookie set with the form."""
         return self._keys.sign(f"login:{nonce}".encode())
 
+    def device_token(self, name: str) -> str:
+        """The device cookie of ``name``'s browsers (``DEVICE_COOKIE``): void once the
+        password changes, as the sessions are."""
+        digest = self._password_digest(self._roster.user(name))
+        return self._keys.sign(f"device:{name}:{digest}".encode())
+
+    def known_device(self, name: str, cookie: str | None) -> bool:
+        """The browser sending ``cookie`` logged in as ``name`` before, with the password
+        in force."""
+        return bool(cookie) and hmac.compare_digest(self.device_token(name), cookie or "")
+
 
 def session_cookie(config: WebConfig) -> str:
     """The session cookie's name: with Secure cookies it is a ``__Host-`` one, which browsers
@@ -396,11 +412,13 @@ class LoginThrottle:
 
 
 class PasswordCheck:
-    """argon2 verification off the event loop, one at a time in each of two lanes: one for
-    addresses that have failed a login, one for those that have not, so that an operator on
-    a clean address waits for one check at most, never behind the guesses of a spray of
-    addresses (each admitted once a second by ``LoginThrottle``). The decoy hash for unknown
-    names is made at start (``start``), off the event loop too."""
+    """argon2 verification off the event loop, one at a time in each of three lanes: one for
+    addresses that have failed a login, one for those that have not, and one for browsers
+    that logged in as that user before (``DEVICE_COOKIE``). An operator on a clean address
+    never waits behind the guesses of addresses that failed; one whose browser logged in
+    before never waits behind the first guesses of a spray of fresh addresses either (each
+    admitted once a second by ``LoginThrottle``). The decoy hash for unknown names is made
+    at start (``start``), off the event loop too."""
 
     def __init__(
         self, config: WebConfig, hasher: PasswordHasher = _hasher, roster: Roster | None = None
@@ -411,6 +429,7 @@ class PasswordCheck:
         self._hasher = hasher
         self._clean_lane = asyncio.Semaphore(1)
         self._failed_lane = asyncio.Semaphore(1)
+        self._known_lane = asyncio.Semaphore(1)
         self._decoy: str | None = None
 
     async def start(self) -> None:
@@ -419,12 +438,16 @@ class PasswordCheck:
         if self._decoy is None:
             self._decoy = await asyncio.to_thread(self._hasher.hash, secrets.token_urlsafe(16))
 
-    async def verify(self, name: str, password: str, *, failed_before: bool = False) -> bool:
+    async def verify(
+        self, name: str, password: str, *, failed_before: bool = False, known: bool = False
+    ) -> bool:
         """Whether ``password`` is ``name``'s; an unknown name costs what a known one does.
-        ``failed_before``: the address has failed a login (``LoginThrottle.failed``)."""
+        ``failed_before``: the address has failed a login (``LoginThrottle.failed``);
+        ``known``: the browser logged in as ``name`` before (``Sessions.known_device``)."""
         entry = self._roster.user(name)
         stored = entry.password_hash if entry is not None else None
-        async with self._failed_lane if failed_before else self._clean_lane:
+        lane = self._known_lane if known else self._failed_lane if failed_before else None
+        async with lane or self._clean_lane:
             if self._decoy is None:
                 await self.start()
             assert self._decoy is not None

@@ -20,7 +20,12 @@ from aiohttp import web
 from upsguard import __version__
 from upsguard.config.types import format_duration
 from upsguard.controller.web import data, doctor
-from upsguard.controller.web.auth import LOGIN_COOKIE, session_cookie
+from upsguard.controller.web.auth import (
+    DEVICE_COOKIE,
+    DEVICE_COOKIE_DAYS,
+    LOGIN_COOKIE,
+    session_cookie,
+)
 from upsguard.controller.web.context import WebContext, current_user
 from upsguard.controller.web.history import SPANS
 
@@ -139,7 +144,8 @@ class Pages:
         ok = False
         try:
             failed = throttle.failed(address)
-            ok = await self._ctx.passwords.verify(name, password, failed_before=failed)
+            known = self._ctx.sessions.known_device(name, request.cookies.get(DEVICE_COOKIE))
+            ok = await self._ctx.passwords.verify(name, password, failed_before=failed, known=known)
         finally:
             throttle.record(name, address, ok)
         if not ok:
@@ -156,6 +162,15 @@ class Pages:
             max_age=int(self._ctx.config.session_lifetime.total_seconds()),
         )
         response.del_cookie(LOGIN_COOKIE, path="/login")
+        response.set_cookie(
+            DEVICE_COOKIE,
+            self._ctx.sessions.device_token(name),
+            httponly=True,
+            samesite="Strict",
+            secure=self._ctx.config.cookies_secure,
+            path="/login",
+            max_age=DEVICE_COOKIE_DAYS * 86400,
+        )
         raise response
 
     async def logout(self, request: web.Request) -> web.Response:
