@@ -12,7 +12,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from tests.property.test_outage_invariants import OutageMachine
+from upsguard.engine.actions import StepRunner
 from upsguard.errors import RunBusy, UpsguardError
 from upsguard.events import (
     Event,
@@ -23,7 +26,16 @@ from upsguard.events import (
     StepWaiting,
     TargetAsked,
 )
-from upsguard.models import CacheName, LinkState, StepState
+from upsguard.models import (
+    CacheName,
+    LinkState,
+    PowerState,
+    StepId,
+    StepState,
+    StopMethod,
+    Target,
+)
+from upsguard.plugins.platforms.base import Platform
 
 Step = tuple[str, dict[str, Any]]
 
@@ -565,3 +577,62 @@ def test_a_need_its_ups_cut_under_a_startup_is_no_order_of_the_controllers() -> 
         step("self_test", on=True, ups="ub"),
         step("time_passes", seconds=60),
     )
+
+
+NAS_SHUTDOWN_SENT_THEN_KILLED = (
+    step("platform_fault", resource="nas", fault="guest hangs"),
+    step("trigger", direction="shutdown", only=[]),
+    step("time_passes", seconds=300),
+    step("kill_9"),
+    step("time_passes", seconds=300),
+)
+"""The NAS (platform ``dev``: commands sent to the device, as ``ssh`` steps are) took its
+shutdown command and never went down; the controller was killed within the step's timeout
+(5 min, the NAS's ``guest_timeout``) and started again from its journal."""
+
+
+def nas_shutdowns(machine: OutageMachine) -> list[tuple[int, float | None]]:
+    """Each graceful stop of the NAS: the process that sent it, and when it went out."""
+    return [
+        (s.process, s.sent_s)
+        for s in machine.lab.seen
+        if s.request.resource == "nas" and s.request.method is StopMethod.GRACEFUL
+    ]
+
+
+def test_a_command_sent_before_a_kill_is_sent_again_only_after_its_timeout() -> None:
+    """Nothing lists a command once sent: the restarted controller knows of the NAS's
+    shutdown only from the journal (when it went out), and sends the second one once the
+    step's timeout has passed since the first, not before."""
+    machine = replay(*NAS_SHUTDOWN_SENT_THEN_KILLED)
+    [(first, first_s), (second, second_s)] = nas_shutdowns(machine)
+    assert first_s is not None and second_s is not None
+    assert (first, second, second_s - first_s) == (1, 2, 300.0)
+
+
+def test_the_machine_names_a_command_sent_again_within_its_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rule can fail: with the engine's wait for a command sent before the restart
+    defeated (the step's timeout taken as nought), the restarted controller sends the NAS
+    its shutdown again at once, and the machine names that second send."""
+    outwait_sent = StepRunner._outwait_sent
+
+    async def at_once(
+        runner: StepRunner,
+        step: StepId,
+        platform: Platform,
+        target: Target,
+        state: PowerState,
+        timeout: float,
+    ) -> str | None:
+        return await outwait_sent(runner, step, platform, target, state, 0.0)
+
+    monkeypatch.setattr(StepRunner, "_outwait_sent", at_once)
+    with story() as machine:
+        for name, arguments in NAS_SHUTDOWN_SENT_THEN_KILLED:
+            getattr(machine, name)(**arguments)
+    assert machine.lab.violations == [
+        "T+302s process 2: graceful stop of nas: sent again 137s after the first (T+165s by "
+        "process 1), within the step's timeout of 300s"
+    ]
