@@ -2,23 +2,27 @@
 
 The world is the simulator's own: mains and batteries per UPS (``PowerWorld``, which also
 carries out the UPS's instant commands: a load cycle cuts the output and brings it back),
-simulated platforms sharing one fleet of power states, simulated caches. In it runs the
-real service (``controller.service.Service``: journal, resume, overrides, the outage
-controller, executor and ledger that ``upsguard run`` uses) as a *process* that the test
-can kill (``kill -9``: it says nothing more, its journal rows stay as they were), stop
+simulated platforms sharing one fleet of power states, simulated caches. Most platforms list
+their requests under way, as vSphere does (``LabPlatform``); the NAS's (``dev``) sends
+commands to the device, as ``ssh`` steps do (``LabCommandPlatform``): nothing lists them
+once sent, so a restarted process knows of one only from its journal, and when it went out.
+In it runs the real service (``controller.service.Service``: journal, resume, overrides, the
+outage controller, executor and ledger that ``upsguard run`` uses) as a *process* that the
+test can kill (``kill -9``: it says nothing more, its journal rows stay as they were), stop
 (SIGTERM) and start again from its journal. The machine running upsguard is a resource of
 the site: asking it to stop stops the service (systemd does, on ``poweroff``), and once it
 is off nothing acts until the UPS cycles its power and it boots again.
 
-Every request a platform accepts is checked the moment it is made (``Request``): its
-order against what depends on it, the caches in its data path, whether it acts twice, and
-the path back before the controller's own machine stops. The world can also stop answering,
-as the real one does: a cache that cannot be read, a platform whose reads come back unknown
-or fail. Unknown is never good news: a host or storage stop passes its cache gate only on a
-cache read clean (or the risk recorded), a step is done only when its targets are off, and
-a UPS's command cuts nothing that is not off but what it named at the critical floor. What
-breaks a rule is kept in ``violations``; the state machine asserts it is empty after every
-step.
+Every request a platform accepts is checked the moment it is made (``Request``): its order
+against what depends on it, the caches in its data path, whether it acts twice (a command
+sent again by a new process only once the step's own timeout has passed since the first),
+and the path back before the controller's own machine stops. The world can also stop
+answering, as the real one does: a cache that cannot be read, a platform whose reads come
+back unknown or fail. Unknown is never good news: a host or storage stop passes its cache
+gate only on a cache read clean (or the risk recorded), a step is done only when its targets
+are off, and a UPS's command cuts nothing that is not off but what it named at the critical
+floor. What breaks a rule is kept in ``violations``; the state machine asserts it is empty
+after every step.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ from upsguard.models import (
     UpsName,
 )
 from upsguard.plugins.caches.simulated import SimulatedCache
-from upsguard.plugins.platforms.base import poll_for_state
+from upsguard.plugins.platforms.base import SentListener, poll_for_state
 from upsguard.plugins.platforms.simulated import Behaviour, Fleet, Request, SimulatedPlatform
 from upsguard.plugins.registry import SitePlugins
 from upsguard.plugins.ups.simulated import SimulatedUps
@@ -147,6 +151,12 @@ name: the lab
 recharge: 1h
 """
 RECHARGE_S = 3600.0
+SENDS_COMMANDS = frozenset({PlatformName("dev")})
+"""The site's platforms whose requests are commands sent to the device (the NAS's, as an
+``ssh`` platform's are): nothing lists them once sent (``LabCommandPlatform``)."""
+JOURNAL_TICK_S = 0.001
+"""The journal keeps times to the millisecond: when a command went out, read back from it,
+may be this much early."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +166,9 @@ class Seen:
     at_s: float
     process: int
     request: Request
+    sent_s: float | None = None
+    """When its command went out, for a platform that sends commands (a command run to its
+    end is accepted later); None for the others, and for a hard power-off."""
 
 
 class GatedBus:
@@ -222,11 +235,13 @@ FAILING_READS = "fail"
 READ_POLL_S = 5.0
 
 
-class LabPlatform:
+class LentPlatform:
     """A world's platform lent to one controller process: it outlives the process, so
     opening and closing it is nothing. Its reads may go wrong (``reads``: ``UNKNOWN_READS``
     or ``FAILING_READS``, set by the test per platform): then a wait reads the state, as a
-    platform without pushed changes does, and never sees what it waits for."""
+    platform without pushed changes does, and never sees what it waits for. How its
+    requests are made, and whether they can be seen once made, is its kind's
+    (``LabPlatform``, ``LabCommandPlatform``)."""
 
     def __init__(
         self, inner: SimulatedPlatform, life: Life, reads: dict[PlatformName, str], clock: Any
@@ -292,9 +307,43 @@ class LabPlatform:
         await self._life.check()
         return await self._inner.healthy(target)
 
+
+class LabPlatform(LentPlatform):
+    """A platform whose requests run as tasks it lists (``InFlightTasks``), as vSphere's do:
+    a resumed step finds the request a process before it made, and waits for it."""
+
     async def in_flight(self, target: Target, state: PowerState) -> str | None:
         await self._life.check()
         return await self._inner.in_flight(target, state)
+
+
+class LabCommandPlatform(LentPlatform):
+    """A platform whose requests are commands sent to the device itself, as ``ssh`` steps
+    are (``SendsCommands``): once sent, nothing lists them (no ``in_flight``), so a resumed
+    step knows of one only from the journal, and when it went out. ``sent`` tells the lab
+    that moment too (the rule on asking twice counts from it, as the engine does); the
+    command then runs as the world's platform runs a request (its ``request_s`` first, a
+    command run to its end). Its hard power-off is the world platform's own."""
+
+    def __init__(
+        self,
+        inner: SimulatedPlatform,
+        life: Life,
+        reads: dict[PlatformName, str],
+        clock: Any,
+        sent: Callable[[Target], None],
+    ) -> None:
+        super().__init__(inner, life, reads, clock)
+        self._sent = sent
+
+    async def send_command(self, target: Target, wanted: PowerState, sent: SentListener) -> None:
+        await self._life.before_request()
+        sent()
+        self._sent(target)
+        if wanted is PowerState.OFF:
+            await self._inner.stop(target, StopMethod.GRACEFUL)
+        else:
+            await self._inner.start(target)
 
 
 @dataclass
@@ -413,6 +462,9 @@ class OutageLab:
     machine), or more (``seats``: each a name and its site file, the first one's resources
     being the world's; the pair lab's two controllers)."""
 
+    sends_commands: frozenset[PlatformName] = SENDS_COMMANDS
+    """The platforms lent as ``LabCommandPlatform``; the others list their tasks."""
+
     def __init__(
         self,
         tmp: Path,
@@ -473,6 +525,20 @@ class OutageLab:
         self._shutdown_steps = {s.id for s in self.shutdown.steps}
         self._cut_at: dict[ResourceId, float] = {}
         """When each resource last lost its power to a UPS going dark."""
+        self._timeout_s = {
+            (s.resource, wanted): s.settings.timeout_s
+            for plan, wanted in ((self.shutdown, PowerState.OFF), (self.startup, PowerState.ON))
+            for s in plan.steps
+            if s.settings is not None
+        }
+        """Each step's own timeout, per resource and the state it asks for: the time a
+        resumed step waits for a command sent before the restart (``StepRunner``'s
+        ``_stop``, ``_start``)."""
+        self._sent_at: dict[tuple[int, str], float] = {}
+        """When each process's command to a target last went out (``LabCommandPlatform``)."""
+        self._reached_at: dict[tuple[ResourceId, PowerState], float] = {}
+        """When a target of each resource last came to be off, or on (a command sent before
+        it did may be sent again at once)."""
         self._known_dead: set[UpsName] = set()
         """The UPSes whose output was off at the last cut or return: the next cut's cause is
         the one that went off since."""
@@ -693,11 +759,19 @@ class OutageLab:
     def _plugins(self, site: SiteConfig, clock: Any, life: Life, seat: Seat) -> SitePlugins:
         return SitePlugins(
             sources={u.name: LabUps(u, clock, self.power, life, seat.cut) for u in site.ups},
-            platforms={
-                name: LabPlatform(p, life, self.reads, clock) for name, p in self.platforms.items()
-            },
+            platforms={name: self._lent(p, life, clock) for name, p in self.platforms.items()},
             caches={name: LabCache(c, life) for name, c in self.caches.items()},
         )
+
+    def _lent(self, platform: SimulatedPlatform, life: Life, clock: Any) -> LentPlatform:
+        """The world's platform as a process uses it: one that sends commands, or lists its
+        tasks."""
+        if platform.name in self.sends_commands:
+            return LabCommandPlatform(platform, life, self.reads, clock, self._command_sent)
+        return LabPlatform(platform, life, self.reads, clock)
+
+    def _command_sent(self, target: Target) -> None:
+        self._sent_at[(PROCESS.get(), target.name)] = self.now
 
     # -- the world -----------------------------------------------------------------------------
 
@@ -749,6 +823,7 @@ class OutageLab:
 
     def _power_changed(self, rid: ResourceId, fraction: float, state: PowerState) -> None:
         self.power.power_changed(rid, fraction, state)
+        self._reached_at[(rid, state)] = self.now
         for seat in self.seats:
             if rid != seat.own:
                 continue
@@ -1008,7 +1083,10 @@ class OutageLab:
 
     def _requested(self, request: Request) -> None:
         process = PROCESS.get()
-        seen = Seen(self.now, process, request)
+        sent_s = None
+        if request.method is not StopMethod.HARD:
+            sent_s = self._sent_at.pop((process, request.target.name), None)
+        seen = Seen(self.now, process, request, sent_s)
         if process == 0:
             self.violations.append(f"{_said(seen)} with no controller running")
         self._check_twice(seen)
@@ -1058,6 +1136,8 @@ class OutageLab:
         )
         if resent_guest or (previous is not None and self._may_ask_again(previous, seen)):
             return
+        if previous is not None and self._resent(previous, seen):
+            return
         # a controller that could not read the target asks: the platform refuses what is
         # there (its request may land after the reads came right: a hang, a retry)
         blind = self._blind(request.target.platform)
@@ -1087,6 +1167,29 @@ class OutageLab:
         """A second end command to a UPS the rule allows (the pair's, without the store):
         none, alone."""
         return False
+
+    def _resent(self, previous: Seen, seen: Seen) -> bool:
+        """A command sent again by a new process, to a target it has not taken to its state
+        since: allowed once the step's own timeout has passed since the first went out (it
+        may never have reached the device), a violation before. True when it is judged here;
+        False when it is no such command (the other rules judge it)."""
+        request = seen.request
+        if (
+            seen.sent_s is None
+            or previous.sent_s is None
+            or previous.request != request
+            or previous.process == seen.process
+            or self._reached_at.get((request.resource, request.wanted), -1.0) >= previous.sent_s
+        ):
+            return False
+        timeout = self._timeout_s[(request.resource, request.wanted)]
+        after = seen.sent_s - previous.sent_s
+        if after < timeout - JOURNAL_TICK_S:
+            self.violations.append(
+                f"{_said(seen)}: sent again {after:.0f}s after the first (T+{previous.sent_s:.0f}s "
+                f"by process {previous.process}), within the step's timeout of {timeout:.0f}s"
+            )
+        return True
 
     def _may_ask_again(self, previous: Seen, seen: Seen) -> bool:
         """A second request to a target the rule allows besides a guest's (the pair's, when
