@@ -226,6 +226,17 @@ class TargetAsked(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class RequestFailed(Event):
+    """A command a step sent to its target (``SendsCommands``) ran and failed (it exited
+    non-zero): nothing is under way, and a restarted controller does not wait for it."""
+
+    run: RunId
+    step: StepId
+    platform: str
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
 class RunWidened(Event):
     """A running shutdown's scope grew (another feed's trigger): the same run, more steps."""
 

@@ -677,18 +677,14 @@ def test_the_machine_names_a_command_sent_again_within_its_timeout(
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="engine defect, not fixed here: a command that ran and failed stays pending in the "
-    "journal (only its in-memory request is dropped), so a restarted controller waits for it",
-)
 def test_a_command_that_failed_before_a_kill_does_not_hold_the_startup() -> None:
     """The NAS's shutdown command went out and failed (the device refused it); the
     controller was killed. The step had dropped that request as failed, but the journal
     still held it as sent and not landed: the restarted controller's startup let it 'land
     first', waiting the NAS's whole startup timeout (10 min) for a shutdown that had failed,
-    and the site was not back within the bound (h1, h2 and their guests wait on the NAS)."""
+    and the site was not back within the bound (h1, h2 and their guests wait on the NAS).
+    The journal now marks a command that failed (``RequestFailed``), and the pair's ledger
+    drops it from the step's requests."""
     replay(
         step("platform_fault", resource="nas", fault="refuses to stop"),
         step("trigger", direction="shutdown", only=[]),

@@ -186,6 +186,7 @@ class StepRunner:
         run: RunId,
         under_way: Mapping[TargetKey, UnderWay] | None = None,
         on_request: RequestListener | None = None,
+        on_failed: RequestListener | None = None,
         on_wait: Callable[[StepId, str], None] | None = None,
         unfenced: Unfenced | None = None,
     ) -> None:
@@ -193,6 +194,7 @@ class StepRunner:
         ``resumed``: the run was cut short before; tasks still under way are waited for.
         ``under_way``: requests accepted before this run and not seen to land (waited for).
         ``on_request``: hears each request a platform accepts (the journal keeps it).
+        ``on_failed``: hears each command sent that ran and failed (no longer under way).
         ``on_wait``: hears a step waiting for a request of a run before it to land.
         ``unfenced``: this controller's side of a pair, which may go on without the store."""
         self._network_probes = network_probes
@@ -205,6 +207,7 @@ class StepRunner:
         self.under_way: dict[TargetKey, UnderWay] = dict(under_way or {})
         """Requests accepted and not seen to land, this run's and those it took over."""
         self._on_request = on_request
+        self._on_failed = on_failed
         self._on_wait = on_wait
         self._unfenced = unfenced
 
@@ -387,6 +390,8 @@ class StepRunner:
                 sent_now = self.under_way.get(key_of(target))
                 if sent_now is not None and (sent_now.run, sent_now.step) == (self._run, step):
                     del self.under_way[key_of(target)]
+                    if self._on_failed is not None:
+                        self._on_failed(sent_now)
                 raise
             return
         if wanted is PowerState.OFF:

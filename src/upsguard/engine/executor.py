@@ -40,7 +40,14 @@ from upsguard.engine.actions import StepRunner, TargetKey, UnderWay, Unfenced
 from upsguard.engine.ledger import RunLedger
 from upsguard.engine.slots import Slots
 from upsguard.errors import LeadershipLost
-from upsguard.events import EventSink, StepFinished, StepStarted, StepWaiting, TargetAsked
+from upsguard.events import (
+    EventSink,
+    RequestFailed,
+    StepFinished,
+    StepStarted,
+    StepWaiting,
+    TargetAsked,
+)
 from upsguard.models import Direction, PlatformName, ResourceId, StepId, StepOutcome, StepState
 from upsguard.plugins.platforms.base import Platform
 from upsguard.runbooks.plan import Action, Plan, Step
@@ -128,6 +135,7 @@ class Executor:
             run=spec.id,
             under_way=under_way,
             on_request=self._asked,
+            on_failed=self._ask_failed,
             on_wait=self._waits,
             unfenced=unfenced,
         )
@@ -174,6 +182,14 @@ class Executor:
                 target.kind,
                 request.wanted,
                 request.process,
+            )
+        )
+
+    def _ask_failed(self, request: UnderWay) -> None:
+        target = request.target
+        self._events(
+            RequestFailed(
+                self._clock.now(), request.run, request.step, target.platform, target.name
             )
         )
 

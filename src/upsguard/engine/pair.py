@@ -39,7 +39,7 @@ from upsguard.clock import Clock
 from upsguard.engine.actions import UnderWay
 from upsguard.engine.leadership import RETRY_WRITE_S, Leadership, LeadershipState, Role
 from upsguard.errors import AuthenticationError, LeadershipLost, StoreUnavailable, UpsguardError
-from upsguard.events import CacheModeChanged, Event, StepFinished, TargetAsked
+from upsguard.events import CacheModeChanged, Event, RequestFailed, StepFinished, TargetAsked
 from upsguard.models import (
     CacheMode,
     PlatformName,
@@ -243,6 +243,9 @@ class Pair:
             kept = tuple(a for a in self._asked.get(key, ()) if a.name != target.name)
             mark = self._asked[key] = (*kept, target)
             self._enqueue(StepWrite(event.run, event.step, StepState.RUNNING, asked=mark))
+        elif isinstance(event, RequestFailed):  # no longer under way: the next leader asks
+            key = (event.run, event.step)
+            self._asked[key] = tuple(a for a in self._asked.get(key, ()) if a.name != event.target)
         elif isinstance(event, StepFinished):
             held = self._asked.pop((event.run, event.step), ())
             left = () if event.state is StepState.DONE else held

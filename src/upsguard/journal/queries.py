@@ -65,14 +65,16 @@ class JournalQueries:
         return sorted(cache for cache, due in owed.items() if due)
 
     def pending_requests(self, since: datetime) -> list[RequestRow]:
-        """The newest request of each target, made since ``since``, whose step did not end
-        done after it (an attempt of the same step that ended done before the request, in a
-        run resumed since, says nothing of it): it may still be landing."""
+        """The newest request of each target, made since ``since``, that did not fail
+        (``RequestFailed``) and whose step did not end done after it (an attempt of the same
+        step that ended done before the request, in a run resumed since, says nothing of it):
+        it may still be landing."""
         rows = self._rows(
             "SELECT r.at, r.run, r.step, r.platform, r.target, r.target_kind, r.wanted,"
             " r.pid, r.pid_start, r.session, r.exit_file"
             " FROM requests r WHERE r.id IN"
             " (SELECT MAX(id) FROM requests GROUP BY platform, target) AND r.at >= ?"
+            " AND r.failed = 0"
             " AND NOT EXISTS (SELECT 1 FROM steps s"
             " WHERE s.run = r.run AND s.step = r.step AND s.state = ? AND s.ended >= r.at)"
             " ORDER BY r.id",

@@ -179,6 +179,11 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE requests ADD COLUMN session INTEGER;
     ALTER TABLE requests ADD COLUMN exit_file TEXT;
     """,
+    # 6 -> 7: a command sent to a target that ran and failed (``RequestFailed``) is no
+    # request under way: a restarted controller does not wait for it to land.
+    """
+    ALTER TABLE requests ADD COLUMN failed INTEGER NOT NULL DEFAULT 0;
+    """,
 )
 
 VERSION = len(MIGRATIONS)

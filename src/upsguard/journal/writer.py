@@ -24,6 +24,7 @@ from upsguard.events import (
     PhaseChanged,
     PointOfNoReturn,
     ReadingTaken,
+    RequestFailed,
     RunFinished,
     RunStarted,
     RunWidened,
@@ -101,6 +102,12 @@ class JournalWriter:
                 target_kind=event.target_kind.value,
                 wanted=event.wanted.value,
                 **_process_columns(event.process),
+            )
+        elif isinstance(event, RequestFailed):
+            self._db().execute(
+                "UPDATE requests SET failed = 1 WHERE id = (SELECT MAX(id) FROM requests"
+                " WHERE run = ? AND step = ? AND platform = ? AND target = ?)",
+                (event.run, event.step, event.platform, event.target),
             )
         elif isinstance(event, PointOfNoReturn):
             self._db().execute(
