@@ -166,3 +166,23 @@ def test_a_ups_told_by_a_leader_whose_term_then_ends_is_not_told_again(
         check_invariants(machine)
         told = [e.ups for _, _, e in machine.lab.events if isinstance(e, UpsCommandSent) and e.ok]
         assert sorted(told) == ["ua", "ub"], told
+
+
+def test_a_run_whose_every_ups_was_told_is_not_resumed_when_the_machines_boot() -> None:
+    """ctl-b finished the shutdown alone (the store's machines going down): it told both
+    UPSes their load cycle and stopped both controllers' machines, its last marks dropped
+    as made alone. The load cycle brought the power back; both machines booted, the store
+    had its quorum again, and ctl-a resumed the run from the ledger: it stopped mgmt-b and
+    its own machine again, with no load cycle left to bring them back (the ledger said both
+    UPSes were told). A run whose only steps left stop the controllers' machines, and whose
+    every UPS was told, ended with that load cycle: it is closed, not resumed."""
+    replay(
+        step("fsd", on=True, ups="ub"),
+        step("mains", on=False, ups="ua"),
+        step("time_passes", seconds=1),
+        step("time_passes", seconds=1),
+        step("self_test", on=True, ups="ub"),
+        step("time_passes", seconds=1),
+        step("time_passes", seconds=1),
+        step("time_passes", seconds=900),
+    )

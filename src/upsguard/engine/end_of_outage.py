@@ -112,6 +112,11 @@ class EndOfOutage:
             config = self._configs.get(ups)
             told[ups] = config is not None and config.at_shutdown_end.brings_power_back
 
+    def all_told(self, spec: RunSpec, told: Collection[UpsName]) -> bool:
+        """Every UPS of ``spec``'s feeds with an end command is in ``told`` (there is one)."""
+        commanded = {u for u in self._run_ups(spec) if self._configs[u].at_shutdown_end.command}
+        return bool(commanded) and commanded <= set(told)
+
     def untold(self, spec: RunSpec) -> list[UpsName]:
         """The UPSes of ``spec``'s feeds with an end command that were not told yet."""
         told = self._told.get(spec.id, {})

@@ -820,14 +820,18 @@ class OutageController:
 
     def _went_down_with_its_machine(self, run: SharedRun) -> bool:
         """A whole-site shutdown whose only steps left stop the controllers' machines, one
-        of them marked started by the controller it stops: that controller powered itself
-        off, last, and this start is the site coming back. Resuming would stop the
-        machines again after every boot."""
+        of them marked started by the controller it stops, or every UPS of the run told its
+        end command (the load cycle takes those machines down and brings them back): that
+        controller powered itself off, last, and this start is the site coming back.
+        Resuming would stop the machines again after every boot, and with no load cycle
+        left to bring them back."""
         if run.spec.kind is not RunKind.SHUTDOWN or run.spec.only is not None:
             return False
         left = [s for s in self.plan_steps(run.spec) if s.id not in run.done]
         if not left or not all(self._controller_machine(s) for s in left):
             return False
+        if self._end.all_told(run.spec, run.told):
+            return True
         me = self._pair.me if self._pair is not None else ""
         for step in left:
             by = run.running_by.get(step.id)

@@ -39,7 +39,14 @@ from upsguard.clock import Clock
 from upsguard.engine.actions import UnderWay
 from upsguard.engine.leadership import RETRY_WRITE_S, Leadership, LeadershipState, Role
 from upsguard.errors import AuthenticationError, LeadershipLost, StoreUnavailable, UpsguardError
-from upsguard.events import CacheModeChanged, Event, RequestFailed, StepFinished, TargetAsked
+from upsguard.events import (
+    CacheModeChanged,
+    Event,
+    RequestFailed,
+    StepFinished,
+    TargetAsked,
+    UpsCommandSent,
+)
 from upsguard.models import (
     CacheMode,
     PlatformName,
@@ -243,6 +250,8 @@ class Pair:
             kept = tuple(a for a in self._asked.get(key, ()) if a.name != target.name)
             mark = self._asked[key] = (*kept, target)
             self._enqueue(StepWrite(event.run, event.step, StepState.RUNNING, asked=mark))
+        elif isinstance(event, UpsCommandSent) and not event.ok and event.run is not None:
+            self._ups_command_failed(RunId(event.run), UpsName(event.ups))
         elif isinstance(event, RequestFailed):  # no longer under way: the next leader asks
             key = (event.run, event.step)
             self._asked[key] = tuple(a for a in self._asked.get(key, ()) if a.name != event.target)
@@ -386,6 +395,13 @@ class Pair:
             await self._in_order(lambda: self.leadership.record_ups_command(spec.id, told))
         return True
 
+    def _ups_command_failed(self, run: RunId, ups: UpsName) -> None:
+        """The UPS refused its end command (or did not answer): its mark says so (written
+        also while finishing alone), and the next leader sends it again."""
+        failed = self.leadership.mark(ups_command_mark(ups), StepState.FAILED)
+        if self.leadership.role is not Role.STANDBY:
+            self._queue.put_nowait(lambda: self.leadership.record_ups_command(run, failed))
+
     async def _before_store_machine(self, spec: RunSpec, resource: ResourceId | None) -> None:
         """Stopping ``resource`` takes an etcd member down: when the members left would be
         fewer than a quorum, the leader finishes alone first (noted in the store, so no
@@ -525,7 +541,11 @@ class Pair:
         spec = ledger.active.spec
         self._taken.add(spec.id)
         marks = {s: m for s, m in ledger.steps_of(spec.id).items() if commanded_ups(s) is None}
-        told = sorted(UpsName(u) for s in ledger.steps_of(spec.id) if (u := commanded_ups(s)))
+        told = sorted(
+            UpsName(u)
+            for s, m in ledger.steps_of(spec.id).items()
+            if (u := commanded_ups(s)) and m.state is not StepState.FAILED
+        )
         done = {s: m.state for s, m in marks.items() if m.state.finished}
         if ledger.handed_over(spec.id) is not None:
             self._handed.add(spec.id)
