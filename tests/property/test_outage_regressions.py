@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -76,6 +76,19 @@ def heard(machine: OutageMachine) -> list[tuple[float, Event]]:
 
 def step(name: str, **arguments: Any) -> Step:
     return name, arguments
+
+
+def outage_until(machine: Any, reached: Callable[[], bool]) -> None:
+    """Both UPSes on battery with FSD (the outage machine's or the pair's), and the virtual
+    clock on, five seconds at a time, until ``reached`` (a shutdown takes minutes)."""
+    for ups in ("ua", "ub"):
+        machine.mains(ups=ups, on=False)
+        machine.fsd(ups=ups, on=True)
+    for _ in range(180):
+        if reached():
+            return
+        machine.time_passes(seconds=5)
+    raise AssertionError("the outage never reached what the story waits for")
 
 
 def test_a_persons_shutdown_and_the_policys_never_race() -> None:
@@ -604,13 +617,7 @@ def test_a_ups_told_before_a_kill_is_not_told_again_by_the_resumed_run(
 
     monkeypatch.setattr(LabUps, "command", command_then_die)
     with story() as machine:
-        for ups in ("ua", "ub"):
-            machine.mains(ups=ups, on=False)
-            machine.fsd(ups=ups, on=True)
-        for _ in range(180):  # the shutdown takes minutes of the virtual clock
-            if killed:
-                break
-            machine.time_passes(seconds=5)
+        outage_until(machine, lambda: bool(killed))
         machine.kill_9()
         machine.time_passes(seconds=60)
         check_invariants(machine)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.property.lab import LabUps
+from tests.property.test_outage_regressions import outage_until
 from tests.property.test_pair_invariants import PairMachine
 from upsguard.events import UpsCommandSent
 
@@ -153,13 +154,7 @@ def test_a_ups_told_by_a_leader_whose_term_then_ends_is_not_told_again(
                 machine.lab.pause(seat)  # SIGSTOP right after the UPS answered
 
         monkeypatch.setattr(LabUps, "command", command_then_pause)
-        for ups in ("ua", "ub"):
-            machine.mains(ups=ups, on=False)
-            machine.fsd(ups=ups, on=True)
-        for _ in range(180):  # the shutdown takes minutes of the virtual clock
-            if paused:
-                break
-            machine.time_passes(seconds=5)
+        outage_until(machine, lambda: bool(paused))
         for ups in ("ua", "ub"):
             machine.fsd(ups=ups, on=False)
         machine.time_passes(seconds=60)  # the paused one's lease runs out; the other leads
