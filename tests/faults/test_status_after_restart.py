@@ -62,7 +62,7 @@ def test_a_step_under_way_since_before_a_restart_says_so_in_status(
         assert lab.calls().count("stop nas1") == 1
         (done,) = [line for line in svc.cli("history").stdout.splitlines() if "done  " in line]
         assert "shut down (waited for" in done
-        assert "before the restart" in done
+        assert "since" in done and "before the restart" in done
     finally:
         lab.release_all()
         svc.stop()

@@ -800,7 +800,11 @@ def resume_with_a_command_sent(
 
 def test_a_command_sent_before_the_restart_is_waited_for_not_sent_again(tmp_path: Path) -> None:
     state, detail, sent = resume_with_a_command_sent(tmp_path, 10, reached_after_s=20)
-    landed = "nas1 shut down (waited for the shutdown asked by run r0, sent before the restart)"
+    since = (datetime(2026, 1, 1, tzinfo=UTC) - timedelta(seconds=10)).astimezone()
+    landed = (
+        "nas1 shut down (waited for the shutdown asked by run r0 "
+        f"(since {since:%H:%M:%S}, before the restart))"
+    )
     assert (state, detail, sent) == (StepState.DONE, landed, [])
 
 

@@ -107,6 +107,9 @@ class UnderWay:
         verb = "power-on" if self.wanted is PowerState.ON else "shutdown"
         if self.process is not None:
             return f"the {verb} command of run {self.run} (pid {self.process.pid})"
+        if self.before_restart and self.at is not None:
+            since = self.at.astimezone().strftime("%H:%M:%S")
+            return f"the {verb} asked by run {self.run} (since {since}, before the restart)"
         return f"the {verb} asked by run {self.run}"
 
 
@@ -155,9 +158,7 @@ ALREADY_THERE = Request(needed=False)
 def _landed_before(landed: str, already: str, sent_before: str | None) -> str:
     """A target found in the state its step wants: ``already`` so, or ``landed`` there by
     ``sent_before``, the command a controller before the restart sent, which it waited for."""
-    if sent_before is None:
-        return already
-    return f"{landed} (waited for {sent_before}, sent before the restart)"
+    return already if sent_before is None else f"{landed} (waited for {sent_before})"
 
 
 @dataclass(frozen=True, slots=True)
