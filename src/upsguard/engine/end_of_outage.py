@@ -109,22 +109,25 @@ class EndOfOutage:
         what came back meanwhile)."""
         told = self._told.setdefault(run, {})
         for ups in upses:
-            config = self._configs.get(ups)
-            told[ups] = config is not None and config.at_shutdown_end.brings_power_back
+            told[ups] = self._brings_power_back(ups)
 
     def all_told(self, spec: RunSpec, told: Collection[UpsName]) -> bool:
         """Every UPS of ``spec``'s feeds with an end command is in ``told`` (there is one)."""
-        commanded = {u for u in self._run_ups(spec) if self._configs[u].at_shutdown_end.command}
+        commanded = self._commanded(spec)
         return bool(commanded) and commanded <= set(told)
 
     def untold(self, spec: RunSpec) -> list[UpsName]:
         """The UPSes of ``spec``'s feeds with an end command that were not told yet."""
-        told = self._told.get(spec.id, {})
-        return sorted(
-            u
-            for u in self._run_ups(spec)
-            if u not in told and self._configs[u].at_shutdown_end.command is not None
-        )
+        return sorted(self._commanded(spec) - self._told.get(spec.id, {}).keys())
+
+    def _commanded(self, spec: RunSpec) -> set[UpsName]:
+        """The UPSes of ``spec``'s feeds with an end command."""
+        return {u for u in self._run_ups(spec) if self._configs[u].at_shutdown_end.command}
+
+    def _brings_power_back(self, ups: UpsName) -> bool:
+        """The UPS's end command, once it took it, brings the power back (a load cycle)."""
+        config = self._configs.get(ups)
+        return config is not None and config.at_shutdown_end.brings_power_back
 
     async def own_machine(
         self,
@@ -266,7 +269,7 @@ class EndOfOutage:
         self._events(
             UpsCommandSent(self._clock.now(), ups, command, True, "", spec.id, tuple(harmed))
         )
-        return config is not None and config.at_shutdown_end.brings_power_back
+        return self._brings_power_back(ups)
 
     def _still_running(
         self, ups: UpsName, cut: set[UpsName], stopped: set[ResourceId]

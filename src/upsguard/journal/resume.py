@@ -32,7 +32,6 @@ from upsguard.models import (
     ResourceKind,
     RunId,
     StepId,
-    StepState,
     Target,
     UpsName,
 )
@@ -60,15 +59,9 @@ async def reap_and_resume(
             run.id, clock.now(), RunOutcome.ABANDONED, f"superseded by {newest and newest.id}"
         )
     if not resume and newest is not None:
-        done = _done_steps(journal, newest)
-        unsure = tuple(
-            sorted({StepId(s.step) for s in journal.read.steps(newest.id)} - done.keys())
-        )
-        told = tuple(UpsName(u) for u in journal.read.upses_told(newest.id))
-        spec = newest.record().spec
-        controller.left_in_journal(SharedRun(spec, done, (), unsure, told=told))
+        controller.left_in_journal(_journaled(journal, newest))
         newest = None
-    if newest is not None and _only_own_machine_left(journal, controller, newest):
+    if newest is not None and _only_own_machine_left(controller, _journaled(journal, newest)):
         journal.write.close_run(newest.id, clock.now(), RunOutcome.DONE, OWN_POWEROFF)
         events(Notice(clock.now(), f"run {newest.id}: {OWN_POWEROFF}"))
         newest = None
@@ -98,43 +91,43 @@ OWN_POWEROFF = (
 )
 
 
-def _only_own_machine_left(journal: Journal, controller: OutageController, run: RunRow) -> bool:
+def _only_own_machine_left(controller: OutageController, run: SharedRun) -> bool:
     """A whole-site shutdown whose only unfinished steps stop the machine running upsguard,
     and had started: this process starting means that machine went down and came back.
     Stopping it again would power it off after every boot. Steps that never started did
     not stop it: the service itself was restarted (a kill, an upgrade) before they could,
     and the run goes on (the UPSes told, the machine stopped last)."""
-    if run.kind is not RunKind.SHUTDOWN or run.only is not None:
+    if run.spec.kind is not RunKind.SHUTDOWN or run.spec.only is not None:
         return False
-    done = _done_steps(journal, run)
-    started = {StepId(s.step) for s in journal.read.steps(run.id)}
-    left = [s for s in controller.shutdown_plan.steps if s.id not in done]
+    left = [s for s in controller.shutdown_plan.steps if s.id not in run.done]
     return bool(left) and all(
-        s.settings is not None and s.settings.resource.runs_upsguard and s.id in started
+        s.settings is not None and s.settings.resource.runs_upsguard and s.id in run.unsure
         for s in left
     )
 
 
-def _done_steps(journal: Journal, run: RunRow) -> dict[StepId, StepState]:
-    """The steps the run finished (done or skipped), and how."""
-    latest = {s.step: s.state for s in journal.read.steps(run.id)}
-    return {StepId(s): state for s, state in latest.items() if state.finished}
+def _journaled(journal: Journal, run: RunRow) -> SharedRun:
+    """The run as this controller's journal left it, read once: the steps it finished (done
+    or skipped) and how, those it started and did not finish, and the UPSes it told."""
+    latest = {StepId(s.step): s.state for s in journal.read.steps(run.id)}
+    done = {s: state for s, state in latest.items() if state.finished}
+    unsure = tuple(sorted(latest.keys() - done.keys()))
+    told = tuple(UpsName(u) for u in journal.read.upses_told(run.id))
+    return SharedRun(run.record().spec, done, (), unsure, told=told)
 
 
 async def _resume(
     journal: Journal, controller: OutageController, run: RunRow, clock: Clock, events: EventSink
 ) -> str:
-    done = _done_steps(journal, run)
-    unsure = sorted({s.step for s in journal.read.steps(run.id)} - done.keys())
-    told = [UpsName(u) for u in journal.read.upses_told(run.id)]
-    message = f"resuming {run.kind} run {run.id}: {len(done)} step(s) already done" + (
-        f"; checking the real state of {', '.join(unsure)}" if unsure else ""
+    left = _journaled(journal, run)
+    message = f"resuming {run.kind} run {run.id}: {len(left.done)} step(s) already done" + (
+        f"; checking the real state of {', '.join(left.unsure)}" if left.unsure else ""
     )
-    if told:
-        message += f"; UPS {', '.join(told)} told already (not told again)"
+    if left.told:
+        message += f"; UPS {', '.join(left.told)} told already (not told again)"
     log.warning(message)
     events(Notice(clock.now(), message, level="warning"))
-    return await controller.resume(run.record().spec, done, told)
+    return await controller.resume(left.spec, left.done, left.told)
 
 
 REQUESTS_LAND_WITHIN = timedelta(hours=1)
