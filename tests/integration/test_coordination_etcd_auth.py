@@ -5,15 +5,18 @@ and a session token that expired is renewed by logging in again."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from tests.peers.etcd import EtcdCluster, start_cluster
+from tests.peers.etcd import ETCDCTL, EtcdCluster, start_cluster
 from upsguard.config.ha import HaConfig
 from upsguard.errors import AuthenticationError
-from upsguard.plugins.coordination.base import Candidate, Term
+from upsguard.models import RunId, StepId, StepState
+from upsguard.plugins.coordination.base import Candidate, StepMark, Term
 from upsguard.plugins.coordination.etcd import EtcdStore
 
 pytestmark = [pytest.mark.etcd, pytest.mark.timeout(120)]
@@ -22,13 +25,11 @@ PASSWORD = "etcd-Secret-7"
 TOKEN_TTL_S = 1
 
 
-@pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
-    """One member with auth on; user ``ups`` may read and write /upsguard/hq/ only."""
+def guard(directory: Path, token: str) -> Iterator[EtcdCluster]:
+    """One member with auth on (``token``: its ``--auth-token``); user ``ups`` may read and
+    write /upsguard/hq/ only."""
     cluster = start_cluster(
-        tmp_path_factory.mktemp("etcd-auth"),
-        members=1,
-        flags=("--auth-token", "simple", "--auth-token-ttl", str(TOKEN_TTL_S)),
+        directory, members=1, flags=("--auth-token", token, "--auth-token-ttl", str(TOKEN_TTL_S))
     )
     for args in (
         ["user", "add", "root:root-pw"],
@@ -43,6 +44,27 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
         assert done.returncode == 0, out
     yield cluster
     cluster.close()
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    """Simple tokens: a session that ends after ``TOKEN_TTL_S``."""
+    yield from guard(tmp_path_factory.mktemp("etcd-auth"), "simple")
+
+
+@pytest.fixture(scope="module")
+def guarded_jwt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    """JWT tokens, as etcd recommends for production: each carries the revision of the
+    users and roles it was issued at, and etcd refuses it once they change."""
+    directory = tmp_path_factory.mktemp("etcd-jwt")
+    key, public = directory / "jwt.key", directory / "jwt.pub"
+    for args in (
+        ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", key],
+        ["pkey", "-in", key, "-pubout", "-out", public],
+    ):
+        subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
+    token = f"jwt,pub-key={public},priv-key={key},sign-method=RS256,ttl=1h"
+    yield from guard(directory, token)
 
 
 def store(cluster: EtcdCluster, tmp_path: Path, site: str, password: str) -> EtcdStore:
@@ -87,5 +109,69 @@ def test_an_expired_session_is_renewed_by_logging_in_again(
             await good.resign(term)
         finally:
             await good.close()
+
+    asyncio.run(scenario())
+
+
+def root(cluster: EtcdCluster, *args: str, typed: str | None = None) -> None:
+    """``etcdctl`` as etcd's root user (auth is on); ``typed``: its standard input."""
+    done = subprocess.run(
+        [ETCDCTL, "--endpoints", ",".join(cluster.endpoints), "--user", "root:root-pw", *args],
+        input=typed,
+        capture_output=True,
+        text=True,
+        timeout=15,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_role_added_while_leading_does_not_refuse_the_next_renewal(
+    guarded_jwt: EtcdCluster, tmp_path: Path
+) -> None:
+    """docs/ha.md says to add a second site's role to the same etcd: any change of users or
+    roles makes etcd refuse every token issued before it ("revision of auth store is old").
+    The client logs in again, as etcd's own client does, and the leader renews its term."""
+
+    async def scenario() -> None:
+        good = store(guarded_jwt, tmp_path, "hq", PASSWORD)
+        try:
+            term = await good.campaign(Candidate("a"), 30)
+            assert isinstance(term, Term)
+            root(guarded_jwt, "role", "add", "second-site")
+            await good.renew(term)
+            mark = StepMark(StepId("stop:vm1"), StepState.DONE, "a", datetime.now(UTC))
+            await good.record_step(term, RunId("shutdown-1"), mark)  # a fenced write
+            assert (await good.snapshot()).steps_of(RunId("shutdown-1")) == {mark.step: mark}
+            await good.resign(term)
+        finally:
+            await good.close()
+            root(guarded_jwt, "role", "delete", "second-site")
+
+    asyncio.run(scenario())
+
+
+def test_a_password_rotated_in_etcd_and_its_file_is_read_at_the_next_login(
+    guarded: EtcdCluster, tmp_path: Path
+) -> None:
+    """The password is changed in etcd and in the controller's password file, the service
+    left running: the next login (the old session's end) reads the file again and the
+    leader renews its term; the new password is never said."""
+
+    async def scenario() -> None:
+        good = store(guarded, tmp_path, "hq", PASSWORD)
+        rotated = "rotated-" + PASSWORD
+        try:
+            term = await good.campaign(Candidate("a"), 30)
+            assert isinstance(term, Term)
+            root(guarded, "user", "passwd", "ups", "--interactive=false", typed=rotated)
+            (tmp_path / "etcd.pw").write_text(rotated + "\n")
+            await asyncio.sleep(TOKEN_TTL_S * 3)  # the old session's token expires
+            await good.renew(term)
+            assert await good.leader() == term.leader
+            await good.resign(term)
+        finally:
+            await good.close()
+            root(guarded, "user", "passwd", "ups", "--interactive=false", typed=PASSWORD)
 
     asyncio.run(scenario())

@@ -93,6 +93,9 @@ from upsguard.runs import RunRecord
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+
+AUTH_OLD_REVISION = "revision of auth store is old"
+"""etcd's ``ErrGRPCAuthOldRevision``: a token issued before a change of users or roles."""
 VIEWS = "views/"
 """Where each controller's view is kept, beside the ledger (``exchange_views``)."""
 
@@ -154,9 +157,8 @@ class EtcdStore:
         variable); connects on the first request."""
         self.site = site
         self._user = settings.user
-        self._password = resolve_secret(
-            "etcd password", settings.password_file, settings.password_env
-        )
+        self._secret = settings.password_file, settings.password_env
+        self._password = resolve_secret("etcd password", *self._secret)
         self._timeout_s = settings.request_timeout.total_seconds()
         self._endpoints = list(settings.endpoints)
         self._tls = _tls_files(settings.tls)
@@ -437,8 +439,8 @@ class EtcdStore:
                 if code is None or code in _ENDPOINT_TROUBLE:
                     await self._drop(index, connection)
                     raise
-                if code is grpc.StatusCode.UNAUTHENTICATED and not fresh_login:
-                    await self._drop(index, connection)  # the session token expired: log in again
+                if _token_stale(code, exc) and not fresh_login:
+                    await self._drop(index, connection)  # log in again for a new token
                     continue
                 raise self._refused(index, what, code, exc) from exc
         raise AssertionError("unreachable")
@@ -475,7 +477,7 @@ class EtcdStore:
         if self._user is not None:
             try:
                 reply = await auth.authenticate(
-                    self._user, self._password or "", timeout=self._timeout_s
+                    self._user, self._password_now(), timeout=self._timeout_s
                 )
             except _ENDPOINT_ERRORS as exc:
                 await client.close()
@@ -489,6 +491,19 @@ class EtcdStore:
                 raise
             client.set_token(reply.token)
         return connection
+
+    def _password_now(self) -> str:
+        """The password, its file read again at each login: one rotated in etcd and in its
+        file is used from the next login on (the old session ends), the service left
+        running. A file that cannot be read now leaves the one read before (logged)."""
+        try:
+            password = resolve_secret("etcd password", *self._secret)
+        except ConfigError as exc:
+            if self._password is not None:
+                log.warning("%s (logging in with the password read before)", exc)
+        else:
+            self._password = password
+        return self._password or ""
 
     async def _drop(self, index: int, connection: _Connection | None) -> None:
         """Close an endpoint's client that failed (unless another took its place already);
@@ -658,6 +673,15 @@ def _status(exc: BaseException) -> grpc.StatusCode | None:
         code: grpc.StatusCode = rpc.code()
         return code
     return None
+
+
+def _token_stale(code: grpc.StatusCode, exc: BaseException) -> bool:
+    """The session's token is no longer taken, and a new login gets one that is (as etcd's
+    own client does): it expired, or the users and roles changed since it was issued
+    ("revision of auth store is old", for a JWT token after any role or user change)."""
+    if code is grpc.StatusCode.UNAUTHENTICATED:
+        return True
+    return code is grpc.StatusCode.INVALID_ARGUMENT and AUTH_OLD_REVISION in _detail(exc)
 
 
 def _detail(exc: BaseException) -> str:
