@@ -237,21 +237,53 @@ def test_an_ha_an_operator_disarmed_stays_disarmed(pve_api: PveApi, tmp_path: Pa
     assert not [c for c in state.calls if "arm-ha" in c]
 
 
-def test_ha_without_an_arm_state_is_unknown_and_its_disarm_fails(
+def test_before_pve_9_1_each_ha_resource_is_ignored_and_put_back_as_it_was(
     pve_api: PveApi, tmp_path: Path
 ) -> None:
-    """A PVE before 9.1 has no disarm-ha: its HA state is unknown, never taken as disarmed."""
-    pve_api.pve.ha_disarm = False
+    """A PVE before 9.1 has no disarm-ha: each HA resource is set to ``ignored`` (their
+    states recorded first), and the startup, in a restarted service too, puts back each one
+    upsguard changed; one an operator had ignored before stays ignored."""
+    state = pve_api.pve
+    state.ha_disarm = False
+    before = {"vm:101": "started", "vm:102": "stopped", "ct:200": "ignored"}
+    state.ha_resources = dict(before)
+
+    async def scenario() -> list[PowerState]:
+        px = platform(pve_api, tmp_path, state_dir=str(tmp_path / "state"))
+        [ha] = await px.resolve(cluster_state("ha"))
+        seen = [await px.power_state(ha)]
+        await px.stop(ha, StopMethod.GRACEFUL)
+        assert state.ha_resources == dict.fromkeys(before, "ignored")
+        seen.append(await px.power_state(ha))
+        restarted = platform(pve_api, tmp_path, state_dir=str(tmp_path / "state"))
+        await restarted.start(ha)
+        seen.append(await restarted.power_state(ha))
+        return seen
+
+    assert asyncio.run(scenario()) == [PowerState.ON, PowerState.OFF, PowerState.ON]
+    assert state.ha_resources == before
+    changed = [c.removeprefix("PUT cluster/ha/resources/") for c in state.calls if "PUT" in c]
+    assert sorted(changed) == ["vm:101", "vm:101", "vm:102", "vm:102"]  # ignored, put back
+
+
+def test_before_pve_9_1_an_ha_resource_that_reads_otherwise_is_not_ignored(
+    pve_api: PveApi, tmp_path: Path
+) -> None:
+    """Unknown is never good news: once upsguard set them ignored, HA counts as out of the
+    way only while every resource reads ``ignored``; one an operator set back is not."""
+    state = pve_api.pve
+    state.ha_disarm = False
+    state.ha_resources = {"vm:101": "started", "vm:102": "started"}
 
     async def scenario() -> PowerState:
         px = platform(pve_api, tmp_path, state_dir=str(tmp_path / "state"))
         [ha] = await px.resolve(cluster_state("ha"))
-        with pytest.raises(PermanentError, match=r"disarming HA needs PVE 9\.1"):
-            await px.stop(ha, StopMethod.GRACEFUL)
-        state: PowerState = await px.power_state(ha)
-        return state
+        await px.stop(ha, StopMethod.GRACEFUL)
+        state.ha_resources["vm:102"] = "started"
+        seen: PowerState = await px.power_state(ha)
+        return seen
 
-    assert asyncio.run(scenario()) is PowerState.UNKNOWN
+    assert asyncio.run(scenario()) is PowerState.ON
 
 
 def test_ceph_flags_are_set_at_the_monitor_and_only_upsguards_are_unset(

@@ -14,10 +14,11 @@ describes them and as a real node answers them:
   a ``UPID:`` task id), ``nodes/{node}/tasks?source=active&vmid=`` (a guest's
   ``qmshutdown``/``vzshutdown`` until it is off), ``agent/ping`` (500 "QEMU guest agent is
   not running" until it runs);
-- HA: ``cluster/ha/resources`` and ``cluster/ha/status/current`` (its ``fencing`` entry's
-  ``armed-state``: ``armed``, ``disarming``, ``disarmed``, ``standby`` with no resource),
-  ``cluster/ha/status/disarm-ha`` and ``arm-ha`` (PVE 9.1 and later; ``ha_disarm: False``
-  serves a PVE 8 without them);
+- HA: ``cluster/ha/resources`` (and PUT ``cluster/ha/resources/{sid}`` with ``state``; an
+  unknown one answers 500 "service 'vm:999' not defined"), ``cluster/ha/status/current``
+  (its ``fencing`` entry's ``armed-state``: ``armed``, ``disarming``, ``disarmed``,
+  ``standby`` with no resource), ``cluster/ha/status/disarm-ha`` and ``arm-ha`` (PVE 9.1
+  and later; ``ha_disarm: False`` serves a PVE before 9.1 without them);
 - Ceph: ``cluster/ceph/flags`` (GET the flags, PUT ``flag=1|0``), served by the ``ceph`` CLI
   against a REAL monitor (``tests.peers.ceph``): the flags are set and read at the monitor.
 
@@ -269,7 +270,7 @@ def _answer(pve: FakePve, method: str, parts: list[str], query: dict[str, str]) 
     if parts == ["cluster", "status"]:
         return _cluster_status(pve)
     if parts[:2] == ["cluster", "ha"]:
-        return _ha(pve, method, parts[2:])
+        return _ha(pve, method, parts[2:], query)
     if parts[:2] == ["cluster", "ceph"]:
         return _ceph(pve, method, query)
     if parts[0] == "nodes" and parts[2:] == ["status"]:
@@ -314,12 +315,19 @@ def _cluster_status(pve: FakePve) -> list[dict[str, Any]]:
     return [cluster, *nodes]
 
 
-def _ha(pve: FakePve, method: str, rest: list[str]) -> Any:
+def _ha(pve: FakePve, method: str, rest: list[str], query: dict[str, str]) -> Any:
     if rest == ["resources"]:
         return [
             {"sid": sid, "state": state, "type": sid.split(":")[0]}
             for sid, state in pve.ha_resources.items()
         ]
+    if rest[0] == "resources" and len(rest) == 2 and method == "PUT":
+        sid = urllib.parse.unquote(rest[1])
+        if sid not in pve.ha_resources:
+            raise _Refused(500, f"service '{sid}' not defined")
+        state = query.get("state", "started")
+        pve.ha_resources[sid] = "started" if state == "enabled" else state
+        return None
     if rest in (["status", "disarm-ha"], ["status", "arm-ha"]) and not pve.ha_disarm:
         raise _Refused(501, f"Method 'POST /cluster/ha/{'/'.join(rest)}' not implemented")
     if rest == ["status", "disarm-ha"]:

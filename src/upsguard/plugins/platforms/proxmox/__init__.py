@@ -116,8 +116,7 @@ class ProxmoxPlatform:
     async def power_state(self, target: Target) -> PowerState:
         ref = _ref(target)
         if ref == cluster.HA:
-            armed = await self._call("read the HA status", cluster.ha_armed_state)
-            return cluster.ha_state(armed, self._record)
+            return await self._call("read the HA status", cluster.ha_state, self._record)
         if ref == cluster.CEPH:
             flags = await self._call("read the Ceph flags", cluster.ceph_flags)
             return cluster.ceph_state(flags, self._settings.ceph_flags, self._record)
@@ -132,7 +131,7 @@ class ProxmoxPlatform:
         HA is disarmed, the Ceph flags set (either way)."""
         ref = _ref(target)
         if ref == cluster.HA:
-            await self._call("disarm HA", cluster.disarm_ha, self._record, self._where)
+            await self._call("disarm HA", cluster.disarm_ha, self._record)
             return
         if ref == cluster.CEPH:
             wanted = self._settings.ceph_flags

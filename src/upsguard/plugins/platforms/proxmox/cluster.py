@@ -13,8 +13,14 @@ only the flags upsguard set (not those an operator had set before the outage). W
 the cluster is as upsguard found it: ``ON``, whatever it reads (an HA an operator disarmed
 stays disarmed).
 
-A state that cannot be read (no answer, no ``fencing`` entry in the HA status of a PVE
-before 9.1, a flag missing from the list) is ``UNKNOWN``, never taken as either.
+HA is disarmed with ``disarm-ha`` (PVE 9.1 and later). A PVE before 9.1 has no such command
+and no ``fencing`` entry in its HA status: there each HA resource is set to ``ignored``, as
+the Proxmox forum's shutdown guides did before it, and its state recorded first; the startup
+puts back each one upsguard changed. HA is out of the way only while every resource reads
+``ignored``.
+
+A state that cannot be read (no answer, an arm state it does not know, a flag missing from
+the list) is ``UNKNOWN``, never taken as either.
 """
 
 from __future__ import annotations
@@ -27,7 +33,10 @@ from upsguard.models import PowerState
 from upsguard.saved_state import SavedState
 
 HA = "ha"
+HA_RESOURCES = "ha_resources"
+"""Before PVE 9.1: the record of each HA resource's state before upsguard ignored it."""
 CEPH = "ceph_flags"
+IGNORED = "ignored"
 _ARMED = {"armed": PowerState.ON, "standby": PowerState.ON, "disarmed": PowerState.OFF}
 """HA's ``armed-state``: ``standby`` is armed with nothing to watch; ``disarming`` (under
 way) and anything else is unknown."""
@@ -43,25 +52,38 @@ def ha_armed_state(api: Any) -> str | None:
     return None
 
 
-def ha_state(armed: str | None, record: SavedState[Any]) -> PowerState:
-    """``OFF`` once HA is disarmed and upsguard recorded doing it (or finding it so)."""
+def ha_resources(api: Any) -> dict[str, str]:
+    """Each HA resource (``vm:101``) and its requested state (``cluster/ha/resources``)."""
+    return {str(r["sid"]): str(r.get("state", "started")) for r in api.cluster.ha.resources.get()}
+
+
+def ha_state(api: Any, record: SavedState[Any]) -> PowerState:
+    """``OFF`` once HA is out of the way and upsguard recorded doing it (or finding it so):
+    disarmed, or before PVE 9.1 every resource ignored."""
+    armed = ha_armed_state(api)
     if armed is None:
-        return PowerState.UNKNOWN
+        if record.get(HA_RESOURCES, None) is None:
+            return PowerState.ON
+        ignored = all(state == IGNORED for state in ha_resources(api).values())
+        return PowerState.OFF if ignored else PowerState.ON
     if record.get(HA, None) is None:
         return PowerState.ON
     return _ARMED.get(armed, PowerState.UNKNOWN)
 
 
-def disarm_ha(api: Any, record: SavedState[Any], where: str) -> None:
+def disarm_ha(api: Any, record: SavedState[Any]) -> None:
     """Record HA's state, then disarm it, resources ignored (``crm-command disarm-ha
-    ignore``): HA then neither restarts nor migrates the guests the shutdown stops. A
-    record already there (a resumed run) is kept: it says what the cluster was first."""
+    ignore``), or before PVE 9.1 set each resource to ``ignored``: HA then neither restarts
+    nor migrates the guests the shutdown stops. A record already there (a resumed run) is
+    kept: it says what the cluster was first."""
     armed = ha_armed_state(api)
     if armed is None:
-        raise PermanentError(
-            f"{where}: its HA status has no arm state: disarming HA needs PVE 9.1 or later "
-            "(remove the 'ha' cluster resource, or upgrade)"
-        )
+        resources = ha_resources(api)
+        record.put(HA_RESOURCES, {**resources, **(record.get(HA_RESOURCES, None) or {})})
+        for sid, state in resources.items():
+            if state != IGNORED:
+                api.cluster.ha.resources(sid).put(state=IGNORED)
+        return
     if record.get(HA, None) is None:
         record.put(HA, armed)
     if armed != "disarmed":
@@ -69,12 +91,18 @@ def disarm_ha(api: Any, record: SavedState[Any], where: str) -> None:
 
 
 def rearm_ha(api: Any, record: SavedState[Any]) -> None:
-    """Re-arm HA if upsguard disarmed it, then forget the record; an HA upsguard found
-    disarmed stays so."""
+    """Re-arm HA if upsguard disarmed it, or put back each resource upsguard set to
+    ``ignored``, then forget the record; what upsguard found so stays so."""
     before = record.get(HA, None)
     if before is not None and before != "disarmed" and ha_armed_state(api) != "armed":
         api.cluster.ha.status("arm-ha").post()
     record.drop(HA)
+    states: dict[str, str] = record.get(HA_RESOURCES, None) or {}
+    now = ha_resources(api) if states else {}
+    for sid, state in states.items():
+        if state != IGNORED and now.get(sid) == IGNORED:
+            api.cluster.ha.resources(sid).put(state=state)
+    record.drop(HA_RESOURCES)
 
 
 def ceph_flags(api: Any) -> dict[str, bool]:
