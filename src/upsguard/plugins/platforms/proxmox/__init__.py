@@ -116,7 +116,8 @@ class ProxmoxPlatform:
     async def power_state(self, target: Target) -> PowerState:
         ref = _ref(target)
         if ref == cluster.HA:
-            return await self._call("read the HA status", cluster.ha_state, self._record)
+            state: PowerState = await self._call("read HA", cluster.ha_state, self._record)
+            return state
         if ref == cluster.CEPH:
             flags = await self._call("read the Ceph flags", cluster.ceph_flags)
             return cluster.ceph_state(flags, self._settings.ceph_flags, self._record)
