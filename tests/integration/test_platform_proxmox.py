@@ -286,6 +286,57 @@ def test_before_pve_9_1_an_ha_resource_that_reads_otherwise_is_not_ignored(
     assert asyncio.run(scenario()) is PowerState.ON
 
 
+def host(name: str) -> ResourceConfig:
+    return ResourceConfig.model_validate(
+        {"id": name, "kind": "host", "platform": "pve", "host": name}
+    )
+
+
+def diagnosed(pve_api: PveApi, tmp_path: Path, resources: list[ResourceConfig]) -> list[Any]:
+    px = platform(pve_api, tmp_path, state_dir=str(tmp_path / "state"))
+    found: list[Any] = asyncio.run(px.diagnose(resources))
+    return found
+
+
+def test_doctor_names_each_privilege_the_token_lacks_on_its_path_and_what_it_is_for(
+    pve_api: PveApi, tmp_path: Path
+) -> None:
+    """The token's privileges are read back from PVE for each path the plan's steps need
+    them on; one held only where it does not propagate to is missing, and said with what
+    it is for; nothing is changed on the cluster."""
+    state = pve_api.pve
+    state.ha_resources = {"vm:101": "started"}
+    state.privileges = {"/": {"Sys.Audit"}, "/vms": {"VM.Audit", "VM.PowerMgmt"}}
+    resources = [guest("web-01"), host("pve1"), cluster_state("ha")]
+    privileges, ha = diagnosed(pve_api, tmp_path, resources)
+    assert (privileges.check, privileges.verdict.value) == ("privileges", "fail")
+    assert privileges.missing == ("Sys.Console on /", "Sys.PowerMgmt on /nodes")
+    assert privileges.detail == (
+        "root@pam lacks Sys.Console on / (disarm and re-arm HA (before PVE 9.1: an HA "
+        "resource's state)); Sys.PowerMgmt on /nodes (shut nodes down)"
+    )
+    assert "Sys.Console Sys.PowerMgmt" in privileges.fix
+    assert (ha.check, ha.verdict.value) == ("ha", "ok")
+    assert [c for c in state.calls if not c.startswith("GET")] == []
+
+
+def test_doctor_says_how_ha_is_put_out_of_the_way_on_each_version(
+    pve_api: PveApi, tmp_path: Path
+) -> None:
+    state = pve_api.pve
+    state.ha_resources = {"vm:101": "started", "vm:102": "stopped"}
+    _, current = diagnosed(pve_api, tmp_path, [cluster_state("ha")])
+    assert current.detail == "disarm-ha (PVE 9.1 or later); HA reads armed now"
+    state.ha_disarm = False
+    privileges, older = diagnosed(pve_api, tmp_path, [cluster_state("ha")])
+    assert privileges.verdict.value == "ok"
+    assert privileges.detail == "root@pam holds Sys.Audit, Sys.Console"
+    assert older.detail == (
+        "no disarm-ha (PVE before 9.1): each of its 2 HA resources is set to ignored, and "
+        "put back at the startup"
+    )
+
+
 def test_ceph_flags_are_set_at_the_monitor_and_only_upsguards_are_unset(
     pve_api: PveApi, ceph_monitor: CephMonitor, tmp_path: Path
 ) -> None:

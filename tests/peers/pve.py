@@ -7,7 +7,8 @@ paths and JSON shapes of the PVE API as the API viewer (pve-docs ``api-viewer/ap
 describes them and as a real node answers them:
 
 - ``access/ticket`` (ticket + CSRFPreventionToken, 401 on a wrong password) and
-  ``PVEAPIToken`` headers;
+  ``PVEAPIToken`` headers; ``access/permissions?path=`` (the login's privileges in force on
+  the path: those of its ACLs there and above, as propagated ACLs give them);
 - ``cluster/resources?type=vm``, ``cluster/status`` (the quorum), ``nodes``,
   ``nodes/{node}/status`` (``command=shutdown``: the node goes offline a moment later);
 - ``nodes/{node}/{qemu|lxc}/{vmid}/status/{current,shutdown,stop,start}`` (actions answer
@@ -57,6 +58,16 @@ TOKEN = "6f1c0d2e-upsguard-token"
 TICKET = "PVE:root@pam:6745A1B2::c2lnbmF0dXJl"
 CSRF = "6745A1B2:Y3NyZg"
 NO_QUORUM = "cluster not ready - no quorum? (500)"
+EVERY_PRIVILEGE = (
+    "VM.Audit",
+    "VM.PowerMgmt",
+    "VM.GuestAgent.Audit",
+    "Sys.Audit",
+    "Sys.PowerMgmt",
+    "Sys.Console",
+    "Sys.Modify",
+)
+"""What the API token of the docs' role holds (the stand-in's default: all of it on ``/``)."""
 
 
 class Schema:
@@ -141,6 +152,8 @@ class FakePve:
     ha_disarm: bool = True
     """PVE 9.1 and later: ``disarm-ha``/``arm-ha`` and the ``fencing`` status entry exist."""
     ceph: CephMonitor | None = None
+    privileges: dict[str, set[str]] = field(default_factory=lambda: {"/": set(EVERY_PRIVILEGE)})
+    """The login's privileges by the path of their ACL, each propagated to the paths below."""
     calls: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
@@ -265,6 +278,12 @@ def _answer(pve: FakePve, method: str, parts: list[str], query: dict[str, str]) 
         return {"version": "9.1.2", "release": "9.1", "repoid": "faa83925"}
     if parts == ["nodes"]:
         return [{"node": n, "status": s} for n, s in pve.nodes.items()]
+    if parts == ["access", "permissions"]:
+        path = query.get("path", "/")
+        above = [
+            acl for acl in pve.privileges if path == acl or path.startswith(acl.rstrip("/") + "/")
+        ]
+        return {path: {p: 1 for acl in above for p in pve.privileges[acl]}}
     if parts == ["cluster", "resources"]:
         return [_resource(g) for g in pve.guests.values()]
     if parts == ["cluster", "status"]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +43,10 @@ from upsguard.errors import (
     PlatformUnreachable,
     UpsguardError,
 )
+from upsguard.findings import Area, Finding, fail, ok
 from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod, Target
 from upsguard.plugins.platforms.base import poll_for_state
-from upsguard.plugins.platforms.proxmox import cluster
+from upsguard.plugins.platforms.proxmox import cluster, rights
 from upsguard.saved_state import SavedState
 
 __all__ = ["ProxmoxPlatform"]
@@ -85,6 +87,54 @@ class ProxmoxPlatform:
 
     async def close(self) -> None:
         self._api = None  # tickets expire by themselves; tokens need no logout
+
+    async def diagnose(self, resources: Sequence[ResourceConfig]) -> list[Finding]:
+        """``PlatformDiagnosis``: the privileges the steps on ``resources`` need, each read
+        back as held or named missing (``rights``); and how HA will be put out of the way,
+        which depends on the cluster's version."""
+        login = self._settings.user or "?"
+        if self._settings.token_name:
+            login = f"{login}!{self._settings.token_name}"
+        wanted = rights.needed(resources, self.name)
+        holds = {
+            path: await self._call(f"read the privileges on {path}", rights.held, path)
+            for path in wanted
+        }
+        missing = rights.lacking(wanted, holds)
+        if missing:
+            privileges = " ".join(sorted({m.split(" on ")[0] for m in missing}))
+            found = [
+                fail(
+                    Area.PLATFORM,
+                    self.name,
+                    "privileges",
+                    f"{login} lacks {rights.said(missing)}",
+                    f"give {login} a role with {privileges} on those paths "
+                    "(pveum acl modify; docs/proxmox.md)",
+                    missing=tuple(missing),
+                )
+            ]
+        else:
+            every = sorted({p for privileges in wanted.values() for p in privileges})
+            found = [
+                ok(Area.PLATFORM, self.name, "privileges", f"{login} holds {', '.join(every)}")
+            ]
+        if any(r.platform == self.name and r.cluster == cluster.HA for r in resources):
+            found.append(await self._ha_way())
+        return found
+
+    async def _ha_way(self) -> Finding:
+        """How the HA step puts HA out of the way on this cluster."""
+        armed = await self._call("read the HA status", cluster.ha_armed_state)
+        if armed is not None:
+            detail = f"disarm-ha (PVE 9.1 or later); HA reads {armed} now"
+        else:
+            count = len(await self._call("read the HA resources", cluster.ha_resources))
+            detail = (
+                f"no disarm-ha (PVE before 9.1): each of its {count} HA resources is set to "
+                "ignored, and put back at the startup"
+            )
+        return ok(Area.PLATFORM, self.name, "ha", detail)
 
     async def resolve(self, resource: ResourceConfig, *, direct: bool = False) -> list[Target]:
         if resource.kind is ResourceKind.CLUSTER and resource.cluster is not None:
