@@ -7,17 +7,21 @@ purge it."""
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import os
 import pwd
 import re
 import shutil
+import sqlite3
 import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from upsguard.journal.schema import VERSION
 
 # apt and dpkg hold one lock: the tests that install packages run one after the other
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dpkg"), pytest.mark.timeout(600)]
@@ -173,3 +177,65 @@ def test_purge_removes_everything_the_package_and_its_service_made(
         pwd.getpwnam("upsguard")
     with pytest.raises(KeyError):
         grp.getgrnam("upsguard")
+
+
+@pytest.fixture(scope="module")
+def previous_deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package of the commit before the journal's last migration was added (its schema
+    one older), built from a clone of this checkout's history."""
+    last = run("git", "-C", ROOT, "log", "-1", "--format=%H", "-G", "ALTER TABLE|CREATE TABLE",
+               "--", "src/upsguard/journal/schema.py")  # fmt: skip
+    if last.returncode != 0 or not last.stdout.strip():
+        pytest.fail(f"the upgrade test needs this checkout's git history: {last.stderr.strip()}")
+    clone = tmp_path_factory.mktemp("previous") / "upsguard"
+    for argv in (
+        ("git", "clone", "-q", "--no-checkout", ROOT, clone),
+        ("git", "-C", clone, "checkout", "-q", f"{last.stdout.strip()}^"),
+    ):
+        done = run(*argv)
+        assert done.returncode == 0, done.stderr
+    built = subprocess.run(
+        ["scripts/package"], cwd=clone, capture_output=True, text=True, timeout=500
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    said = re.search(r"^package: (dist/upsguard_\S+\.deb) ", built.stdout, re.M)
+    assert said is not None, built.stdout
+    return clone / said[1]
+
+
+def test_an_upgrade_from_the_package_before_keeps_the_site_file_and_migrates_the_journal(
+    previous_deb: Path, deb: Path
+) -> None:
+    """The package built before the journal's last migration, installed, with a site file
+    and a journal holding an outage (the demo's); then ``apt-get install`` of this one over
+    it. The site file stays as it was, the outage is in the report from the journal, and
+    the journal is at this upsguard's schema."""
+    if package_installed():
+        pytest.fail("upsguard is installed from a package on this machine: purge it first")
+    journal = Path("/var/lib/upsguard/homelab.sqlite")  # the example's
+    try:
+        done = run(*APT, "install", previous_deb, timeout=280)
+        assert done.returncode == 0, done.stdout + done.stderr
+        shutil.copy(EXAMPLE, SITE)
+        site = SITE.read_bytes()
+        demo = run("upsguard", "demo", "--speed", "600", "--journal", journal, timeout=120)
+        assert demo.returncode == 0, demo.stderr
+        old_schema = user_version(journal)
+
+        upgraded = run(*APT, "install", deb, timeout=280)
+        assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
+        assert "Unpacking upsguard" in upgraded.stdout and "over (" in upgraded.stdout
+        assert SITE.read_bytes() == site
+        report = run("upsguard", "report", "-c", SITE, "--format", "md")
+        assert report.returncode == 0, report.stderr
+        assert "shutdown" in report.stdout, report.stdout
+        assert user_version(journal) == VERSION > old_schema
+    finally:
+        if package_installed():
+            run(*APT, "purge", "upsguard")
+
+
+def user_version(journal: Path) -> int:
+    with contextlib.closing(sqlite3.connect(journal)) as db:
+        (version,) = db.execute("PRAGMA user_version").fetchone()
+    return int(version)
