@@ -574,13 +574,8 @@ def ha_drs(sim: Vcsim) -> tuple[str, str]:
     return config.dasConfig.hostMonitoring, config.drsConfig.defaultVmBehavior
 
 
-def test_ha_and_drs_are_set_aside_before_a_host_stops_and_restored_at_the_startup(
-    vcsim_factory: Callable[..., Vcsim], tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The first host step disables HA host monitoring and sets DRS to manual; a controller
-    started afresh for the startup finds the values recorded on the cluster and puts them back."""
-    caplog.set_level(logging.INFO)
-    sim = vcsim_factory(*LAB_ARGS)
+def enable_ha_drs(sim: Vcsim) -> None:
+    """HA host monitoring on and DRS fully automated (vcsim leaves both unset)."""
     cluster = sim.all(vim.ClusterComputeResource)[0]
     spec = vim.cluster.ConfigSpecEx(
         dasConfig=vim.cluster.DasConfigInfo(hostMonitoring="enabled"),
@@ -588,6 +583,16 @@ def test_ha_and_drs_are_set_aside_before_a_host_stops_and_restored_at_the_startu
     )
     wait_task(cluster.ReconfigureComputeResource_Task(spec=spec, modify=True))
     assert ha_drs(sim) == ("enabled", "fullyAutomated")
+
+
+def test_ha_and_drs_are_set_aside_before_a_host_stops_and_restored_at_the_startup(
+    vcsim_factory: Callable[..., Vcsim], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first host step disables HA host monitoring and sets DRS to manual; a controller
+    started afresh for the startup finds the values recorded on the cluster and puts them back."""
+    caplog.set_level(logging.INFO)
+    sim = vcsim_factory(*LAB_ARGS)
+    enable_ha_drs(sim)
     host = res("DC0_C0_H2", "host", maintenance_mode=True)
 
     async def shutdown(p: VspherePlatform) -> bool:
@@ -606,6 +611,28 @@ def test_ha_and_drs_are_set_aside_before_a_host_stops_and_restored_at_the_startu
     assert run_with(make(sim, tmp_path), startup)
     assert ha_drs(sim) == ("enabled", "fullyAutomated")
     assert "HA and DRS restored" in caplog.text
+
+
+def test_a_cluster_is_set_aside_once_for_all_its_hosts(
+    vcsim_factory: Callable[..., Vcsim], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each host step of a cluster comes to its HA and DRS first; the first sets them aside
+    and the others find it done: the cluster is read, changed and said once, not once per
+    host (fifty lines in a log for a fifty-host cluster)."""
+    caplog.set_level(logging.INFO)
+    sim = vcsim_factory(*LAB_ARGS)
+    enable_ha_drs(sim)
+    hosts = [res(name, "host", maintenance_mode=True) for name in ("DC0_C0_H1", "DC0_C0_H2")]
+
+    async def shutdown(p: VspherePlatform) -> bool:
+        targets = [t for h in hosts for t in await p.resolve(h)]
+        for target in targets:
+            await p.stop(target, StopMethod.GRACEFUL)
+        return all([await p.wait_for(t, PowerState.OFF, 20) for t in targets])
+
+    assert run_with(make(sim, tmp_path), shutdown)
+    assert ha_drs(sim) == ("disabled", "manual")
+    assert caplog.text.count("HA host monitoring and DRS set aside for the shutdown") == 1
 
 
 def test_a_restore_with_nothing_recorded_changes_nothing_and_says_so(

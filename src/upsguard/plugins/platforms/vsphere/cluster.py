@@ -64,10 +64,17 @@ class ClusterGuard:
     def __init__(self) -> None:
         self._lock = asyncio.Lock()  # host steps of one cluster run at once: one reads first
         self._restore_due = True  # a restarted controller may find records of its predecessor
+        self._settled: set[str] = set()
+        """The clusters set aside (or found with nothing to set aside) since the last
+        restore: their other hosts' steps read nothing again, and say nothing again."""
 
     async def set_aside(self, session: Session, ref: str, name: str) -> None:
-        """Before a host of cluster ``ref`` stops: record, then disable and set to manual."""
+        """Before a host of cluster ``ref`` stops: record, then disable and set to manual;
+        once per cluster until the next restore. A cluster that could not be read is tried
+        again by its next host."""
         async with self._lock:
+            if ref in self._settled:
+                return
             try:
                 seen = await session.run(f"read cluster {name}", lambda: _read(session, ref))
             except UpsguardError as exc:
@@ -78,6 +85,7 @@ class ClusterGuard:
                 record = dict(seen.values)
                 if not record:
                     log.warning("cluster %s: HA and DRS read empty: left as they are", name)
+                    self._settled.add(ref)
                     return
                 try:
                     await session.run(
@@ -91,8 +99,9 @@ class ClusterGuard:
                     return
             self._restore_due = True
             wanted = {k: FOR_SHUTDOWN[k] for k in record if seen.values.get(k) != FOR_SHUTDOWN[k]}
-            if wanted:
-                await _reconfigure(session, ref, name, wanted)
+            if wanted and not await _reconfigure(session, ref, name, wanted):
+                return  # its next host tries again
+            self._settled.add(ref)
             log.info(
                 "cluster %s: HA host monitoring and DRS set aside for the shutdown "
                 "(recorded on the cluster: %s)",
@@ -111,26 +120,29 @@ class ClusterGuard:
             recorded = [c for c in seen if c.record]
             if not recorded:
                 log.info("no HA or DRS values recorded on any cluster: nothing restored")
+            left = False
             for cluster in recorded:
                 record = cluster.record or {}
                 wanted = {k: v for k, v in record.items() if cluster.values.get(k) != v}
-                if wanted:
-                    await _reconfigure(session, cluster.ref, cluster.name, wanted)
+                if wanted and not await _reconfigure(session, cluster.ref, cluster.name, wanted):
+                    left = True  # its record stays: the next host or VM back tries again
+                    continue
                 await session.run(
                     f"clear the record on cluster {cluster.name}",
                     functools.partial(_write_record, session, cluster.ref, ""),
                 )
                 log.info("cluster %s: HA and DRS restored (%s)", cluster.name, _said(record))
-            self._restore_due = False
+            self._restore_due = left
+            self._settled.clear()
 
 
 def _said(values: dict[str, str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(values.items()))
 
 
-async def _reconfigure(session: Session, ref: str, name: str, wanted: dict[str, str]) -> None:
-    """``ReconfigureComputeResource_Task`` with only ``wanted`` changed, waited for. Never
-    raises: a failure is logged, and the step goes on."""
+async def _reconfigure(session: Session, ref: str, name: str, wanted: dict[str, str]) -> bool:
+    """``ReconfigureComputeResource_Task`` with only ``wanted`` changed, waited for; whether
+    it succeeded. Never raises: a failure is logged, and the step goes on."""
     spec = ClusterSpec()
     if HOST_MONITORING in wanted:
         spec.dasConfig = DasSpec(hostMonitoring=wanted[HOST_MONITORING])
@@ -149,14 +161,15 @@ async def _reconfigure(session: Session, ref: str, name: str, wanted: dict[str, 
                 "read a task", lambda: (str(task.info.state), task.info.error)
             )
             if state == "success":
-                return
+                return True
             if state == "error":
                 log.warning("cluster %s: not reconfigured: %s", name, fault_text(error))
-                return
+                return False
             await asyncio.sleep(TASK_POLL_S)
         log.warning("cluster %s: reconfiguring did not finish in %.0fs", name, TASK_LIMIT_S)
     except UpsguardError as exc:
         log.warning("cluster %s: not reconfigured: %s", name, exc)
+    return False
 
 
 def _record_key(session: Session) -> int | None:
