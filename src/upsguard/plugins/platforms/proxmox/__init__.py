@@ -102,7 +102,7 @@ class ProxmoxPlatform:
         }
         missing = rights.lacking(wanted, holds)
         if missing:
-            privileges = " ".join(sorted({m.split(" on ")[0] for m in missing}))
+            privileges = " ".join(sorted({p for p, _ in missing}))
             found = [
                 fail(
                     Area.PLATFORM,
@@ -111,7 +111,7 @@ class ProxmoxPlatform:
                     f"{login} lacks {rights.said(missing)}",
                     f"give {login} a role with {privileges} on those paths "
                     "(pveum acl modify; docs/proxmox.md)",
-                    missing=tuple(missing),
+                    missing=tuple(f"{p} on {path}" for p, path in missing),
                 )
             ]
         else:

@@ -54,15 +54,15 @@ def held(api: Any, path: str) -> set[str]:
     return set(answer.get(path) or {})
 
 
-def lacking(wanted: dict[str, set[str]], holds: dict[str, set[str]]) -> list[str]:
-    """Each privilege wanted and not held, as ``Sys.Console on /``."""
+def lacking(wanted: dict[str, set[str]], holds: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Each privilege wanted and not held, with its path."""
     return [
-        f"{privilege} on {path}"
+        (privilege, path)
         for path, privileges in sorted(wanted.items())
         for privilege in sorted(privileges - holds.get(path, set()))
     ]
 
 
-def said(missing: Sequence[str]) -> str:
-    """The missing privileges with what each is for."""
-    return "; ".join(f"{m} ({WHAT_FOR[m.split(' on ')[0]]})" for m in missing)
+def said(missing: Sequence[tuple[str, str]]) -> str:
+    """The missing privileges on their paths, with what each is for."""
+    return "; ".join(f"{p} on {path} ({WHAT_FOR[p]})" for p, path in missing)
