@@ -5,12 +5,13 @@ against PVE's published API description)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.peers.ceph import SETTABLE, CephMonitor
+from tests.peers.ceph import SETTABLE, CephMonitor, make_monitor, require_ceph
 from tests.peers.pve import TOKEN, PveApi, settings_of
 from tests.runs import executor_for
 from tests.sites import site_from
@@ -356,6 +357,49 @@ def test_ceph_flags_are_set_at_the_monitor_and_only_upsguards_are_unset(
 
     assert asyncio.run(scenario()) == [PowerState.ON, PowerState.ON]
     assert ceph_monitor.flags() & SETTABLE == {"noout"}
+
+
+@pytest.fixture
+def three_monitors(tmp_path: Path) -> Iterator[CephMonitor]:
+    """Three Ceph monitors, as a three-node PVE cluster has."""
+    require_ceph()
+    (tmp_path / "ceph").mkdir()
+    monitors = make_monitor(tmp_path / "ceph", ("a", "b", "c"))
+    monitors.start()
+    yield monitors
+    monitors.stop()
+
+
+def test_ceph_flags_with_three_monitors_hold_with_one_down_and_wait_for_the_quorum(
+    pve_api: PveApi, three_monitors: CephMonitor, tmp_path: Path
+) -> None:
+    """The last node's monitor stopped (two of three left, a quorum): the flags are set and
+    read back as with all three. Two stopped (no quorum: the ``ceph`` CLI gets no answer):
+    the flags read unknown, never as set or unset, and unsetting them fails rather than
+    pretend. A monitor back (a quorum again): the startup unsets what upsguard set."""
+    pve_api.pve.ceph = three_monitors
+    wanted = {"noout", "norebalance", "nobackfill", "norecover"}
+
+    async def scenario() -> None:
+        px = platform(pve_api, tmp_path, state_dir=str(tmp_path / "state"))
+        [flags] = await px.resolve(cluster_state("ceph_flags"))
+        three_monitors.stop("c")
+        three_monitors.wait_for_quorum()  # the two left elect a leader again
+        await px.stop(flags, StopMethod.GRACEFUL)
+        assert await px.wait_for(flags, PowerState.OFF, 10)
+        assert three_monitors.flags() >= wanted
+        three_monitors.stop("b")
+        three_monitors.wait_for_quorum()  # none: the monitor left answers nothing
+        with pytest.raises(PlatformUnreachable, match="read the Ceph flags failed"):
+            await px.power_state(flags)
+        with pytest.raises(PlatformUnreachable, match="unset the Ceph flags failed"):
+            await px.start(flags)
+        three_monitors.start("b")
+        await px.start(flags)
+        assert await px.power_state(flags) is PowerState.ON
+
+    asyncio.run(scenario())
+    assert three_monitors.flags() & wanted == set()
 
 
 def test_ceph_flags_that_cannot_be_read_are_unknown(pve_api: PveApi, tmp_path: Path) -> None:

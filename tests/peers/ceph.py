@@ -1,10 +1,11 @@
-"""Debian's Ceph monitor (``ceph-mon``, 16.2) alone on loopback, and the ``ceph`` CLI against it.
+"""Debian's Ceph monitors (``ceph-mon``, 16.2) on loopback, one or three, and the ``ceph`` CLI.
 
-No OSD and no mgr: a monitor alone keeps the OSD map, so ``osd set noout`` is set and read
-back (``osd dump``) at a real monitor, which is what a Proxmox VE cluster's
-``/cluster/ceph/flags`` does on its side (TEST-PEERS.md, Ceph monitors). No cephadm and no
-systemd: a ``ceph.conf``, a keyring, a monmap and ``ceph-mon --mkfs`` in a temp dir, then
-``ceph-mon -i a -f`` on a port chosen free at run time (msgr2 only).
+No OSD and no mgr: the monitors keep the OSD map, so ``osd set noout`` is set and read back
+(``osd dump``) at real monitors, which is what a Proxmox VE cluster's ``/cluster/ceph/flags``
+does on its side (TEST-PEERS.md, Ceph monitors). No cephadm and no systemd: a ``ceph.conf``,
+a keyring, a monmap and ``ceph-mon --mkfs`` per monitor in a temp dir, then ``ceph-mon -i ID
+-f`` each on a port chosen free at run time (msgr2 only). With three, one stopped leaves a
+quorum (two of three); two stopped leave none, and the ``ceph`` CLI gets no answer.
 
 Every ``ceph`` command runs under a timeout: commands that go to a mgr hang forever
 without one, and a monitor that lost its quorum answers nothing.
@@ -14,9 +15,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -50,11 +52,12 @@ def require_ceph() -> None:
 
 @dataclass
 class CephMonitor:
-    """One monitor ``a`` and the admin's ``conf`` and ``keyring`` to reach it."""
+    """The monitors (``a``, or ``a``, ``b``, ``c``) and the admin's ``conf`` and ``keyring``
+    to reach them."""
 
     root: Path
-    port: int
-    process: subprocess.Popen[bytes] | None = None
+    ports: dict[str, int]
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
     def conf(self) -> Path:
@@ -85,15 +88,44 @@ class CephMonitor:
     def set_flag(self, flag: str, value: bool) -> None:
         self.ceph("osd", "set" if value else "unset", flag)
 
-    def start(self) -> None:
-        log = self.root / "mon.out"
-        self.process = spawn([CEPH_MON, "-c", str(self.conf), "-i", "a", "-f"], log)
-        wait_started(self.process, log, self._answers, "ceph-mon", START_WITHIN_S, pause=0.2)
+    def start(self, *ids: str) -> None:
+        """Start the monitors ``ids`` (all by default), then wait until the cluster answers
+        (three monitors answer once two of them have formed a quorum)."""
+        names = ids or tuple(self.ports)
+        for i in names:
+            log = self.root / f"mon-{i}.out"
+            self.processes[i] = spawn([CEPH_MON, "-c", str(self.conf), "-i", i, "-f"], log)
+        for i in names:
+            log = self.root / f"mon-{i}.out"
+            wait_started(
+                self.processes[i], log, self._answers, "ceph-mon", START_WITHIN_S, pause=0.2
+            )
 
-    def stop(self) -> None:
-        if self.process is not None:
-            end_process(self.process)
-            self.process = None
+    def stop(self, *ids: str) -> None:
+        """Stop the monitors ``ids`` (all by default)."""
+        for i in ids or list(self.processes):
+            process = self.processes.pop(i, None)
+            if process is not None:
+                end_process(process)
+
+    def wait_for_quorum(self) -> None:
+        """Until the monitors running are the quorum, or, fewer than a majority running,
+        until there is none. A monitor stopped makes the others elect again (some seconds):
+        meanwhile they still answer reads from the old quorum, and a write waits."""
+        running = sorted(self.processes)
+        wanted = running if 2 * len(running) > len(self.ports) else []
+        deadline = time.monotonic() + START_WITHIN_S
+        while self._quorum() != wanted:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the Ceph quorum is not {wanted or 'gone'} in time")
+            time.sleep(0.2)
+
+    def _quorum(self) -> list[str]:
+        try:
+            status = json.loads(self.ceph("quorum_status", "-f", "json"))
+        except (CephCliError, ValueError):
+            return []
+        return sorted(status.get("quorum_names", []))
 
     def _answers(self) -> bool:
         try:
@@ -103,17 +135,17 @@ class CephMonitor:
         return True
 
 
-def make_monitor(root: Path) -> CephMonitor:
-    """A monitor's files in ``root``: conf, keyrings, monmap, its store (``--mkfs``)."""
-    port = free_port()
-    mon = CephMonitor(root, port)
+def make_monitor(root: Path, ids: tuple[str, ...] = ("a",)) -> CephMonitor:
+    """The monitors' files in ``root``: conf, keyrings, monmap, each one's store (``--mkfs``)."""
+    mon = CephMonitor(root, {i: free_port() for i in ids})
     fsid = str(uuid.uuid4())
     (root / "run").mkdir()
+    hosts = ",".join(f"v2:127.0.0.1:{port}" for port in mon.ports.values())
     mon.conf.write_text(
         "[global]\n"
         f"fsid = {fsid}\n"
-        f"mon host = v2:127.0.0.1:{port}\n"
-        "mon initial members = a\n"
+        f"mon host = {hosts}\n"
+        f"mon initial members = {', '.join(ids)}\n"
         "auth cluster required = cephx\nauth service required = cephx\n"
         "auth client required = cephx\n"
         f"keyring = {mon.keyring}\n"
@@ -161,32 +193,25 @@ def make_monitor(root: Path) -> CephMonitor:
     )
     _run([tool, str(mon_keyring), "--import-keyring", str(mon.keyring)])
     monmap = root / "monmap"
-    _run(
-        [
-            "/usr/bin/monmaptool",
-            "--create",
-            "--fsid",
-            fsid,
-            "--addv",
-            "a",
-            f"[v2:127.0.0.1:{port}]",
-            str(monmap),
-        ]
-    )
-    _run(
-        [
-            CEPH_MON,
-            "-c",
-            str(mon.conf),
-            "--mkfs",
-            "-i",
-            "a",
-            "--monmap",
-            str(monmap),
-            "--keyring",
-            str(mon_keyring),
-        ]
-    )
+    added = [
+        arg for i, port in mon.ports.items() for arg in ("--addv", i, f"[v2:127.0.0.1:{port}]")
+    ]
+    _run(["/usr/bin/monmaptool", "--create", "--fsid", fsid, *added, str(monmap)])
+    for i in ids:
+        _run(
+            [
+                CEPH_MON,
+                "-c",
+                str(mon.conf),
+                "--mkfs",
+                "-i",
+                i,
+                "--monmap",
+                str(monmap),
+                "--keyring",
+                str(mon_keyring),
+            ]
+        )
     return mon
 
 
