@@ -374,8 +374,7 @@ class Leadership:
         limit = self.silence_limit_s if self._term is not None else self.standby_limit_s
         if silent is None or silent < limit:
             return False
-        waits = f"each target waits {limit:.1f}s first, for a controller leading ahead of it"
-        self._go_alone(f"{reason} (the store silent for {silent:.1f}s; {waits})", limit)
+        self._go_alone(f"{reason} (the store silent for {silent:.1f}s)", limit)
         return True
 
     def rejoin(self) -> bool:
