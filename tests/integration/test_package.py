@@ -29,6 +29,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dpkg"), pytest.mark.tim
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = Path("/lib/systemd/system/upsguard.service")
 ENABLED = Path("/etc/systemd/system/multi-user.target.wants/upsguard.service")
+COMMAND = Path("/usr/bin/upsguard")
+"""The package's command, by its path: the lanes put the checkout's virtual environment, with
+an ``upsguard`` of its own, first on the PATH."""
 SITE = Path("/etc/upsguard/site.yaml")
 EXAMPLE = Path("/etc/upsguard/site.yaml.example")
 # everything the package or its service makes: none of it is left after a purge
@@ -114,11 +117,11 @@ def test_the_package_installs_the_command_a_sandboxed_unit_and_an_example_and_sa
     assert not SITE.exists()
     assert not ENABLED.exists(), "enabled before there is a site file"
 
-    demo = run("/usr/bin/upsguard", "demo", "--speed", "600", timeout=120)
+    demo = run(COMMAND, "demo", "--speed", "600", timeout=120)
     assert demo.returncode == 0, demo.stderr
     assert "final phase: normal" in demo.stdout
 
-    validate = run("upsguard", "validate", "-c", EXAMPLE)
+    validate = run(COMMAND, "validate", "-c", EXAMPLE)
     assert validate.returncode == 0, validate.stderr
     assert validate.stdout.startswith(f"{EXAMPLE}: ok: site 'homelab'")
 
@@ -164,7 +167,7 @@ def test_purge_removes_everything_the_package_and_its_service_made(
     assert ENABLED.exists()
     # what the service makes as it runs: its journal, its socket's directory
     journal = Path("/var/lib/upsguard/homelab.sqlite")
-    demo = run("upsguard", "demo", "--speed", "600", "--journal", journal, timeout=120)
+    demo = run(COMMAND, "demo", "--speed", "600", "--journal", journal, timeout=120)
     assert demo.returncode == 0, demo.stderr
     assert journal.exists()
     Path("/run/upsguard").mkdir(exist_ok=True)
@@ -218,7 +221,7 @@ def test_an_upgrade_from_the_package_before_keeps_the_site_file_and_migrates_the
         assert done.returncode == 0, done.stdout + done.stderr
         shutil.copy(EXAMPLE, SITE)
         site = SITE.read_bytes()
-        demo = run("upsguard", "demo", "--speed", "600", "--journal", journal, timeout=120)
+        demo = run(COMMAND, "demo", "--speed", "600", "--journal", journal, timeout=120)
         assert demo.returncode == 0, demo.stderr
         old_schema = user_version(journal)
 
@@ -226,7 +229,7 @@ def test_an_upgrade_from_the_package_before_keeps_the_site_file_and_migrates_the
         assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
         assert "Unpacking upsguard" in upgraded.stdout and "over (" in upgraded.stdout
         assert SITE.read_bytes() == site
-        report = run("upsguard", "report", "-c", SITE, "--format", "md")
+        report = run(COMMAND, "report", "-c", SITE, "--format", "md")
         assert report.returncode == 0, report.stderr
         assert "shutdown" in report.stdout, report.stdout
         assert user_version(journal) == VERSION > old_schema
