@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.peers.etcd import ETCDCTL, EtcdCluster, start_cluster
+from tests.peers.etcd import EtcdCluster, start_cluster
 from upsguard.config.ha import HaConfig
 from upsguard.errors import AuthenticationError
 from upsguard.models import RunId, StepId, StepState
@@ -115,15 +115,9 @@ def test_an_expired_session_is_renewed_by_logging_in_again(
 
 def root(cluster: EtcdCluster, *args: str, typed: str | None = None) -> None:
     """``etcdctl`` as etcd's root user (auth is on); ``typed``: its standard input."""
-    done = subprocess.run(
-        [ETCDCTL, "--endpoints", ",".join(cluster.endpoints), "--user", "root:root-pw", *args],
-        input=typed,
-        capture_output=True,
-        text=True,
-        timeout=15,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = cluster.etcdctl("--user", "root:root-pw", *args)
+    out, _ = done.communicate(input=typed, timeout=15)
+    assert done.returncode == 0, out
 
 
 def test_a_role_added_while_leading_does_not_refuse_the_next_renewal(

@@ -91,12 +91,10 @@ class CephMonitor:
     def start(self, *ids: str) -> None:
         """Start the monitors ``ids`` (all by default), then wait until the cluster answers
         (three monitors answer once two of them have formed a quorum)."""
-        names = ids or tuple(self.ports)
-        for i in names:
-            log = self.root / f"mon-{i}.out"
+        logs = {i: self.root / f"mon-{i}.out" for i in ids or self.ports}
+        for i, log in logs.items():
             self.processes[i] = spawn([CEPH_MON, "-c", str(self.conf), "-i", i, "-f"], log)
-        for i in names:
-            log = self.root / f"mon-{i}.out"
+        for i, log in logs.items():
             wait_started(
                 self.processes[i], log, self._answers, "ceph-mon", START_WITHIN_S, pause=0.2
             )

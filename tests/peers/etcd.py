@@ -194,6 +194,7 @@ class EtcdCluster:
         return subprocess.Popen(
             [ETCDCTL, "--endpoints", ",".join(endpoints or self.endpoints), *credentials, *args],
             env=env,
+            stdin=subprocess.PIPE,  # what a command reads (a password), via communicate
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
