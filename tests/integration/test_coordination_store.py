@@ -324,6 +324,32 @@ def test_a_change_is_never_missed_between_a_read_and_the_wait(backend: Backend) 
     run(scenario)
 
 
+@pytest.mark.etcd
+def test_a_watch_whose_client_another_call_closed_ends_as_the_store_not_answering(
+    etcd: EtcdSite, caplog: pytest.LogCaptureFixture
+) -> None:
+    """etcd's client reconnects a watch that lost its member, on the same client. A call
+    that failed on that member meanwhile closed the client, so the watch's next attempt
+    meets a closed channel: the wait ends as the store not answering, like any call to a
+    member gone, never as the client's own error (the standby's loop that follows the
+    ledger logged it as a bug of ours, with its traceback, in the middle of an outage)."""
+
+    async def scenario() -> None:
+        async with stores(etcd, 1) as (store,):
+            seen = await store.snapshot()
+            watching = asyncio.ensure_future(store.wait_for_change(seen.revision, LONG))
+            etcd.cluster.stop(0)  # the member both the watch and the next call use first
+            async with asyncio.timeout(BOUND):  # etcd's client says it reconnects the watch
+                while not any("transient error" in r.getMessage() for r in caplog.records):
+                    await asyncio.sleep(0.05)
+            await store.snapshot()  # fails on the stopped member (closing its client), not on m2
+            with pytest.raises(StoreUnavailable, match="watching the ledger"):
+                async with asyncio.timeout(BOUND):
+                    await watching
+
+    run(scenario)
+
+
 def view(by: str, word: str = "online") -> ControllerView:
     return ControllerView(by, "standby", AT, (UpsSeen("ups1", word, 97.0, 1800.0),))
 

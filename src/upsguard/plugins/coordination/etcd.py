@@ -132,8 +132,10 @@ class _WatchEnded(Exception):
 
 
 #: Errors of one endpoint, before they are mapped: etcd3aio's own, gRPC's it passes on as
-#: they are, a deadline of ours, a host name that did not resolve.
-_ENDPOINT_ERRORS = (EtcdError, grpc.aio.AioRpcError, TimeoutError, _Unresolved)
+#: they are (``UsageError``: a call on the endpoint's client that another call, failing
+#: there, closed meanwhile, as etcd3aio's watch does when it reconnects), a deadline of
+#: ours, a host name that did not resolve.
+_ENDPOINT_ERRORS = (EtcdError, grpc.aio.AioRpcError, grpc.aio.UsageError, TimeoutError, _Unresolved)
 
 
 @dataclass(frozen=True, slots=True)
