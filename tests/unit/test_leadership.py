@@ -55,6 +55,11 @@ class Faulty:
             while self.mode == "deaf":  # a client that swallows a cancellation, waits on
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.sleep(1)
+            if self.mode == "cancelled":  # a cancellation leaking out of the store's client
+                task = asyncio.current_task()
+                assert task is not None
+                task.cancel()
+                await asyncio.sleep(0)
             if self.mode in REFUSALS:
                 raise REFUSALS[self.mode]
             return await method(*args)
@@ -222,6 +227,34 @@ def test_a_store_client_that_swallows_the_cancellation_delays_neither_fence_nor_
         await pair.until(12 + a.silence_limit_s)
         assert a.act_without_store("shutdown needed") is True
         pair.stores["a"].mode = "ok"  # its calls left behind end
+
+    virtual(scenario)
+
+
+def test_a_store_call_that_ends_cancelled_by_itself_never_ends_the_loop() -> None:
+    """A cancellation leaking out of the store's client (a timeout that fired as its call
+    ended) ended the call cancelled, and the leadership loop passed the ``CancelledError``
+    on: the loop died unheard, its task cancelled as if the service were stopping. Seen in
+    the pair lab on a loaded machine: the standby never campaigned again, so with the
+    leader killed nobody took over, and after etcd lost its quorum it never went on alone.
+    Such a call is the store not answering: counted as silence, and the loop lives on."""
+
+    async def scenario(pair: Pair) -> None:
+        pair.controller("a")
+        b = pair.controller("b")
+        pair.start("a")
+        await pair.until(1)
+        pair.start("b")
+        await pair.until(3)
+        pair.stores["b"].mode = "cancelled"
+        await pair.until(8)
+        assert not pair.tasks["b"].done()
+        assert b.store_silent_s() is not None
+        pair.stores["b"].mode = "ok"
+        pair.stop("a")  # the leader dies
+        await pair.until(30)
+        assert not pair.tasks["b"].done()
+        assert b.role is Role.LEADER
 
     virtual(scenario)
 

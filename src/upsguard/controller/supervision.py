@@ -1,6 +1,7 @@
 """The service's long-running tasks, each under one guard (as kopf's ``aiotasks.guard``).
 
-A loop of the service that raises, or ends while the service is not stopping, has stopped
+A loop of the service that raises, or ends while the service is not stopping (a cancellation
+that leaked out of a library and that nothing asked for included), has stopped
 doing its part (polling, reloading, renewing the pair's lease) and nothing would say so
 until the stop, if ever. The guard says it once (a journaled, notified error) and stops the
 service: ``upsguard run`` exits non-zero and systemd starts it again (``Restart=always``),
@@ -38,6 +39,11 @@ class Supervisor:
     async def _guard(self, job: Coroutine[Any, Any, None], name: str) -> None:
         try:
             await job
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling() == 0:  # not the service stopping
+                self._failed(f"{name} failed: ended by a cancellation nothing asked for")
+            raise
         except Exception as exc:  # the guard's purpose: no loop dies unheard
             if not isinstance(exc, UpsguardError):
                 log.exception("%s failed", name)
