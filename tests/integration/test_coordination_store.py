@@ -350,6 +350,32 @@ def test_a_watch_whose_client_another_call_closed_ends_as_the_store_not_answerin
     run(scenario)
 
 
+@pytest.mark.etcd
+def test_a_call_whose_client_another_call_closed_goes_on_to_the_next_member(
+    etcd: EtcdSite,
+) -> None:
+    """Two calls in flight on a member that stopped answering: the first gives up and closes
+    the member's client, and gRPC cancels the other's call with it. That call ended with a
+    ``CancelledError`` nothing had asked for, which ended the task that made it: the pair's
+    leadership loop died that way, unheard. It is the member not answering: the call goes
+    on to the next member, as the first did."""
+
+    async def scenario() -> None:
+        async with stores(etcd, 1) as (store,):
+            await store.snapshot()  # the client of the first member is made
+            etcd.cluster.pause(0)
+            first = asyncio.ensure_future(store.snapshot())
+            await asyncio.sleep(REQUEST_TIMEOUT / 2)  # in flight when the first gives up
+            second = asyncio.ensure_future(store.snapshot())
+            answers = await asyncio.gather(first, second, return_exceptions=True)
+            assert [type(a).__name__ for a in answers] == ["SharedLedger", "SharedLedger"]
+
+    try:
+        run(scenario)
+    finally:
+        etcd.cluster.resume(0)
+
+
 def view(by: str, word: str = "online") -> ControllerView:
     return ControllerView(by, "standby", AT, (UpsSeen("ups1", word, 97.0, 1800.0),))
 

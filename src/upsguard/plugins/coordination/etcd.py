@@ -131,11 +131,33 @@ class _WatchEnded(Exception):
     """etcd cancelled the watch for a reason other than a compacted history."""
 
 
+class _ClientClosed(Exception):
+    """Another call, failing on the same endpoint, closed its client under this one: gRPC
+    then ends this call with a ``CancelledError`` that nobody asked this task for."""
+
+
+def _closed_under(exc: asyncio.CancelledError) -> _ClientClosed:
+    """A call's ``CancelledError`` when this task is not being cancelled: the endpoint's
+    client was closed under it (passed on, it would end the caller's loop unheard).
+    Re-raises the cancellation the task was asked for."""
+    task = asyncio.current_task()
+    if task is None or task.cancelling() > 0:
+        raise exc
+    return _ClientClosed("its client was closed by another call that failed there")
+
+
 #: Errors of one endpoint, before they are mapped: etcd3aio's own, gRPC's it passes on as
 #: they are (``UsageError``: a call on the endpoint's client that another call, failing
 #: there, closed meanwhile, as etcd3aio's watch does when it reconnects), a deadline of
-#: ours, a host name that did not resolve.
-_ENDPOINT_ERRORS = (EtcdError, grpc.aio.AioRpcError, grpc.aio.UsageError, TimeoutError, _Unresolved)
+#: ours, a host name that did not resolve, a client closed under a call.
+_ENDPOINT_ERRORS = (
+    EtcdError,
+    grpc.aio.AioRpcError,
+    grpc.aio.UsageError,
+    TimeoutError,
+    _Unresolved,
+    _ClientClosed,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +386,8 @@ class EtcdStore:
                             return True
                         if reply.canceled:
                             raise _WatchEnded(reply.cancel_reason or "etcd cancelled the watch")
+                except asyncio.CancelledError as exc:
+                    raise _closed_under(exc) from exc
                 finally:  # etcd3aio's watch is a generator: end its stream now, not when collected
                     if isinstance(replies, AsyncGenerator):
                         await replies.aclose()
@@ -435,7 +459,10 @@ class EtcdStore:
             try:
                 async with asyncio.timeout(self._timeout_s * 1.5):  # gRPC's deadline first
                     connection = await self._connection(index)
-                    return await request(connection)
+                    try:
+                        return await request(connection)
+                    except asyncio.CancelledError as exc:
+                        raise _closed_under(exc) from exc
             except _ENDPOINT_ERRORS as exc:
                 code = _status(exc)
                 if code is None or code in _ENDPOINT_TROUBLE:
