@@ -6,7 +6,9 @@ checked (the time they take is ``bench/cli_start.py``'s to measure, never a test
 Defect this reproduces (it failed before the fix): every command imported every
 subcommand's modules, the service's included (its scheduler, HTTP server, metrics, the
 cache and UPS plugins, rich): ``upsguard --help`` took 1.5 s and ``status`` 2 s on a busy
-machine.
+machine. And then (``bench/cli_start.py``): every command still imported every command's
+module and asyncio, and ``status`` and ``hold`` loaded and checked the whole site file, its
+pydantic models and checks, only to learn the path of the service's socket (0.34 s each).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 
 from tests.integration.test_service import SIMULATED_SITE
 from tests.peers.service import ServiceProcess, write_site
+from upsguard.cli import COMMAND_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The command, then the names of the modules it loaded, as JSON on the last line.
@@ -70,12 +73,30 @@ def loaded(*argv: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
 SHARED = ("upsguard.controller", "upsguard.controller.commands")
 
 
+def within(modules: set[str], packages: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == p or m.startswith(f"{p}.") for p in packages))
+
+
 def heavy(modules: set[str]) -> list[str]:
-    return sorted(
-        m
-        for m in modules
-        if m not in SHARED and any(m == s or m.startswith(f"{s}.") for s in STACK)
-    )
+    return [m for m in within(modules, STACK) if m not in SHARED]
+
+
+#: What ``status`` and ``hold`` to a running service need of the site file is the path of
+#: its socket (``config.api_socket``), not the site's models and checks, the plugins, or
+#: asyncio (the command enters the async core only when no service answers).
+SITE = (
+    "upsguard.config.site",
+    "upsguard.config.loading",
+    "upsguard.config.checks",
+    "upsguard.plugins",
+    "asyncio",
+)
+
+
+def other_commands(modules: set[str], *own: str) -> list[str]:
+    """The modules of the commands not typed (a command builds its own parser alone),
+    ``own`` the modules the typed command imports."""
+    return within(modules, tuple(f"upsguard.cli.{m}" for m in COMMAND_MODULES if m not in own))
 
 
 @pytest.fixture(scope="module")
@@ -98,12 +119,16 @@ def test_status_of_a_running_service_loads_only_the_client(service: ServiceProce
     assert done.returncode == 0, done.stderr
     assert "normal" in done.stdout
     assert heavy(modules) == []
+    assert within(modules, SITE) == []
+    assert other_commands(modules, "service") == []
 
 
 def test_hold_to_a_running_service_loads_only_the_client(service: ServiceProcess) -> None:
     done, modules = loaded("hold", "--reason", "a quick one", "-c", str(service.site))
     assert (done.returncode, done.stdout) == (0, "held: a quick one"), done.stderr
     assert heavy(modules) == []
+    assert within(modules, SITE) == []
+    assert other_commands(modules, "service") == []
 
 
 def test_validate_loads_the_site_s_models_and_the_planner_alone() -> None:
@@ -111,3 +136,4 @@ def test_validate_loads_the_site_s_models_and_the_planner_alone() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("config/examples/homelab.yaml: ok: site 'homelab'")
     assert heavy(modules) == []
+    assert other_commands(modules, "site", "reports") == []  # reports: --durations

@@ -1,15 +1,14 @@
 """What every subcommand shares: the site-file option, output formats, the async entry.
 
-Every ``cli`` module is imported to build the parser (``--help`` lists them all), so each
-imports at its top only what building its parser needs; what a command does (the site
-file's models, the plugins, the service, rich) is imported by the command's handler, and a
-command loads only its own (``bench/cli_start.py``).
+A command's module is imported to build its parser, and ``--help`` imports them all
+(``upsguard.cli``), so each imports at its top only what building its parser needs; what a
+command does (the site file's models, the plugins, the service, rich, asyncio) is imported
+by the command's handler, and a command loads only its own (``bench/cli_start.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 from collections.abc import Callable, Coroutine
@@ -61,7 +60,10 @@ def site_of(args: argparse.Namespace) -> SiteConfig:
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """The one way the CLI enters the async core."""
+    """The one way the CLI enters the async core; asyncio is imported here, as ``status``
+    and ``hold`` to a running service never enter it."""
+    import asyncio
+
     return asyncio.run(coro)
 
 

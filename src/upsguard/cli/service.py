@@ -9,7 +9,6 @@ this process) after a confirmation.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import logging
 import os
@@ -105,6 +104,20 @@ def _client(args: argparse.Namespace, site: SiteConfig) -> ApiClient:
     return ApiClient(args.socket or site.service.socket)
 
 
+def _service_client(args: argparse.Namespace) -> ApiClient:
+    """A client of the service, for a command that builds the site only when no service
+    answers: the socket is ``--socket``, else the one the site file names, read without
+    building the site (``config.api_socket``). A file that does not say it plainly is loaded
+    whole, so a missing or bad site file is the error it always was, ``--socket`` or not."""
+    from upsguard.cli.client import ApiClient
+    from upsguard.config.api_socket import named_socket
+
+    named = named_socket(args.config)
+    if named is None:
+        named = site_of(args).service.socket
+    return ApiClient(args.socket or named)
+
+
 def _who() -> str:
     user = getpass.getuser()
     sudo = os.environ.get("SUDO_USER")
@@ -139,6 +152,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _serve(site: SiteConfig, path: Path) -> int:
+    import asyncio
+
     from upsguard.controller.service import run_service
 
     stop = asyncio.Event()
@@ -154,13 +169,13 @@ async def _serve(site: SiteConfig, path: Path) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from upsguard.cli import views
 
-    site = site_of(args)
+    client = _service_client(args)
     try:
-        st = _client(args, site).status()
+        st = client.status()
     except ServiceNotRunning:
         from upsguard.controller import offline
 
-        st = run_async(offline.status(site))
+        st = run_async(offline.status(site_of(args)))
     if args.format == "json":
         print_json(st.model_dump(mode="json"))
     else:
@@ -171,10 +186,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_hold(args: argparse.Namespace) -> int:
     from upsguard.controller.commands import HoldAnswer
 
-    site = site_of(args)
+    client = _service_client(args)
     try:
-        answer = _client(args, site).act("hold", {"reason": args.reason}, HoldAnswer)
+        answer = client.act("hold", {"reason": args.reason}, HoldAnswer)
     except ServiceNotRunning:
+        site = site_of(args)
         _direct("Journal the hold for its next start?", args.yes)
         from upsguard.controller import offline
 
@@ -188,10 +204,11 @@ def cmd_hold(args: argparse.Namespace) -> int:
 def cmd_release(args: argparse.Namespace) -> int:
     from upsguard.controller.commands import ReleaseAnswer
 
-    site = site_of(args)
+    client = _service_client(args)
     try:
-        answer = _client(args, site).act("release", {"reason": args.reason}, ReleaseAnswer)
+        answer = client.act("release", {"reason": args.reason}, ReleaseAnswer)
     except ServiceNotRunning:
+        site = site_of(args)
         _direct("Journal the release for its next start?", args.yes)
         from upsguard.controller import offline
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
 
+from upsguard.config.api_socket import DEFAULT_SOCKET
 from upsguard.config.base import Model
 from upsguard.config.types import Duration, LocalPath, LongDuration, PassEnv, WebhookUrl
 
@@ -116,9 +116,7 @@ class NotifySettings(Model):
 
 
 class ServiceConfig(Model):
-    socket: LocalPath = Field(
-        Path("/run/upsguard/upsguard.sock"), description="the local API (HTTP + JSON)"
-    )
+    socket: LocalPath = Field(DEFAULT_SOCKET, description="the local API (HTTP + JSON)")
     socket_group: str | None = Field(
         None,
         description="group that may use the API (socket mode 0660) and read the journal (0640)",
