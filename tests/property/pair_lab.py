@@ -351,10 +351,10 @@ class PairLab(OutageLab):
 
     def _takeover_s(self) -> float:
         """The standby takes over a lease and a campaign after the leader went; without the
-        store it goes on alone after twice the silence limit; alone it lags each step."""
+        store it goes on alone after twice the silence limit, and lags each step as long."""
         renew = TTL_S / 3
-        silence = TTL_S + renew
-        return 2 * silence + TTL_S + renew + silence
+        standby_limit = 2 * (TTL_S + renew)
+        return standby_limit + TTL_S + renew + standby_limit
 
     def _follows(self, service: Service) -> bool:
         """A controller that may not act holds the shared ledger's runs, which it follows;

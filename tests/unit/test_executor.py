@@ -176,9 +176,10 @@ def test_a_target_taken_down_between_the_read_and_the_request_is_done(tmp_path: 
 @dataclass(frozen=True)
 class Alone:
     """A controller of a pair going on without the store (``Unfenced``): its lag, and when
-    it starts the run (the two are never quite in step: a journal, a last write)."""
+    it starts the run (the two are never quite in step: a journal, a last write). A lag of
+    None: the controller that leads through the store (only the other is cut off)."""
 
-    lag_s: float
+    lag_s: float | None
     starts_s: float = 0.0
 
     def alone_lag_s(self) -> float | None:
@@ -229,7 +230,7 @@ def shutdown_alone(
 
         async def run(alone: Alone) -> RunResult:
             platforms = simulated_platforms(site, clock, fleet)
-            resumed = alone.lag_s > 0
+            resumed = bool(alone.lag_s)
             executor = executor_for(
                 plan, platforms, clock, lambda e: None, resumed=resumed, unfenced=alone
             )
@@ -258,6 +259,22 @@ def test_two_controllers_alone_ask_each_target_once_the_former_standby_lagging(
     assert [r.outcome for r in results] == ["done", "done"]
     assert set(asked) == {"db", "app", "web-01", "web-02", "web-03", "web-04", "h1", "h2", "nas"}
     assert set(asked.values()) == {1}, asked
+
+
+@pytest.mark.parametrize("leader_behind_s", [0.0, 0.01, 2.0])
+def test_a_controller_cut_off_from_the_store_finds_what_the_leader_through_it_asked(
+    tmp_path: Path, leader_behind_s: float
+) -> None:
+    """Only one controller is cut off from the store: it goes on alone, lagging each target
+    (``Leadership.alone_lag_s``), while the other leads through the store with a new run of
+    its own, reading no requests under way, in step or a moment behind. The leader asks
+    each target first; the one alone finds the request under way or the target off: every
+    target asked once."""
+    site = site_from(tmp_path, simple_site())
+    leader = Alone(None, starts_s=leader_behind_s)
+    results, asked, _ = shutdown_alone(site, leader, Alone(STANDBY_LAG_S))
+    assert [r.outcome for r in results] == ["done", "done"]
+    assert len(asked) == 9 and set(asked.values()) == {1}, asked
 
 
 def test_the_former_standby_alone_still_shuts_everything_down_only_later(

@@ -310,7 +310,7 @@ def test_a_step_is_claimed_while_the_store_answers_and_refused_past_the_fence() 
 def test_with_the_store_silent_a_needed_action_goes_on_alone_after_the_limit() -> None:
     """The rule: never missing a shutdown outranks never acting twice. A standby waits
     twice as long as a leader would: a leader still alive is well ahead of it; alone, it
-    lags each target by the leader's head start (the silence limit)."""
+    lags each target by that wait: a silence limit behind a leader alone, lagging one."""
 
     async def scenario(pair: Pair) -> None:
         b = pair.controller("b")
@@ -324,7 +324,7 @@ def test_with_the_store_silent_a_needed_action_goes_on_alone_after_the_limit() -
         await pair.until(16)
         assert b.act_without_store("shutdown needed") is True
         assert (b.role, b.may_act()) == (Role.ALONE, True)  # a tuple: mypy keeps no narrowing
-        assert b.alone_lag_s == b.silence_limit_s
+        assert b.alone_lag_s == b.standby_limit_s  # behind a leader alone, lagging too
         assert await b.claim_step(RUN, STEP) is True  # nothing written: the journal keeps it
         await b.record_step(RUN, STEP, StepState.DONE)
         assert pair.changes["b"][-1] == (16.0, Role.ALONE)
@@ -343,7 +343,28 @@ def test_a_leader_whose_store_falls_silent_goes_on_alone_after_the_limit() -> No
         assert (a.role, a.act_without_store("shutdown needed")) == (Role.FENCED, False)
         await pair.until(2 + a.silence_limit_s)
         assert (a.act_without_store("shutdown needed"), a.role) == (True, Role.ALONE)
-        assert a.alone_lag_s == 0  # the leader asks first: no lag
+
+    virtual(scenario)
+
+
+def test_a_leader_cut_off_from_the_store_lags_behind_the_controller_that_won_it() -> None:
+    """Only the leader's paths to the store are cut: the other controller wins once the
+    lease ends, resumes the run and asks its targets at once. The cut-off leader cannot
+    tell that from a store that lost its quorum, and goes on alone; its lease is over by
+    then, so it lags each target by its silence limit: the winner has asked a target a
+    silence limit before it reads it, and it finds the request under way."""
+
+    async def scenario(pair: Pair) -> None:
+        a, b = pair.controller("a"), pair.controller("b")
+        pair.start("a")
+        await pair.until(1)
+        pair.start("b")
+        pair.stores["a"].mode = "down"  # its renewal at 2 is the first that fails
+        await pair.until(2 + a.silence_limit_s)
+        ((won_at, _),) = [(t, r) for t, r in pair.changes["b"] if r is Role.LEADER]
+        assert (a.act_without_store("shutdown needed"), b.role) == (True, Role.LEADER)
+        first_read = pair.now + a.alone_lag_s
+        assert first_read - won_at >= a.silence_limit_s, (won_at, first_read)
 
     virtual(scenario)
 

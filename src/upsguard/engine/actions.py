@@ -13,12 +13,12 @@ timeout has passed since the first; by then, not landed, it is sent again. A ste
 target has the opposite request under way lets it land first: a startup would find a VM up
 that goes off a moment later, and a shutdown a host off that boots.
 
-Both controllers of a pair going on without the store (``Unfenced``) have nothing between
-them to say who asks: each then reads the platform's requests under way before asking, as
-a resumed run does, and the controller that was the standby lags each target by a fixed
-time first, so that a former leader still alive asks first and the other finds its request
-under way (or the target off) instead of asking again; with the former leader dead, the
-other still asks everything, later by the lag.
+A controller of a pair going on without the store (``Unfenced``) has nothing between it and
+the other to say who asks: it then reads the platform's requests under way before asking,
+as a resumed run does, and lags each target by a fixed time first, the longer the later it
+went alone (a leader through the store has none), so that the other, if alive, asks first
+and this one finds its request under way (or the target off) instead of asking again; with
+the other dead, this one still asks everything, later by the lag.
 """
 
 from __future__ import annotations
@@ -132,8 +132,8 @@ class Unfenced(Protocol):
     def alone_lag_s(self) -> float | None:
         """None while the store fences this controller's steps (nobody else acts on the
         targets). Without the store, how long each target waits before the step reads it to
-        ask it: 0 for the controller that held the term, longer for the other, so that the
-        first, if alive, has always asked before the second reads."""
+        ask it: longer for the controller that went alone later, so that the other, if
+        alive, has always asked before it reads (``Leadership.alone_lag_s``)."""
         ...
 
 
@@ -416,7 +416,7 @@ class StepRunner:
         return None if self._unfenced is None else self._unfenced.alone_lag_s()
 
     async def _lag(self) -> None:
-        """Without the store, the controller that was the standby lets the other ask first.
+        """Without the store, this controller lets the other ask first (``Unfenced``).
         Waited inside the platform's slot: a target whose slot both controllers get at once
         (the same request landed for both) is still read by this one a lag later."""
         lag = self._alone_lag_s()

@@ -366,15 +366,20 @@ class Leadership:
         goes on alone; a standby after twice that (``standby_limit_s``), so that a leader
         still alive is well ahead of it, and the standby finds the requests it made under
         way (a host's task, a guest shutting down) instead of asking again. Before that,
-        False: a blip of the store is waited out."""
+        False: a blip of the store is waited out.
+
+        Alone, each target waits as long as that silence (``alone_lag_s``). A leader's
+        lease is over by then, and it cannot tell a store that lost its quorum from one
+        that only it cannot reach: the other controller may have won the lease and act
+        through the store without lag, so the leader alone lags behind it by a silence
+        limit, and the standby alone a silence limit behind a leader alone."""
         if self._alone is not None:
             return True
         silent = self.store_silent_s()
         limit = self.silence_limit_s if self._term is not None else self.standby_limit_s
         if silent is None or silent < limit:
             return False
-        lag = 0.0 if self._term is not None else self.silence_limit_s
-        self._go_alone(f"{reason} (the store silent for {silent:.1f}s)", lag)
+        self._go_alone(f"{reason} (the store silent for {silent:.1f}s)", limit)
         return True
 
     def rejoin(self) -> bool:
@@ -390,11 +395,12 @@ class Leadership:
 
     @property
     def alone_lag_s(self) -> float:
-        """Alone, how long each target waits before a step reads it to ask it: 0 for the
-        controller that held the term; for a standby, the head start the leader had on it
-        (``silence_limit_s``), so that both alone, a former leader still alive has asked
-        each target before the former standby reads it, and the standby finds the request
-        under way or the target off. With the leader dead it only delays the shutdown."""
+        """Alone, how long each target waits before a step reads it to ask it: the silence
+        it waited out before going alone. A leader through the store (the other, when only
+        this one is cut off) asks first; a former leader alone (``silence_limit_s``) asks
+        before a former standby alone (``standby_limit_s``); each later one finds the
+        request under way or the target off. With the others gone it only delays the
+        shutdown. Finishing alone by its own notice, 0: no one else acts."""
         return self._lag_s
 
     def _go_alone(self, reason: str, lag_s: float = 0.0, *, declared: bool = False) -> None:
