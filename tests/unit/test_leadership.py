@@ -365,6 +365,10 @@ def test_a_leader_cut_off_from_the_store_lags_behind_the_controller_that_won_it(
         assert (a.act_without_store("shutdown needed"), b.role) == (True, Role.LEADER)
         first_read = pair.now + a.alone_lag_s
         assert first_read - won_at >= a.silence_limit_s, (won_at, first_read)
+        assert a.state().detail.endswith(
+            "(the store silent for 8.0s; each target waits 8.0s first, for a controller "
+            "leading ahead of it)"
+        )
 
     virtual(scenario)
 

@@ -379,7 +379,8 @@ class Leadership:
         limit = self.silence_limit_s if self._term is not None else self.standby_limit_s
         if silent is None or silent < limit:
             return False
-        self._go_alone(f"{reason} (the store silent for {silent:.1f}s)", limit)
+        waits = f"each target waits {limit:.1f}s first, for a controller leading ahead of it"
+        self._go_alone(f"{reason} (the store silent for {silent:.1f}s; {waits})", limit)
         return True
 
     def rejoin(self) -> bool:
