@@ -5,14 +5,13 @@ and a session token that expired is renewed by logging in again."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from tests.peers.etcd import EtcdCluster, start_cluster
+from tests.peers.etcd import EtcdCluster, as_root, jwt_token, start_guarded
 from upsguard.config.ha import HaConfig
 from upsguard.errors import AuthenticationError
 from upsguard.models import RunId, StepId, StepState
@@ -26,22 +25,10 @@ TOKEN_TTL_S = 1
 
 
 def guard(directory: Path, token: str) -> Iterator[EtcdCluster]:
-    """One member with auth on (``token``: its ``--auth-token``); user ``ups`` may read and
-    write /upsguard/hq/ only."""
-    cluster = start_cluster(
-        directory, members=1, flags=("--auth-token", token, "--auth-token-ttl", str(TOKEN_TTL_S))
-    )
-    for args in (
-        ["user", "add", "root:root-pw"],
-        ["user", "add", f"ups:{PASSWORD}"],
-        ["role", "add", "ups"],
-        ["role", "grant-permission", "ups", "--prefix=true", "readwrite", "/upsguard/hq/"],
-        ["user", "grant-role", "ups", "ups"],
-        ["auth", "enable"],
-    ):
-        done = cluster.etcdctl(*args)
-        out, _ = done.communicate(timeout=15)
-        assert done.returncode == 0, out
+    """User ``ups`` may read and write /upsguard/hq/ only; a session ends after
+    ``TOKEN_TTL_S`` (simple tokens)."""
+    token_ttl = ("--auth-token-ttl", str(TOKEN_TTL_S))
+    cluster = start_guarded(directory, token, "ups", PASSWORD, "/upsguard/hq/", token_ttl)
     yield cluster
     cluster.close()
 
@@ -54,17 +41,9 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
 
 @pytest.fixture(scope="module")
 def guarded_jwt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
-    """JWT tokens, as etcd recommends for production: each carries the revision of the
-    users and roles it was issued at, and etcd refuses it once they change."""
+    """JWT tokens (``jwt_token``), refused once users or roles change."""
     directory = tmp_path_factory.mktemp("etcd-jwt")
-    key, public = directory / "jwt.key", directory / "jwt.pub"
-    for args in (
-        ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", key],
-        ["pkey", "-in", key, "-pubout", "-out", public],
-    ):
-        subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
-    token = f"jwt,pub-key={public},priv-key={key},sign-method=RS256,ttl=1h"
-    yield from guard(directory, token)
+    yield from guard(directory, jwt_token(directory))
 
 
 def store(cluster: EtcdCluster, tmp_path: Path, site: str, password: str) -> EtcdStore:
@@ -113,13 +92,6 @@ def test_an_expired_session_is_renewed_by_logging_in_again(
     asyncio.run(scenario())
 
 
-def root(cluster: EtcdCluster, *args: str, typed: str | None = None) -> None:
-    """``etcdctl`` as etcd's root user (auth is on); ``typed``: its standard input."""
-    done = cluster.etcdctl("--user", "root:root-pw", *args)
-    out, _ = done.communicate(input=typed, timeout=15)
-    assert done.returncode == 0, out
-
-
 def test_a_role_added_while_leading_does_not_refuse_the_next_renewal(
     guarded_jwt: EtcdCluster, tmp_path: Path
 ) -> None:
@@ -132,7 +104,7 @@ def test_a_role_added_while_leading_does_not_refuse_the_next_renewal(
         try:
             term = await good.campaign(Candidate("a"), 30)
             assert isinstance(term, Term)
-            root(guarded_jwt, "role", "add", "second-site")
+            as_root(guarded_jwt, "role", "add", "second-site")
             await good.renew(term)
             mark = StepMark(StepId("stop:vm1"), StepState.DONE, "a", datetime.now(UTC))
             await good.record_step(term, RunId("shutdown-1"), mark)  # a fenced write
@@ -140,7 +112,7 @@ def test_a_role_added_while_leading_does_not_refuse_the_next_renewal(
             await good.resign(term)
         finally:
             await good.close()
-            root(guarded_jwt, "role", "delete", "second-site")
+            as_root(guarded_jwt, "role", "delete", "second-site")
 
     asyncio.run(scenario())
 
@@ -158,7 +130,7 @@ def test_a_password_rotated_in_etcd_and_its_file_is_read_at_the_next_login(
         try:
             term = await good.campaign(Candidate("a"), 30)
             assert isinstance(term, Term)
-            root(guarded, "user", "passwd", "ups", "--interactive=false", typed=rotated)
+            as_root(guarded, "user", "passwd", "ups", "--interactive=false", typed=rotated)
             (tmp_path / "etcd.pw").write_text(rotated + "\n")
             await asyncio.sleep(TOKEN_TTL_S * 3)  # the old session's token expires
             await good.renew(term)
@@ -166,6 +138,6 @@ def test_a_password_rotated_in_etcd_and_its_file_is_read_at_the_next_login(
             await good.resign(term)
         finally:
             await good.close()
-            root(guarded, "user", "passwd", "ups", "--interactive=false", typed=PASSWORD)
+            as_root(guarded, "user", "passwd", "ups", "--interactive=false", typed=PASSWORD)
 
     asyncio.run(scenario())

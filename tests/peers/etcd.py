@@ -295,6 +295,52 @@ def start_cluster(
     raise AssertionError("unreachable")
 
 
+ROOT_PASSWORD = "root-pw"
+
+
+def start_guarded(
+    root: Path, token: str, user: str, password: str, prefix: str, flags: tuple[str, ...] = ()
+) -> EtcdCluster:
+    """One member with etcd's authentication on (``token``: its ``--auth-token``; ``flags``:
+    more of them): ``user`` may read and write under ``prefix`` only, through a role of the
+    same name; etcd's root user (``ROOT_PASSWORD``) changes users and roles."""
+    cluster = start_cluster(root, members=1, flags=("--auth-token", token, *flags))
+    for args in (
+        ["user", "add", f"root:{ROOT_PASSWORD}"],
+        ["user", "add", f"{user}:{password}"],
+        ["role", "add", user],
+        ["role", "grant-permission", user, "--prefix=true", "readwrite", prefix],
+        ["user", "grant-role", user, user],
+        ["auth", "enable"],
+    ):
+        done = cluster.etcdctl(*args)
+        out, _ = done.communicate(timeout=15)
+        if done.returncode != 0:
+            cluster.close()
+            raise AssertionError(f"etcdctl {args[0]} {args[1]}: {out}")
+    return cluster
+
+
+def jwt_token(directory: Path) -> str:
+    """An ``--auth-token`` for JWT tokens, as etcd recommends for production: each token
+    carries the revision of the users and roles it was issued at, and etcd refuses it
+    once they change ("revision of auth store is old")."""
+    key, public = directory / "jwt.key", directory / "jwt.pub"
+    for args in (
+        ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", key],
+        ["pkey", "-in", key, "-pubout", "-out", public],
+    ):
+        subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
+    return f"jwt,pub-key={public},priv-key={key},sign-method=RS256,ttl=1h"
+
+
+def as_root(cluster: EtcdCluster, *args: str, typed: str | None = None) -> None:
+    """``etcdctl`` as etcd's root user (auth is on); ``typed``: its standard input."""
+    done = cluster.etcdctl("--user", f"root:{ROOT_PASSWORD}", *args)
+    out, _ = done.communicate(input=typed, timeout=15)
+    assert done.returncode == 0, out
+
+
 BIND_ATTEMPTS = 3
 
 
