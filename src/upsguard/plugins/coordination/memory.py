@@ -41,6 +41,12 @@ VIEWS = "views/"
 """Where each controller's view is kept, beside the ledger (``exchange_views``)."""
 
 
+LEASE_TICK_S = 0.001
+"""The shortest wait for a lease's end. The site's clock and the loop's differ by the site
+clock's start: a lease ending a hair after now, by less than the loop's clock can add to its
+own time, would be waited for with no wait at all, over and over, the clock never moving."""
+
+
 @dataclass
 class _Value:
     data: bytes
@@ -111,8 +117,8 @@ class MemorySite:
             if wait <= 0:
                 return False
             ends = self.next_end()
-            if ends is not None:
-                wait = min(wait, max(0.0, ends - self.clock.monotonic()))
+            if ends is not None:  # at least a tick: a hair's wait may not move the loop's clock
+                wait = min(wait, max(LEASE_TICK_S, ends - self.clock.monotonic()))
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self._changed.wait()
