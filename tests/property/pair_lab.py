@@ -439,6 +439,7 @@ class PairLab(OutageLab):
         upses = {u for f in feeds for u in f.ups}
         if seat is None or not feeds or upses & seat.cut:
             return
+        self._sample_mains()  # the mains may have failed this instant, after the last sample
         since = [self._mains_since.get(u) for u in upses]
         if all(s is not None and self.now - s >= MAINS_FOR_S for s in since):
             what = "resumed" if event.resumed else "started"
@@ -455,6 +456,13 @@ class PairLab(OutageLab):
             await asyncio.sleep(SAMPLE_S)
 
     def _sample_once(self) -> None:
+        self._sample_mains()
+        if any(self.faults.broken_for(s.name) for s in self.seats) or self.paused:
+            self._trouble_at = self.now
+        self._check_one_actor()
+
+    def _sample_mains(self) -> None:
+        """Since when each UPS has read steady mains (None: not now), as of this instant."""
         power = self.power
         for ups in self._mains_since:
             steady = (
@@ -467,9 +475,6 @@ class PairLab(OutageLab):
                 self._mains_since[ups] = None
             elif self._mains_since[ups] is None:
                 self._mains_since[ups] = self.now
-        if any(self.faults.broken_for(s.name) for s in self.seats) or self.paused:
-            self._trouble_at = self.now
-        self._check_one_actor()
         for seat in self.seats:
             self._check_rejoins(seat)
             self._check_loops(seat)
