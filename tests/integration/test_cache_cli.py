@@ -132,10 +132,10 @@ def test_wait_times_out_with_a_non_zero_exit_naming_what_is_dirty(
 ) -> None:
     path, _ = site
     assert main(["cache", "set", "write-through", "old-array", "-c", str(path)]) == 0
-    code = main(["cache", "wait", "old-array", "--timeout", "1s", "-c", str(path)])
+    code = main(["cache", "wait", "old-array", "--timeout", "5s", "-c", str(path)])
     err = capsys.readouterr().err
     assert code == 1
-    assert "upsguard: not clean after 1s: old-array/slow (" in err and "MiB still dirty)" in err
+    assert "upsguard: not clean after 5s: old-array/slow (" in err and "MiB still dirty)" in err
 
 
 def test_wait_on_a_cache_that_cannot_be_read_never_says_clean(
