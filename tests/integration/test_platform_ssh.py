@@ -7,6 +7,7 @@ sent and reports its state through a status command, as a NAS would.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,14 @@ def slow_device(base: Path) -> Path:
     return script
 
 
+def lock_of_its_own() -> str:
+    """A resource id whose ``once`` lock (``~/.upsguard-<id>-shutdown.lock`` on the device,
+    this machine's home) no other test shares. Named after ``tmp_path`` it was shared: the
+    two parameters' paths end alike on two workers, and one test's clean-up unlinked the
+    lock the other's first copy held, so its second copy took a new one and ran too."""
+    return f"nas-{uuid.uuid4().hex[:12]}"
+
+
 def begun(base: Path) -> list[str]:
     log = base / "runs.log"
     lines = log.read_text().splitlines() if log.exists() else []
@@ -205,7 +214,7 @@ def test_once_refuses_a_second_copy_while_the_first_runs_on_the_device(
     still runs: with ``once`` the second is refused by ``flock`` beside the first and taken
     as that request under way; without it the command runs twice."""
     script = slow_device(tmp_path)
-    rid = f"nas-{tmp_path.name}"  # its own lock: tests may run side by side
+    rid = lock_of_its_own()
     res = nas(id=rid, shutdown=str(script), ssh={"once": once} if once else None)
 
     async def scenario() -> None:
@@ -232,7 +241,7 @@ def test_once_refuses_a_second_copy_while_the_first_runs_on_the_device(
 
 def test_a_once_command_that_fails_says_why(sshd: Sshd, tmp_path: Path) -> None:
     device = Device(tmp_path)
-    rid = f"nas-{tmp_path.name}"
+    rid = lock_of_its_own()
     res = nas(id=rid, shutdown=f"{device.script} refuse", ssh={"once": True})
 
     async def scenario() -> None:
