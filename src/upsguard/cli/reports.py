@@ -154,7 +154,7 @@ def open_existing(site: SiteConfig) -> Journal:
             f"journal {site.journal} does not exist: no run to report yet "
             "(is -c the site file the service runs with?)"
         )
-    return Journal(site.journal)
+    return Journal(site.journal, read_only=True)
 
 
 def with_battery_model(site: SiteConfig, story: Story) -> Story:

@@ -44,7 +44,7 @@ def read_journal(site: SiteConfig, hint: str = "") -> Journal:
             f"journal {site.journal} does not exist yet: the service has not run with this "
             f"site file (is -c the site file it runs with?){hint}"
         )
-    return open_journal(site)
+    return Journal(site.journal, site.service.readings_every, read_only=True)
 
 
 async def status(site: SiteConfig) -> SiteStatus:

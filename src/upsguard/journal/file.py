@@ -7,11 +7,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 from upsguard.errors import PermanentError
-from upsguard.journal.schema import migrate
+from upsguard.journal.schema import VERSION, migrate
 
 
 class Corrupt(Exception):
@@ -25,7 +26,7 @@ def open_file(path: str, check: bool = False) -> sqlite3.Connection:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     created = not Path(path).exists()
     db = sqlite3.connect(path, timeout=5.0)
-    try:
+    with _closed_on_error(db, path):
         if created:
             os.chmod(path, 0o600)
         db.execute("PRAGMA busy_timeout = 5000")
@@ -36,19 +37,48 @@ def open_file(path: str, check: bool = False) -> sqlite3.Connection:
             if verdict != "ok":
                 raise Corrupt(f"the database is damaged ({verdict})")
         migrate(db, path)
+    return db
+
+
+def open_to_read(path: str) -> sqlite3.Connection:
+    """Open an existing journal for a command that only reads it, changing nothing in the
+    file: the service's journal of an older schema (a newer upsguard's ``report`` beside a
+    service not yet restarted) is read through a copy migrated in memory. Migrated in
+    place, it would be of a schema the older service does not know, which moves it aside at
+    its next start with the runs it would resume. Raises as ``open_file`` does."""
+    db = sqlite3.connect(path, timeout=5.0)
+    with _closed_on_error(db, path):
+        db.execute("PRAGMA busy_timeout = 5000")
+        (found,) = db.execute("PRAGMA user_version").fetchone()
+        if found >= VERSION:
+            migrate(db, path)  # nothing to do at this schema; a newer one is refused
+            return db
+        memory = sqlite3.connect(":memory:")
+        db.backup(memory)
+    db.close()
+    migrate(memory, path)
+    return memory
+
+
+@contextlib.contextmanager
+def _closed_on_error(db: sqlite3.Connection, path: str) -> Iterator[None]:
+    """Close ``db`` when opening fails, telling a file that is no usable journal
+    (``Corrupt``: not a database, malformed, of a newer schema) from one that cannot be
+    opened or written (``sqlite3.OperationalError``, as raised)."""
+    try:
+        yield
     except sqlite3.OperationalError:
         db.close()
         raise
-    except sqlite3.DatabaseError as exc:  # not a database, malformed
+    except sqlite3.DatabaseError as exc:
         db.close()
         raise Corrupt(str(exc)) from exc
-    except PermanentError as exc:  # a newer schema
+    except PermanentError as exc:
         db.close()
         raise Corrupt(str(exc).removeprefix(f"journal {path}: ")) from exc
     except BaseException:
         db.close()
         raise
-    return db
 
 
 def journal_exists(path: str | Path) -> bool:

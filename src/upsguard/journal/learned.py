@@ -96,7 +96,7 @@ def learned_or_none(path: str | Path) -> dict[Key, LearnedDuration] | None:
     try:
         if not journal_exists(path):
             return None
-        journal = Journal(path)
+        journal = Journal(path, read_only=True)
     except PermanentError as exc:
         log.warning("%s: planning with the configured durations", exc)
         return None

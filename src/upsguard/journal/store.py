@@ -31,7 +31,7 @@ from pathlib import Path
 
 from upsguard.errors import PermanentError
 from upsguard.events import Event, ReadingTaken
-from upsguard.journal.file import Corrupt, move_aside, open_file, set_access
+from upsguard.journal.file import Corrupt, move_aside, open_file, open_to_read, set_access
 from upsguard.journal.queries import JournalQueries
 from upsguard.journal.rows import parse_iso
 from upsguard.journal.schema import migrate
@@ -53,12 +53,15 @@ class Journal:
         readings_every: timedelta = timedelta(minutes=1),
         *,
         repair: bool = False,
+        read_only: bool = False,
         on_problem: ProblemListener | None = None,
         group_id: int | None = None,
         on_line: LineListener | None = None,
     ) -> None:
         """``repair``: the service's way of opening (see the module docstring); otherwise a
         journal that cannot be opened is a ``PermanentError`` (the CLI's read commands).
+        ``read_only``: for a command that only reads an existing journal; the file is left as
+        it is, an older schema read through a copy migrated in memory (``open_to_read``).
         ``on_problem`` hears each new problem (and None once it is solved).
         ``group_id``: with ``repair``, the socket group that may read the file.
         ``on_line`` hears each line added to the events table (what ``GET /events`` serves)."""
@@ -76,7 +79,7 @@ class Journal:
                     log.warning("journal %s: cannot set its permissions (%s)", self.path, exc)
         else:
             try:
-                self.db = open_file(self.path)
+                self.db = open_to_read(self.path) if read_only else open_file(self.path)
             except Corrupt as exc:
                 raise PermanentError(f"journal {path}: {exc}") from exc
             except (OSError, sqlite3.Error) as exc:

@@ -122,7 +122,7 @@ def _report_html(site: SiteConfig, run_id: str) -> str:
     from upsguard.journal.retrospective import pick_runs, story_from_journal
     from upsguard.reports import render
 
-    journal = Journal(site.journal)
+    journal = Journal(site.journal, read_only=True)
     try:
         runs = pick_runs(journal, run_id)
         title = f"Outage report: {runs[0].kind} run {runs[0].id}"

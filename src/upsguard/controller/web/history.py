@@ -47,7 +47,7 @@ class Span:
 def read_span(journal_path: Path, name: str, now: datetime) -> Span:
     """The readings and runs of the last ``name`` (24h, 7d, 90d); in a worker thread."""
     start = now - SPANS[name]
-    journal = Journal(journal_path)
+    journal = Journal(journal_path, read_only=True)
     try:
         readings = journal.read.readings_between(iso(start), iso(now))
         runs = [
