@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from upsguard.config.policies import PoliciesConfig
 from upsguard.decisions import PlanTime
-from upsguard.models import Phase
+from upsguard.models import Phase, RunId
 from upsguard.policies.phases import Act, Decision, PhaseEngine, PowerView
 from upsguard.policies.power import FeedReading
-from upsguard.runs import SiteRuns
+from upsguard.runs import RunKind, RunOrigin, RunRecord, RunSpec, SiteRuns
 
 PLAN_60 = {"f": PlanTime(60)}
 PLAN_600 = {"f": PlanTime(600)}
@@ -143,3 +145,20 @@ def test_a_decision_says_the_figures_it_was_made_on() -> None:
         "runtime < plan + 5m: runtime 13m < plan 8m05s + destage 10m (not measured yet) + margin 5m"
     )
     assert changes == [(Phase.SHUTTING_DOWN, start.reason)]
+
+
+def test_a_policys_shutdown_resumed_in_phase_normal_is_cancelled_once_the_mains_stay() -> None:
+    """A controller that wins the lease resumes the shared ledger's shutdown while its own
+    phase reads normal (it followed the outage's end as standby). Found by the pair machine:
+    the resumed run waited before its point of no return for the mains to stay, which only
+    the shutting_down phase cancels, so the site never came back. The run in progress says
+    the phase; the mains back cancel it as any policy's shutdown before that point."""
+    eng = engine(power_returns={"online_for": "30s"})
+    eng.evaluate(view(0, False), SiteRuns(), PLAN_600)
+    spec = RunSpec(RunId("r1"), RunKind.SHUTDOWN, RunOrigin.POLICY, "fsd", datetime.now(UTC))
+    resumed = SiteRuns(latest=RunRecord(spec), active=RunRecord(spec))
+
+    decided = eng.evaluate(view(40, False), resumed, PLAN_600)
+
+    assert acts(decided) == [Act.CANCEL_SHUTDOWN]
+    assert phase(eng) is Phase.RECOVERING

@@ -138,6 +138,7 @@ class PhaseEngine:
         self._track(view)
         self.at_floor = any(self._floor(f) for f in view.at_risk)
         decisions: list[Decision] = []
+        self._follow_the_run(runs)
         step = {
             Phase.NORMAL: self._normal,
             Phase.ON_BATTERY: self._on_battery,
@@ -152,6 +153,16 @@ class PhaseEngine:
             if self.phase is before:
                 break
         return decisions
+
+    def _follow_the_run(self, runs: SiteRuns) -> None:
+        """A policy's shutdown in progress means the phase is shutting_down, whatever this
+        engine read before: one resumed from the journal, or taken over from the store by a
+        controller that followed the outage's end as standby, found the phase normal or
+        recovering, where nothing cancels a shutdown when the mains stay, so its point of
+        no return waited for good. From shutting_down the mains cancel it, or it goes on."""
+        inconsistent = self.phase in (Phase.NORMAL, Phase.RECOVERING)
+        if inconsistent and runs.shutdown_running and not runs.shutdown_manual:
+            self._move(Phase.SHUTTING_DOWN, "a shutdown run is in progress (resumed)")
 
     # -- manual overrides ----------------------------------------------------------------
 
