@@ -173,17 +173,6 @@ EXPLORE = os.environ.get("UPSGUARD_EXPLORE") is not None
 """As the engine's shards: the same stories every run unless ``UPSGUARD_EXPLORE=1``."""
 
 
-RUN = os.environ.get("UPSGUARD_PAIR_MACHINE") is not None
-AT_LENGTH = pytest.mark.skipif(
-    not RUN,
-    reason="the pair machine's stories at length take over half an hour on two busy cores, "
-    "beyond the lane's budget, and are not all judged yet: run them with "
-    "UPSGUARD_PAIR_MACHINE=1 scripts/test tests/property/test_pair_invariants.py",
-)
-"""The quick share runs in every lane; the stories at length on demand, where they can fail;
-the lanes say they were not run, and why (a test that cannot fail would tell nothing)."""
-
-
 def test_the_pair_invariants_hold() -> None:
     machine: type[PairMachine] = type("PairMachineQuick", (PairMachine,), {})
     if not EXPLORE:
@@ -202,7 +191,7 @@ def at_length(shard: int) -> type[unittest.TestCase]:
         QUICK, max_examples=STORIES_AT_LENGTH // SHARDS, stateful_step_count=30
     )
     case = pytest.mark.timeout(1800)(case)
-    return AT_LENGTH(pytest.mark.slow(pytest.mark.at_length(case)))
+    return pytest.mark.slow(pytest.mark.at_length(case))
 
 
 for _shard in range(SHARDS):
