@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import ipaddress
@@ -32,7 +33,8 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -411,14 +413,73 @@ class LoginThrottle:
             del self._seen[min(self._seen, key=lambda k: self._seen[k].last)]
 
 
+class FairLane:
+    """One password check at a time; the checks waiting take turns between networks (IPv4
+    /24, IPv6 /64: what one site or one host commonly holds), oldest first within each. A
+    burst of first guesses from many addresses of one network then delays a login from
+    another network by one check, not by the whole burst."""
+
+    def __init__(self) -> None:
+        self._busy = False
+        self._serving = ""
+        """The network whose check holds the lane (or held it last)."""
+        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
+        """Per network, in turn order (a network served goes to the back)."""
+
+    @contextlib.asynccontextmanager
+    async def turn(self, address: str) -> AsyncIterator[None]:
+        network = network_of(address)
+        if self._busy:
+            granted = asyncio.get_running_loop().create_future()
+            self._waiting.setdefault(network, deque()).append(granted)
+            try:
+                await granted
+            except asyncio.CancelledError:
+                if granted.done() and not granted.cancelled():
+                    self._next()  # the turn came as the waiter went: pass it on
+                raise
+        else:
+            self._busy, self._serving = True, network
+        try:
+            yield
+        finally:
+            self._next()
+
+    def _next(self) -> None:
+        """Hand the lane to the first waiter of the next network in turn (another than the
+        one just served, when another waits), or free it."""
+        while self._waiting:
+            network = next((n for n in self._waiting if n != self._serving), self._serving)
+            queue = self._waiting.pop(network)
+            granted = queue.popleft()
+            if queue:
+                self._waiting[network] = queue
+            if not granted.done():
+                self._serving = network
+                granted.set_result(None)
+                return  # the lane stays busy: it is the waiter's now
+        self._busy = False
+
+
+def network_of(address: str) -> str:
+    """The network an address counts in for ``FairLane``; an address that is no IP address
+    (a unix socket's peer) is a network of its own."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    prefix = 24 if ip.version == 4 else 64
+    return str(ipaddress.ip_network(f"{ip}/{prefix}", strict=False))
+
+
 class PasswordCheck:
     """argon2 verification off the event loop, one at a time in each of three lanes: one for
-    addresses that have failed a login, one for those that have not, and one for browsers
-    that logged in as that user before (``DEVICE_COOKIE``). An operator on a clean address
-    never waits behind the guesses of addresses that failed; one whose browser logged in
-    before never waits behind the first guesses of a spray of fresh addresses either (each
-    admitted once a second by ``LoginThrottle``). The decoy hash for unknown names is made
-    at start (``start``), off the event loop too."""
+    addresses that have failed a login, one for those that have not (taking turns between
+    networks, ``FairLane``), and one for browsers that logged in as that user before
+    (``DEVICE_COOKIE``). An operator on a clean address never waits behind the guesses of
+    addresses that failed, nor, from another network, behind the first guesses of a spray
+    of fresh addresses; one whose browser logged in before never waits behind either. The
+    decoy hash for unknown names is made at start (``start``), off the event loop too."""
 
     def __init__(
         self, config: WebConfig, hasher: PasswordHasher = _hasher, roster: Roster | None = None
@@ -427,7 +488,7 @@ class PasswordCheck:
         default those of ``config``."""
         self._roster = roster or Roster(config.users)
         self._hasher = hasher
-        self._clean_lane = asyncio.Semaphore(1)
+        self._clean_lane = FairLane()
         self._failed_lane = asyncio.Semaphore(1)
         self._known_lane = asyncio.Semaphore(1)
         self._decoy: str | None = None
@@ -439,15 +500,22 @@ class PasswordCheck:
             self._decoy = await asyncio.to_thread(self._hasher.hash, secrets.token_urlsafe(16))
 
     async def verify(
-        self, name: str, password: str, *, failed_before: bool = False, known: bool = False
+        self,
+        name: str,
+        password: str,
+        *,
+        address: str = "",
+        failed_before: bool = False,
+        known: bool = False,
     ) -> bool:
         """Whether ``password`` is ``name``'s; an unknown name costs what a known one does.
-        ``failed_before``: the address has failed a login (``LoginThrottle.failed``);
-        ``known``: the browser logged in as ``name`` before (``Sessions.known_device``)."""
+        ``address``: the client's (``Proxy.client_address``); ``failed_before``: it has
+        failed a login (``LoginThrottle.failed``); ``known``: the browser logged in as
+        ``name`` before (``Sessions.known_device``)."""
         entry = self._roster.user(name)
         stored = entry.password_hash if entry is not None else None
         lane = self._known_lane if known else self._failed_lane if failed_before else None
-        async with lane or self._clean_lane:
+        async with lane or self._clean_lane.turn(address):
             if self._decoy is None:
                 await self.start()
             assert self._decoy is not None

@@ -145,7 +145,9 @@ class Pages:
         try:
             failed = throttle.failed(address)
             known = self._ctx.sessions.known_device(name, request.cookies.get(DEVICE_COOKIE))
-            ok = await self._ctx.passwords.verify(name, password, failed_before=failed, known=known)
+            ok = await self._ctx.passwords.verify(
+                name, password, address=address, failed_before=failed, known=known
+            )
         finally:
             throttle.record(name, address, ok)
         if not ok:
