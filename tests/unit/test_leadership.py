@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 from upsguard.clock import LoopClock, run_virtual
-from upsguard.engine.leadership import RETRY_WRITE_S, Leadership, LeadershipState, Role
+from upsguard.engine.leadership import RETRY_WRITE_S, Leadership, LeadershipState, Role, within
 from upsguard.errors import AuthenticationError, LeadershipLost, PermanentError, StoreUnavailable
 from upsguard.models import RunId, StepId, StepState
 from upsguard.plugins.coordination.base import Candidate, CoordinationStore
@@ -516,3 +517,42 @@ def test_a_controller_alone_for_the_stores_silence_rejoins_once_the_store_answer
         assert a.rejoin() is False  # nothing left to rejoin
 
     virtual(scenario)
+
+
+def test_a_store_call_left_behind_by_a_cancelled_caller_is_cancelled_and_collected() -> None:
+    """A service stopping cancels its leadership loop while a renewal waits on the store:
+    the call went on, failed later, and its error was never retrieved ("Task exception was
+    never retrieved", logged whenever the garbage collector found it; in the pair machine
+    that log's traceback was once formatted inside another parse, and CPython 3.11 failed
+    it with 'AST constructor recursion depth mismatch')."""
+    unretrieved: list[str] = []
+
+    async def story() -> bool:
+        asyncio.get_running_loop().set_exception_handler(
+            lambda loop, context: unretrieved.append(context["message"])
+        )
+        answer = asyncio.Event()
+        cancelled = False
+
+        async def renewal() -> None:
+            nonlocal cancelled
+            try:
+                await answer.wait()
+            except asyncio.CancelledError:
+                cancelled = True
+                raise
+            raise StoreUnavailable("etcd: renew: no endpoint answered")
+
+        caller = asyncio.create_task(within(10.0, renewal()))
+        await asyncio.sleep(0)
+        caller.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await caller
+        answer.set()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return cancelled
+
+    assert asyncio.run(story()) is True
+    gc.collect()
+    assert unretrieved == []

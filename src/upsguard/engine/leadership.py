@@ -55,19 +55,30 @@ async def within(seconds: float, call: Awaitable[T]) -> T:
     when cancelled. A store's client may swallow a cancellation (a gRPC stream on a channel
     another task closed), and ``asyncio.timeout`` then waits for it as long as it hangs: the
     fence, the silence that lets a controller go on alone, and every later renewal with it.
-    Left behind, the call is cancelled and its end collected quietly. A call that ended
-    cancelled by itself (a cancellation leaking out of the client: a timeout of its own that
-    fired as the call ended) got no answer either; passed on, that cancellation would end
-    the caller's loop as if the service were stopping."""
+    Left behind (also when the caller is cancelled), the call is cancelled and its end
+    collected quietly. A call that ended cancelled by itself (a cancellation leaking out of
+    the client: a timeout of its own that fired as the call ended) got no answer either;
+    passed on, that cancellation would end the caller's loop as if the service were
+    stopping."""
     task = asyncio.ensure_future(call)
-    done, _ = await asyncio.wait({task}, timeout=seconds)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:  # the caller is stopping: the call is left behind too
+        _leave_behind(task)
+        raise
     if task in done:
         if task.cancelled():
             raise TimeoutError("the store's client cancelled its own call")
         return task.result()
+    _leave_behind(task)
+    raise TimeoutError(f"no answer within {seconds:.1f}s")
+
+
+def _leave_behind(task: asyncio.Future[Any]) -> None:
+    """Cancel a call no one waits for any more, and collect its end: an error never
+    retrieved is logged whenever the garbage collector finds the task."""
     task.cancel()
     task.add_done_callback(_collect)
-    raise TimeoutError(f"no answer within {seconds:.1f}s")
 
 
 def _collect(task: asyncio.Future[Any]) -> None:
