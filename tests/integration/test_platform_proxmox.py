@@ -5,6 +5,7 @@ against PVE's published API description)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,15 +13,30 @@ from typing import Any
 import pytest
 
 from tests.peers.ceph import SETTABLE, CephMonitor, make_monitor, require_ceph
-from tests.peers.pve import TOKEN, PveApi, settings_of
+from tests.peers.pve import (
+    PLATFORM_LOG,
+    TOKEN,
+    PveApi,
+    platform_lines,
+    platform_said,
+    settings_of,
+)
 from tests.runs import executor_for
 from tests.sites import site_from
 from upsguard.clock import SystemClock
 from upsguard.config.platforms import ProxmoxSettings
 from upsguard.config.resources import ResourceConfig
-from upsguard.errors import AuthenticationError, PermanentError, PlatformUnreachable
+from upsguard.errors import AuthenticationError, PermanentError
 from upsguard.events import Event
-from upsguard.models import PlatformName, PowerState, ResourceKind, StepState, StopMethod
+from upsguard.models import (
+    PlatformName,
+    PowerState,
+    ResourceKind,
+    StepId,
+    StepOutcome,
+    StepState,
+    StopMethod,
+)
 from upsguard.plugins import registry
 from upsguard.runbooks.planner import Planner
 
@@ -371,17 +387,30 @@ def three_monitors(tmp_path: Path) -> Iterator[CephMonitor]:
 
 
 def test_ceph_flags_with_three_monitors_hold_with_one_down_and_wait_for_the_quorum(
-    pve_api: PveApi, three_monitors: CephMonitor, tmp_path: Path
+    pve_api: PveApi, three_monitors: CephMonitor, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The last node's monitor stopped (two of three left, a quorum): the flags are set and
     read back as with all three. Two stopped (no quorum: the ``ceph`` CLI gets no answer):
-    the flags read unknown, never as set or unset, and unsetting them fails rather than
-    pretend. A monitor back (a quorum again): the startup unsets what upsguard set."""
+    the flags read unknown, never as set or unset, and the startup's Ceph step waits for
+    the quorum, saying what it could not read, rather than fail or pretend. A monitor back
+    (a quorum again): the step unsets what upsguard set."""
+    caplog.set_level(logging.INFO, logger=PLATFORM_LOG)
     pve_api.pve.ceph = three_monitors
     wanted = {"noout", "norebalance", "nobackfill", "norecover"}
+    state = str(tmp_path / "state")
+    ceph = {"id": "pve-ceph", "kind": "cluster", "cluster": "ceph_flags", "platform": "pve"}
+    site = site_from(
+        tmp_path,
+        {
+            "site": "pve",
+            "ups": [{"name": "ups1", "simulated": {}}],
+            "platforms": {"pve": settings_of(pve_api, tmp_path, state_dir=state)},
+            "resources": [ceph],
+        },
+    )
 
-    async def scenario() -> None:
-        px = platform(pve_api, tmp_path, state_dir=str(tmp_path / "state"))
+    async def scenario() -> StepOutcome:
+        px = platform(pve_api, tmp_path, state_dir=state)
         [flags] = await px.resolve(cluster_state("ceph_flags"))
         three_monitors.stop("c")
         three_monitors.wait_for_quorum()  # the two left elect a leader again
@@ -390,25 +419,31 @@ def test_ceph_flags_with_three_monitors_hold_with_one_down_and_wait_for_the_quor
         assert three_monitors.flags() >= wanted
         three_monitors.stop("b")
         three_monitors.wait_for_quorum()  # none: the monitor left answers nothing
-        with pytest.raises(PlatformUnreachable, match="read the Ceph flags failed"):
-            await px.power_state(flags)
-        with pytest.raises(PlatformUnreachable, match="unset the Ceph flags failed"):
-            await px.start(flags)
-        three_monitors.start("b")
-        await px.start(flags)
-        assert await px.power_state(flags) is PowerState.ON
+        plan = Planner(site).plan("startup")
+        restarted = {PlatformName("pve"): platform(pve_api, tmp_path, state_dir=state)}
+        run = executor_for(plan, restarted, SystemClock(), lambda event: None)
+        startup = asyncio.create_task(run.run())
+        await platform_said(caplog, "(Ceph unknown: read the Ceph flags failed: ")
+        assert not startup.done()
+        said = "the Ceph flags read unknown (read the Ceph flags failed: "
+        assert any(said in line for line in platform_lines(caplog))  # the step's first read
+        await asyncio.to_thread(three_monitors.start, "b")
+        async with asyncio.timeout(60):  # a bound against a hang, never a measure
+            result = await startup
+        return result.outcomes[StepId("start:pve-ceph")]
 
-    asyncio.run(scenario())
+    outcome = asyncio.run(scenario())
+    assert (outcome.state, outcome.detail) == (StepState.DONE, "Ceph flags of pve up")
     assert three_monitors.flags() & wanted == set()
 
 
 def test_ceph_flags_that_cannot_be_read_are_unknown(pve_api: PveApi, tmp_path: Path) -> None:
     """No Ceph answering (here: none at all): neither set nor unset."""
 
-    async def scenario() -> None:
+    async def scenario() -> PowerState:
         px = platform(pve_api, tmp_path, state_dir=str(tmp_path / "state"))
         [flags] = await px.resolve(cluster_state("ceph_flags"))
-        with pytest.raises(PlatformUnreachable, match="read the Ceph flags failed"):
-            await px.power_state(flags)
+        state: PowerState = await px.power_state(flags)
+        return state
 
-    asyncio.run(scenario())
+    assert asyncio.run(scenario()) is PowerState.UNKNOWN

@@ -1,11 +1,19 @@
-"""Debian's Ceph monitors (``ceph-mon``, 16.2) on loopback, one or three, and the ``ceph`` CLI.
+"""Debian's Ceph (16.2) on loopback: monitors (``ceph-mon``, one or three), OSDs (``ceph-osd``
+with the memstore object store) and the ``ceph`` CLI.
 
-No OSD and no mgr: the monitors keep the OSD map, so ``osd set noout`` is set and read back
+No mgr: the monitors keep the OSD map, so ``osd set noout`` is set and read back
 (``osd dump``) at real monitors, which is what a Proxmox VE cluster's ``/cluster/ceph/flags``
-does on its side (TEST-PEERS.md, Ceph monitors). No cephadm and no systemd: a ``ceph.conf``,
-a keyring, a monmap and ``ceph-mon --mkfs`` per monitor in a temp dir, then ``ceph-mon -i ID
--f`` each on a port chosen free at run time (msgr2 only). With three, one stopped leaves a
-quorum (two of three); two stopped leave none, and the ``ceph`` CLI gets no answer.
+does on its side, and ``ceph status`` answers without one (TEST-PEERS.md, Ceph monitors). No
+cephadm and no systemd: a ``ceph.conf``, a keyring, a monmap and ``ceph-mon --mkfs`` per
+monitor in a temp dir, then ``ceph-mon -i ID -f`` each on a port chosen free at run time
+(msgr2 only). With three, one stopped leaves a quorum (two of three); two stopped leave none,
+and the ``ceph`` CLI gets no answer.
+
+OSDs are registered as Ceph's manual deployment does it (``ceph osd new`` with a cephx key,
+then ``ceph-osd --mkfs``): from then on they are in, and down until their daemon runs
+(``ceph-osd -i N -f``), which boots and is marked up in a second or two. Their store is
+memstore (in memory, no disk to prepare); an OSD stopped with SIGTERM tells the monitors it
+goes down, as a node's shutdown stops it.
 
 Every ``ceph`` command runs under a timeout: commands that go to a mgr hang forever
 without one, and a monitor that lost its quorum answers nothing.
@@ -13,6 +21,7 @@ without one, and a monitor that lost its quorum answers nothing.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import time
@@ -20,6 +29,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +37,9 @@ from tests.peers.ports import free_port
 from tests.peers.process import end_process, spawn, wait_started
 
 CEPH_MON = "/usr/bin/ceph-mon"
+CEPH_OSD = "/usr/bin/ceph-osd"
 CEPH = "/usr/bin/ceph"
+AUTHTOOL = "/usr/bin/ceph-authtool"
 CLI_TIMEOUT_S = 10
 START_WITHIN_S = 30.0
 SETTABLE = frozenset({
@@ -41,23 +53,27 @@ class CephCliError(Exception):
     """The ``ceph`` CLI failed or did not answer within its timeout; the text says which."""
 
 
-def require_ceph() -> None:
-    for binary in (CEPH_MON, CEPH, "/usr/bin/monmaptool", "/usr/bin/ceph-authtool"):
+def require_ceph(osds: bool = False) -> None:
+    binaries = (CEPH_MON, CEPH, "/usr/bin/monmaptool", AUTHTOOL, *([CEPH_OSD] if osds else []))
+    for binary in binaries:
         if not Path(binary).exists():
             pytest.fail(
                 f"{binary} is missing: apt-get install --no-install-recommends ceph-mon "
-                "ceph-common (scripts/apt-packages.txt)"
+                "ceph-common ceph-osd (scripts/apt-packages.txt)"
             )
 
 
 @dataclass
 class CephMonitor:
-    """The monitors (``a``, or ``a``, ``b``, ``c``) and the admin's ``conf`` and ``keyring``
-    to reach them."""
+    """The monitors (``a``, or ``a``, ``b``, ``c``), the OSDs registered with them (none
+    unless ``add_osds``), and the admin's ``conf`` and ``keyring`` to reach them."""
 
     root: Path
     ports: dict[str, int]
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    osds: dict[int, str] = field(default_factory=dict)
+    """Each OSD registered: its uuid."""
+    osd_processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
     def conf(self) -> Path:
@@ -87,6 +103,71 @@ class CephMonitor:
 
     def set_flag(self, flag: str, value: bool) -> None:
         self.ceph("osd", "set" if value else "unset", flag)
+
+    def status(self) -> dict[str, Any]:
+        """Ceph's status as PVE's ``GET /cluster/ceph/status`` answers it: pve-manager's
+        ``PVE::Ceph::Tools::ceph_cluster_status`` is the monitors' ``status`` with ``health``
+        replaced by ``health detail``, and, since Octopus left the monitors' list out of
+        ``status``, ``monmap`` and ``mgrmap`` replaced by ``mon dump`` and ``mgr dump``."""
+        status: dict[str, Any] = json.loads(self.ceph("status", "-f", "json"))
+        status["health"] = json.loads(self.ceph("health", "detail", "-f", "json"))
+        if "mons" not in status.get("monmap", {}):
+            status["monmap"] = json.loads(self.ceph("mon", "dump", "-f", "json"))
+            status["mgrmap"] = json.loads(self.ceph("mgr", "dump", "-f", "json"))
+        return status
+
+    def add_osds(self, count: int) -> list[int]:
+        """Register ``count`` OSDs as Ceph's manual deployment does (``ceph osd new`` with a
+        cephx key, the OSD's keyring, ``ceph-osd --mkfs``): each is in, and down until
+        ``start_osds``."""
+        added = []
+        for _ in range(count):
+            key = _run([AUTHTOOL, "--gen-print-key"]).strip()
+            osd_uuid = str(uuid.uuid4())
+            secret = self.root / "osd-secret.json"
+            secret.write_text(json.dumps({"cephx_secret": key}))
+            osd = int(self.ceph("osd", "new", osd_uuid, "-i", str(secret)))
+            secret.unlink()
+            data = self.root / f"osd-{osd}"
+            data.mkdir()
+            keyring = str(data / "keyring")
+            _run([AUTHTOOL, "--create-keyring", keyring, "--name", f"osd.{osd}", "--add-key", key])
+            conf = str(self.conf)
+            _run([CEPH_OSD, "-c", conf, "-i", str(osd), "--mkfs", "--osd-uuid", osd_uuid])
+            self.osds[osd] = osd_uuid
+            added.append(osd)
+        return added
+
+    def start_osds(self, *ids: int) -> None:
+        """Start the OSD daemons ``ids`` (all by default), then wait until the monitors
+        have marked each one up."""
+        wanted = ids or tuple(self.osds)
+        for i in wanted:
+            log = self.root / f"osd.{i}.out"
+            self.osd_processes[i] = spawn([CEPH_OSD, "-c", str(self.conf), "-i", str(i), "-f"], log)
+        for i in wanted:
+            log = self.root / f"osd.{i}.out"
+            up = functools.partial(self._osd_up, i)
+            wait_started(self.osd_processes[i], log, up, f"osd.{i}", START_WITHIN_S, pause=0.2)
+
+    def stop_osds(self, *ids: int) -> None:
+        """Stop the OSD daemons ``ids`` (all running by default) with SIGTERM, as a node's
+        shutdown does, then wait until the monitors have marked each one down (an OSD
+        stopping tells them so)."""
+        stopped = ids or tuple(self.osd_processes)
+        for i in stopped:
+            process = self.osd_processes.pop(i, None)
+            if process is not None:
+                end_process(process)
+        deadline = time.monotonic() + START_WITHIN_S
+        while any(self._osd_up(i) for i in stopped):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"OSDs {stopped} are not marked down in time")
+            time.sleep(0.2)
+
+    def _osd_up(self, osd: int) -> bool:
+        dump = json.loads(self.ceph("osd", "dump", "-f", "json"))
+        return any(o.get("osd") == osd and o.get("up") == 1 for o in dump.get("osds", []))
 
     def start(self, *ids: str) -> None:
         """Start the monitors ``ids`` (all by default), then wait until the cluster answers
@@ -154,9 +235,13 @@ def make_monitor(root: Path, ids: tuple[str, ...] = ("a",)) -> CephMonitor:
         "mon data avail warn = 2\nmon data avail crit = 1\n"
         "[mon]\n"
         f"mon data = {root}/mon-$id\n"
+        "[osd]\n"
+        f"osd data = {root}/osd-$id\n"
+        f"keyring = {root}/osd-$id/keyring\n"
+        "osd objectstore = memstore\n"
     )
     mon_keyring = root / "mon.keyring"
-    tool = "/usr/bin/ceph-authtool"
+    tool = AUTHTOOL
     _run(
         [
             tool,
@@ -213,10 +298,11 @@ def make_monitor(root: Path, ids: tuple[str, ...] = ("a",)) -> CephMonitor:
     return mon
 
 
-def _run(argv: list[str]) -> None:
+def _run(argv: list[str]) -> str:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     if done.returncode != 0:
         pytest.fail(f"{' '.join(argv[:2])} failed: {done.stderr[-1000:]}")
+    return done.stdout
 
 
 @pytest.fixture(scope="session")
@@ -235,3 +321,30 @@ def ceph_monitor(ceph_session: CephMonitor) -> CephMonitor:
     for flag in ceph_session.flags() & SETTABLE:
         ceph_session.set_flag(flag, False)
     return ceph_session
+
+
+@pytest.fixture(scope="session")
+def ceph_osd_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CephMonitor]:
+    """A monitor with three OSDs registered, for the session (each test starts the OSDs it
+    wants up)."""
+    require_ceph(osds=True)
+    ceph = make_monitor(tmp_path_factory.mktemp("ceph-osds"))
+    ceph.start()
+    ceph.add_osds(3)
+    yield ceph
+    ceph.stop_osds()
+    ceph.stop()
+
+
+@pytest.fixture
+def ceph_osds(ceph_osd_session: CephMonitor) -> Iterator[CephMonitor]:
+    """The session's monitor and its three OSDs, all down (no daemon running) and in, with
+    no settable OSD flag set; the OSDs a test started are stopped after it. They are marked in
+    again first: down for ``mon osd down out interval`` (10 minutes) without ``noout``, an
+    OSD that has run is marked out, and a long session may leave them down that long."""
+    ceph = ceph_osd_session
+    for flag in ceph.flags() & SETTABLE:
+        ceph.set_flag(flag, False)
+    ceph.ceph("osd", "in", *(str(i) for i in ceph.osds))
+    yield ceph
+    ceph.stop_osds()

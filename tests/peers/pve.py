@@ -20,8 +20,10 @@ describes them and as a real node answers them:
   (its ``fencing`` entry's ``armed-state``: ``armed``, ``disarming``, ``disarmed``,
   ``standby`` with no resource), ``cluster/ha/status/disarm-ha`` and ``arm-ha`` (PVE 9.1
   and later; ``ha_disarm: False`` serves a PVE before 9.1 without them);
-- Ceph: ``cluster/ceph/flags`` (GET the flags, PUT ``flag=1|0``), served by the ``ceph`` CLI
-  against a REAL monitor (``tests.peers.ceph``): the flags are set and read at the monitor.
+- Ceph: ``cluster/ceph/flags`` (GET the flags, PUT ``flag=1|0``) and ``cluster/ceph/status``
+  (Ceph's own status as PVE composes it), served by the ``ceph`` CLI against REAL monitors
+  and OSDs (``tests.peers.ceph``): the flags are set and read at the monitor, and the OSDs
+  up are those whose daemon runs.
 
 The cluster's quorum is its nodes online against its nodes (more than half): without it
 the cluster's writes (``cluster/*`` PUT and POST, guest starts) answer 500 as pmxcfs does
@@ -35,6 +37,7 @@ and kept in ``refused``; the ``pve_api`` fixture fails the test that made one.
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import re
@@ -53,6 +56,9 @@ from tests.peers.ceph import CephCliError, CephMonitor
 from tests.peers.redfish import make_certificate
 
 SCHEMA_FILE = Path(__file__).parent.parent / "fixtures" / "pve" / "apidata.json"
+PLATFORM_LOG = "upsguard.plugins.platforms.proxmox"
+SAID_WITHIN_S = 60.0
+"""A bound on a wait for the platform to say something, never a measure of it."""
 PASSWORD = "pve-s3cret"
 TOKEN = "6f1c0d2e-upsguard-token"
 TICKET = "PVE:root@pam:6745A1B2::c2lnbmF0dXJl"
@@ -152,6 +158,11 @@ class FakePve:
     ha_disarm: bool = True
     """PVE 9.1 and later: ``disarm-ha``/``arm-ha`` and the ``fencing`` status entry exist."""
     ceph: CephMonitor | None = None
+    ceph_status_error: str | None = None
+    """When set, ``GET cluster/ceph/status`` answers 500 with it instead of Ceph's status (PVE's
+    own call to the monitors failed)."""
+    ceph_status_garbage: Any = None
+    """When set, the data ``GET cluster/ceph/status`` answers instead of Ceph's status."""
     privileges: dict[str, set[str]] = field(default_factory=lambda: {"/": set(EVERY_PRIVILEGE)})
     """The login's privileges by the path of their ACL, each propagated to the paths below."""
     calls: list[str] = field(default_factory=list)
@@ -291,7 +302,7 @@ def _answer(pve: FakePve, method: str, parts: list[str], query: dict[str, str]) 
     if parts[:2] == ["cluster", "ha"]:
         return _ha(pve, method, parts[2:], query)
     if parts[:2] == ["cluster", "ceph"]:
-        return _ceph(pve, method, query)
+        return _ceph(pve, method, parts[2], query)
     if parts[0] == "nodes" and parts[2:] == ["status"]:
         node = parts[1]
         pve.later(0.2, lambda: pve.nodes.__setitem__(node, "offline"))
@@ -395,11 +406,18 @@ def _ha(pve: FakePve, method: str, rest: list[str], query: dict[str, str]) -> An
     raise _Refused(501, f"{method} cluster/ha/{'/'.join(rest)}: not served by this stand-in")
 
 
-def _ceph(pve: FakePve, method: str, query: dict[str, str]) -> Any:
-    """``/cluster/ceph/flags`` through the ``ceph`` CLI at a real monitor."""
+def _ceph(pve: FakePve, method: str, path: str, query: dict[str, str]) -> Any:
+    """``/cluster/ceph/flags`` and ``/cluster/ceph/status`` through the ``ceph`` CLI at a real
+    monitor."""
     if pve.ceph is None:
         raise _Refused(500, "binary not installed: /usr/bin/ceph-mon")
+    if path == "status" and pve.ceph_status_error is not None:
+        raise _Refused(500, pve.ceph_status_error)
+    if path == "status" and pve.ceph_status_garbage is not None:
+        return pve.ceph_status_garbage
     try:
+        if path == "status":
+            return pve.ceph.status()
         if method == "GET":
             found = pve.ceph.flags()
             return [{"name": f, "value": int(f in found), "description": f} for f in CEPH_FLAGS]
@@ -512,3 +530,20 @@ def settings_of(api: PveApi, tmp_path: Path, **extra: Any) -> dict[str, Any]:
         "poll_interval": "0.1s",
         **extra,
     }
+
+
+def platform_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What the proxmox platform said in its log (``caplog`` at INFO for ``PLATFORM_LOG``)."""
+    return [r.getMessage() for r in caplog.records if r.name == PLATFORM_LOG]
+
+
+async def platform_said(caplog: pytest.LogCaptureFixture, words: str) -> None:
+    """Until the proxmox platform has said ``words`` in its log, as an operator reads it; the
+    test fails naming what it said instead after ``SAID_WITHIN_S``."""
+    try:
+        async with asyncio.timeout(SAID_WITHIN_S):
+            while not any(words in line for line in platform_lines(caplog)):
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        said = platform_lines(caplog)
+        pytest.fail(f"the platform did not say {words!r} within {SAID_WITHIN_S:g}s: {said}")

@@ -18,13 +18,16 @@ verified; a PVE host with its self-signed certificate needs ``ca_file``
 
 A resource of kind ``cluster`` stands for the cluster's own state (``cluster: ha``, its HA
 stack; ``cluster: ceph_flags``, its OSD flags): ``proxmox.cluster`` says what stopping and
-starting it means.
+starting it means. Starting the Ceph flags is a request that lands only once Ceph is back
+(its monitors in quorum, its OSDs up): the step's wait reads Ceph's status until then, and
+unsets the flags when it is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fnmatch
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,21 +38,25 @@ import requests
 from upsguard.clock import Clock
 from upsguard.config.platforms import ProxmoxSettings
 from upsguard.config.resources import ResourceConfig
-from upsguard.config.types import resolve_secret
+from upsguard.config.types import format_duration, resolve_secret
 from upsguard.errors import (
     AuthenticationError,
     ConfigError,
     PermanentError,
     PlatformUnreachable,
+    StepTimeout,
+    TemporaryError,
     UpsguardError,
 )
 from upsguard.findings import Area, Finding, fail, ok
-from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod, Target
+from upsguard.models import Fact, PlatformName, PowerState, ResourceKind, StopMethod, Target
 from upsguard.plugins.platforms.base import poll_for_state
 from upsguard.plugins.platforms.proxmox import cluster, rights
 from upsguard.saved_state import SavedState
 
 __all__ = ["ProxmoxPlatform"]
+
+log = logging.getLogger(__name__)
 
 _GUEST_TYPES = ("qemu", "lxc")
 #: The node's task types that take a guest (VM, container) off, and on.
@@ -77,6 +84,8 @@ class ProxmoxPlatform:
             state_dir / f"{name}.cluster.json",
             "what upsguard changed on the cluster (for the startup to undo)",
         )
+        self._ceph_said: str | None = None
+        """What was last said of the cluster's Ceph (said once, until it changes)."""
 
     @property
     def _where(self) -> str:
@@ -169,7 +178,12 @@ class ProxmoxPlatform:
             state: PowerState = await self._call("read HA", cluster.ha_state, self._record)
             return state
         if ref == cluster.CEPH:
-            flags = await self._call("read the Ceph flags", cluster.ceph_flags)
+            try:
+                flags = await self._call("read the Ceph flags", cluster.ceph_flags)
+            except TemporaryError as exc:  # the startup waits through it (its monitors' quorum)
+                self._say(logging.WARNING, f"the Ceph flags read unknown ({self._why(exc)})")
+                return PowerState.UNKNOWN
+            self._say(logging.INFO, None)
             return cluster.ceph_state(flags, self._settings.ceph_flags, self._record)
         if "/" not in ref:
             status = (await self._call("list nodes", _nodes)).get(ref)
@@ -202,13 +216,14 @@ class ProxmoxPlatform:
 
     async def start(self, target: Target) -> None:
         """A guest starts; HA is re-armed, the Ceph flags unset, each only if upsguard
-        changed it."""
+        changed it. The flags go at once only if Ceph is back already; otherwise the request
+        stands and ``wait_for`` unsets them when it is."""
         ref = _ref(target)
         if ref == cluster.HA:
             await self._call("re-arm HA", cluster.rearm_ha, self._record)
             return
         if ref == cluster.CEPH:
-            await self._call("unset the Ceph flags", cluster.unset_ceph_flags, self._record)
+            await self._unset_once_ceph_is_back()
             return
         if "/" not in ref:
             raise PermanentError(
@@ -218,8 +233,65 @@ class ProxmoxPlatform:
         await self._call(f"start {target.name}", _guest_action, ref, "start")
 
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
+        """As ``Platform.wait_for``; but the Ceph flags' startup, which waits for Ceph, raises
+        ``StepTimeout`` at its timeout naming what it waited for, so that the step says why."""
         interval = self._settings.poll_interval.total_seconds()
+        if _ref(target) == cluster.CEPH and state is PowerState.ON:
+            return await self._wait_for_ceph(timeout, interval)
         return await poll_for_state(self, target, state, timeout, interval, self._clock)
+
+    async def _wait_for_ceph(self, timeout: float, interval: float) -> bool:
+        """Read again every ``interval`` until the Ceph flags upsguard set are unset, which
+        ``_unset_once_ceph_is_back`` does once Ceph is back, up to the step's ``timeout``."""
+        deadline = self._clock.monotonic() + timeout
+        while not (back := await self._unset_once_ceph_is_back()).is_true:
+            left = deadline - self._clock.monotonic()
+            if left <= 0:
+                raise StepTimeout(
+                    f"{self._where}: Ceph flags not unset after {format_duration(timeout)}: "
+                    f"{back.why}"
+                )
+            await asyncio.sleep(min(interval, left))
+        return True
+
+    async def _unset_once_ceph_is_back(self) -> Fact:
+        """Unset the flags upsguard set, if Ceph is back (``cluster.ceph_back``); true once
+        they are unset (or none of them was still set). Otherwise what Ceph is waited for,
+        said in the log when it changes; a reading that failed is unknown (with why), never
+        back."""
+        try:
+            flags = await self._call(
+                "read the Ceph flags", cluster.ceph_flags_to_unset, self._record
+            )
+            back = Fact.true()
+            if flags:
+                back = cluster.ceph_back(
+                    await self._call("read Ceph's status", cluster.ceph_status)
+                )
+            if back.is_true:
+                await self._call(
+                    "unset the Ceph flags", cluster.unset_ceph_flags, self._record, flags
+                )
+        except TemporaryError as exc:
+            back = Fact.unknown(f"Ceph unknown: {self._why(exc)}")
+        waits = (
+            None
+            if back.is_true
+            else f"the Ceph flags upsguard set stay until Ceph is back ({back.why})"
+        )
+        self._say(logging.INFO if back.known else logging.WARNING, waits)
+        return back
+
+    def _say(self, level: int, text: str | None) -> None:
+        """Log ``text`` about the cluster's Ceph once, until it changes (a wait reads it again
+        every poll); None when there is nothing to say."""
+        if text is not None and text != self._ceph_said:
+            log.log(level, "%s: %s", self._where, text)
+        self._ceph_said = text
+
+    def _why(self, error: UpsguardError) -> str:
+        """The error's words without the platform they name, for a sentence that names it."""
+        return str(error).removeprefix(f"{self._where}: ")
 
     async def in_flight(self, target: Target, state: PowerState) -> str | None:
         """``InFlightTasks``: the guest's task still active on its node toward ``state``

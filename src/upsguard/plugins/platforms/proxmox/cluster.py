@@ -13,6 +13,11 @@ only the flags upsguard set (not those an operator had set before the outage). W
 the cluster is as upsguard found it: ``ON``, whatever it reads (an HA an operator disarmed
 stays disarmed).
 
+The flags are unset at the startup only once Ceph is back as Proxmox's startup order wants it
+(pve-docs, pveceph "Shutdown"): its monitors in quorum and every OSD that is in up
+(``ceph_back``). Unset before, with an OSD still booting, ``noout`` would let Ceph mark it out
+and move its data about, which the flags were set to prevent.
+
 HA is disarmed with ``disarm-ha`` (PVE 9.1 and later). A PVE before 9.1 has no such command
 and no ``fencing`` entry in its HA status: there each HA resource is set to ``ignored``, as
 the Proxmox forum's shutdown guides did before it, and its state recorded first; the startup
@@ -20,7 +25,8 @@ puts back each one upsguard changed. HA is out of the way only while every resou
 ``ignored``.
 
 A state that cannot be read (no answer, an arm state it does not know, a flag missing from
-the list) is ``UNKNOWN``, never taken as either.
+the list) is ``UNKNOWN``, never taken as either; a Ceph status that cannot be read (no answer,
+a field missing or of another type) is unknown, never back.
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from upsguard.errors import PermanentError
-from upsguard.models import PowerState
+from upsguard.errors import PermanentError, PlatformUnreachable
+from upsguard.models import Fact, PowerState
 from upsguard.saved_state import SavedState
 
 HA = "ha"
@@ -134,11 +140,87 @@ def set_ceph_flags(api: Any, wanted: Sequence[str], record: SavedState[Any], whe
         api.cluster.ceph.flags.put(**to_set)
 
 
-def unset_ceph_flags(api: Any, record: SavedState[Any]) -> None:
-    """Unset the flags upsguard set (those set before it stay), then forget the record."""
-    ours = record.get(CEPH, None) or []
+def ceph_flags_to_unset(api: Any, record: SavedState[Any]) -> list[str]:
+    """The flags upsguard set that still read set (those set before it are not upsguard's).
+    Raises ``PlatformUnreachable`` when one of them is missing from the list: unknown, never
+    taken as unset."""
     flags = ceph_flags(api)
-    to_unset = {f: 0 for f in ours if flags.get(f)}
-    if to_unset:
-        api.cluster.ceph.flags.put(**to_unset)
+    ours: list[str] = record.get(CEPH, None) or []
+    missing = [f for f in ours if f not in flags]
+    if missing:
+        raise PlatformUnreachable(f"the Ceph flags read have no {', '.join(missing)}")
+    return [f for f in ours if flags[f]]
+
+
+def unset_ceph_flags(api: Any, record: SavedState[Any], flags: Sequence[str]) -> None:
+    """Unset ``flags`` (``ceph_flags_to_unset``), then forget the record: the cluster is as
+    upsguard found it again."""
+    if flags:
+        api.cluster.ceph.flags.put(**dict.fromkeys(flags, 0))
     record.drop(CEPH)
+
+
+def ceph_status(api: Any) -> Any:
+    """Ceph's own status as PVE relays it (``cluster/ceph/status``: ``ceph status``, its health
+    with details, the monitor map of ``mon dump``): upsguard reaches the cluster through the PVE
+    API only, and this is where it shows the monitors' quorum and the OSDs up."""
+    return api.cluster.ceph.status.get()
+
+
+def ceph_back(status: Any) -> Fact:
+    """Whether Ceph is back for its flags to be unset: a majority of its monitors in quorum,
+    and every OSD that is in up. A field missing, or not of its type, is unknown.
+
+    The status counts OSDs only: as many up as in is needed, and not enough, since an OSD up
+    may be out while another in is down. So Ceph's own ``OSD_DOWN`` check (an OSD in its CRUSH
+    map, in and down) must be absent too; one never started holds no data, and the counts
+    see it. No OSD in at all leaves nothing to be marked out or to move: nothing to wait for.
+    """
+    mons, quorum = _read(status, "monmap.mons"), _read(status, "quorum_names")
+    counts = [_read(status, f"osdmap.{n}") for n in ("num_osds", "num_up_osds", "num_in_osds")]
+    checks = _read(status, "health.checks")
+    unread = _unread(mons, quorum, counts, checks)
+    if unread:
+        return Fact.unknown(f"Ceph's status unknown: {unread}")
+    names = {str(m["name"]) for m in mons}
+    voting = names & set(quorum)
+    if 2 * len(voting) <= len(names):
+        return Fact.false(f"Ceph: {len(voting)} of {len(names)} monitors in quorum")
+    _, up, in_ = counts
+    if up < in_:
+        return Fact.false(f"Ceph: {up} of {in_} OSDs up")
+    if "OSD_DOWN" in checks:
+        said = _read(checks, "OSD_DOWN.summary.message")
+        return Fact.false(f"Ceph: {said if isinstance(said, str) else 'OSD_DOWN'}")
+    return Fact.true(
+        f"Ceph: {len(voting)} of {len(names)} monitors in quorum, every OSD in up ({in_})"
+    )
+
+
+def _read(data: Any, path: str) -> Any:
+    """The value at ``path`` (``osdmap.num_up_osds``) of nested objects; None when absent: the
+    status is another program's data, any part of which may be missing or of another type."""
+    for key in path.split("."):
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+def _unread(mons: Any, quorum: Any, counts: list[Any], checks: Any) -> str | None:
+    """What of Ceph's status could not be read (its path, and what it held instead); None when
+    each field holds what Ceph puts there."""
+    named = isinstance(mons, list) and all(isinstance(_read(m, "name"), str) for m in mons)
+    if not named or not mons:
+        return "no monmap.mons" if mons is None else f"monmap.mons reads {mons!r:.80}"
+    if not isinstance(quorum, list) or not all(isinstance(q, str) for q in quorum):
+        return "no quorum_names" if quorum is None else f"quorum_names reads {quorum!r:.80}"
+    for name, count in zip(("num_osds", "num_up_osds", "num_in_osds"), counts, strict=True):
+        if count is None:
+            return f"no osdmap.{name}"
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            return f"osdmap.{name} reads {count!r:.80}"
+    total, up, in_ = counts
+    if up > total or in_ > total:
+        return f"osdmap counts {up} OSDs up and {in_} in of {total}"
+    if not isinstance(checks, dict):
+        return "no health.checks" if checks is None else f"health.checks reads {checks!r:.80}"
+    return None

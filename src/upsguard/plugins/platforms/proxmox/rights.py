@@ -20,7 +20,7 @@ from upsguard.plugins.platforms.proxmox import cluster
 WHAT_FOR = {
     "VM.Audit": "list guests, read their state and tasks",
     "VM.PowerMgmt": "guest shutdown, stop, start",
-    "Sys.Audit": "node list, cluster status, HA status, the Ceph flags",
+    "Sys.Audit": "node list, cluster status, HA status, the Ceph flags and status",
     "Sys.PowerMgmt": "shut nodes down",
     "Sys.Console": "disarm and re-arm HA (before PVE 9.1: an HA resource's state)",
     "Sys.Modify": "set and unset the Ceph flags",
