@@ -265,26 +265,26 @@ def test_a_bmc_that_is_down(cluster_lab: ClusterLab, dead_bmc: FakeBmc) -> None:
 
 
 def test_notify_sends_a_test_message(
-    cluster_lab: ClusterLab, aiohttp_webhook: WebhookServer
+    cluster_lab: ClusterLab, webhook_server: WebhookServer
 ) -> None:
     data = cluster_lab.site_data()
-    data["service"] = {"notify": {"webhook": {"url": aiohttp_webhook.url}}}
+    data["service"] = {"notify": {"webhook": {"url": webhook_server.url}}}
     done = doctor(cluster_lab, data, "--format", "json", "--only", "notify", "--notify")
     assert done.returncode == 0, done.stderr
     (row,) = rows(done)
-    origin = aiohttp_webhook.url.removesuffix("/hooks/ups")
+    origin = webhook_server.url.removesuffix("/hooks/ups")
     assert (row["subject"], row["check"], row["verdict"]) == (f"webhook {origin}", "send", "ok")
-    (body,) = aiohttp_webhook.received
+    (body,) = webhook_server.received
     assert body["event"] == "Test" and body["site"] == "hq"
 
 
-def test_a_webhook_that_fails(cluster_lab: ClusterLab, aiohttp_webhook: WebhookServer) -> None:
-    aiohttp_webhook.status = 500
+def test_a_webhook_that_fails(cluster_lab: ClusterLab, webhook_server: WebhookServer) -> None:
+    webhook_server.status = 500
     data = cluster_lab.site_data()
-    data["service"] = {"notify": {"webhook": {"url": aiohttp_webhook.url}}}
+    data["service"] = {"notify": {"webhook": {"url": webhook_server.url}}}
     done = doctor(cluster_lab, data, "--only", "notify", "--notify")
     assert done.returncode == 1
-    origin = aiohttp_webhook.url.removesuffix("/hooks/ups")
+    origin = webhook_server.url.removesuffix("/hooks/ups")
     assert done.stderr.splitlines() == [
         f"upsguard: FAIL notify webhook {origin}: send: webhook {origin}: HTTP 500 -> check the "
         "URL, the token file and the server (a 3xx: give the final URL)"
@@ -293,13 +293,13 @@ def test_a_webhook_that_fails(cluster_lab: ClusterLab, aiohttp_webhook: WebhookS
 
 
 def test_without_notify_nothing_is_sent(
-    cluster_lab: ClusterLab, aiohttp_webhook: WebhookServer
+    cluster_lab: ClusterLab, webhook_server: WebhookServer
 ) -> None:
     data = cluster_lab.site_data()
-    data["service"] = {"notify": {"webhook": {"url": aiohttp_webhook.url}}}
+    data["service"] = {"notify": {"webhook": {"url": webhook_server.url}}}
     done = doctor(cluster_lab, data, "--only", "notify")
     assert done.returncode == 0
-    assert aiohttp_webhook.received == []
+    assert webhook_server.received == []
 
 
 def vm_power(lab: ClusterLab) -> dict[str, str]:

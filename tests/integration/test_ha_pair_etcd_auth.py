@@ -37,7 +37,7 @@ def guarded_lab(
     tmp_path: Path,
     nut_factory: Callable[..., NutServer],
     vcsim_factory: Callable[..., Vcsim],
-    aiohttp_webhook: WebhookServer,
+    webhook_server: WebhookServer,
 ) -> Iterator[PairLab]:
     """The pair lab on one etcd member with JWT authentication: user ``ups`` may read and
     write the site's keys only, its password in one file both controllers read."""
@@ -50,7 +50,7 @@ def guarded_lab(
     secret = tmp_path / "etcd.pw"
     secret.write_text(PASSWORD + "\n")
     secret.chmod(0o600)
-    lab = PairLab(etcd, start_nut(nut_factory), start_lab(vcsim_factory), aiohttp_webhook, tmp_path)
+    lab = PairLab(etcd, start_nut(nut_factory), start_lab(vcsim_factory), webhook_server, tmp_path)
     lab.configure(user="ups", password_file=str(secret))
     try:
         yield lab

@@ -109,7 +109,7 @@ def nut(nut_factory: Callable[..., NutServer]) -> NutServer:
 
 
 def test_a_daily_checkup_is_journaled_and_notifies_what_broke(
-    tmp_path: Path, nut: NutServer, aiohttp_webhook: WebhookServer
+    tmp_path: Path, nut: NutServer, webhook_server: WebhookServer
 ) -> None:
     site = site_for(
         tmp_path,
@@ -117,7 +117,7 @@ def test_a_daily_checkup_is_journaled_and_notifies_what_broke(
         checks={"every": "1d", "timeout": "10s"},
         service={
             "socket": str(tmp_path / "api.sock"),
-            "notify": {"webhook": {"url": aiohttp_webhook.url}},
+            "notify": {"webhook": {"url": webhook_server.url}},
         },
     )
     clock = FakeClock(datetime(2026, 11, 2, 9, 0, tzinfo=UTC))
@@ -136,7 +136,7 @@ def test_a_daily_checkup_is_journaled_and_notifies_what_broke(
             assert [f.verdict for f in first[0].findings] == [Verdict.OK] * len(first[0].findings)
             assert first[0].broke == ()
             await service.notifier.drain()
-            assert aiohttp_webhook.received == []
+            assert webhook_server.received == []
 
             # a day later the schedule counts from the journaled checkup; the password changed
             assert service.schedule.next_checkup() == clock.at + timedelta(days=1)
@@ -148,7 +148,7 @@ def test_a_daily_checkup_is_journaled_and_notifies_what_broke(
                 ("ups1", "login", Verdict.FAIL)
             ]
             await service.notifier.drain()
-            (body,) = aiohttp_webhook.received
+            (body,) = webhook_server.received
             assert body["event"] == "CheckupDone"
             assert [(b["subject"], b["check"], b["verdict"]) for b in body["broke"]] == [
                 ("ups1", "login", "fail")
@@ -165,7 +165,7 @@ def test_a_daily_checkup_is_journaled_and_notifies_what_broke(
             third = [e for e in seen if isinstance(e, CheckupDone)][2]
             assert third.broke == () and [f.check for f in third.mended] == ["login"]
             await service.notifier.drain()
-            assert len(aiohttp_webhook.received) == 1
+            assert len(webhook_server.received) == 1
             at, findings = last_checkup(service.journal.db) or (None, [])
             assert at == clock.at and {f.verdict for f in findings} == {Verdict.OK}
             (count,) = service.journal.db.execute("SELECT COUNT(*) FROM checkups").fetchone()

@@ -398,12 +398,12 @@ def pair_lab(
     etcd: EtcdSite,
     nut_factory: Callable[..., NutServer],
     vcsim_factory: Callable[..., Vcsim],
-    aiohttp_webhook: WebhookServer,
+    webhook_server: WebhookServer,
 ) -> Any:
     """A pair on fresh peers; the controllers are started by the test (``start``)."""
     nut = start_nut(nut_factory)
     vc = start_lab(vcsim_factory)
-    lab = PairLab(etcd, nut, vc, aiohttp_webhook, tmp_path)
+    lab = PairLab(etcd, nut, vc, webhook_server, tmp_path)
     lab.configure()
     yield lab
     lab.stop()
