@@ -15,7 +15,7 @@ from upsguard.config.resources import ResourceConfig
 from upsguard.engine.health import wait_healthy
 from upsguard.errors import AuthenticationError, PlatformUnreachable
 from upsguard.models import PlatformName, PowerState, StopMethod
-from upsguard.plugins import registry
+from upsguard.plugins import catalog
 from upsguard.plugins.platforms.base import Platform
 
 HOST = ResourceConfig.model_validate(
@@ -25,7 +25,7 @@ HOST = ResourceConfig.model_validate(
 
 def platform(bmc: FakeBmc, **extra: Any) -> Platform:
     settings = IpmiSettings.model_validate(bmc.settings_dict(poll_interval="0.1s", **extra))
-    cls = registry.load("platform", "ipmi")
+    cls = catalog.load("platform", "ipmi")
     made: Platform = cls(PlatformName("bmc-esx01"), settings, SystemClock())
     return made
 
@@ -106,7 +106,7 @@ def test_password_from_an_environment_variable(
     monkeypatch.setenv("BMC_PW", "from-env")
     settings = bmc.settings_dict(poll_interval="0.1s", password_env="BMC_PW")
     del settings["password_file"]
-    bmc_platform = registry.load("platform", "ipmi")(
+    bmc_platform = catalog.load("platform", "ipmi")(
         PlatformName("bmc"), IpmiSettings.model_validate(settings), SystemClock()
     )
 
@@ -157,7 +157,7 @@ def test_silent_bmc_is_unreachable_and_named(tmp_path: Any) -> None:
             "password_file": str(pw),
         }
     )
-    bmc_platform = registry.load("platform", "ipmi")(
+    bmc_platform = catalog.load("platform", "ipmi")(
         PlatformName("bmc-gone"), settings, SystemClock()
     )
     with pytest.raises(PlatformUnreachable, match=r"BMC 'bmc-gone' \(127\.0\.0\.1:\d+\)"):

@@ -18,14 +18,14 @@ from upsguard.config.platforms import LibvirtSettings
 from upsguard.config.resources import ResourceConfig
 from upsguard.errors import PermanentError, PlatformUnreachable
 from upsguard.models import PlatformName, PowerState, ResourceKind, StopMethod
-from upsguard.plugins import registry
+from upsguard.plugins import catalog
 
 
 def platform(uri: str) -> Any:
     settings = LibvirtSettings.model_validate(
         {"type": "libvirt", "uri": uri, "poll_interval": "0.05s"}
     )
-    return registry.load("platform", "libvirt")(PlatformName("kvm1"), settings, SystemClock())
+    return catalog.load("platform", "libvirt")(PlatformName("kvm1"), settings, SystemClock())
 
 
 def vm(name: str) -> ResourceConfig:

@@ -37,13 +37,13 @@ from upsguard.models import (
     StepState,
     StopMethod,
 )
-from upsguard.plugins import registry
+from upsguard.plugins import catalog
 from upsguard.runbooks.planner import Planner
 
 
 def platform(api: PveApi, tmp_path: Path, **extra: Any) -> Any:
     settings = settings_of(api, tmp_path, **extra)
-    return registry.load("platform", "proxmox")(
+    return catalog.load("platform", "proxmox")(
         PlatformName("pve"), ProxmoxSettings.model_validate(settings), SystemClock()
     )
 

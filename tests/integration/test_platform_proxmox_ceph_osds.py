@@ -26,7 +26,7 @@ from upsguard.config.platforms import ProxmoxSettings
 from upsguard.config.site import SiteConfig
 from upsguard.events import Event
 from upsguard.models import PlatformName, StepOutcome, StepState
-from upsguard.plugins import registry
+from upsguard.plugins import catalog
 from upsguard.runbooks.planner import Planner
 
 WANTED = {"noout", "norebalance", "nobackfill", "norecover"}
@@ -63,7 +63,7 @@ def platform(pve_api: PveApi, tmp_path: Path) -> Any:
     """The platform as a service builds it: each run here gets a new one, as a restarted
     service would, and finds what the shutdown recorded in ``state_dir``."""
     validated = ProxmoxSettings.model_validate(settings(pve_api, tmp_path))
-    return registry.load("platform", "proxmox")(PlatformName("pve"), validated, SystemClock())
+    return catalog.load("platform", "proxmox")(PlatformName("pve"), validated, SystemClock())
 
 
 async def run(site: SiteConfig, direction: str, px: Any) -> StepOutcome:

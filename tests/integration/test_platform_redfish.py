@@ -17,14 +17,14 @@ from upsguard.config.platforms import RedfishSettings
 from upsguard.config.resources import ResourceConfig
 from upsguard.errors import AuthenticationError, PermanentError
 from upsguard.models import PlatformName, PowerState, StopMethod
-from upsguard.plugins import registry
+from upsguard.plugins import catalog
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def platform(bmc: RedfishBmc, **extra: Any) -> Any:
     settings = RedfishSettings.model_validate(bmc.settings_dict(poll_interval="0.2s", **extra))
-    return registry.load("platform", "redfish")(PlatformName("idrac"), settings, SystemClock())
+    return catalog.load("platform", "redfish")(PlatformName("idrac"), settings, SystemClock())
 
 
 def host(name: str) -> ResourceConfig:

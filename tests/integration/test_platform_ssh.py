@@ -20,7 +20,7 @@ from upsguard.config.platforms import SshSettings
 from upsguard.config.resources import ResourceConfig
 from upsguard.errors import PermanentError, PlatformUnreachable
 from upsguard.models import PlatformName, PowerState, StopMethod
-from upsguard.plugins import registry
+from upsguard.plugins import catalog
 from upsguard.plugins.platforms.ssh import command_argv
 
 pytestmark = pytest.mark.sshd
@@ -61,7 +61,7 @@ def platform(sshd: Sshd, **extra: Any) -> Any:
             **extra,
         }
     )
-    return registry.load("platform", "ssh")(PlatformName("ssh"), settings, SystemClock())
+    return catalog.load("platform", "ssh")(PlatformName("ssh"), settings, SystemClock())
 
 
 def nas(**fields: Any) -> ResourceConfig:

@@ -18,7 +18,7 @@ from upsguard.config.platforms import WolSettings
 from upsguard.config.resources import ResourceConfig
 from upsguard.errors import PermanentError
 from upsguard.models import PlatformName, PowerState, StopMethod
-from upsguard.plugins import registry
+from upsguard.plugins import catalog
 from upsguard.plugins.platforms.wol import magic_packet
 
 MAC_A, MAC_B = "52:54:00:aa:00:01", "52-54-00-AA-00-02"
@@ -34,7 +34,7 @@ def platform(network: WolNetwork) -> Any:
             "poll_interval": "0.1s",
         }
     )
-    return registry.load("platform", "wol")(PlatformName("wol"), settings, SystemClock())
+    return catalog.load("platform", "wol")(PlatformName("wol"), settings, SystemClock())
 
 
 def box(name: str, address: str, mac: str | None) -> ResourceConfig:

@@ -14,7 +14,7 @@ from upsguard.clock import SystemClock
 from upsguard.config.caches import CacheConfig
 from upsguard.errors import PermanentError
 from upsguard.models import CacheMode, CacheName, CacheTarget
-from upsguard.plugins import registry
+from upsguard.plugins import catalog
 from upsguard.plugins.caches.base import CacheProvider
 
 MISSING = "/nonexistent/upsguard-test-tool"
@@ -40,7 +40,7 @@ def build(provider: str, tmp_path: Path) -> Any:
     if provider in ("bcache", "fvp"):
         data["state_dir"] = str(tmp_path)
     settings = TypeAdapter(CacheConfig).validate_python(data)
-    return registry.load("cache", provider)(settings, SystemClock())
+    return catalog.load("cache", provider)(settings, SystemClock())
 
 
 @pytest.mark.parametrize("provider", sorted(SETTINGS))

@@ -17,7 +17,7 @@ from upsguard.config.policies import PoliciesConfig
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import parse_yaml
 from upsguard.models import ResourceKind
-from upsguard.plugins import registry
+from upsguard.plugins import catalog
 from upsguard.plugins.platforms.vsphere.own_vm import is_the_guest_of
 from upsguard.runbooks.planner import Planner
 
@@ -49,7 +49,7 @@ LAB_VMS = [
 
 def drafted(found: FoundVcenter, nut: FoundNut = NUT) -> tuple[str, SiteConfig]:
     text = draft_site(found, nut)
-    return text, check_site(parse_yaml(text, "drafted.yaml"), registry.names)
+    return text, check_site(parse_yaml(text, "drafted.yaml"), catalog.names)
 
 
 def test_the_draft_validates_and_places_each_vm_on_its_host() -> None:

@@ -17,7 +17,7 @@ from upsguard.config.platforms import CommandSettings, implicit_platform
 from upsguard.config.resources import ResourceConfig
 from upsguard.errors import PermanentError
 from upsguard.models import CommandProcess, PlatformName, PowerState, StopMethod
-from upsguard.plugins import processes, registry
+from upsguard.plugins import catalog, processes
 
 
 def command_platform(**extra: Any) -> Any:
@@ -31,7 +31,7 @@ def command_platform(**extra: Any) -> Any:
             **extra,
         }
     )
-    return registry.load("platform", "command")(PlatformName("command"), settings, SystemClock())
+    return catalog.load("platform", "command")(PlatformName("command"), settings, SystemClock())
 
 
 def device(tmp_path: Path, **commands: str) -> ResourceConfig:
@@ -133,7 +133,7 @@ def test_no_hard_stop_and_no_missing_command(tmp_path: Path) -> None:
 
 def test_none_platform_leaves_the_resource_to_the_ups(caplog: pytest.LogCaptureFixture) -> None:
     res = ResourceConfig.model_validate({"id": "core-sw", "kind": "switch", "platform": "none"})
-    cls = registry.load("platform", "none")
+    cls = catalog.load("platform", "none")
     none = cls(PlatformName("none"), implicit_platform("none"), SystemClock())
 
     async def scenario() -> list[Any]:

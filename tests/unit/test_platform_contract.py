@@ -9,7 +9,7 @@ from upsguard.config.caches import BUILTIN_PROVIDERS
 from upsguard.config.platforms import BUILTIN_TYPES, PlatformBase
 from upsguard.config.site import SiteConfig
 from upsguard.models import PlatformName
-from upsguard.plugins import registry
+from upsguard.plugins import catalog
 from upsguard.plugins.platforms.base import InFlightTasks, Platform
 
 SETTINGS: dict[str, dict[str, object]] = {
@@ -36,7 +36,7 @@ def test_built_through_the_registry_it_is_a_platform(kind: str) -> None:
     )
     settings = site.platform("p")
     assert isinstance(settings, PlatformBase)
-    platform = registry.load("platform", kind)(PlatformName("p"), settings, SystemClock())
+    platform = catalog.load("platform", kind)(PlatformName("p"), settings, SystemClock())
     assert isinstance(platform, Platform)
     assert platform.name == "p"
 
@@ -44,8 +44,8 @@ def test_built_through_the_registry_it_is_a_platform(kind: str) -> None:
 def test_the_registry_and_the_site_file_know_the_same_backends() -> None:
     """Adding a backend: its settings model in the config union, its class in the registry;
     nothing else lists it (the import contracts use wildcards)."""
-    assert set(registry.BUILTIN["platform"]) == BUILTIN_TYPES
-    assert set(registry.BUILTIN["cache"]) == BUILTIN_PROVIDERS
+    assert set(catalog.BUILTIN["platform"]) == BUILTIN_TYPES
+    assert set(catalog.BUILTIN["cache"]) == BUILTIN_PROVIDERS
 
 
 def test_the_platforms_that_list_their_tasks_offer_them_to_a_resumed_run() -> None:
@@ -54,6 +54,6 @@ def test_the_platforms_that_list_their_tasks_offer_them_to_a_resumed_run() -> No
     not landed yet, like them; the command platform lists its commands still running (their
     processes, found again after a restart). Other platforms have nothing to list."""
     offering = {
-        kind for kind in BUILTIN_TYPES if issubclass(registry.load("platform", kind), InFlightTasks)
+        kind for kind in BUILTIN_TYPES if issubclass(catalog.load("platform", kind), InFlightTasks)
     }
     assert offering == {"command", "proxmox", "simulated", "vsphere"}

@@ -29,7 +29,7 @@ from upsguard.config.site import SiteConfig
 from upsguard.controller.service import Service
 from upsguard.events import BatteryTestFinished, Event, OnBattery, PhaseChanged
 from upsguard.models import UpsFlag, UpsName, UpsReading
-from upsguard.plugins import registry
+from upsguard.plugins import catalog
 from upsguard.plugins.registry import SitePlugins
 from upsguard.selftest import TestResult as Result  # not classes of tests for pytest
 from upsguard.selftest import TestState as SelfTest
@@ -142,7 +142,7 @@ def watched(tmp_path: Path, story: Callable[[Service], Awaitable[None]]) -> Relo
     async def scenario() -> ReloadRun:
         clock = LoopClock(asyncio.get_running_loop(), ORIGIN)
         world = World(Device(clock))
-        site = load_site(path, registry.names)
+        site = load_site(path, catalog.names)
         service = Service(site, clock, plugins=world.plugins, site_path=path)
         seen: list[Event] = []
         service.bus.subscribe(seen.append)
@@ -255,7 +255,7 @@ def test_a_long_running_task_that_fails_ends_the_service_and_says_so_once(
                 raise RuntimeError("a plugin's bug")
             return world.plugins(site, clock)
 
-        service = Service(load_site(path, registry.names), clock, plugins=plugins, site_path=path)
+        service = Service(load_site(path, catalog.names), clock, plugins=plugins, site_path=path)
         stop = asyncio.Event()
         await service.open(resume=False)
         serving = asyncio.create_task(service.serve(stop))

@@ -54,9 +54,9 @@ def duration_seconds(text: str) -> float:
 def site_of(args: argparse.Namespace) -> SiteConfig:
     """The site file, checked against the plugins installed here, as ``run`` would use it."""
     from upsguard.config import load_site
-    from upsguard.plugins import registry
+    from upsguard.plugins import catalog
 
-    return load_site(args.config, registry.names)
+    return load_site(args.config, catalog.names)
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

@@ -189,7 +189,7 @@ async def read_vcenter(
     from upsguard.config.draft import PLATFORM, FoundHost, FoundVcenter, FoundVm
     from upsguard.config.platforms import VsphereSettings
     from upsguard.models import PlatformName
-    from upsguard.plugins import registry
+    from upsguard.plugins import catalog
     from upsguard.plugins.platforms.base import InventorySource, ManagerVmSource, Platform
 
     settings = VsphereSettings(
@@ -201,7 +201,7 @@ async def read_vcenter(
         verify_tls=verify_tls,
         ca_file=ca_file,
     )
-    vsphere = registry.load("platform", "vsphere")
+    vsphere = catalog.load("platform", "vsphere")
     platform: Platform = vsphere(PlatformName(PLATFORM), settings, SystemClock())
     assert isinstance(platform, InventorySource)
     try:

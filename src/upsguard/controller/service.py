@@ -53,7 +53,7 @@ from upsguard.journal import Journal
 from upsguard.journal.resume import reap_and_resume
 from upsguard.journal.stream import EventStream
 from upsguard.models import Phase, PlatformName
-from upsguard.plugins import registry
+from upsguard.plugins import catalog
 from upsguard.plugins.coordination.base import Candidate, CoordinationStore, SharedLedger
 from upsguard.plugins.platforms.base import Platform
 from upsguard.plugins.registry import build_plugins, build_store
@@ -363,7 +363,7 @@ class Service:
             return
         now = self.clock.now
         try:
-            site = load_site(self.site_path, registry.names)
+            site = load_site(self.site_path, catalog.names)
         except UpsguardError as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             message = f"site file {self.site_path} not reloaded, the one in force stays: {first}"

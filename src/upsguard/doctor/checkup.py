@@ -25,7 +25,7 @@ from upsguard.doctor import places, site_files, web_page
 from upsguard.errors import UpsguardError
 from upsguard.findings import Area, Finding, Verdict, counts, fail, ok, worst
 from upsguard.models import CacheName, PlatformName, ResourceId, Target, UpsName
-from upsguard.plugins import registry
+from upsguard.plugins import catalog, registry
 from upsguard.plugins.caches.base import CacheDiagnosis, CacheProvider
 from upsguard.plugins.coordination.base import EndpointHealth
 from upsguard.plugins.platforms.base import Platform, PlatformDiagnosis
@@ -232,12 +232,12 @@ def _build(site: SiteConfig, plugins: _Plugins, only: Selection, clock: Clock) -
 
 
 def _make(
-    found: list[Finding], area: Area, name: str, family: registry.Family, kind: str, *args: Any
+    found: list[Finding], area: Area, name: str, family: catalog.Family, kind: str, *args: Any
 ) -> Any:
     """The plugin ``kind`` of ``family`` built with ``args``; None (and a fail) when it
     cannot be (not installed, its settings refused)."""
     try:
-        return registry.load(family, kind)(*args)
+        return catalog.load(family, kind)(*args)
     except UpsguardError as exc:
         found.append(fail(area, name, "plugin", str(exc), _fix(exc)))
         return None

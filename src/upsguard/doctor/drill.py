@@ -25,7 +25,7 @@ from upsguard.errors import UpsguardError
 from upsguard.events import Event
 from upsguard.findings import Verdict
 from upsguard.models import CacheName, Direction, PlatformName, PowerState, ResourceKind, Target
-from upsguard.plugins import registry
+from upsguard.plugins import catalog
 from upsguard.plugins.platforms.base import Platform, PlatformDiagnosis
 from upsguard.runbooks.plan import Action, Plan, Step
 from upsguard.runbooks.planner import Planner
@@ -80,14 +80,14 @@ async def run_drill(site: SiteConfig, clock: Clock, timeout_s: float = 30.0) -> 
     for name in sorted(stopping):  # a BMC that only powers machines on has no part in it
         settings = site.platform(name)
         try:
-            cls = registry.load("platform", getattr(settings, "type", name))
+            cls = catalog.load("platform", getattr(settings, "type", name))
             platforms[PlatformName(name)] = cls(PlatformName(name), settings, clock)
         except UpsguardError as exc:
             down[name] = str(exc)
     providers = {}
     for cache in site.caches:
         try:
-            providers[cache.name] = registry.load("cache", cache.provider)(cache, clock)
+            providers[cache.name] = catalog.load("cache", cache.provider)(cache, clock)
         except UpsguardError as exc:
             down[cache.name] = str(exc)
     caches = DestageWatch(site, providers, clock, _nowhere)
