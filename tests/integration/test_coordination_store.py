@@ -358,7 +358,9 @@ def test_a_call_whose_client_another_call_closed_goes_on_to_the_next_member(
     the member's client, and gRPC cancels the other's call with it. That call ended with a
     ``CancelledError`` nothing had asked for, which ended the task that made it: the pair's
     leadership loop died that way, unheard. It is the member not answering: the call goes
-    on to the next member, as the first did."""
+    on to the next member, as the first did. On a busy machine the other members may be
+    too slow for a call as well (a full lane beside busy loops: the first call's): that call
+    ends ``StoreUnavailable`` naming each member it went on to, never cancelled."""
 
     async def scenario() -> None:
         async with stores(etcd, 1) as (store,):
@@ -368,7 +370,11 @@ def test_a_call_whose_client_another_call_closed_goes_on_to_the_next_member(
             await asyncio.sleep(REQUEST_TIMEOUT / 2)  # in flight when the first gives up
             second = asyncio.ensure_future(store.snapshot())
             answers = await asyncio.gather(first, second, return_exceptions=True)
-            assert [type(a).__name__ for a in answers] == ["SharedLedger", "SharedLedger"]
+            for answer in answers:
+                if isinstance(answer, StoreUnavailable):
+                    assert all(url in str(answer) for url in etcd.cluster.endpoints), answer
+                else:
+                    assert type(answer).__name__ == "SharedLedger", repr(answer)
 
     try:
         run(scenario)
