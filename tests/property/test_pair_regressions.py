@@ -17,6 +17,7 @@ from tests.property.lab import LabUps
 from tests.property.test_outage_regressions import outage_until
 from tests.property.test_pair_invariants import PairMachine
 from upsguard.events import UpsCommandSent
+from upsguard.models import LinkState
 
 Step = tuple[str, dict[str, Any]]
 
@@ -221,4 +222,59 @@ def test_a_forced_shutdown_then_the_quorum_lost_and_both_restarted_the_site_retu
         step("kill_9", controller="ctl-a"),
         step("sigterm", controller="ctl-b"),
         step("time_passes", seconds=120),
+    )
+
+
+def test_a_drill_whose_end_was_lost_does_not_hold_the_site_in_recovering() -> None:
+    """Found by the pair machine at 10,000 stories (shard 0, partly shrunk): a drill
+    aborted while the leader's next write to the store was lost, so the store kept the drill
+    in progress. A later startup ended done, yet the drill still read as running: both
+    controllers stayed in recovering for good. Starting a run closes any other the ledger
+    holds in progress (one run at a time), as taking the lease did already."""
+    replay(
+        *[step("abort", controller="ctl-a")] * 6,
+        step("trigger", controller="ctl-a", direction="startup", only=[]),
+        step("battery_older_than_its_model", charge=3, ups="ub"),
+        step("platform_fault", fault="as configured", resource="db"),
+        step("trigger", controller="ctl-a", direction="shutdown", only=["db"]),
+        step("store_refuses", calls=1, controller="ctl-a", error="authentication"),
+        *[step("abort", controller="ctl-b")] * 2,
+        step("cut_from_a_ups", controller="ctl-a", cut=False, ups="ua"),
+        step("cache_refuses_to_flip", refuse=False),
+        step("platform_hangs", platform="vc", seconds=30),
+        step("writes_lost", controller="ctl-a", writes=1),
+        *[step("abort", controller="ctl-a")] * 4,
+        step("mains", on=False, ups="ub"),
+        *[step("abort", controller="ctl-a")] * 2,
+        step("sigterm", controller="ctl-a"),
+    )
+
+
+def test_a_startup_whose_leader_paused_after_a_claim_does_not_hold_the_site_in_recovering() -> None:
+    """Found by the pair machine at 10,000 stories (shard 1, partly shrunk): the leader
+    paused after its next claim, a startup triggered on it, the other paused, ub's mains
+    off, the other woken: the startup's end never reached the store, and after the site's
+    return both controllers stayed in recovering, the old startup read as running."""
+    refuses = [step("cache_refuses_to_flip", refuse=False)]
+    contact = [step("contact", link=LinkState.OK, ups="ua")]
+    replay(
+        *refuses * 2,
+        *contact,
+        step("fsd", on=False, ups="ua"),
+        *refuses,
+        *contact,
+        step("cache_refuses_to_flip", refuse=True),
+        step("battery_older_than_its_model", charge=8, ups="ub"),
+        *contact,
+        step("pause_after_its_next_claim", controller="ctl-a"),
+        *[step("cut_from_a_ups", controller="ctl-a", cut=False, ups="ua")] * 2,
+        *[step("time_passes", seconds=1)] * 2,
+        *refuses,
+        step("trigger", controller="ctl-a", direction="startup", only=[]),
+        *refuses * 2,
+        step("pause", controller="ctl-b"),
+        step("mains", on=False, ups="ub"),
+        step("time_passes", seconds=15),
+        step("wake", controller="ctl-b"),
+        *refuses,
     )

@@ -416,6 +416,7 @@ class OutageController:
         resumed: bool = False,
     ) -> RunId:
         await self._stop_run(RunOutcome.ABANDONED)
+        self._close_superseded(spec.id)  # one run at a time: this one goes on now
         self._ended_shutdown = None
         executor = Executor(
             plan,
@@ -780,7 +781,7 @@ class OutageController:
             self.ledger.follow(records)
             unshared = self._unshared(records)
             run = run if run is not None else unshared
-            self._close_superseded(run)
+            self._close_superseded(run.spec.id if run is not None else None)
             if run is None:
                 return None
             if self._went_down_with_its_machine(run):
@@ -797,10 +798,11 @@ class OutageController:
                 return None
             return await self._adopt(run)
 
-    def _close_superseded(self, resumed: SharedRun | None) -> None:
-        """Runs the store still holds in progress beside the one to resume (or with none):
-        their ends were not recorded, and a newer run went on since. Closed, never resumed."""
-        keep = resumed.spec.id if resumed is not None else None
+    def _close_superseded(self, keep: RunId | None) -> None:
+        """Runs the ledger still holds in progress beside ``keep`` (the run to resume or to
+        start), or with none: their ends were not recorded (a write lost, a leader stopped
+        before it wrote), and a newer run goes on. Closed, never resumed: left open, a startup
+        whose end was lost read as running for good, and the phase never left recovering."""
         for record in self.ledger.newest_first():
             if record.active and record.spec.id != keep:
                 why = "superseded: a newer run went on while its end was not recorded"
