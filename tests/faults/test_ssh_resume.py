@@ -25,7 +25,7 @@ import pytest
 from tests.faults.lab import ONLINE, shutdown_cut_and_resumed, the_only_run
 from tests.peers.nut import NutServer
 from tests.peers.service import ServiceProcess, write_site
-from tests.peers.sshd import Sshd
+from tests.peers.sshd import Sshd, lock_of_its_own
 
 pytestmark = [pytest.mark.nut, pytest.mark.sshd, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -42,7 +42,7 @@ touch "$dir/down"
 """
 
 
-def lab_site(root: Path, nut: NutServer, sshd: Sshd, once: bool) -> ServiceProcess:
+def lab_site(root: Path, nut: NutServer, sshd: Sshd, once: bool, rid: str) -> ServiceProcess:
     """One NAS on the ``ssh`` platform (this machine through sshd) whose shutdown takes some
     seconds; its ``status`` reads it down once the command ended. With ``once`` the step's
     timeout (4 s) is shorter than the command (6 s); without, it is a minute (3 s)."""
@@ -52,7 +52,7 @@ def lab_site(root: Path, nut: NutServer, sshd: Sshd, once: bool) -> ServiceProce
     script.write_text(SLOW_STOP)
     script.chmod(0o755)
     resource: dict[str, Any] = {
-        "id": f"nas-{root.parent.name}-{root.name}",  # a lock of its own per trial
+        "id": rid,
         "kind": "storage",
         "platform": "dev",
         "host": sshd.host,
@@ -92,12 +92,13 @@ def runs_log(root: Path) -> list[str]:
 
 def trial(root: Path, nut: NutServer, sshd: Sshd, kill: str, once: bool) -> list[str]:
     """One outage whose shutdown step is cut by ``kill``; the problems found."""
-    svc = lab_site(root, nut, sshd, once)
+    rid = lock_of_its_own()
+    svc = lab_site(root, nut, sshd, once, rid)
     try:
         shutdown_cut_and_resumed(svc, nut, kill, lambda: runs_log(root))
     finally:
         svc.stop()
-        for lock in Path.home().glob(f".upsguard-nas-{root.parent.name}-{root.name}-*.lock"):
+        for lock in Path.home().glob(f".upsguard-{rid}-*.lock"):
             lock.unlink()
     lines = runs_log(root)
     begun = len([line for line in lines if line.startswith("begin ")])

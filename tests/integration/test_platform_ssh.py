@@ -7,14 +7,13 @@ sent and reports its state through a status command, as a NAS would.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.peers.ports import free_port
-from tests.peers.sshd import Sshd
+from tests.peers.sshd import Sshd, lock_of_its_own
 from upsguard.clock import SystemClock
 from upsguard.config.platforms import SshSettings
 from upsguard.config.resources import ResourceConfig
@@ -190,14 +189,6 @@ def slow_device(base: Path) -> Path:
     script.write_text(SLOW_STOP)
     script.chmod(0o755)
     return script
-
-
-def lock_of_its_own() -> str:
-    """A resource id whose ``once`` lock (``~/.upsguard-<id>-shutdown.lock`` on the device,
-    this machine's home) no other test shares. Named after ``tmp_path`` it was shared: the
-    two parameters' paths end alike on two workers, and one test's clean-up unlinked the
-    lock the other's first copy held, so its second copy took a new one and ran too."""
-    return f"nas-{uuid.uuid4().hex[:12]}"
 
 
 def begun(base: Path) -> list[str]:

@@ -22,6 +22,7 @@ import os
 import pwd
 import socket
 import subprocess
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,14 @@ class Sshd:
             "key_file": str(self.key_file),
             "known_hosts": str(known_hosts or self.known_hosts),
         }
+
+
+def lock_of_its_own() -> str:
+    """A resource id whose ``once`` lock (``~/.upsguard-<id>-shutdown.lock`` on the device,
+    this machine's home) no other test shares. Named after ``tmp_path`` it was shared: the
+    same test's paths end alike on two workers, and one test's clean-up unlinked the lock
+    the other's first copy held, so its second copy took a new one and ran too."""
+    return f"nas-{uuid.uuid4().hex[:12]}"
 
 
 def _keygen(path: Path) -> None:
