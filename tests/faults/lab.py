@@ -189,11 +189,23 @@ def shutdown_cut_and_resumed(
     svc.wait(lambda: svc.status()["phase"] == "down", "the resumed run to finish", 90)
 
 
+def upsguard_lines(log: Path, last: int = 60) -> str:
+    """The service's own lines of its log (a library's chatter left out), the last ones."""
+    lines = [line for line in log.read_text().splitlines() if " upsguard." in line]
+    return "\n".join(lines[-last:])
+
+
 def the_only_run(svc: ServiceProcess) -> tuple[str, dict[str, str]]:
     """The state of the one run the service journaled, and of each of its steps."""
     journal = svc.read_journal()
     try:
-        (run,) = journal.read.runs(limit=5)
-        return run.state, {s.step: s.state for s in run.steps}
+        runs = journal.read.runs(limit=5)
+        phases = [(p.old, p.new, p.reason) for p in reversed(journal.read.phases(limit=10))]
     finally:
         journal.close()
+    assert len(runs) == 1, "one run expected; the journal holds " + "; ".join(
+        [f"{r.id} {r.state} ({r.reason}): {r.detail}" for r in runs]
+        + [f"phases {phases}", "service log:\n" + upsguard_lines(svc.log)]
+    )
+    (run,) = runs
+    return run.state, {s.step: s.state for s in run.steps}
