@@ -215,6 +215,39 @@ def test_outage_caches_vms_hosts_then_power_back_and_startup_in_order(
     assert phases(svc) == ["on_battery", "shutting_down", "down", "recovering", "normal"]
 
 
+def test_a_vm_off_before_the_outage_stays_off_after_it(
+    tmp_path: Path, nut: NutServer, lab: Vcsim, fake_bmc_factory: Any, cache: FakeTools
+) -> None:
+    """sql01 was powered off by hand before the outage: the shutdown finds it off, and the
+    startup brings the site back as it was, every other VM on and sql01 off."""
+    from tests.peers.vcsim import wait_task
+
+    wait_task(lab.vm("sql01").PowerOffVM_Task())
+    bmcs = bmcs_for(lab, fake_bmc_factory)
+    svc = chain_site(tmp_path, nut, lab, bmcs, cache)
+    recorder = EventRecorder(lab, "HostConnectedEvent", "VmPoweredOnEvent")
+    try:
+        svc.start()
+        svc.wait(lambda: svc.status()["ups"][0].get("status") == "OL", "the first reading")
+        nut.write("ups1", outage_then_back(40))
+        svc.wait(lambda: svc.status()["phase"] == "down", "the site to be down", 120)
+        svc.wait(lambda: svc.status()["phase"] == "normal", "the site to be back", 150)
+    finally:
+        svc.stop()
+    assert sorted(recorder.names("VmPoweredOnEvent")) == ["dc01", "web-01", "web-02"]
+    assert lab.vm("sql01").runtime.powerState == "poweredOff"
+    journal = svc.read_journal()
+    try:
+        shutdown, startup = reversed(journal.read.runs())
+    finally:
+        journal.close()
+    found = {s.step: s for s in shutdown.steps}["stop:sql01"]
+    left = {s.step: s for s in startup.steps}["start:sql01"]
+    assert (found.state, found.already_there) == ("done", True)
+    assert (startup.state, left.state) == ("done", "skipped")
+    assert left.detail.startswith(f"left off: sql01 was already off when run {shutdown.id}")
+
+
 def test_power_back_after_the_point_of_no_return_finishes_then_starts_up(
     tmp_path: Path, nut: NutServer, lab: Vcsim, fake_bmc_factory: Any, cache: FakeTools
 ) -> None:

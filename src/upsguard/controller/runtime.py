@@ -24,6 +24,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -40,6 +41,7 @@ from upsguard.engine.pair import Pair
 from upsguard.errors import UpsguardError
 from upsguard.events import EventSink, Notice
 from upsguard.journal import Journal
+from upsguard.journal.as_before import found_off
 from upsguard.journal.learned import learned_durations
 from upsguard.models import Phase, PlatformName
 from upsguard.plugins.platforms.base import Platform
@@ -125,6 +127,7 @@ class SiteRuntime:
             ledger=lent.ledger,
             replan=self.planner,
             pair=lent.pair,
+            found_off=None if lent.pair is not None else partial(found_off, lent.journal),
         )
         self._stack.push_async_callback(controller.interrupt)  # first: no step starts after
         self._controller = controller

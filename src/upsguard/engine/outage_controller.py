@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from upsguard.clock import Clock
+from upsguard.config.resources import ResourceConfig
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_duration
 from upsguard.decisions import PlanTime, Reckoning
@@ -105,13 +106,16 @@ class OutageController:
         dry_run: bool = False,
         replan: Callable[[], Awaitable[Planner | None]] | None = None,
         pair: Pair | None = None,
+        found_off: Callable[[RunId], Mapping[ResourceId, RunId]] | None = None,
     ) -> None:
         """``planner``: one already made for this site and inventory, not made again.
         ``dry_run``: the simulator's controller (no health probe touches the network).
         ``replan``: asked for a fresh planner (live inventory) before a policy run is planned,
         within ``REPLAN_WITHIN_S``; without an answer the run goes with the plan it has.
         ``pair``: this controller's side of an active/standby pair; decisions are applied and
-        steps act only while it may act."""
+        steps act only while it may act.
+        ``found_off``: the VMs the outage found already off, asked by a whole-site startup
+        (``journal.as_before``); None: every VM of the plan is started."""
         self._pair = pair
         self._dry_run = dry_run
         self._replan = replan
@@ -141,6 +145,9 @@ class OutageController:
         self._under_way: dict[TargetKey, UnderWay] = {}
         """Requests of runs that ended (cancelled, aborted, superseded) not seen to land: the
         next run's steps wait for them instead of asking again."""
+        self._found_off = found_off
+        self._left_off: Mapping[ResourceId, RunId] = {}
+        """The VMs the startup in progress leaves off, and the run that found each off."""
         self._journal_left: SharedRun | None = None
         """A pair's controller: the run its journal left in progress at its start, resumed
         when it leads only if the shared ledger never held it (``left_in_journal``)."""
@@ -418,6 +425,7 @@ class OutageController:
         await self._stop_run(RunOutcome.ABANDONED)
         self._close_superseded(spec.id)  # one run at a time: this one goes on now
         self._ended_shutdown = None
+        self._left_off = self._as_before(plan, spec)
         executor = Executor(
             plan,
             self.platforms,
@@ -440,6 +448,16 @@ class OutageController:
         self._task = asyncio.create_task(executor.run(), name=spec.id)
         self._task.add_done_callback(functools.partial(self._run_done, executor))
         return spec.id
+
+    def _as_before(self, plan: Plan, spec: RunSpec) -> Mapping[ResourceId, RunId]:
+        """A whole-site startup brings the site back as it was: the VMs the outage found
+        already off stay off (``policies.startup.guests``). A person's startup of named
+        resources starts them all."""
+        whole_site = plan.direction is Direction.STARTUP and spec.only is None
+        as_before = self.site.policies.startup.guests == "as_before"
+        if self._found_off is None or not whole_site or not as_before:
+            return {}
+        return self._found_off(spec.id)
 
     async def _hold_point_of_no_return(self, step: Step) -> None:
         """A policy's shutdown does not cross its point of no return while the mains are
@@ -483,11 +501,14 @@ class OutageController:
     async def _before_step(self, step: Step) -> str | None:
         """The controllers' machines go down last, and take upsguard with them: only once
         something will bring them back (see ``engine.end_of_outage``); the UPS commands of
-        the end of an outage go out before the first of them, or they never would."""
+        the end of an outage go out before the first of them, or they never would. A
+        startup leaves off the VMs the outage found already off (``_stays_off``)."""
         executor = self.executor
-        if step.settings is None or not self._controller_machine(step) or executor is None:
+        if step.settings is None or executor is None:
             return None
-        if executor.plan.direction is not Direction.SHUTDOWN:
+        if executor.plan.direction is Direction.STARTUP:
+            return self._stays_off(step.settings.resource)
+        if not self._controller_machine(step):
             return None
         while self.view is None:  # resumed before the first poll: the power is not known yet
             await self._viewed.wait()
@@ -495,6 +516,16 @@ class OutageController:
             executor.spec, step.settings.resource, executor.known_down(), self.view
         )
         return stay.reason if stay is not None else None
+
+    def _stays_off(self, resource: ResourceConfig) -> str | None:
+        """Why a startup leaves ``resource`` off: a VM the outage found already off."""
+        found_by = self._left_off.get(resource.id)
+        if found_by is None or resource.kind is not ResourceKind.VM:
+            return None
+        return (
+            f"left off: {resource.id} was already off when run {found_by} came to stop it "
+            "(startup.guests: as_before)"
+        )
 
     async def _claim(self, step: Step) -> bool:
         """A pair's fence before a step acts. At the first of the controllers' machines the
