@@ -17,6 +17,8 @@ Plugins translate the errors of the SDK underneath at their boundary
     │   ├── RunBusy               a person asked for a run while another is in progress,
     │   │                         a startup while a shutdown is due, or asked during a
     │   │                         reload of the site file
+    │   ├── ServiceStopping       the service is stopping: no run starts; its next start
+    │   │                         resumes what it left
     │   └── ApiBusy               the local API is at one of its bounds; ask again shortly
     ├── PermanentError            retrying will not help
     │   ├── AuthenticationError   wrong user, password or key
@@ -131,6 +133,10 @@ class RequestTimedOut(TemporaryError):
 class RunBusy(TemporaryError):
     """A manual run was asked for while another run is in progress (or the site file was
     being read again)."""
+
+
+class ServiceStopping(TemporaryError):
+    """The service is stopping: no run starts now; its next start resumes what it left."""
 
 
 class ApiBusy(TemporaryError):

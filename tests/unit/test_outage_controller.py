@@ -272,6 +272,33 @@ def test_a_run_cut_short_by_a_crash_is_resumed_without_repeating_done_steps(
     journal.close()
 
 
+def test_a_poll_under_way_when_the_service_stops_starts_no_run_after_it(tmp_path: Path) -> None:
+    """SIGTERM while the power watch was reading the UPSes: the service interrupted the run,
+    then the poll ended and found the phase shutting down with no run carrying it. It began
+    a new one, which the restart resumed, closing the interrupted one as superseded: two runs
+    for one outage, the first one's steps left behind (a full lane in CI, test_ssh_resume)."""
+    journal = Journal(tmp_path / "j.sqlite")
+    h = Harness(lambda t: "OB", journal)
+
+    async def go() -> None:
+        first = h.build()
+        await h.drive(first, 720)  # the runtime trigger held near t=700
+        assert first.busy and first.executor is not None
+        run = first.executor.spec.id
+        await first.interrupt()  # what SIGTERM does
+        await first.tick()  # the poll that was under way
+        assert not first.busy
+        second = h.build()
+        assert await reap_and_resume(journal, second, h.clock, h.bus) == run
+        await h.drive(second, 1100)
+        await second.interrupt()
+
+    run_virtual(go())
+    runs = [(r.kind, r.state, r.resumed) for r in journal.read.runs()]
+    journal.close()
+    assert runs == [("shutdown", "done", 1)]
+
+
 def _target(platform: SimulatedPlatform, name: str) -> Target:
     return Target(platform.name, ResourceKind.HOST, name)
 

@@ -266,7 +266,7 @@ class Service:
         elif state.role is Role.STANDBY:
             self._term = None
             if self._runtime is not None and self.controller.busy:
-                self._spawn(self.controller.interrupt(), "interrupt the run")
+                self._spawn(self.controller.step_down(), "interrupt the run")
 
     def _spawn(self, job: Awaitable[None], name: str, *, taking_over: bool = False) -> None:
         task = asyncio.get_running_loop().create_task(_quietly(job), name=name)

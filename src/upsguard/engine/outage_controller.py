@@ -32,7 +32,7 @@ from upsguard.engine.executor import Executor, RunResult
 from upsguard.engine.ledger import RunLedger
 from upsguard.engine.pair import Pair, SharedRun
 from upsguard.engine.power_notices import PowerNotices
-from upsguard.errors import RunBusy
+from upsguard.errors import RunBusy, ServiceStopping
 from upsguard.events import (
     EventSink,
     Notice,
@@ -156,6 +156,9 @@ class OutageController:
         self._acting = asyncio.Lock()
         """Held while runs are started or stopped: a policy's decision and a person's
         override never interleave (one would abandon the run the other just began)."""
+        self._stopped = False
+        """The service stops (``interrupt``): no run starts any more, whatever a poll still
+        under way or a person asks."""
         self._swapped_out = False
         """A controller of a newer site file took over (``take_over``): a person's command
         that waited for ``_acting`` here must not start or stop a run behind its back."""
@@ -183,6 +186,8 @@ class OutageController:
         self._viewed = asyncio.Event()
         self._read_caches(view)
         async with self._acting:
+            if self._stopped:
+                return view
             decisions = self.engine.evaluate(view, self.ledger.site(), self.plan_seconds())
             if self._pair is not None and not self._pair.may_act():
                 decisions = await self._not_acting(self._pair, decisions)
@@ -423,6 +428,8 @@ class OutageController:
         resumed: bool = False,
     ) -> RunId:
         await self._stop_run(RunOutcome.ABANDONED)
+        if self._stopped:  # stopped while this run was being planned
+            raise ServiceStopping(f"the service is stopping: run {spec.id} is not started")
         self._close_superseded(spec.id)  # one run at a time: this one goes on now
         self._ended_shutdown = None
         self._left_off = self._as_before(plan, spec)
@@ -906,7 +913,16 @@ class OutageController:
 
     async def interrupt(self) -> None:
         """The service is stopping: the run in progress ends ``interrupted``, its running
-        steps too, and nothing that waits on them starts; the next start resumes it."""
+        steps too, and nothing that waits on them starts; the next start resumes it. No run
+        starts after: a poll under way would find the phase shutting down with no run
+        carrying it and begin one, which the next start would resume in place of this one."""
+        self._stopped = True
+        await self._stop_run(RunOutcome.INTERRUPTED)
+
+    async def step_down(self) -> None:
+        """A pair's term ended: the run in progress ends ``interrupted`` (its steps' claims
+        are refused anyway); the controller that leads now resumes it, and this one may
+        lead again later."""
         await self._stop_run(RunOutcome.INTERRUPTED)
 
 
