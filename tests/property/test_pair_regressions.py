@@ -278,3 +278,18 @@ def test_a_startup_whose_leader_paused_after_a_claim_does_not_hold_the_site_in_r
         step("wake", controller="ctl-b"),
         *refuses,
     )
+
+
+def test_a_run_the_other_controller_finished_is_closed_in_the_journal_that_left_it() -> None:
+    """Found by the pair machine at 10,000 stories (shard 1, shrunk by hand): the leader
+    killed mid-shutdown and restarted, the other finished the run; once the first led
+    again, its own journal still held the run running for good (the shared ledger held it
+    ended, so it was neither resumed nor closed)."""
+    replay(
+        step("trigger", controller="ctl-a", direction="shutdown", only=["db"]),
+        *[step("kill_9", controller="ctl-a")] * 3,
+        step("time_passes", seconds=120),
+        step("sigterm", controller="ctl-b"),
+        *[step("kill_9", controller="ctl-a")] * 3,
+        step("fsd", on=False, ups="ua"),
+    )

@@ -38,6 +38,7 @@ from upsguard.events import (
     Notice,
     PhaseChanged,
     ReadingTaken,
+    RunFinished,
     StepWaiting,
 )
 from upsguard.models import (
@@ -789,9 +790,16 @@ class OutageController:
     def _unshared(self, records: list[RunRecord]) -> SharedRun | None:
         """The run this controller's journal left that the shared ledger never held: resumed
         when nothing newer went on since (its steps done are not repeated), else closed as
-        superseded, so that the journal never keeps a run in progress that no one runs."""
+        superseded, so that the journal never keeps a run in progress that no one runs. One
+        the shared ledger holds ended (the other controller finished it) ends so here too."""
         left, self._journal_left = self._journal_left, None
-        if left is None or any(r.spec.id == left.spec.id for r in records):
+        if left is None:
+            return None
+        shared = next((r for r in records if r.spec.id == left.spec.id), None)
+        if shared is not None:
+            if shared.outcome is not None:
+                why = f"ended in the shared ledger ({shared.outcome}): {shared.detail}"
+                self._events(RunFinished(self._clock.now(), shared.spec, shared.outcome, why))
             return None
         self.ledger.restore([RunRecord(left.spec)])
         if all(r.spec.at < left.spec.at for r in records):
