@@ -293,3 +293,23 @@ def test_a_run_the_other_controller_finished_is_closed_in_the_journal_that_left_
         *[step("kill_9", controller="ctl-a")] * 3,
         step("fsd", on=False, ups="ua"),
     )
+
+
+def test_a_site_file_read_again_while_the_new_leader_takes_over_leaves_the_run_resumed() -> None:
+    """Found by the pair machine at 10,000 stories (shard 1): the leader lost its lease with
+    its abort's record not in the store; the other won it while its site file was being
+    read again, and its take-over waited for the controller of the old file. That one led
+    once swapped out and closed: it resumed the run on a closed runtime (the site came back
+    with its cache in write-through), and, once a stopped controller started nothing, the
+    new leader's ledger held a shutdown in progress that no one ran. A take-over now leads
+    with the controller in force."""
+    replay(
+        step("platform_hangs", platform="vc", seconds=300),
+        step("cut_from_a_ups", controller="ctl-a", cut=True, ups="ua"),
+        step("trigger", controller="ctl-a", direction="shutdown", only=[]),
+        step("time_passes", seconds=5),
+        *[step("store_refuses", calls=1, controller="ctl-a", error="authentication")] * 2,
+        step("store_refuses", calls=5, controller="ctl-a", error="leadership lost"),
+        step("abort", controller="ctl-a"),
+        step("site_file_read_again", controller="ctl-b", good=True),
+    )

@@ -47,7 +47,7 @@ from upsguard.engine.leadership import Leadership, LeadershipState, Role
 from upsguard.engine.ledger import RunLedger
 from upsguard.engine.outage_controller import OutageController
 from upsguard.engine.pair import Pair
-from upsguard.errors import PermanentError, UpsguardError
+from upsguard.errors import PermanentError, RunBusy, UpsguardError
 from upsguard.events import Event, EventBus, LeadershipChanged, Notice, describe, level
 from upsguard.journal import Journal
 from upsguard.journal.resume import reap_and_resume
@@ -302,7 +302,12 @@ class Service:
             )
             self.bus(Notice(self.clock.now(), message, level="warning"))
             return
-        resumed = await self.controller.lead(pair.shared_run(ledger), list(ledger.runs))
+        while True:
+            try:
+                resumed = await self.controller.lead(pair.shared_run(ledger), list(ledger.runs))
+                break
+            except RunBusy:  # the site file was read again meanwhile: its controller leads
+                continue
         if resumed is not None:
             self.resumed = resumed
 

@@ -814,8 +814,10 @@ class OutageController:
         done are not repeated; the others re-check the real world and wait for the requests
         under way). Nothing is resumed while a run of this controller's own goes on (one it
         went on with alone, whose record the store never had: it is recorded now, for the
-        other controller to follow)."""
+        other controller to follow). ``RunBusy`` when the site file was read again while
+        this waited: the controller of the new file leads."""
         async with self._acting:
+            self._refuse_once_swapped_out()
             if self._pair is not None:
                 self.caches.owe(CacheName(c) for c in self._pair.owed)
             if self.busy:
