@@ -20,7 +20,7 @@ from tests.faults.lab import polls_pass
 from tests.fixtures.caches.tools import FakeTools
 from tests.peers.nut import NutServer
 from tests.peers.service import ServiceProcess, write_site
-from tests.peers.vcsim import EventRecorder, Vcsim
+from tests.peers.vcsim import EventRecorder, Vcsim, wait_task
 
 pytestmark = [pytest.mark.nut, pytest.mark.vcsim, pytest.mark.timeout(300)]
 
@@ -220,8 +220,6 @@ def test_a_vm_off_before_the_outage_stays_off_after_it(
 ) -> None:
     """sql01 was powered off by hand before the outage: the shutdown finds it off, and the
     startup brings the site back as it was, every other VM on and sql01 off."""
-    from tests.peers.vcsim import wait_task
-
     wait_task(lab.vm("sql01").PowerOffVM_Task())
     bmcs = bmcs_for(lab, fake_bmc_factory)
     svc = chain_site(tmp_path, nut, lab, bmcs, cache)
