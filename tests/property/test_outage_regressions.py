@@ -698,3 +698,18 @@ def test_a_command_that_failed_before_a_kill_does_not_hold_the_startup() -> None
         step("time_passes", seconds=300),
         step("kill_9"),
     )
+
+
+def test_a_stop_while_a_startup_is_being_planned_logs_no_error() -> None:
+    """Found by the outage machine at length in a full lane: SIGTERM came while the poll's
+    startup was being planned (the fresh inventory asked for). Once a stopped controller
+    started no run, the run's start raised, and the poll logged it as a failed decision
+    with its traceback. The poll now ends quietly; the next start decides again."""
+    replay(
+        step("trigger", direction="shutdown", only=[]),
+        step("abort"),
+        step("release"),
+        step("trigger", direction="shutdown", only=["db"]),
+        step("kill_9"),
+        step("sigterm"),
+    )

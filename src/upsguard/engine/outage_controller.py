@@ -195,6 +195,8 @@ class OutageController:
             for decision in decisions:
                 try:
                     await self._apply(decision)
+                except ServiceStopping:  # stopped meanwhile: the next start decides again
+                    return view
                 except Exception as exc:  # one decision's failure never stops the others
                     log.exception("%s failed", decision.act.value)
                     message = f"{decision.act.value} failed: {type(exc).__name__}: {exc}"
