@@ -219,10 +219,12 @@ def test_a_vm_off_before_the_outage_stays_off_after_it(
     tmp_path: Path, nut: NutServer, lab: Vcsim, fake_bmc_factory: Any, cache: FakeTools
 ) -> None:
     """sql01 was powered off by hand before the outage: the shutdown finds it off, and the
-    startup brings the site back as it was, every other VM on and sql01 off."""
+    startup (``guests: as_before``) brings the site back as it was, every other VM on and
+    sql01 off."""
     wait_task(lab.vm("sql01").PowerOffVM_Task())
     bmcs = bmcs_for(lab, fake_bmc_factory)
-    svc = chain_site(tmp_path, nut, lab, bmcs, cache)
+    as_before = {"online_for": "2s", "charge_above": 50, "guests": "as_before"}
+    svc = chain_site(tmp_path, nut, lab, bmcs, cache, startup=as_before)
     recorder = EventRecorder(lab, "HostConnectedEvent", "VmPoweredOnEvent")
     try:
         svc.start()

@@ -48,10 +48,10 @@ class PowerReturnsPolicy(Model):
 
 class StartupPolicy(Model):
     automatic: bool = True
-    guests: Literal["as_before", "all"] = Field(
-        "as_before",
-        description="as_before: a VM the shutdown found already off stays off at the "
-        "startup (the site comes back as it was); all: every VM of the plan is started",
+    guests: Literal["all", "as_before"] = Field(
+        "all",
+        description="all: every VM of the plan is started; as_before: a VM the shutdown "
+        "found already off stays off at the startup (the site comes back as it was)",
     )
     online_for: Duration = timedelta(minutes=10)
     charge_above: float = Field(50.0, ge=0, le=100)
