@@ -4,78 +4,37 @@ send: the startup leaves those VMs off, and starts every VM it cannot be sure of
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from upsguard.events import RunFinished, RunStarted, StepFinished, StepStarted
+from tests.journaled import ALREADY, JournaledRuns
 from upsguard.journal import Journal
 from upsguard.journal.as_before import found_off
-from upsguard.models import ResourceId, RunId, StepId, StepState
-from upsguard.runs import RunKind, RunOrigin, RunOutcome, RunSpec
-
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-ALREADY = "already off"
-
-
-class Runs:
-    """Runs journaled through their events, as the executor sends them."""
-
-    def __init__(self, journal: Journal) -> None:
-        self.journal = journal
-        self.count = 0
-
-    def run(
-        self,
-        steps: dict[str, str | StepState],
-        kind: RunKind = RunKind.SHUTDOWN,
-        outcome: RunOutcome = RunOutcome.DONE,
-        restarted: bool = False,
-    ) -> RunId:
-        """One run; each step (a VM's id) ends ``done`` having asked (``"stopped"``), done
-        finding it there (``ALREADY``), or in the state given. ``restarted``: the run is
-        cut by a restart before its steps, and resumed."""
-        self.count += 1
-        at = T0 + timedelta(hours=self.count)
-        spec = RunSpec(RunId(f"{kind}-{self.count}"), kind, RunOrigin.POLICY, "test", at)
-        record = self.journal.write.record
-        record(RunStarted(at, spec, len(steps)))
-        if restarted:
-            record(RunFinished(at, spec, RunOutcome.INTERRUPTED, "the service stopped"))
-            record(RunStarted(at, spec, len(steps), resumed=True))
-        for vm, how in steps.items():
-            step, resource = StepId(f"{kind.direction.value}:{vm}"), ResourceId(vm)
-            record(StepStarted(at, spec.id, step, "guest", resource))
-            state = how if isinstance(how, StepState) else StepState.DONE
-            there = how == ALREADY
-            record(
-                StepFinished(
-                    at, spec.id, step, state, str(how), resource=resource, already_there=there
-                )
-            )
-        record(RunFinished(at, spec, outcome, outcome.value))
-        return spec.id
+from upsguard.models import RunId, StepState
+from upsguard.runs import RunKind, RunOutcome
 
 
 @pytest.fixture
-def runs(tmp_path: Path) -> Iterator[Runs]:
+def runs(tmp_path: Path) -> Iterator[JournaledRuns]:
     journal = Journal(tmp_path / "journal.sqlite")
-    yield Runs(journal)
+    yield JournaledRuns(journal)
     journal.close()
 
 
-def left_off(runs: Runs, startup: str = "startup-now") -> dict[str, str]:
+def left_off(runs: JournaledRuns, startup: str = "startup-now") -> dict[str, str]:
     return {str(vm): str(run) for vm, run in found_off(runs.journal, RunId(startup)).items()}
 
 
-def test_a_vm_the_shutdown_found_off_stays_off_and_one_it_stopped_starts(runs: Runs) -> None:
+def test_a_vm_the_shutdown_found_off_stays_off_and_one_it_stopped_starts(
+    runs: JournaledRuns,
+) -> None:
     shutdown = runs.run({"web": "stopped", "test": ALREADY})
     assert left_off(runs) == {"test": shutdown}
 
 
 def test_a_vm_stopped_earlier_in_the_outage_is_started_though_the_shutdown_found_it_off(
-    runs: Runs,
+    runs: JournaledRuns,
 ) -> None:
     runs.run({"batch": "stopped"}, kind=RunKind.SHEDDING)
     runs.run({"web": "stopped"}, outcome=RunOutcome.CANCELLED)  # mains back for a while
@@ -84,7 +43,7 @@ def test_a_vm_stopped_earlier_in_the_outage_is_started_though_the_shutdown_found
 
 
 def test_a_resumed_run_proves_nothing_off_a_step_that_did_not_end_done_neither(
-    runs: Runs,
+    runs: JournaledRuns,
 ) -> None:
     """After a restart, a VM read off may be the run's own shutdown from before it; a step
     failed or skipped read nothing for sure."""
@@ -93,7 +52,7 @@ def test_a_resumed_run_proves_nothing_off_a_step_that_did_not_end_done_neither(
     assert set(left_off(runs)) == {"test"}
 
 
-def test_a_startup_done_closes_the_outage_one_that_failed_does_not(runs: Runs) -> None:
+def test_a_startup_done_closes_the_outage_one_that_failed_does_not(runs: JournaledRuns) -> None:
     runs.run({"web": "stopped", "old": ALREADY})
     runs.run({"web": "stopped"}, kind=RunKind.STARTUP)  # 'old' was left off
     runs.run({"web": ALREADY, "old": ALREADY})  # the next outage: web was stopped by hand
@@ -105,7 +64,7 @@ def test_a_startup_done_closes_the_outage_one_that_failed_does_not(runs: Runs) -
 def test_a_journal_that_cannot_be_read_leaves_nothing_off(tmp_path: Path) -> None:
     path = tmp_path / "journal.sqlite"
     journal = Journal(path)
-    Runs(journal).run({"test": ALREADY})
+    JournaledRuns(journal).run({"test": ALREADY})
     journal.db.execute("DROP TABLE runs")
     try:
         assert found_off(journal, RunId("startup-now")) == {}
