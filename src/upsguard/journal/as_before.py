@@ -26,12 +26,16 @@ RUNS_BACK = 50
 """How many of the newest runs are read back for the last startup that ended done."""
 
 
-def found_off(journal: Journal, startup: RunId) -> dict[ResourceId, RunId]:
+def found_off(
+    journal: Journal, startup: RunId, started_before: str | None = None
+) -> dict[ResourceId, RunId]:
     """The resources found off at the first look of every run that stopped things since the
     last startup done (``startup``, the run asking, left out), each with the first run that
-    found it so. Empty when the journal cannot be read: everything is started."""
+    found it so. ``started_before``: the startup's own start, when runs came after it (a
+    report of a past startup). Empty when the journal cannot be read: everything is
+    started."""
     try:
-        runs = journal.read.runs(limit=RUNS_BACK)
+        runs = journal.read.runs(limit=RUNS_BACK, started_by=started_before)
     except (sqlite3.Error, ValueError) as exc:
         log.warning("journal %s: cannot read what was off before the outage: %s", journal.path, exc)
         return {}

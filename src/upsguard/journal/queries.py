@@ -114,12 +114,16 @@ class JournalQueries:
         )
         return [PhaseRow(at, Phase(old), Phase(new), reason) for at, old, new, reason in rows]
 
-    def runs(self, limit: int = 20, with_steps: bool = True) -> list[RunRow]:
+    def runs(
+        self, limit: int = 20, with_steps: bool = True, started_by: str | None = None
+    ) -> list[RunRow]:
+        """The newest runs first; ``started_by``: only those started then or earlier."""
+        since = "" if started_by is None else " WHERE started <= ?"
         rows = self._rows(
             "SELECT id, direction, kind, origin, only, reason, started, ended, state, detail,"
-            " point_of_no_return, resumed, feeds FROM runs"
+            f" point_of_no_return, resumed, feeds FROM runs{since}"
             " ORDER BY started DESC, rowid DESC LIMIT ?",
-            (limit,),
+            (limit,) if started_by is None else (started_by, limit),
         )
         return [_run_row(r, tuple(self.steps(r[0])) if with_steps else ()) for r in rows]
 

@@ -23,11 +23,12 @@ from upsguard.events import (
     RiskAccepted,
     UpsCommandSent,
 )
+from upsguard.journal.as_before import found_off
 from upsguard.journal.learned import learned_durations
 from upsguard.journal.outages import Outage, outage_of, outages
 from upsguard.journal.rows import EventRow, RunRow, StepRow, iso, parse_iso
 from upsguard.journal.store import Journal
-from upsguard.models import LinkState, Phase
+from upsguard.models import Direction, LinkState, Phase, RunId
 from upsguard.reports.assemble import outlook, plan_for, run_story
 from upsguard.reports.story import (
     BatterySample,
@@ -39,6 +40,7 @@ from upsguard.reports.story import (
     Story,
     UpsCommand,
 )
+from upsguard.reports.way_back import way_back
 from upsguard.runbooks.plan import Durations
 from upsguard.runbooks.planner import Planner
 
@@ -114,6 +116,9 @@ def story_from_journal(
         planner = Planner(site, durations=used)
         plan = plan_for(planner, facts)
         story = run_story(facts, [_record(s) for s in run.steps], plan, origin)
+        if facts.direction is Direction.STARTUP:
+            before = found_off(journal, RunId(run.id), started_before=run.started)
+            story = replace(story, way_back=way_back(story.steps, before))
         stories.append(story)
         outlooks.append(outlook(site, facts, plan, learned, story.duration_s))
     commands = _ups_commands(events, origin)

@@ -95,6 +95,31 @@ NOT_RUN = "not run"
 
 
 @dataclass(frozen=True, slots=True)
+class Difference:
+    """A resource the startup did not bring back as it was before the outage."""
+
+    resource: str
+    kind: str
+    """started: off before the outage (``found_off_by`` read it off) and running now;
+    not_back: not known off before, and its startup step did not end done (``detail``)."""
+    detail: str = ""
+    found_off_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WayBack:
+    """A startup run's resources against the site before the outage. A resource counts as
+    off before only when the shutdown read it off (``journal.as_before``); any other is taken
+    to have been running, so one not up now is a difference, never assumed as before."""
+
+    back: tuple[str, ...]
+    """Up again, as before the outage."""
+    left_off: tuple[str, ...]
+    """Off before the outage and left off."""
+    differences: tuple[Difference, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RunStory:
     facts: RunFacts
     start_s: float
@@ -103,6 +128,8 @@ class RunStory:
     planned_critical_path_s: float
     steps: tuple[StepStory, ...]
     findings: tuple[Finding, ...] = ()
+    way_back: WayBack | None = None
+    """A startup run only: the site it left against the site before the outage."""
 
     @property
     def ratio(self) -> float | None:
