@@ -68,7 +68,7 @@ def test_the_startup_says_what_is_back_what_was_left_off_and_what_differs(
 ) -> None:
     outage_and_startup(runs)
     assert way_back(report(runs)) == [
-        "startup run startup-2: 2 resource(s) back as before the outage: esx01, sql01.",
+        "startup run startup-2: 2 resource(s) back as before the outage.",
         "- left off, as before the outage: dc01",
         "- **differs** nas01: off before the outage (found off by run shutdown-1), running now",
         "- **differs** esx02: not back (never started)",
