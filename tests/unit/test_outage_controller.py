@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
+
 from upsguard.clock import LoopClock, run_virtual
 from upsguard.config.loading import validate
 from upsguard.config.platforms import SimulatedPlatformSettings
@@ -297,6 +299,33 @@ def test_a_poll_under_way_when_the_service_stops_starts_no_run_after_it(tmp_path
     runs = [(r.kind, r.state, r.resumed) for r in journal.read.runs()]
     journal.close()
     assert runs == [("shutdown", "done", 1)]
+
+
+@pytest.mark.parametrize("restart_at", [720, 1100], ids=["mid-shutdown", "down"])
+def test_a_restart_that_cannot_read_the_ups_never_takes_the_mains_for_back(
+    tmp_path: Path, restart_at: float
+) -> None:
+    """The UPS is read through a NUT server the shutdown stopped; the service restarts and
+    cannot read it. A UPS never read counts as no outage (it does not start a shutdown), but
+    it is no sign of the mains either: the shutdown goes on (or the site stays down), never
+    cancelled and never started again on a battery still draining."""
+    journal = Journal(tmp_path / "j.sqlite")
+    h = Harness(lambda t: "OB" if t < restart_at else "lost", journal)
+
+    async def go() -> None:
+        first = h.build()
+        await h.drive(first, restart_at)
+        await first.interrupt()
+        second = h.build()
+        await reap_and_resume(journal, second, h.clock, h.bus)
+        await h.drive(second, restart_at + 3600)
+        await second.interrupt()
+
+    run_virtual(go())
+    runs = [(r.kind, r.state) for r in journal.read.runs()]
+    journal.close()
+    assert Phase.RECOVERING not in [e.new for e in h.kinds(PhaseChanged)]
+    assert runs == [("shutdown", "done")]
 
 
 def _target(platform: SimulatedPlatform, name: str) -> Target:

@@ -36,6 +36,7 @@ def view(
         forced_shutdown=fsd,
         lost=False,
         at_risk_for_s=at - since if on_battery else 0.0,
+        read_on_mains=0 if on_battery else 1,
     )
     return PowerView(at_s=at, feeds=(feed,), min_charge_pct=charge)
 

@@ -72,6 +72,13 @@ class PowerView:
     def on_battery(self) -> bool:
         return bool(self.at_risk)
 
+    @property
+    def mains_seen(self) -> bool:
+        """Every feed read on mains now. A UPS out of contact, or never read since a restart,
+        is no outage (it starts no shutdown), but it is no sign of the mains either: what
+        ends a shutdown or starts the site waits for the mains to be seen."""
+        return all(f.mains_seen for f in self.feeds)
+
     def runtime_s(self) -> float | None:
         values = [f.runtime_s for f in self.at_risk if f.runtime_s is not None]
         return min(values) if values else None
@@ -192,7 +199,7 @@ class PhaseEngine:
         if view.on_battery:
             self.online_since = None
             self._restored_online_for = None
-        elif self.online_since is None:
+        elif self.online_since is None and view.mains_seen:
             self.online_since = view.at_s - (self._restored_online_for or 0.0)
             self._restored_online_for = None
 
@@ -220,9 +227,10 @@ class PhaseEngine:
         return online_for is not None and online_for >= span_s
 
     def _power_back(self, view: PowerView) -> bool:
-        """Mains back long enough (``power_returns.online_for``) to count as returned."""
+        """Mains seen now, and back long enough (``power_returns.online_for``) to count as
+        returned."""
         span_s = self.policies.power_returns.online_for.total_seconds()
-        return not view.on_battery and self._online_enough(view, span_s)
+        return view.mains_seen and self._online_enough(view, span_s)
 
     def _named(self, view: PowerView, text: str, feeds: list[FeedReading]) -> str:
         """A reason names its feeds when the site has more than one."""
@@ -402,14 +410,17 @@ class PhaseEngine:
             return
         startup = self.policies.startup
         charge = view.min_charge_pct
-        ready = self._online_enough(view, startup.online_for.total_seconds()) and (
-            charge is None or charge >= startup.charge_above
+        ready = (
+            view.mains_seen
+            and self._online_enough(view, startup.online_for.total_seconds())
+            and (charge is None or charge >= startup.charge_above)
         )
         wants_startup = runs.something_stopped and not runs.startup_finished
         if runs.startup_failed and not runs.startup_running:
             return  # waits for 'upsguard trigger startup'
         if wants_startup and not runs.startup_running:
-            if startup.automatic and self._allowed() and (ready or runs.cancelled_before_ponr):
+            cancelled = runs.cancelled_before_ponr and view.mains_seen
+            if startup.automatic and self._allowed() and (ready or cancelled):
                 why = (
                     "shutdown cancelled"
                     if runs.cancelled_before_ponr and not ready
