@@ -241,8 +241,16 @@ class CacheMode(enum.StrEnum):
     UNKNOWN = "unknown"
 
     @property
-    def accepts_dirty_data(self) -> bool:
-        return self is CacheMode.WRITE_BACK
+    def holds_no_new_writes(self) -> bool:
+        """Read as a mode whose writes go to the backing device: with no dirty data left, the
+        cache is clean. ``unknown`` never is: a mode that could not be read may still be
+        taking writes into the cache."""
+        return self in _NO_NEW_WRITES
+
+
+_NO_NEW_WRITES = frozenset(
+    {CacheMode.WRITE_THROUGH, CacheMode.WRITE_AROUND, CacheMode.CLEANER, CacheMode.NONE}
+)
 
 
 @dataclass(frozen=True, slots=True)

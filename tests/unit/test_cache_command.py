@@ -88,3 +88,22 @@ def test_a_failing_dirty_command_is_named_as_such(tmp_path: Path) -> None:
     _, p = make(tmp_path, read_dirty_bytes="echo 'no counter' >&2; exit 4")
     with pytest.raises(PermanentError, match=r"read_dirty_bytes failed \(exit status 4\): no"):
         asyncio.run(p.read(target()))
+
+
+def test_a_mode_it_cannot_read_is_never_clean_even_with_nothing_dirty(tmp_path: Path) -> None:
+    """A vendor CLI that words its mode otherwise ("Write-Back (forced)") reads unknown: the
+    cache may still take writes into the cache, so no dirty bytes now is no proof of clean."""
+    _, p = make(tmp_path, read_mode="echo 'Write-Back (forced)'")
+    state = asyncio.run(p.read(target("broken")))
+    assert state.mode is CacheMode.UNKNOWN and state.dirty_bytes == 0
+    assert not state.clean
+
+
+def test_only_a_mode_read_as_taking_no_writes_into_the_cache_can_be_clean() -> None:
+    safe = {m for m in CacheMode if m.holds_no_new_writes}
+    assert safe == {
+        CacheMode.WRITE_THROUGH,
+        CacheMode.WRITE_AROUND,
+        CacheMode.CLEANER,
+        CacheMode.NONE,
+    }

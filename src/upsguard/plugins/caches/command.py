@@ -65,7 +65,7 @@ class CommandCacheProvider:
                 f"cache '{self.name}' {target.name}: read_dirty_bytes printed "
                 f"{dirty_text.strip()[:40]!r}, not a byte count"
             ) from exc
-        clean = dirty == 0 and mode is not CacheMode.WRITE_BACK
+        clean = dirty == 0 and mode.holds_no_new_writes
         detail = "" if mode is not CacheMode.UNKNOWN else f"read_mode printed {mode_text[:40]!r}"
         return CacheState(target, self._clock.now(), mode, dirty, clean, detail)
 

@@ -124,7 +124,7 @@ class LvmcacheProvider:
         status = await self._status(target)
         mode = _MODES.get(status.mode, CacheMode.UNKNOWN)
         dirty = status.dirty_blocks * status.block_bytes
-        clean = dirty == 0 and mode is not CacheMode.WRITE_BACK
+        clean = dirty == 0 and mode.holds_no_new_writes
         detail = f"policy {status.policy}"
         if status.policy == "cleaner" and not clean:
             detail += f", writing back {status.dirty_blocks} blocks"

@@ -96,7 +96,7 @@ class OpencasProvider:
         except (KeyError, ValueError) as exc:
             raise TemporaryError(f"{self._where(target)}: casadm -P has no dirty count") from exc
         status = row.get("status", "")
-        clean = dirty == 0 and mode is not CacheMode.WRITE_BACK and not status.startswith("Flush")
+        clean = dirty == 0 and mode.holds_no_new_writes and not status.startswith("Flush")
         detail = f"status {status}"
         job = await self._runner.read_detached(self._log(target), timeout=TIMEOUT)
         if job is not None:

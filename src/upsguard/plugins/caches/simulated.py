@@ -50,7 +50,7 @@ class SimulatedCache:
 
     async def read(self, target: CacheTarget) -> CacheState:
         dirty = self.dirty_bytes()
-        clean = dirty == 0 and not self._mode.accepts_dirty_data
+        clean = dirty == 0 and self._mode.holds_no_new_writes
         return CacheState(target, self._clock.now(), self._mode, dirty, clean)
 
     async def set_mode(self, target: CacheTarget, mode: CacheMode) -> None:
