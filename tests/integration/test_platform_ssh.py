@@ -150,6 +150,26 @@ def test_without_status_the_ssh_port_says_up_and_silence_is_unknown(sshd: Sshd) 
     assert asyncio.run(state(free_port())) is PowerState.UNKNOWN
 
 
+@pytest.mark.parametrize(
+    "status", ["kill -KILL $$", "kill -KILL $PPID"], ids=["killed", "session-dropped"]
+)
+def test_a_status_that_ends_without_an_exit_status_is_unknown_not_off(
+    sshd: Sshd, status: str
+) -> None:
+    """A status command killed on the device, or a session closed before it said anything
+    (a switch CLI that never sends an exit status), says nothing of the device: unknown,
+    never off before it accepted its shutdown, so the step still sends the shutdown."""
+
+    async def state() -> PowerState:
+        ssh = platform(sshd)
+        [target] = await ssh.resolve(nas(shutdown="true", status=status))
+        answer: PowerState = await ssh.power_state(target)
+        await ssh.close()
+        return answer
+
+    assert asyncio.run(state()) is PowerState.UNKNOWN
+
+
 def test_startup_command_and_no_power_on_without_one(sshd: Sshd, tmp_path: Path) -> None:
     device = Device(tmp_path)
     (tmp_path / "state").write_text("off\n")

@@ -5,7 +5,8 @@ A resource gives its address (``host``) and ``shutdown`` command (``poweroff``,
 ``known_hosts``: an unknown or changed key is refused, never accepted silently.
 
 Whether the device is down: with a ``status`` command (run over SSH, exit 0 =
-up), the device is down once it exits non-zero; without one, its SSH port
+up), the device is down once it exits non-zero (one ended by a signal, or with no exit
+status at all, says nothing: unknown); without one, its SSH port
 accepting connections says it is up. A device that does not answer at all is
 ``unknown`` (off looks like that, and so does a broken path, a DNS server
 already stopped, or a wrong address), except once it accepted its shutdown
@@ -134,8 +135,8 @@ class SshPlatform:
 
     async def power_state(self, target: Target) -> PowerState:
         """ON while it answers (its ``status`` exits 0, or its SSH port accepts); OFF when its
-        ``status`` exits non-zero; no answer is UNKNOWN, or OFF once it accepted its shutdown
-        (see the module's docstring)."""
+        ``status`` exits non-zero; no answer (nor an exit status) is UNKNOWN, or OFF once it
+        accepted its shutdown (see the module's docstring)."""
         res = self._targets.resource(target)
         if res.status is None:
             timeout = min(self._settings.timeout.total_seconds(), 5.0)
@@ -147,7 +148,7 @@ class SshPlatform:
                 await self._drop(target.name)
                 state = PowerState.UNKNOWN
             else:
-                state = PowerState.ON if result.ok else PowerState.OFF
+                state = _status_state(result)
         went_down = self._asked_down.get(target.name)
         if went_down is None:
             return state
@@ -332,6 +333,16 @@ def _nobody() -> None:
 def _refused(result: remote.CommandResult) -> bool:
     """A ``once`` copy refused: its first copy still runs on the device (see ``ONCE_MARK``)."""
     return result.exit_status == ONCE_REFUSED and ONCE_MARK in result.stderr.splitlines()
+
+
+def _status_state(result: remote.CommandResult) -> PowerState:
+    """Exit 0 is up, another exit status is down; a status command that ended without one
+    (killed by a signal, its session closed first) said nothing of the device: unknown."""
+    if result.ok:
+        return PowerState.ON
+    if result.exit_status < 0 or _dropped(result):
+        return PowerState.UNKNOWN
+    return PowerState.OFF
 
 
 def _dropped(result: remote.CommandResult) -> bool:
