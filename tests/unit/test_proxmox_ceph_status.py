@@ -7,11 +7,21 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from upsguard.plugins.platforms.proxmox.cluster import ceph_back
+from upsguard.errors import PlatformUnreachable
+from upsguard.models import PowerState
+from upsguard.plugins.platforms.proxmox.cluster import (
+    CEPH,
+    ceph_back,
+    ceph_flags,
+    ceph_flags_to_unset,
+    ceph_state,
+)
+from upsguard.saved_state import SavedState
 
 STATUSES: dict[str, Any] = json.loads(
     (Path(__file__).parent.parent / "fixtures" / "pve" / "ceph_status.json").read_text()
@@ -122,3 +132,29 @@ def test_an_answer_that_is_no_status_is_unknown(answer: Any) -> None:
     back = ceph_back(answer)
     assert not back.known
     assert back.why.startswith("Ceph's status unknown: ")
+
+
+class _Flags:
+    """``cluster/ceph/flags`` answering ``answer``."""
+
+    def __init__(self, answer: list[dict[str, Any]]) -> None:
+        self.cluster = SimpleNamespace(
+            ceph=SimpleNamespace(flags=SimpleNamespace(get=lambda: answer))
+        )
+
+
+@pytest.mark.parametrize(
+    "noout", [{"name": "noout"}, {"name": "noout", "value": "yes"}], ids=["no-value", "garbage"]
+)
+def test_a_flag_listed_without_a_value_it_can_read_is_unknown_never_unset(
+    tmp_path: Path, noout: dict[str, Any]
+) -> None:
+    """A flag whose value is missing (or not 0 or 1) may be set: the shutdown does not take
+    it for set by an operator, nor the startup for unset already (which would leave noout
+    set and forget it)."""
+    api = _Flags([noout, {"name": "norebalance", "value": 1}])
+    record: SavedState[Any] = SavedState(tmp_path / "pve.cluster.json", "the test's record")
+    assert ceph_state(ceph_flags(api), ["noout", "norebalance"], record) is PowerState.UNKNOWN
+    record.put(CEPH, ["noout", "norebalance"])
+    with pytest.raises(PlatformUnreachable, match="noout"):
+        ceph_flags_to_unset(api, record)

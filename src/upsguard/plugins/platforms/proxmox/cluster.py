@@ -112,8 +112,14 @@ def rearm_ha(api: Any, record: SavedState[Any]) -> None:
 
 
 def ceph_flags(api: Any) -> dict[str, bool]:
-    """The OSD flags as the cluster reports them (``cluster/ceph/flags``)."""
-    return {str(f["name"]): bool(f.get("value")) for f in api.cluster.ceph.flags.get()}
+    """The OSD flags as the cluster reports them (``cluster/ceph/flags``). A flag whose
+    ``value`` is missing or not a boolean (PVE sends 0 or 1) is left out: unknown, as a
+    flag missing from the list is, never taken as unset."""
+    return {
+        str(f["name"]): bool(f["value"])
+        for f in api.cluster.ceph.flags.get()
+        if f.get("value") in (0, 1)  # True and False too
+    }
 
 
 def ceph_state(
@@ -132,7 +138,9 @@ def set_ceph_flags(api: Any, wanted: Sequence[str], record: SavedState[Any], whe
     flags = ceph_flags(api)
     missing = [f for f in wanted if f not in flags]
     if missing:
-        raise PermanentError(f"{where}: its Ceph reports no flag {', '.join(missing)}")
+        raise PermanentError(
+            f"{where}: its Ceph reports no flag (or none readable) {', '.join(missing)}"
+        )
     if record.get(CEPH, None) is None:
         record.put(CEPH, sorted(f for f in wanted if not flags[f]))
     to_set = {f: 1 for f in wanted if not flags[f]}
