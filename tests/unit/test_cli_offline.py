@@ -105,6 +105,19 @@ def test_ups_status_tells_the_same_feed_as_unknown_and_fails(
     assert data["feeds"][0]["state"] == "unknown" and data["feeds"][0]["unknown"] == 1
 
 
+def test_ups_status_watched_for_a_number_of_polls_fails_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A script that watches a few polls (``--watch --polls N``) learns by the exit code
+    that a UPS could not be read, as one poll's caller does."""
+    site = site_file(tmp_path)
+
+    code = main(["ups", "status", "-c", str(site), "--watch", "--polls", "1"])
+
+    assert code == 1
+    assert "missing.pw" in capsys.readouterr().err
+
+
 def test_status_of_upses_that_read_well_is_ok_and_exits_0(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

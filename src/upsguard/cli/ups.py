@@ -97,10 +97,8 @@ async def _status(
                 if text != shown:
                     screen.show(*tables)
             shown = text
-            if not watch:
+            if not watch or (polls and count >= polls):
                 return _report_errors(watches)
-            if polls and count >= polls:
-                return 0
             await asyncio.sleep(interval)
     finally:
         screen.close()
