@@ -98,9 +98,18 @@ def test_power_states() -> None:
     assert vm_power({}) is PowerState.UNKNOWN
     on = {"runtime.powerState": "poweredOn", "runtime.connectionState": "connected"}
     assert host_power(on) is PowerState.ON
-    gone = {"runtime.powerState": "unknown", "runtime.connectionState": "notResponding"}
-    assert host_power(gone) is PowerState.OFF  # what vCenter shows of a host shut down
     assert host_power({"runtime.powerState": "standBy"}) is PowerState.STANDBY
+    assert host_power({"runtime.powerState": "poweredOff"}) is PowerState.OFF
+
+
+def test_a_host_vcenter_lost_is_off_only_once_it_accepted_its_shutdown() -> None:
+    """vCenter shows a host it lost as notResponding (its power state unknown): a host shut
+    down, and one behind a broken management network, alike. Before its shutdown was
+    accepted that is unknown (the step asks, and vCenter's answer says why it cannot); after,
+    it is the shutdown landing."""
+    gone = {"runtime.powerState": "unknown", "runtime.connectionState": "notResponding"}
+    assert host_power(gone) is PowerState.UNKNOWN
+    assert host_power(gone, shut_down=True) is PowerState.OFF
 
 
 def test_fault_text_is_one_line_with_the_fault_name() -> None:

@@ -57,7 +57,7 @@ from upsguard.plugins.platforms.vsphere.rights import (
     needed,
 )
 from upsguard.plugins.platforms.vsphere.session import Session
-from upsguard.plugins.platforms.vsphere.states import host_power, power_of, vm_power
+from upsguard.plugins.platforms.vsphere.states import vm_power
 from upsguard.plugins.platforms.vsphere.tasks import TaskLog
 from upsguard.plugins.platforms.vsphere.vms import VmSteps
 
@@ -204,7 +204,19 @@ class VspherePlatform:
         Checks of many targets at once share one read (see ``Fresh``).
         """
         at = await self._locator.locate(target)
-        return power_of(target, await at.session.fresh.props(at.obj()))
+        props = await at.session.fresh.props(at.obj())
+        return self._power(target, props)
+
+    def _power(self, target: Target, props: dict[str, Any]) -> PowerState:
+        if target.kind is ResourceKind.HOST:
+            return self._hosts.power(target, props)
+        return vm_power(props)
+
+    def shutdown_accepted(self, target: Target) -> None:
+        """``SeenWhileItAnswers``: a host's shutdown asked before a restart (or by the other
+        controller) is under way: vCenter losing the host is that shutdown landing."""
+        if target.kind is ResourceKind.HOST:
+            self._hosts.accepted(target)
 
     async def stop(self, target: Target, method: StopMethod) -> None:
         if target.kind is ResourceKind.HOST:
@@ -226,8 +238,9 @@ class VspherePlatform:
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
         """From the session's watch; when it runs out, a failed task is the step's error."""
         at = await self._locator.locate(target)
-        power = host_power if target.kind is ResourceKind.HOST else vm_power
-        if await at.session.watcher.wait(at.ref, lambda p: power(p) is state, timeout):
+        if await at.session.watcher.wait(
+            at.ref, lambda p: self._power(target, p) is state, timeout
+        ):
             return True
         try:
             error = await self._tasks.error_of(target)

@@ -59,10 +59,24 @@ class HostSteps:
         self._stop_unplanned_vms = stop_unplanned_vms
         self._leaving_mm: set[Target] = set()
         self._clusters = clusters  # HA and DRS set aside before the host steps (or None)
+        self._shut_down: set[Target] = set()
+
+    def power(self, target: Target, props: dict[str, Any]) -> PowerState:
+        """The host's state; vCenter losing it reads off only once it accepted its shutdown
+        (here, or before a restart: ``accepted``)."""
+        state = host_power(props, shut_down=target in self._shut_down)
+        if state is PowerState.ON:
+            self._shut_down.discard(target)  # up again: silence is unknown again
+        return state
+
+    def accepted(self, target: Target) -> None:
+        """``target`` accepted a shutdown (asked before a restart, or by the other
+        controller): from now on vCenter losing it is that shutdown landing."""
+        self._shut_down.add(target)
 
     async def stop(self, target: Target, res: ResourceConfig | None) -> None:
         at = await self._locator.locate(target)
-        if host_power(at.watched()) is PowerState.OFF:
+        if self.power(target, at.watched()) is PowerState.OFF:
             return
         if self._clusters is not None:
             await self._set_aside_cluster(at, target)
@@ -76,11 +90,13 @@ class HostSteps:
         task = await at.session.run(
             f"shut down host {target.name}", lambda: at.obj().ShutdownHost_Task(force=not in_mm)
         )
+        self._shut_down.add(target)
         self._tasks.remember(target, at.session, task)
 
     async def start(self, target: Target) -> None:
         at = await self._locator.locate(target)
-        power = host_power(at.watched())
+        self._shut_down.discard(target)
+        power = self.power(target, at.watched())
         if power is PowerState.STANDBY:
             await at.session.run(
                 f"wake {target.name} from standby",
@@ -102,7 +118,7 @@ class HostSteps:
         """On and connected, and out of maintenance mode (asked for here, once)."""
         at = await self._locator.locate(target)
         props = at.watched()
-        if host_power(props) is not PowerState.ON:
+        if self.power(target, props) is not PowerState.ON:
             return False
         if not props.get("runtime.inMaintenanceMode"):
             self._leaving_mm.discard(target)
