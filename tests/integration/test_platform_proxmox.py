@@ -126,6 +126,29 @@ def test_a_node_shuts_down_but_cannot_be_powered_on(pve_api: PveApi, tmp_path: P
     assert asyncio.run(scenario()) is True
 
 
+def test_a_node_offline_is_off_only_once_it_accepted_its_shutdown(
+    pve_api: PveApi, tmp_path: Path
+) -> None:
+    """PVE lists a node outside the cluster's membership as offline: one shut down, and a
+    running one behind a broken cluster link, alike. Before its shutdown was accepted that
+    is unknown, so the node step asks rather than count it down; after (here, or before a
+    restart), it is the shutdown landing."""
+    node = ResourceConfig.model_validate(
+        {"id": "pve1", "kind": "host", "platform": "pve", "host": "pve1"}
+    )
+    pve_api.pve.nodes["pve1"] = "offline"  # its cluster link is down; it runs
+
+    async def scenario() -> list[PowerState]:
+        px = platform(pve_api, tmp_path)
+        [target] = await px.resolve(node)
+        seen = [await px.power_state(target)]
+        px.shutdown_accepted(target)  # a resumed run tells it of a shutdown under way
+        seen.append(await px.power_state(target))
+        return seen
+
+    assert asyncio.run(scenario()) == [PowerState.UNKNOWN, PowerState.OFF]
+
+
 def test_api_token_authentication(pve_api: PveApi, tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n")

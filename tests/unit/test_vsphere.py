@@ -22,12 +22,13 @@ from upsguard.errors import (
     UpsguardError,
 )
 from upsguard.models import PlatformName, PowerState
+from upsguard.plugins.platforms.base import AcceptedShutdowns
 from upsguard.plugins.platforms.vsphere import VspherePlatform
 from upsguard.plugins.platforms.vsphere.endpoint import Endpoint
 from upsguard.plugins.platforms.vsphere.faults import fault_text, vsphere_faults
 from upsguard.plugins.platforms.vsphere.inventory import Snapshot, VmInfo, is_system_vm
 from upsguard.plugins.platforms.vsphere.lean import value
-from upsguard.plugins.platforms.vsphere.states import host_power, vm_power
+from upsguard.plugins.platforms.vsphere.states import host_lost, host_power, vm_power
 
 
 def vm(name: str, folder: str = "", **attributes: str) -> VmInfo:
@@ -108,8 +109,15 @@ def test_a_host_vcenter_lost_is_off_only_once_it_accepted_its_shutdown() -> None
     accepted that is unknown (the step asks, and vCenter's answer says why it cannot); after,
     it is the shutdown landing."""
     gone = {"runtime.powerState": "unknown", "runtime.connectionState": "notResponding"}
-    assert host_power(gone) is PowerState.UNKNOWN
-    assert host_power(gone, shut_down=True) is PowerState.OFF
+    up = {"runtime.powerState": "poweredOn", "runtime.connectionState": "connected"}
+    seen = AcceptedShutdowns()
+    reads = [gone, up, gone, up, gone]
+    before = [seen.state("esx01", host_power(p), quiet=host_lost(p)) for p in reads[:1]]
+    seen.asked("esx01")  # ShutdownHost_Task accepted: the host still reads up a moment
+    after = [seen.state("esx01", host_power(p), quiet=host_lost(p)) for p in reads[1:]]
+    assert before == [PowerState.UNKNOWN]
+    # up, then lost (the shutdown landing), then up again (it came back): lost is unknown
+    assert after == [PowerState.ON, PowerState.OFF, PowerState.ON, PowerState.UNKNOWN]
 
 
 def test_fault_text_is_one_line_with_the_fault_name() -> None:

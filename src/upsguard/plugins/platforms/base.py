@@ -214,6 +214,41 @@ class SeenWhileItAnswers(Protocol):
         ...
 
 
+class AcceptedShutdowns:
+    """What a ``SeenWhileItAnswers`` platform remembers: the targets that accepted their
+    shutdown, and whether each has gone quiet since. Quiet (no answer, or its manager lost
+    it) after an accepted shutdown is that shutdown landing: off. Seen up again after going
+    quiet, the target came back, and quiet is unknown again."""
+
+    def __init__(self) -> None:
+        self._went_quiet: dict[str, bool] = {}
+
+    def asked(self, name: str) -> None:
+        """This platform's shutdown of ``name`` was accepted just now."""
+        self._went_quiet[name] = False
+
+    def accepted(self, name: str) -> None:
+        """A shutdown of ``name`` accepted before a restart (or by the other controller)."""
+        self._went_quiet.setdefault(name, False)
+
+    def forget(self, name: str) -> None:
+        """``name`` is asked to start: quiet is unknown again."""
+        self._went_quiet.pop(name, None)
+
+    def state(self, name: str, read: PowerState, quiet: bool) -> PowerState:
+        """``name`` read as ``read``; ``quiet``: it did not answer, or its manager lost it
+        (which alone says nothing: ``read`` is then ``UNKNOWN``)."""
+        went_quiet = self._went_quiet.get(name)
+        if went_quiet is None:
+            return read
+        if quiet:
+            self._went_quiet[name] = True
+            return PowerState.OFF
+        if read is PowerState.ON and went_quiet:
+            del self._went_quiet[name]
+        return read
+
+
 @runtime_checkable
 class InventorySource(Protocol):
     """A platform that can list everything it manages (vSphere): an optional capability.

@@ -60,6 +60,7 @@ from upsguard.findings import Area, Finding, fail, ok, warn
 from upsguard.models import PlatformName, PowerState, StopMethod, Target
 from upsguard.plugins import remote
 from upsguard.plugins.platforms.base import (
+    AcceptedShutdowns,
     ResourceTargets,
     SentListener,
     poll_for_state,
@@ -118,9 +119,8 @@ class SshPlatform:
         self._clock = clock
         self._targets = ResourceTargets(name)
         self._runners: dict[str, remote.Runner] = {}
-        self._asked_down: dict[str, bool] = {}
-        """Devices that accepted their shutdown command (silence from them is ``OFF``), and
-        whether each has been seen down since: one seen up after that came back."""
+        self._shut_down = AcceptedShutdowns()
+        """Devices that accepted their shutdown command: silence from them is ``OFF``."""
 
     async def open(self) -> None:
         return None  # connections are opened per device, on first use
@@ -149,19 +149,11 @@ class SshPlatform:
                 state = PowerState.UNKNOWN
             else:
                 state = _status_state(result)
-        went_down = self._asked_down.get(target.name)
-        if went_down is None:
-            return state
-        if state is PowerState.ON:
-            if went_down:  # up again since its shutdown: silence is unknown again
-                del self._asked_down[target.name]
-            return state
-        self._asked_down[target.name] = True
-        return PowerState.OFF  # quiet (or down) after it accepted its shutdown: gone down
+        return self._shut_down.state(target.name, state, quiet=state is not PowerState.ON)
 
     def shutdown_accepted(self, target: Target) -> None:
         """``SeenWhileItAnswers``: the device took its shutdown command (before a restart)."""
-        self._asked_down.setdefault(target.name, False)
+        self._shut_down.accepted(target.name)
 
     async def stop(self, target: Target, method: StopMethod) -> None:
         """Run ``shutdown`` on the device; return once it accepted the command."""
@@ -190,7 +182,7 @@ class SshPlatform:
                 f"resource '{res.id}': SSH cannot power {target.name} on: "
                 "set power_on_via (a BMC or wol) or a 'startup' command"
             )
-        self._asked_down.pop(target.name, None)
+        self._shut_down.forget(target.name)
         result = await self._send(target, res, "startup", res.startup, sent)
         if not result.ok and not _refused(result):
             raise PermanentError(
@@ -208,7 +200,7 @@ class SshPlatform:
                 raise
             log.info("%s dropped the SSH connection during shutdown: going down", target.name)
             await self._drop(target.name)
-            self._asked_down[target.name] = False
+            self._shut_down.asked(target.name)
             return
         if _refused(result):
             log.info("%s: its shutdown command still runs there from before", target.name)
@@ -217,7 +209,7 @@ class SshPlatform:
                 f"resource '{res.id}': shutdown command on {target.name} exited "
                 f"{result.exit_status}: {result.first_error_line()}"
             )
-        self._asked_down[target.name] = False
+        self._shut_down.asked(target.name)
 
     async def wait_for(self, target: Target, state: PowerState, timeout: float) -> bool:
         interval = self._settings.poll_interval.total_seconds()

@@ -50,7 +50,7 @@ from upsguard.errors import (
 )
 from upsguard.findings import Area, Finding, fail, ok
 from upsguard.models import Fact, PlatformName, PowerState, ResourceKind, StopMethod, Target
-from upsguard.plugins.platforms.base import poll_for_state
+from upsguard.plugins.platforms.base import AcceptedShutdowns, poll_for_state
 from upsguard.plugins.platforms.proxmox import cluster, rights
 from upsguard.saved_state import SavedState
 
@@ -64,8 +64,10 @@ _TOWARD: dict[PowerState, dict[str, tuple[str, ...]]] = {
     PowerState.OFF: {"qemu": ("qmshutdown", "qmstop"), "lxc": ("vzshutdown", "vzstop")},
     PowerState.ON: {"qemu": ("qmstart",), "lxc": ("vzstart",)},
 }
-_NODE_STATES = {"online": PowerState.ON, "offline": PowerState.OFF}
-"""PVE's node status; its third value, ``unknown`` (no quorum, no news), is unknown here too."""
+_NODE_STATES = {"online": PowerState.ON}
+"""PVE's node status. ``offline`` (outside the cluster's membership) is a node shut down, and
+one running behind a broken cluster link, alike: off only once it accepted its shutdown
+(``ProxmoxPlatform._node_state``); ``unknown`` (no quorum, no news) is unknown here too."""
 _GUEST_STATES = {"running": PowerState.ON, "stopped": PowerState.OFF}
 """PVE's guest status; anything else (a status PVE adds later, none at all) is unknown."""
 
@@ -86,6 +88,8 @@ class ProxmoxPlatform:
         )
         self._ceph_said: str | None = None
         """What was last said of the cluster's Ceph (said once, until it changes)."""
+        self._nodes_shut_down = AcceptedShutdowns()
+        """Nodes that accepted their shutdown: offline is that shutdown landing."""
 
     @property
     def _where(self) -> str:
@@ -187,7 +191,7 @@ class ProxmoxPlatform:
             return cluster.ceph_state(flags, self._settings.ceph_flags, self._record)
         if "/" not in ref:
             status = (await self._call("list nodes", _nodes)).get(ref)
-            return _NODE_STATES.get(str(status), PowerState.UNKNOWN)
+            return self._node_state(ref, str(status))
         current = await self._call(f"read the state of {target.name}", _current, ref)
         return _GUEST_STATES.get(str(current.get("status")), PowerState.UNKNOWN)
 
@@ -210,6 +214,7 @@ class ProxmoxPlatform:
                     f"{self._where}: node {target.name} has no hard power-off here: use its BMC"
                 )
             await self._call(f"shut down node {target.name}", _node_shutdown, ref)
+            self._nodes_shut_down.asked(ref)
             return
         action = "shutdown" if method is StopMethod.GRACEFUL else "stop"
         await self._call(f"{action} {target.name}", _guest_action, ref, action)
@@ -281,6 +286,17 @@ class ProxmoxPlatform:
         )
         self._say(logging.INFO if back.known else logging.WARNING, waits)
         return back
+
+    def _node_state(self, node: str, status: str) -> PowerState:
+        read = _NODE_STATES.get(status, PowerState.UNKNOWN)
+        return self._nodes_shut_down.state(node, read, quiet=status == "offline")
+
+    def shutdown_accepted(self, target: Target) -> None:
+        """``SeenWhileItAnswers``: a node's shutdown asked before a restart (or by the other
+        controller) is under way: the node going offline is that shutdown landing."""
+        ref = _ref(target)
+        if "/" not in ref and ref not in (cluster.HA, cluster.CEPH):
+            self._nodes_shut_down.accepted(ref)
 
     def _say(self, level: int, text: str | None) -> None:
         """Log ``text`` about the cluster's Ceph once, until it changes (a wait reads it again

@@ -20,9 +20,15 @@ from pyVmomi import vim
 from upsguard.config.resources import ResourceConfig
 from upsguard.errors import GracefulUnavailable, PermanentError, StepFailed, UpsguardError
 from upsguard.models import PowerState, ResourceKind, Target
+from upsguard.plugins.platforms.base import AcceptedShutdowns
 from upsguard.plugins.platforms.vsphere.cluster import ClusterGuard
 from upsguard.plugins.platforms.vsphere.locate import Located, Locator, Resolved
-from upsguard.plugins.platforms.vsphere.states import TOOLS_RUNNING, host_power, is_off
+from upsguard.plugins.platforms.vsphere.states import (
+    TOOLS_RUNNING,
+    host_lost,
+    host_power,
+    is_off,
+)
 from upsguard.plugins.platforms.vsphere.tasks import TaskLog, task_error, task_under_way
 from upsguard.plugins.platforms.vsphere.vms import power_off, shutdown_guest
 
@@ -59,20 +65,17 @@ class HostSteps:
         self._stop_unplanned_vms = stop_unplanned_vms
         self._leaving_mm: set[Target] = set()
         self._clusters = clusters  # HA and DRS set aside before the host steps (or None)
-        self._shut_down: set[Target] = set()
+        self._shut_down = AcceptedShutdowns()
 
     def power(self, target: Target, props: dict[str, Any]) -> PowerState:
         """The host's state; vCenter losing it reads off only once it accepted its shutdown
         (here, or before a restart: ``accepted``)."""
-        state = host_power(props, shut_down=target in self._shut_down)
-        if state is PowerState.ON:
-            self._shut_down.discard(target)  # up again: silence is unknown again
-        return state
+        return self._shut_down.state(target.name, host_power(props), quiet=host_lost(props))
 
     def accepted(self, target: Target) -> None:
         """``target`` accepted a shutdown (asked before a restart, or by the other
         controller): from now on vCenter losing it is that shutdown landing."""
-        self._shut_down.add(target)
+        self._shut_down.accepted(target.name)
 
     async def stop(self, target: Target, res: ResourceConfig | None) -> None:
         at = await self._locator.locate(target)
@@ -90,12 +93,12 @@ class HostSteps:
         task = await at.session.run(
             f"shut down host {target.name}", lambda: at.obj().ShutdownHost_Task(force=not in_mm)
         )
-        self._shut_down.add(target)
+        self._shut_down.asked(target.name)
         self._tasks.remember(target, at.session, task)
 
     async def start(self, target: Target) -> None:
         at = await self._locator.locate(target)
-        self._shut_down.discard(target)
+        self._shut_down.forget(target.name)
         power = self.power(target, at.watched())
         if power is PowerState.STANDBY:
             await at.session.run(

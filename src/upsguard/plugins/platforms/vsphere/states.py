@@ -19,21 +19,23 @@ def vm_power(props: dict[str, Any]) -> PowerState:
     return _VM_POWER.get(str(props.get("runtime.powerState")), PowerState.UNKNOWN)
 
 
-def host_power(props: dict[str, Any], shut_down: bool = False) -> PowerState:
-    """vCenter shows a host it lost as notResponding: one shut down, unplugged, or cut off by
-    a broken management network, alike. That is off only once the host accepted its
-    shutdown (``shut_down``); before, it is unknown."""
+def host_power(props: dict[str, Any]) -> PowerState:
+    """vCenter shows a host it lost (``host_lost``) with its power state unknown: one shut
+    down, unplugged, or cut off by a broken management network, alike. Off only once the
+    host accepted its shutdown (``HostSteps.power``)."""
     power = str(props.get("runtime.powerState"))
     connection = str(props.get("runtime.connectionState"))
     if power == "standBy":
         return PowerState.STANDBY
     if power == "poweredOff":
         return PowerState.OFF
-    if connection == "notResponding":
-        return PowerState.OFF if shut_down else PowerState.UNKNOWN
     if power == "poweredOn" and connection == "connected":
         return PowerState.ON
     return PowerState.UNKNOWN
+
+
+def host_lost(props: dict[str, Any]) -> bool:
+    return str(props.get("runtime.connectionState")) == "notResponding"
 
 
 def is_off(props: dict[str, Any]) -> bool:
