@@ -81,6 +81,8 @@ class ScriptedUps:
             raise UpsUnreachable("ups1@127.0.0.1: connection refused")
         if state == "OL":
             return UpsReading(self.name, self._clock.now(), frozenset({UpsFlag.OL}), 100.0, 900.0)
+        if state == "OL, no charge":  # a driver without battery.charge (genericups)
+            return UpsReading(self.name, self._clock.now(), frozenset({UpsFlag.OL}), None, None)
         if state == "CAL":  # a battery test: on battery on purpose, mains present
             flags = frozenset({UpsFlag.OB, UpsFlag.CAL})
             return UpsReading(self.name, self._clock.now(), flags, 99.0, 900.0, input_voltage=230)
@@ -326,6 +328,23 @@ def test_a_restart_that_cannot_read_the_ups_never_takes_the_mains_for_back(
     journal.close()
     assert Phase.RECOVERING not in [e.new for e in h.kinds(PhaseChanged)]
     assert runs == [("shutdown", "done")]
+
+
+def test_the_startup_waits_for_a_charge_it_can_read() -> None:
+    """After the shutdown the mains are back, but the UPS reports no charge: the startup's
+    ``charge_above`` cannot be judged, and the site is not started on a battery that may be
+    empty (a person starts it, or the site file sets charge_above: 0)."""
+    h = Harness(lambda t: "OB" if t < 800 else "OL, no charge")
+
+    async def go() -> None:
+        loop = h.build()
+        await h.drive(loop, 3000)
+        await loop.interrupt()
+
+    run_virtual(go())
+    kinds = [(e.spec.kind, e.outcome) for e in h.kinds(RunFinished)]
+    assert kinds == [("shutdown", "done")]
+    assert [e.new for e in h.kinds(PhaseChanged)][-1] is Phase.RECOVERING
 
 
 def _target(platform: SimulatedPlatform, name: str) -> Target:

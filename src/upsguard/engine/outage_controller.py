@@ -305,8 +305,11 @@ class OutageController:
         ticks is never shown stale in its own line and on line in its feed's."""
         figures = {name: w.figures() for name, w in self.watches.items() if w.last is not None}
         charges = [
-            f.reading.charge_pct for f in figures.values() if f.reading.charge_pct is not None
+            f.reading.charge_pct
+            for f in figures.values()
+            if f.reading.link is LinkState.OK and f.reading.charge_pct is not None
         ]
+        every_charge_read = len(charges) == len(self.watches)
         return PowerView(
             at_s=self._clock.monotonic(),
             feeds=tuple(
@@ -316,7 +319,7 @@ class OutageController:
                     self.site.policies.on_lost_contact_while_on_line,
                 )
             ),
-            min_charge_pct=min(charges) if charges else None,
+            min_charge_pct=min(charges) if charges and every_charge_read else None,
         )
 
     def plan_seconds(self) -> dict[str, PlanTime]:

@@ -63,6 +63,8 @@ class PowerView:
     at_s: float
     feeds: tuple[FeedReading, ...]
     min_charge_pct: float | None
+    """None when the charge of a UPS is not read now (none reported, out of contact): the
+    startup's ``charge_above`` is then unknown, and waits."""
 
     @property
     def at_risk(self) -> list[FeedReading]:
@@ -413,7 +415,9 @@ class PhaseEngine:
         ready = (
             view.mains_seen
             and self._online_enough(view, startup.online_for.total_seconds())
-            and (charge is None or charge >= startup.charge_above)
+            and (
+                startup.charge_above <= 0 or (charge is not None and charge >= startup.charge_above)
+            )
         )
         wants_startup = runs.something_stopped and not runs.startup_finished
         if runs.startup_failed and not runs.startup_running:
