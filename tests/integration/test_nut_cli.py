@@ -136,3 +136,22 @@ def test_watch_redraws_when_the_ups_goes_on_battery(nut_factory: Any, tmp_path: 
     assert doc["ups"][0]["flags"] == ["OB", "DISCHRG"] and doc["ups"][0]["charge_pct"] == 97.0
     assert doc["feeds"][0]["state"] == "degraded"
     assert doc["feeds"][0]["members"] == {"ups-a": "on-battery", "ups-b": "online"}
+
+
+def test_doctor_warns_of_a_ups_that_reports_no_charge(
+    nut_factory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A driver without ``battery.charge`` (NUT's genericups): the automatic startup waits for
+    a charge it can read, so the doctor says so, and what to set, before an outage does."""
+    no_charge = ON_LINE.replace("battery.charge: 100\n", "")
+    server = nut_factory({"ups1": no_charge, "ups2": ON_LINE}, ext="dev")
+    site = _site(tmp_path, server.port, server.password_file("mon"))
+
+    code = main(["doctor", "-c", str(site), "--only", "ups", "--format", "json"])
+
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    charge = [(f["subject"], f["verdict"]) for f in findings if f["check"] == "charge"]
+    assert charge == [("ups-a", "warn")]
+    warned = next(f for f in findings if f["check"] == "charge")
+    assert "policies.startup.charge_above: 0" in warned["fix"]
+    assert code == 0

@@ -19,12 +19,21 @@ from datetime import datetime
 from typing import Any
 
 from upsguard.clock import Clock
+from upsguard.config.policies import StartupPolicy
 from upsguard.config.site import SiteConfig
 from upsguard.config.types import format_bytes, format_duration
 from upsguard.doctor import places, site_files, web_page
 from upsguard.errors import UpsguardError
-from upsguard.findings import Area, Finding, Verdict, counts, fail, ok, worst
-from upsguard.models import CacheName, PlatformName, ResourceId, Target, UpsName
+from upsguard.findings import Area, Finding, Verdict, counts, fail, ok, warn, worst
+from upsguard.models import (
+    CacheName,
+    LinkState,
+    PlatformName,
+    ResourceId,
+    Target,
+    UpsName,
+    UpsReading,
+)
 from upsguard.plugins import catalog, registry
 from upsguard.plugins.caches.base import CacheDiagnosis, CacheProvider
 from upsguard.plugins.coordination.base import EndpointHealth
@@ -106,8 +115,9 @@ async def run_checkup(
     gate = asyncio.Semaphore(AT_ONCE)
     check = BoundedCheck(gate, timeout_s)
     commands = {u.name: u.commands for u in site.ups}
+    startup = site.policies.startup
     units: list[Awaitable[list[Finding]]] = [
-        check(Area.UPS, name, _ups(name, source, commands[name]))
+        check(Area.UPS, name, _ups(name, source, commands[name], startup))
         for name, source in plugins.sources.items()
     ]
     units += [
@@ -243,12 +253,40 @@ def _make(
         return None
 
 
-async def _ups(name: UpsName, source: UpsSource, commands: list[str]) -> list[Finding]:
-    """The source's own checks; a source without them is read once."""
+async def _ups(
+    name: UpsName, source: UpsSource, commands: list[str], startup: StartupPolicy
+) -> list[Finding]:
+    """The source's own checks (a source without them is read once), and whether the
+    automatic startup can judge its charge."""
     if isinstance(source, UpsDiagnosis):
-        return await source.diagnose(commands)
-    reading = await source.read()
-    return [ok(Area.UPS, name, "data", f"read: link {reading.link.value}")]
+        found = await source.diagnose(commands)
+        try:
+            reading = await source.read()
+        except UpsguardError:
+            return found  # its own checks said why
+    else:
+        reading = await source.read()
+        found = [ok(Area.UPS, name, "data", f"read: link {reading.link.value}")]
+    return found + _startup_charge(name, reading, startup)
+
+
+def _startup_charge(name: UpsName, reading: UpsReading, startup: StartupPolicy) -> list[Finding]:
+    """The automatic startup waits for a charge it can read on every UPS: one that reports
+    none keeps the site down after an outage until a person starts it."""
+    judged = startup.automatic and "startup_runbook" in startup.then and startup.charge_above > 0
+    if not judged or reading.link is not LinkState.OK or reading.charge_pct is not None:
+        return []
+    return [
+        warn(
+            Area.UPS,
+            name,
+            "charge",
+            "reports no battery charge: after an outage the automatic startup waits for one "
+            f"above {startup.charge_above:.0f} %",
+            "set policies.startup.charge_above: 0 to start without judging the charge, or "
+            "start the site by hand (upsguard trigger startup)",
+        )
+    ]
 
 
 async def _platform(
