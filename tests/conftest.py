@@ -17,6 +17,9 @@ A test that needs more or fewer examples than its profile says so with ``@settin
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -77,3 +80,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return 1 if item.get_closest_marker("slow") else 2
 
     items.sort(key=rank)
+
+
+@pytest.fixture(autouse=True)
+def logging_as_it_was() -> Iterator[None]:
+    """Each test leaves the loggers as it found them. A test that runs the CLI in-process
+    (``main([...])``) gets the logging the CLI sets for a whole process: ``doctor`` and
+    ``drill`` raise the root logger to CRITICAL, ``configure`` adds a stderr handler. Left
+    so, the next test on that worker captured no warning (``caplog.text`` empty: a full lane
+    failed two vSphere tests that way after a doctor test ran before them)."""
+    root = logging.getLogger()
+    handlers, levels = list(root.handlers), _logger_levels()
+    yield
+    root.handlers[:] = handlers
+    for name, level in levels.items():
+        logging.getLogger(name or None).setLevel(level)
+    for name in set(_logger_levels()) - set(levels):
+        logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+def _logger_levels() -> dict[str, int]:
+    """The level of the root logger ("") and of every logger created so far."""
+    known = logging.Logger.manager.loggerDict.items()
+    levels = {name: lg.level for name, lg in known if isinstance(lg, logging.Logger)}
+    return {"": logging.getLogger().level, **levels}
