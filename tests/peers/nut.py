@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from tests.peers.ports import free_port
-from tests.peers.process import spawn
+from tests.peers.process import spawn, wait_started
 from upsguard.config.ups import UpsConfig
 
 NUT_BIN = Path("/lib/nut")
@@ -143,13 +143,13 @@ class NutServer:
         (self.root / f"dummy-ups-{name}").unlink(missing_ok=True)
 
     def start_upsd(self) -> None:
+        """Start upsd and wait until it listens on ``port`` itself: another process on the
+        port (one that took it first) would answer a bare connect as well."""
+        log = self.root / "upsd.log"
         self.upsd = spawn(
-            [str(NUT_BIN / "upsd"), "-u", "root", "-F"],
-            self.root / "upsd.log",
-            env=self.env,
-            cwd=self.root,
+            [str(NUT_BIN / "upsd"), "-u", "root", "-F"], log, env=self.env, cwd=self.root
         )
-        _wait_for(self._listening, "upsd listening")
+        wait_started(self.upsd, log, self._upsd_listens, "upsd", within=20)
 
     def kill_upsd(self) -> None:
         self.signalled = True
@@ -158,12 +158,20 @@ class NutServer:
         self.upsd.wait(10)
         self.upsd = None
 
-    def _listening(self) -> bool:
+    def _upsd_listens(self) -> bool:
+        """Whether the socket listening on ``port`` is one of upsd's (from /proc)."""
+        assert self.upsd is not None
+        listening = {
+            fields[9]
+            for fields in (line.split() for line in _tcp_table())
+            if int(fields[1].split(":")[1], 16) == self.port and fields[3] == "0A"
+        }
         try:
-            with socket.create_connection(("127.0.0.1", self.port), 0.2):
-                return True
+            fds = list(Path(f"/proc/{self.upsd.pid}/fd").iterdir())
+            owned = {os.readlink(fd) for fd in fds}
         except OSError:
             return False
+        return any(f"socket:[{inode}]" in owned for inode in listening)
 
     def get(self, name: str, var: str) -> str:
         """``upsc NAME VAR`` over the protocol: the value, or upsd's ``ERR ...`` line."""
@@ -191,7 +199,7 @@ class NutServer:
     def connections(self) -> int:
         """TCP connections established to upsd now (from /proc/net/tcp)."""
         count = 0
-        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        for line in _tcp_table():
             fields = line.split()
             if int(fields[2].split(":")[1], 16) == self.port and fields[3] == "01":
                 count += 1
@@ -283,6 +291,11 @@ def data_of(text: str) -> dict[str, str] | None:
     return found
 
 
+def _tcp_table() -> list[str]:
+    """The lines of /proc/net/tcp below its heading: local address, state, inode, ..."""
+    return Path("/proc/net/tcp").read_text().splitlines()[1:]
+
+
 def _process_state(pid: int) -> str:
     """The state letter of ``/proc/PID/stat`` (``T``: stopped), or ``X`` when it is gone."""
     try:
@@ -311,7 +324,9 @@ def start_nut(
 ) -> NutServer:
     """Write the configuration, start one driver per UPS, then upsd; wait until all answer.
     ``fake_drivers``: UPSes played by ``tests.peers.nut_driver`` with those instant commands
-    (dummy-ups offers only ``load.off``)."""
+    (dummy-ups offers only ``load.off``). A port another process took between its choice
+    and upsd's bind (the kernel hands ports out again, to other workers' peers too) is chosen
+    anew, twice at most."""
     require_nut()
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -324,11 +339,16 @@ def start_nut(
             f'[{name}]\n  driver = dummy-ups\n  port = {files[name]}\n  desc = "test {name}"\n'
         )
     (root / "ups.conf").write_text("\n".join(sections))
-    upsd_conf = f"LISTEN 127.0.0.1 {port}\nMAXAGE {maxage}\n"
+    upsd_tls = ""
     if tls:
         server.ca_file = make_nss_db(root)
-        upsd_conf += f'CERTPATH {root / "nss"}\nCERTIDENT "upsd" "{NSS_DB_PASSWORD}"\n'
-    (root / "upsd.conf").write_text(upsd_conf)
+        upsd_tls = f'CERTPATH {root / "nss"}\nCERTIDENT "upsd" "{NSS_DB_PASSWORD}"\n'
+
+    def listen_on(port: int) -> None:
+        server.port = port
+        (root / "upsd.conf").write_text(f"LISTEN 127.0.0.1 {port}\nMAXAGE {maxage}\n{upsd_tls}")
+
+    listen_on(port)
     users = []
     for user, (password, rights) in USERS.items():
         users.append(f"[{user}]\n  password = {password}\n  {rights}\n")
@@ -339,7 +359,14 @@ def start_nut(
         path.chmod(0o600)
     try:
         server.start_drivers(list(upses))
-        server.start_upsd()
+        for attempt in range(BIND_ATTEMPTS):
+            try:
+                server.start_upsd()
+                break
+            except pytest.fail.Exception as exc:
+                if "not listening on" not in str(exc) or attempt == BIND_ATTEMPTS - 1:
+                    raise
+            listen_on(free_port())
         server.wait_ready(timeout=timeout)
     except BaseException:
         server.stop()
@@ -347,6 +374,7 @@ def start_nut(
     return server
 
 
+BIND_ATTEMPTS = 3
 NSS_DB_PASSWORD = "nss-db-pass"
 
 
