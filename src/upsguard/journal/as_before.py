@@ -27,15 +27,15 @@ RUNS_BACK = 50
 
 
 def found_off(
-    journal: Journal, startup: RunId, started_before: str | None = None
+    journal: Journal, startup: RunId, started_by: str | None = None
 ) -> dict[ResourceId, RunId]:
     """The resources found off at the first look of every run that stopped things since the
     last startup done (``startup``, the run asking, left out), each with the first run that
-    found it so. ``started_before``: the startup's own start, when runs came after it (a
+    found it so. ``started_by``: the startup's own start, when runs came after it (a
     report of a past startup). Empty when the journal cannot be read: everything is
     started."""
     try:
-        runs = journal.read.runs(limit=RUNS_BACK, started_by=started_before)
+        runs = journal.read.runs(limit=RUNS_BACK, started_by=started_by)
     except (sqlite3.Error, ValueError) as exc:
         log.warning("journal %s: cannot read what was off before the outage: %s", journal.path, exc)
         return {}

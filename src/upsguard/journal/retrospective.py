@@ -117,7 +117,7 @@ def story_from_journal(
         plan = plan_for(planner, facts)
         story = run_story(facts, [_record(s) for s in run.steps], plan, origin)
         if facts.direction is Direction.STARTUP:
-            before = found_off(journal, RunId(run.id), started_before=run.started)
+            before = found_off(journal, RunId(run.id), started_by=run.started)
             story = replace(story, way_back=way_back(story.steps, before))
         stories.append(story)
         outlooks.append(outlook(site, facts, plan, learned, story.duration_s))
