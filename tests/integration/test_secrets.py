@@ -293,7 +293,9 @@ def site(tmp: Path, nut: Any, bmc: Any, redfish: RedfishBmc, web_peer: WebPeer) 
                         "password_file": _secret_file(keys, "health_pw"),
                     },
                     "platform": False,
-                    "timeout": "1s",
+                    # long enough for a loaded machine's check to be answered (503) before
+                    # it: the step's failure must name the URL, not "no answer within"
+                    "timeout": "10s",
                     "interval": "200ms",
                 },
             ),
