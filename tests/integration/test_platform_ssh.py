@@ -250,6 +250,37 @@ def test_once_refuses_a_second_copy_while_the_first_runs_on_the_device(
     assert len(begun(tmp_path)) == starts
 
 
+@pytest.mark.parametrize(
+    ("second_request", "starts"), [("run-1.stop:nas", 1), ("run-2.stop:nas", 2)]
+)
+def test_once_refuses_a_copy_for_the_same_request_after_the_first_ended(
+    sshd: Sshd, tmp_path: Path, second_request: str, starts: int
+) -> None:
+    """A restarted controller read the device up while the first copy still ran, and sent
+    its copy as the first ended (a loaded machine's full lane saw the command begin twice):
+    the same request's copy is refused even with the first copy gone; another request's
+    (the next outage's) runs."""
+    script = slow_device(tmp_path)
+    (tmp_path / "release").touch()  # each copy ends at once
+    rid = lock_of_its_own()
+    res = nas(id=rid, shutdown=str(script), ssh={"once": True})
+
+    async def scenario() -> None:
+        first, second = platform(sshd), platform(sshd)
+        [target] = await first.resolve(res)
+        await second.resolve(res)
+        await first.send_command(target, PowerState.OFF, lambda: None, request="run-1.stop:nas")
+        await second.send_command(target, PowerState.OFF, lambda: None, request=second_request)
+        await first.close()
+        await second.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        (Path.home() / f".upsguard-{rid}-shutdown.lock").unlink(missing_ok=True)
+    assert len(begun(tmp_path)) == starts
+
+
 def test_a_once_command_that_fails_says_why(sshd: Sshd, tmp_path: Path) -> None:
     device = Device(tmp_path)
     rid = lock_of_its_own()
@@ -284,7 +315,9 @@ def test_a_command_is_heard_as_sent_only_once_the_device_answered(
     async def scenario(ssh: Any) -> None:
         [target] = await ssh.resolve(res)
         try:
-            await ssh.send_command(target, PowerState.OFF, lambda: heard.append("sent"))
+            await ssh.send_command(
+                target, PowerState.OFF, lambda: heard.append("sent"), request="run.stop:nas"
+            )
         finally:
             await ssh.close()
 

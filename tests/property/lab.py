@@ -336,7 +336,9 @@ class LabCommandPlatform(LentPlatform):
         super().__init__(inner, life, reads, clock)
         self._sent = sent
 
-    async def send_command(self, target: Target, wanted: PowerState, sent: SentListener) -> None:
+    async def send_command(
+        self, target: Target, wanted: PowerState, sent: SentListener, *, request: str
+    ) -> None:
         await self._life.before_request()
         sent()
         self._sent(target)

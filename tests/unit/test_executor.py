@@ -744,12 +744,14 @@ class SentCommandPlatform:
     async def stop(self, target: Target, method: StopMethod) -> None:
         if method is StopMethod.HARD:
             raise PermanentError(f"{target.name}: SSH has no hard power-off")
-        await self.send_command(target, PowerState.OFF, lambda: None)
+        await self.send_command(target, PowerState.OFF, lambda: None, request="")
 
     async def start(self, target: Target) -> None:
         raise AssertionError("only shutdowns here")
 
-    async def send_command(self, target: Target, wanted: PowerState, sent: SentListener) -> None:
+    async def send_command(
+        self, target: Target, wanted: PowerState, sent: SentListener, *, request: str
+    ) -> None:
         sent()
         if self.refuses:
             raise PermanentError(f"{target.name}: shutdown command exited 4: volume resync")

@@ -386,7 +386,7 @@ class StepRunner:
         if isinstance(platform, SendsCommands):
             try:
                 sent = functools.partial(self._asked, step, target, wanted)
-                await platform.send_command(target, wanted, sent)
+                await platform.send_command(target, wanted, sent, request=f"{self._run}.{step}")
             except PermanentError:  # the command ran and failed: nothing is under way
                 sent_now = self.under_way.get(key_of(target))
                 if sent_now is not None and (sent_now.run, sent_now.step) == (self._run, step):

@@ -189,13 +189,17 @@ class SendsCommands(Protocol):
     second one before the step's own timeout has passed since the first (``engine.actions``).
     """
 
-    async def send_command(self, target: Target, wanted: PowerState, sent: SentListener) -> None:
+    async def send_command(
+        self, target: Target, wanted: PowerState, sent: SentListener, *, request: str
+    ) -> None:
         """Run the command that takes ``target`` to ``wanted`` (``OFF``: its shutdown, ``ON``:
         its startup), as ``stop``/``start`` do. ``sent`` hears the moment the command goes
         out, once the connection is open: a device that could not be reached was sent
-        nothing. A copy of the same command still running on the device (where the platform
-        can tell) is that request under way: it returns as if accepted, starting none.
-        Raises as ``stop``/``start`` do."""
+        nothing. ``request``: the run and step asking (the same after a restart), or empty
+        for a person acting directly. A copy of the same command still running on the
+        device, or one started there for the same request (where the platform can tell), is
+        that request under way: it returns as if accepted, starting none. Raises as
+        ``stop``/``start`` do."""
         ...
 
 

@@ -29,14 +29,18 @@ step's own timeout has passed since the first (``engine.actions``). A resource w
 while the first still runs there (a command slower than the step's timeout) is refused
 beside it rather than run twice: the wrapper takes ``~/.upsguard-RESOURCE-ACTION.lock``
 without waiting, and on refusal exits ``ONCE_REFUSED`` saying ``ONCE_MARK``; the platform
-then treats the first copy as the request under way. The lock file lives in the SSH user's
-home, not ``/run/lock``: the home is there and writable on every device that lets the user
-log in (appliances often have no ``/run/lock``, or keep it for root), and nobody else may
-create files in it, whereas any user of the device can plant a file of that name in the
-shared ``/run/lock`` and so keep the shutdown from ever running. A ``flock`` lock ends
-with the processes holding it (the command and what it left running), so a file left
-behind by a reboot holds nothing. A device without ``flock``, or whose home cannot take the
-file, runs the command unguarded: the lock is a guard, never a reason not to shut down.
+then treats the first copy as the request under way. The lock file also keeps the request
+(run and step) its last copy ran for: a copy for the same request is refused even once the
+first has ended, as when a restarted controller read the device up just before the first
+copy finished; the next outage's run is another request, and runs. The lock file lives in
+the SSH user's home, not ``/run/lock``: the home is there and writable on every device that
+lets the user log in (appliances often have no ``/run/lock``, or keep it for root), and
+nobody else may create files in it, whereas any user of the device can plant a file of that
+name in the shared ``/run/lock`` and so keep the shutdown from ever running. A ``flock`` lock
+ends with the processes holding it (the command and what it left running), so a file left
+behind by a reboot holds nothing (the request it names is an old run's). A device without
+``flock``, or whose home cannot take the file, runs the command unguarded: the lock is a
+guard, never a reason not to shut down.
 """
 
 from __future__ import annotations
@@ -83,7 +87,10 @@ def command_argv(line: str) -> list[str]:
 
 ONCE_REFUSED = 75
 """The exit status of a ``once`` command refused because a copy of it still runs (EX_TEMPFAIL)."""
-ONCE_MARK = "upsguard: a copy of this command still runs on this device; not started again"
+ONCE_MARK = (
+    "upsguard: a copy of this command still runs on this device, or ran for this request; "
+    "not started again"
+)
 """The line the refusal prints on stderr: with ``ONCE_REFUSED`` it tells a refusal from a
 command that happens to exit 75 (a token of the wrapper's own, as ``remote.EXIT_MARK`` is)."""
 
@@ -91,23 +98,30 @@ _ONCE = (
     'lock="$HOME/.upsguard-$0.lock"\n'
     'if command -v flock >/dev/null 2>&1 && (: >>"$lock") 2>/dev/null; then\n'
     '  exec 9>>"$lock"\n'
-    f'  flock -n 9 || {{ echo "{ONCE_MARK}" >&2; exit {ONCE_REFUSED}; }}\n'
+    f'  refuse() {{ echo "{ONCE_MARK}" >&2; exit {ONCE_REFUSED}; }}\n'
+    "  flock -n 9 || refuse\n"
+    '  read -r ran <"$lock"\n'
+    '  [ -n "$2" ] && [ "$ran" = "$2" ] && refuse\n'
+    '  printf "%s\\n" "$2" >"$lock"\n'
     "fi\n"
     'exec sh -c "$1"'
 )
-"""The ``once`` wrapper: ``sh -c _ONCE NAME LINE`` (see the module docstring). The lock's
-descriptor is passed on to the command, so it is held as long as the command runs; the line
-itself runs as ``sh -c LINE``, as the device's login shell would run it."""
+"""The ``once`` wrapper: ``sh -c _ONCE NAME LINE REQUEST`` (see the module docstring). The
+lock's descriptor is passed on to the command, so it is held as long as the command runs;
+the lock file keeps the request its last copy ran for, so that the same request's copy sent
+again as the first ends (a restarted controller read the device up a moment before) is
+refused too. The line itself runs as ``sh -c LINE``, as the device's login shell would."""
 
 
 _ONCE_PROBE = 'command -v flock >/dev/null 2>&1 && test -w "$HOME"'
 """What ``once`` needs on the device, read without changing anything (``doctor``)."""
 
 
-def once_argv(name: str, line: str) -> list[str]:
-    """``line`` run under the device's ``flock``, its lock named after ``name``."""
+def once_argv(name: str, line: str, request: str) -> list[str]:
+    """``line`` run under the device's ``flock``, its lock named after ``name``, for
+    ``request`` (see ``_ONCE``)."""
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
-    return ["sh", "-c", _ONCE, safe, line]
+    return ["sh", "-c", _ONCE, safe, line, request]
 
 
 class SshPlatform:
@@ -163,19 +177,21 @@ class SshPlatform:
                 f"resource '{res.id}': SSH has no hard power-off for {target.name}; "
                 "it did not go down after its shutdown command"
             )
-        await self.send_command(target, PowerState.OFF, _nobody)
+        await self.send_command(target, PowerState.OFF, _nobody, request="")
 
     async def start(self, target: Target) -> None:
         """Run ``startup`` on a reachable device; power-on itself needs ``power_on_via``."""
-        await self.send_command(target, PowerState.ON, _nobody)
+        await self.send_command(target, PowerState.ON, _nobody, request="")
 
-    async def send_command(self, target: Target, wanted: PowerState, sent: SentListener) -> None:
+    async def send_command(
+        self, target: Target, wanted: PowerState, sent: SentListener, *, request: str
+    ) -> None:
         """``SendsCommands``: run the resource's ``shutdown`` (``OFF``) or ``startup`` (``ON``)
         on the device, ``sent`` hearing the moment it goes out. A ``once`` copy refused
-        because the first still runs is that request under way."""
+        (the first still runs, or ran for ``request``) is that request under way."""
         res = self._targets.resource(target)
         if wanted is PowerState.OFF:
-            await self._shutdown(target, res, sent)
+            await self._shutdown(target, res, sent, request)
             return
         if res.startup is None:
             raise PermanentError(
@@ -183,18 +199,20 @@ class SshPlatform:
                 "set power_on_via (a BMC or wol) or a 'startup' command"
             )
         self._shut_down.forget(target.name)
-        result = await self._send(target, res, "startup", res.startup, sent)
+        result = await self._send(target, res, "startup", res.startup, sent, request)
         if not result.ok and not _refused(result):
             raise PermanentError(
                 f"resource '{res.id}': startup command on {target.name} exited "
                 f"{result.exit_status}: {result.first_error_line()}"
             )
 
-    async def _shutdown(self, target: Target, res: ResourceConfig, sent: SentListener) -> None:
+    async def _shutdown(
+        self, target: Target, res: ResourceConfig, sent: SentListener, request: str
+    ) -> None:
         if res.shutdown is None:
             raise PermanentError(f"resource '{res.id}' has no 'shutdown' command")
         try:
-            result = await self._send(target, res, "shutdown", res.shutdown, sent)
+            result = await self._send(target, res, "shutdown", res.shutdown, sent, request)
         except PlatformUnreachable as exc:
             if "connection lost" not in str(exc):  # remote's words for a drop after connecting
                 raise
@@ -275,12 +293,18 @@ class SshPlatform:
         return await self._runner(target).run(command_argv(line), timeout=timeout)
 
     async def _send(
-        self, target: Target, res: ResourceConfig, what: str, line: str, sent: SentListener
+        self,
+        target: Target,
+        res: ResourceConfig,
+        what: str,
+        line: str,
+        sent: SentListener,
+        request: str,
     ) -> remote.CommandResult:
         """Run a shutdown or startup ``line`` (under ``flock`` with ``once``), ``sent`` hearing
         it go out once the connection is open."""
         once = res.ssh is not None and res.ssh.once
-        argv = once_argv(f"{res.id}-{what}", line) if once else command_argv(line)
+        argv = once_argv(f"{res.id}-{what}", line, request) if once else command_argv(line)
         runner = self._runner(target)
         await runner.open()
         sent()
