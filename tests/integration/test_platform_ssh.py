@@ -7,6 +7,7 @@ sent and reports its state through a status command, as a NAS would.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -217,6 +218,14 @@ def begun(base: Path) -> list[str]:
     return [line for line in lines if line.startswith("begin ")]
 
 
+def run_then_unlock(scenario: Coroutine[Any, Any, None], rid: str) -> None:
+    """Run ``scenario``, then remove the ``once`` lock file it left in this machine's home."""
+    try:
+        asyncio.run(scenario)
+    finally:
+        (Path.home() / f".upsguard-{rid}-shutdown.lock").unlink(missing_ok=True)
+
+
 @pytest.mark.parametrize(("once", "starts"), [(True, 1), (False, 2)])
 def test_once_refuses_a_second_copy_while_the_first_runs_on_the_device(
     sshd: Sshd, tmp_path: Path, once: bool, starts: int
@@ -243,10 +252,7 @@ def test_once_refuses_a_second_copy_while_the_first_runs_on_the_device(
         await first.close()
         await second.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        (Path.home() / f".upsguard-{rid}-shutdown.lock").unlink(missing_ok=True)
+    run_then_unlock(scenario(), rid)
     assert len(begun(tmp_path)) == starts
 
 
@@ -274,10 +280,7 @@ def test_once_refuses_a_copy_for_the_same_request_after_the_first_ended(
         await first.close()
         await second.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        (Path.home() / f".upsguard-{rid}-shutdown.lock").unlink(missing_ok=True)
+    run_then_unlock(scenario(), rid)
     assert len(begun(tmp_path)) == starts
 
 

@@ -86,7 +86,8 @@ def command_argv(line: str) -> list[str]:
 
 
 ONCE_REFUSED = 75
-"""The exit status of a ``once`` command refused because a copy of it still runs (EX_TEMPFAIL)."""
+"""The exit status of a refused ``once`` copy: the first still runs, or ran for the same
+request (EX_TEMPFAIL)."""
 ONCE_MARK = (
     "upsguard: a copy of this command still runs on this device, or ran for this request; "
     "not started again"
@@ -347,7 +348,8 @@ def _nobody() -> None:
 
 
 def _refused(result: remote.CommandResult) -> bool:
-    """A ``once`` copy refused: its first copy still runs on the device (see ``ONCE_MARK``)."""
+    """A ``once`` copy refused: its first copy still runs on the device, or ran for the same
+    request (see ``ONCE_MARK``)."""
     return result.exit_status == ONCE_REFUSED and ONCE_MARK in result.stderr.splitlines()
 
 
