@@ -35,6 +35,9 @@ REFUSALS: dict[str, Exception] = {
 permission after a password change or a role added, a stale auth revision after any role
 change, an error of the client itself."""
 RUN, STEP = RunId("shutdown-1"), StepId("stop:vm1")
+SLOW_S = 1.0
+"""How late a ``slow`` store's calls go out: a sixth of the lease (0.3 s of the tests'
+pairs' 2 s lease, as a full lane beside two busy loops saw)."""
 
 
 class Faulty:
@@ -53,6 +56,8 @@ class Faulty:
                 raise StoreUnavailable("etcd: no endpoint answered (test)")
             if self.mode == "hang":
                 await asyncio.Event().wait()
+            if self.mode == "slow":  # a loaded machine: each call goes out late
+                await asyncio.sleep(SLOW_S)
             while self.mode == "deaf":  # a client that swallows a cancellation, waits on
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.sleep(1)
@@ -386,6 +391,32 @@ def test_a_handover_lets_the_other_win_without_waiting_for_the_lease() -> None:
         assert pair.changes["b"] == [(0.1, Role.STANDBY), (4.1, Role.LEADER)]  # next campaign
         assert pair.changes["a"] == [(0.0, Role.LEADER), (3.0, Role.STANDBY)]
         assert a.state().leader == "b"
+
+    virtual(scenario)
+
+
+def test_a_run_handed_back_goes_back_to_the_controller_that_handed_it_over() -> None:
+    """Defect (a full lane beside two busy loops: ``test_ha_pair``'s controllers that
+    disagree about the UPS): ``a`` handed the run over at the controllers' machines, ``b``
+    won and handed it back at once (it cannot read the UPS), both quiet for a lease. ``a``'s
+    quiet ended first, but its campaign went out late on the loaded machine, and ``b``'s,
+    on time, won again: the run stayed with the controller that could not finish it. Handing
+    back, ``b`` is quiet for two leases."""
+
+    async def scenario(pair: Pair) -> None:
+        a, b = pair.controller("a"), pair.controller("b")
+        pair.start("a")  # campaigns at 0, 2, 4, ...
+        await pair.until(0.5)
+        pair.start("b")  # at 0.5, 2.5, 4.5, ...
+        await pair.until(4.4)
+        await a.hand_over()
+        pair.stores["a"].mode = "slow"
+        await pair.until(4.51)
+        assert b.role is Role.LEADER
+        await b.hand_over(back=True)
+        await pair.until(20)
+        assert pair.changes["a"][-1] == (13.0, Role.LEADER)  # its campaign at 12, late
+        assert pair.changes["b"][-1] == (4.51, Role.STANDBY)
 
     virtual(scenario)
 

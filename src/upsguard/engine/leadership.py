@@ -335,11 +335,15 @@ class Leadership:
 
     # -- handing over and going alone ----------------------------------------------------
 
-    async def hand_over(self) -> None:
+    async def hand_over(self, *, back: bool = False) -> None:
         """End this term now (before this controller's machine stops): the other wins at
-        once instead of after the lease. No campaign for a lease's time after it."""
+        once instead of after the lease. No campaign for a lease's time after it, or for
+        two when handing ``back`` a run this controller was handed: the controller it goes
+        back to, quiet since a moment before, must win first also when its campaign goes out
+        late on a loaded machine (up to a third of a lease after its quiet, and as long for
+        the answer); were it gone, this one goes on after the second lease."""
         term, self._term, self._renewed_at = self._term, None, None
-        self._quiet_until = self._clock.monotonic() + self._ttl
+        self._quiet_until = self._clock.monotonic() + self._ttl * (2 if back else 1)
         self._detail = "handed over"
         if term is not None:
             try:

@@ -439,7 +439,8 @@ class Pair:
         cannot read a UPS the end of the outage commands): it hands the run back, once per
         run, so two controllers that both cannot never pass it to and fro. The controller
         that handed it over was alive a moment ago and wins again once its quiet after the
-        handover ends; were it gone since, this one wins again a lease later and goes on."""
+        handover ends, a lease before this one campaigns (``Leadership.hand_over``); were it
+        gone since, this one wins again then and goes on."""
         return (
             self.leadership.role is Role.LEADER
             and run in self._handed
@@ -449,9 +450,9 @@ class Pair:
     async def hand_back(self, spec: RunSpec, step: StepId) -> None:
         """``hand_over``, for a run this controller was handed (``should_hand_back``)."""
         self._given_back.add(spec.id)
-        await self.hand_over(spec, step)
+        await self.hand_over(spec, step, back=True)
 
-    async def hand_over(self, spec: RunSpec, step: StepId) -> None:
+    async def hand_over(self, spec: RunSpec, step: StepId, *, back: bool = False) -> None:
         """Note the handover at ``step`` in the store, fenced, then end this term at once:
         the other controller wins now instead of after the lease."""
         self._handed.add(spec.id)
@@ -462,7 +463,7 @@ class Pair:
                     spec.id, step, StepState.INTERRUPTED, detail, handed_over=True
                 )
             )
-        await self.leadership.hand_over()
+        await self.leadership.hand_over(back=back)
 
     # -- following and taking over ---------------------------------------------------------
 
