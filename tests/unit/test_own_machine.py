@@ -7,34 +7,21 @@ Defects these reproduce (each failed before its fix):
   (the simulator then showed a startup that could not happen);
 - the cluster example with the management box on ups-a alone: in 'one-ups-fails' the
   controller powered itself off while the hosts ran on, unguarded, and validate, the verdict
-  and the service said nothing;
-- a pair's standby that could not read the UPS (its path to upsd cut while the mains were
-  on) took the run back at the controllers' machines and read the UPS out of contact as the
-  mains there: both machines stayed up "to start the site again" and no UPS was told its
-  load cycle, while the leader read the UPS on battery (a full lane beside two busy loops,
-  ``test_ha_pair``'s controllers that disagree about the UPS).
+  and the service said nothing.
 """
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
 from tests.sites import EXAMPLES
 from upsguard.cli import main
-from upsguard.clock import SystemClock
 from upsguard.config import SiteConfig, load_site
 from upsguard.config.checks import site_warnings
 from upsguard.config.scenario import load_scenario, parse_scenario
-from upsguard.config.site import feed_name
-from upsguard.engine.end_of_outage import EndOfOutage, StayUp
-from upsguard.events import Event
-from upsguard.models import LinkState, ResourceId, RunId, UpsFlag, UpsName, UpsReading
-from upsguard.policies.phases import PowerView
-from upsguard.policies.power import UpsFigures, read_feed
-from upsguard.runs import RunKind, RunOrigin, RunSpec
+from upsguard.models import UpsName
 from upsguard.simulation.simulator import SimulationReport, simulate
 from upsguard.units import format_duration
 
@@ -179,30 +166,3 @@ def test_a_failed_shutdown_cuts_nothing_not_known_off_until_the_critical_floor()
         "  skipped   stop:mgmt: nothing would bring power back to mgmt (no load cycle from "
         "UPS cp1500): upsguard stays up while the battery lasts"
     ]
-
-
-def test_a_ups_out_of_contact_since_it_was_on_mains_is_no_sign_of_the_mains() -> None:
-    """The controller lost its UPS while the mains were on (an alert, not an outage: the
-    feed is not at risk), and a shutdown reached its own machine: that the mains are there
-    is not known, so it is not why the machine stays up."""
-    site = load_site(HOMELAB)
-    (feed,) = site.feeds_powering(ResourceId("mgmt"))
-    name = feed_name(feed, site.effective_feeds().index(feed))
-    ups = UpsName("cp1500")
-    clock = SystemClock()
-    lost = UpsReading(ups, clock.now(), frozenset({UpsFlag.OL}), link=LinkState.LOST)
-    reading = read_feed(name, feed, {ups: UpsFigures(lost, None, None)})
-    assert (reading.at_risk, reading.state) == (False, "unknown")
-    view = PowerView(at_s=0.0, feeds=(reading,), min_charge_pct=None)
-    said: list[Event] = []
-    end = EndOfOutage(site, {}, clock, said.append)
-    spec = RunSpec(RunId("shutdown-1"), RunKind.SHUTDOWN, RunOrigin.MANUAL, "a person", clock.now())
-    own = next(r for r in site.resources if r.id == "mgmt")
-
-    assert not end.mains_there(own.id, view)
-    stay = asyncio.run(end.own_machine(spec, own, [], view))
-    assert stay == StayUp(
-        "nothing would bring power back to mgmt (no load cycle from UPS cp1500): upsguard "
-        "stays up while the battery lasts",
-        mains_back=False,
-    )

@@ -157,16 +157,16 @@ class EndOfOutage:
         return StayUp(why, mains_back=False)
 
     def mains_there(self, machine: ResourceId, view: PowerView | None) -> bool:
-        """Every feed powering ``machine`` is read on mains now (``mains_seen``): a
-        controller's machine stays up. Power not read yet (no ``view``) is not the mains
-        there, nor is a UPS out of contact since it was on mains: no outage, but no sign of
-        the mains either (a pair's standby cut from upsd read it so while the leader read
-        the UPS on battery)."""
+        """No feed powering ``machine`` is at risk: a controller's machine stays up. Power
+        not read yet (no ``view``) is not the mains there."""
         if view is None:
             return False
         feeds = self._site.feeds_powering(machine)
-        seen = {f.name for f in view.feeds if f.mains_seen}
-        return {name for name, feed in self._feeds.items() if feed in feeds} <= seen
+        at_risk = {f.name for f in view.at_risk}
+        own_feeds = {
+            feed_name(f, i) for i, f in enumerate(self._site.effective_feeds()) if f in feeds
+        }
+        return not own_feeds & at_risk
 
     def _say_unguarded(self, own: ResourceConfig, stopped: Collection[ResourceId]) -> None:
         """What upsguard leaves running when it stops itself (its feed went, another feed
