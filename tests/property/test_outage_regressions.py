@@ -625,6 +625,28 @@ def test_a_ups_told_before_a_kill_is_not_told_again_by_the_resumed_run(
         assert sorted(told) == ["ua", "ub"], told
 
 
+def test_a_load_cycle_that_came_and_went_before_a_restart_is_not_counted_on() -> None:
+    """A self-test on ub with a battery older than its model empties it: the shutdown runs
+    with ua out of contact (its countdown goes on) and the controller tells both UPSes their
+    load cycle; then SIGTERM, at its own machine's step. Both cycles cut the outputs and
+    brought them back with the mains, and the machine booted. Its plan, from the live
+    inventory now, had steps the run had not (the web VMs), so the run was resumed, with
+    both UPSes out of contact: it counted on the spent cycles and stopped its own machine
+    for good (process 3: 'graceful stop of mgmt: nothing brings power back (UPS ua got no
+    load cycle)'). Hidden while a UPS out of contact passed for the mains there; a lane's
+    stories found it once that rule went (shrunk by hand from hypothesis's story)."""
+    replay(
+        step("self_test", on=True, ups="ub"),
+        step("battery_older_than_its_model", charge=15, ups="ub"),
+        step("time_passes", seconds=900),
+        step("contact", link=LinkState.LOST, ups="ua"),
+        step("platform_hangs", platform="vc", seconds=300),
+        step("sigterm"),
+        step("contact", link=LinkState.LOST, ups="ub"),
+        step("time_passes", seconds=900),
+    )
+
+
 NAS_SHUTDOWN_SENT_THEN_KILLED = (
     step("platform_fault", resource="nas", fault="guest hangs"),
     step("trigger", direction="shutdown", only=[]),

@@ -7,21 +7,34 @@ Defects these reproduce (each failed before its fix):
   (the simulator then showed a startup that could not happen);
 - the cluster example with the management box on ups-a alone: in 'one-ups-fails' the
   controller powered itself off while the hosts ran on, unguarded, and validate, the verdict
-  and the service said nothing.
+  and the service said nothing;
+- a pair's standby that could not read the UPS (its path to upsd cut while the mains were
+  on) took the run back at the controllers' machines and read the UPS out of contact as the
+  mains there: both machines stayed up "to start the site again" and no UPS was told its
+  load cycle, while the leader read the UPS on battery (a full lane beside two busy loops,
+  ``test_ha_pair``'s controllers that disagree about the UPS).
 """
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from tests.sites import EXAMPLES
 from upsguard.cli import main
+from upsguard.clock import SystemClock
 from upsguard.config import SiteConfig, load_site
 from upsguard.config.checks import site_warnings
 from upsguard.config.scenario import load_scenario, parse_scenario
-from upsguard.models import UpsName
+from upsguard.config.site import feed_name
+from upsguard.engine.end_of_outage import EndOfOutage, StayUp
+from upsguard.models import LinkState, ResourceId, RunId, UpsFlag, UpsName, UpsReading
+from upsguard.policies.phases import PowerView
+from upsguard.policies.power import UpsFigures, read_feed
+from upsguard.runs import RunKind, RunOrigin, RunSpec
 from upsguard.simulation.simulator import SimulationReport, simulate
 from upsguard.units import format_duration
 
@@ -166,3 +179,70 @@ def test_a_failed_shutdown_cuts_nothing_not_known_off_until_the_critical_floor()
         "  skipped   stop:mgmt: nothing would bring power back to mgmt (no load cycle from "
         "UPS cp1500): upsguard stays up while the battery lasts"
     ]
+
+
+def homelab_out_of_contact() -> tuple[SiteConfig, PowerView]:
+    """The homelab, its one UPS read out of contact since it was on mains (the feed is
+    ``unknown``: not at risk, not on mains either)."""
+    site = load_site(HOMELAB)
+    (feed,) = site.feeds_powering(ResourceId("mgmt"))
+    name = feed_name(feed, site.effective_feeds().index(feed))
+    ups = UpsName("cp1500")
+    lost = UpsReading(ups, SystemClock().now(), frozenset({UpsFlag.OL}), link=LinkState.LOST)
+    reading = read_feed(name, feed, {ups: UpsFigures(lost, None, None)})
+    assert (reading.at_risk, reading.state) == (False, "unknown")
+    return site, PowerView(at_s=0.0, feeds=(reading,), min_charge_pct=None)
+
+
+def own_machine(
+    site: SiteConfig, view: PowerView, told: dict[UpsName, datetime] | None = None
+) -> StayUp | None:
+    """What the controller decides at its own machine's step of a shutdown (resumed, when a
+    controller before it ``told`` UPSes, and when)."""
+    clock = SystemClock()
+    end = EndOfOutage(site, {}, clock, lambda event: None)
+    spec = RunSpec(RunId("shutdown-1"), RunKind.SHUTDOWN, RunOrigin.MANUAL, "a person", clock.now())
+    if told is not None:
+        end.told_before(spec.id, told)
+    own = next(r for r in site.resources if r.runs_upsguard)
+    return asyncio.run(end.own_machine(spec, own, [], view))
+
+
+def test_a_ups_out_of_contact_since_it_was_on_mains_is_no_sign_of_the_mains() -> None:
+    """The controller lost its UPS while the mains were on (an alert, not an outage: the
+    feed is not at risk), and a shutdown reached its own machine: that the mains are there
+    is not known, so it is not why the machine stays up."""
+    site, view = homelab_out_of_contact()
+
+    assert not EndOfOutage(site, {}, SystemClock(), lambda event: None).mains_there(
+        ResourceId("mgmt"), view
+    )
+    assert own_machine(site, view) == StayUp(
+        "nothing would bring power back to mgmt (no load cycle from UPS cp1500): upsguard "
+        "stays up while the battery lasts",
+        mains_back=False,
+    )
+
+
+def test_a_load_cycle_told_before_a_restart_and_since_come_and_gone_brings_nothing_back() -> None:
+    """A controller before this one told the UPS its load cycle (2 minutes' delay) 10
+    minutes ago, then stopped before its own machine's step: the cycle cut the output and
+    brought it back, the machine booted, and this controller resumes the run. That cycle is
+    spent: stopping the machine now, it would stay off for good."""
+    site, view = homelab_out_of_contact()
+    told_at = datetime.now(UTC) - timedelta(minutes=10)
+
+    assert own_machine(site, view, {UpsName("cp1500"): told_at}) == StayUp(
+        "nothing would bring power back to mgmt (the load cycle of UPS cp1500 was due at "
+        f"{(told_at + timedelta(minutes=2)).astimezone():%H:%M:%S} and is spent): upsguard "
+        "stays up while the battery lasts",
+        mains_back=False,
+    )
+
+
+def test_a_load_cycle_told_before_a_restart_and_not_due_yet_lets_the_machine_stop() -> None:
+    """The controller before this one told the UPS its load cycle a moment ago (a restart,
+    not a reboot): the cut is still ahead, and brings the machine back."""
+    site, view = homelab_out_of_contact()
+
+    assert own_machine(site, view, {UpsName("cp1500"): datetime.now(UTC)}) is None

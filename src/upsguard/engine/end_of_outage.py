@@ -11,8 +11,10 @@ The machine running upsguard goes down last, and only when something will bring 
 - the mains are there (they came back past the point of no return, or a person shut the
   site down on mains): upsguard does not stop its own machine; it stays up and starts the
   site again (or waits for ``upsguard trigger startup``);
-- on battery, every UPS powering it took a load cycle: it stops, and boots when the UPS
-  powers its outlets again;
+- on battery, every UPS powering it took a load cycle whose cut is still ahead: it stops,
+  and boots when the UPS powers its outlets again. A cycle whose cut fell due is spent: a
+  controller resuming the run after it (the machine was cut and booted) does not count on
+  it;
 - otherwise (no load cycle configured, the UPS refused it, or cutting that UPS would take
   down what still runs) it stays up while the battery lasts: a machine that loses its power
   hard boots when the UPS comes back, while one halted on a UPS that never cycles would
@@ -32,6 +34,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from upsguard.clock import Clock
 from upsguard.config.resources import ResourceConfig
@@ -76,7 +79,9 @@ class EndOfOutage:
         self._configs = {u.name: u for u in site.ups}
         self._feeds = {feed_name(f, i): f for i, f in enumerate(site.effective_feeds())}
         self._peer = site.ha.peer_machine if site.ha is not None else None
-        self._told: dict[RunId, dict[UpsName, bool]] = {}
+        self._told: dict[RunId, dict[UpsName, datetime | None]] = {}
+        """The UPSes each run told (or will not tell), and when the load cycle of each cuts
+        its output, to bring it back after; None: nothing of it brings power back."""
         self._withheld: set[tuple[RunId, UpsName]] = set()
         """UPSes not told yet because they would cut what is not known off (said once)."""
         own = next((r for r in site.resources if r.runs_upsguard), None)
@@ -102,14 +107,14 @@ class EndOfOutage:
         except LeadershipLost as exc:  # the controller leading now tells them
             log.info("%s", exc)
 
-    def told_before(self, run: RunId, upses: Collection[UpsName]) -> None:
-        """UPSes a controller before this one told at the end of ``run`` (its journal says
-        so, or the pair's ledger): each counts as told, as its command left it, and is not
-        sent a second one (a second load cycle would restart the UPS's delay, or cut
-        what came back meanwhile)."""
+    def told_before(self, run: RunId, upses: Mapping[UpsName, datetime]) -> None:
+        """UPSes a controller before this one told at the end of ``run``, and when (its
+        journal says so, or the pair's ledger): each counts as told, as its command left it,
+        and is not sent a second one (a second load cycle would restart the UPS's delay, or
+        cut what came back meanwhile)."""
         told = self._told.setdefault(run, {})
-        for ups in upses:
-            told[ups] = self._brings_power_back(ups)
+        for ups, at in upses.items():
+            told[ups] = self._cycle_due(ups, at)
 
     def all_told(self, spec: RunSpec, told: Collection[UpsName]) -> bool:
         """Every UPS of ``spec``'s feeds with an end command is in ``told`` (there is one)."""
@@ -124,10 +129,13 @@ class EndOfOutage:
         """The UPSes of ``spec``'s feeds with an end command."""
         return {u for u in self._run_ups(spec) if self._configs[u].at_shutdown_end.command}
 
-    def _brings_power_back(self, ups: UpsName) -> bool:
-        """The UPS's end command, once it took it, brings the power back (a load cycle)."""
+    def _cycle_due(self, ups: UpsName, told_at: datetime) -> datetime | None:
+        """When the load cycle ``ups`` took at ``told_at`` cuts its output (it brings the
+        power back after); None: its end command brings no power back."""
         config = self._configs.get(ups)
-        return config is not None and config.at_shutdown_end.brings_power_back
+        if config is None or not config.at_shutdown_end.brings_power_back:
+            return None
+        return told_at + config.at_shutdown_end.delay
 
     async def own_machine(
         self,
@@ -137,7 +145,8 @@ class EndOfOutage:
         view: PowerView | None,
     ) -> StayUp | None:
         """Just before the step that stops upsguard's own machine: None when it may stop
-        (every UPS powering it took a load cycle), else why it stays up."""
+        (every UPS powering it took a load cycle, its cut still ahead), else why it stays
+        up."""
         feeds = self._site.feeds_powering(own.id)
         if self.mains_there(own.id, view):
             why = f"the mains are there: upsguard stays up on {own.id} to start the site again"
@@ -145,28 +154,40 @@ class EndOfOutage:
             return StayUp(why, mains_back=True)
         needed = {u for f in feeds for u in f.ups}
         told = await self._tell(spec, self._run_ups(spec) | needed, stopped)
-        missing = sorted(u for u in needed if not told.get(u, False))
-        if not missing:
+        now = self._clock.now()
+        missing = sorted(u for u in needed if told.get(u) is None)
+        spent: dict[datetime, list[UpsName]] = {}
+        for ups in sorted(needed):
+            due = told.get(ups)
+            if due is not None and due <= now:
+                spent.setdefault(due, []).append(ups)
+        if not missing and not spent:
             self._say_unguarded(own, stopped)
             return None
+        gone = [f"no load cycle from UPS {', '.join(missing)}"] if missing else []
+        gone += [
+            f"the load cycle of UPS {', '.join(upses)} was due at {due.astimezone():%H:%M:%S} "
+            "and is spent"
+            for due, upses in sorted(spent.items())
+        ]
         why = (
-            f"nothing would bring power back to {own.id} (no load cycle from UPS "
-            f"{', '.join(missing)}): upsguard stays up while the battery lasts"
+            f"nothing would bring power back to {own.id} ({'; '.join(gone)}): upsguard stays "
+            "up while the battery lasts"
         )
         self._events(Notice(self._clock.now(), why, level="error"))
         return StayUp(why, mains_back=False)
 
     def mains_there(self, machine: ResourceId, view: PowerView | None) -> bool:
-        """No feed powering ``machine`` is at risk: a controller's machine stays up. Power
-        not read yet (no ``view``) is not the mains there."""
+        """Every feed powering ``machine`` is read on mains now (``mains_seen``): a
+        controller's machine stays up. Power not read yet (no ``view``) is not the mains
+        there, nor is a UPS out of contact since it was on mains: no outage, but no sign of
+        the mains either (a pair's standby cut from upsd read it so while the leader read
+        the UPS on battery)."""
         if view is None:
             return False
         feeds = self._site.feeds_powering(machine)
-        at_risk = {f.name for f in view.at_risk}
-        own_feeds = {
-            feed_name(f, i) for i, f in enumerate(self._site.effective_feeds()) if f in feeds
-        }
-        return not own_feeds & at_risk
+        seen = {f.name for f in view.feeds if f.mains_seen}
+        return {name for name, feed in self._feeds.items() if feed in feeds} <= seen
 
     def _say_unguarded(self, own: ResourceConfig, stopped: Collection[ResourceId]) -> None:
         """What upsguard leaves running when it stops itself (its feed went, another feed
@@ -200,15 +221,15 @@ class EndOfOutage:
         upses: set[UpsName],
         stopped: Collection[ResourceId],
         last_moment: bool = False,
-    ) -> dict[UpsName, bool]:
-        """Send each UPS its end command, once per run; which of them took a load cycle. A
-        UPS not told because it would cut what is not known off is asked about again later
-        (once more is known off, or at the last moment)."""
+    ) -> dict[UpsName, datetime | None]:
+        """Send each UPS its end command, once per run; when the load cycle of each that
+        took one cuts its output. A UPS not told because it would cut what is not known off
+        is asked about again later (once more is known off, or at the last moment)."""
         told = self._told.setdefault(spec.id, {})
         for ups in sorted(upses - told.keys()):
             answer = await self._tell_one(spec, ups, stopped, upses, last_moment)
             if answer is not None:
-                told[ups] = answer
+                told[ups] = self._cycle_due(ups, self._clock.now()) if answer else None
         return told
 
     async def _tell_one(
@@ -219,8 +240,8 @@ class EndOfOutage:
         cut: set[UpsName],
         last_moment: bool,
     ) -> bool | None:
-        """Whether ``ups`` took a load cycle; None when it was not told for now (it would
-        cut what is not known off)."""
+        """Whether ``ups`` took its end command (False: it will not); None when it was not
+        told for now (it would cut what is not known off)."""
         config = self._configs.get(ups)
         source = self._sources.get(ups)
         command = config.at_shutdown_end.command if config is not None else None
@@ -269,7 +290,7 @@ class EndOfOutage:
         self._events(
             UpsCommandSent(self._clock.now(), ups, command, True, "", spec.id, tuple(harmed))
         )
-        return self._brings_power_back(ups)
+        return True
 
     def _still_running(
         self, ups: UpsName, cut: set[UpsName], stopped: set[ResourceId]

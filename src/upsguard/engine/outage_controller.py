@@ -18,6 +18,7 @@ import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from upsguard.clock import Clock
@@ -770,14 +771,14 @@ class OutageController:
         self,
         spec: RunSpec,
         done: Mapping[StepId, StepState],
-        told: Collection[UpsName] = (),
+        told: Mapping[UpsName, datetime] | None = None,
     ) -> RunId:
         """Finish a run a dead or stopped controller left: the steps in ``done`` are not run
         again; every other step first reads its target's real state, and waits for a request
         of it under way (``asked_before`` the restart, or a task its platform lists) rather
-        than asking again. The UPSes in ``told`` took the run's end command already: they
-        are not sent another."""
-        self._end.told_before(spec.id, told)
+        than asking again. The UPSes in ``told`` took the run's end command already (at the
+        time given): they are not sent another."""
+        self._end.told_before(spec.id, told or {})
         if spec.kind is RunKind.SHUTDOWN and spec.only is None:
             plan = self.shutdown_plan
         else:
@@ -906,7 +907,7 @@ class OutageController:
         if run.unsure:
             message += f"; checking the real state of {', '.join(run.unsure)}"
         if run.told:
-            message += f"; UPS {', '.join(run.told)} told already (not told again)"
+            message += f"; UPS {', '.join(sorted(run.told))} told already (not told again)"
         self._events(Notice(self._clock.now(), message, level="warning"))
         return await self.resume(run.spec, run.done, run.told)
 

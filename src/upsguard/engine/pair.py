@@ -33,6 +33,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TypeVar
 
 from upsguard.clock import Clock
@@ -107,9 +108,9 @@ class SharedRun:
     running_by: Mapping[StepId, str] = field(default_factory=dict)
     """Who marked each step started and not finished (a controller stopping its own machine
     leaves its step so: it went down with it)."""
-    told: tuple[UpsName, ...] = ()
-    """The UPSes a leader was about to send the run's end command (``claim_ups_command``):
-    sent, or about to be, and not sent again."""
+    told: Mapping[UpsName, datetime] = field(default_factory=dict)
+    """The UPSes a leader was about to send the run's end command (``claim_ups_command``),
+    and when: sent, or about to be, and not sent again."""
 
 
 class Pair:
@@ -542,11 +543,11 @@ class Pair:
         spec = ledger.active.spec
         self._taken.add(spec.id)
         marks = {s: m for s, m in ledger.steps_of(spec.id).items() if commanded_ups(s) is None}
-        told = sorted(
-            UpsName(u)
+        told = {
+            UpsName(u): m.at
             for s, m in ledger.steps_of(spec.id).items()
             if (u := commanded_ups(s)) and m.state is not StepState.FAILED
-        )
+        }
         done = {s: m.state for s, m in marks.items() if m.state.finished}
         if ledger.handed_over(spec.id) is not None:
             self._handed.add(spec.id)
@@ -563,7 +564,7 @@ class Pair:
         )
         unsure = tuple(sorted(s for s, m in marks.items() if not m.state.finished))
         running = {s: m.by for s, m in marks.items() if m.state is StepState.RUNNING}
-        return SharedRun(spec, done, requests, unsure, running, tuple(told))
+        return SharedRun(spec, done, requests, unsure, running, told)
 
     def gone(self, run: RunId, resources: Collection[ResourceId]) -> None:
         """Machines a resumed run's done steps stopped (for the store's quorum)."""

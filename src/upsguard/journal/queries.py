@@ -181,15 +181,20 @@ class JournalQueries:
         )
         return [_event_row(r) for r in rows]
 
-    def upses_told(self, run: str) -> list[str]:
-        """The UPSes whose end-of-outage command run ``run`` sent and they took: a resumed
-        run does not send them a second one."""
+    def upses_told(self, run: str) -> dict[str, datetime]:
+        """The UPSes whose end-of-outage command run ``run`` sent and they took, and when:
+        a resumed run does not send them a second one, nor counts on a load cycle spent."""
         rows = self._rows(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE kind = 'UpsCommandSent' AND run = ?",
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE kind = 'UpsCommandSent' AND run = ? "
+            "ORDER BY id",
             (run,),
         )
-        sent = (_event_row(r).payload for r in rows)
-        return sorted({str(p["ups"]) for p in sent if p is not None and p.get("ok")})
+        sent = (_event_row(r) for r in rows)
+        return {
+            str(e.payload["ups"]): datetime.fromisoformat(e.at)
+            for e in sent
+            if e.payload is not None and e.payload.get("ok")
+        }
 
     def readings(self, limit: int = 100, ups: str | None = None) -> list[ReadingRow]:
         where, args = ("WHERE ups = ?", [ups]) if ups else ("", [])

@@ -112,7 +112,7 @@ def _journaled(journal: Journal, run: RunRow) -> SharedRun:
     latest = {StepId(s.step): s.state for s in journal.read.steps(run.id)}
     done = {s: state for s, state in latest.items() if state.finished}
     unsure = tuple(sorted(latest.keys() - done.keys()))
-    told = tuple(UpsName(u) for u in journal.read.upses_told(run.id))
+    told = {UpsName(u): at for u, at in journal.read.upses_told(run.id).items()}
     return SharedRun(run.record().spec, done, (), unsure, told=told)
 
 
@@ -124,7 +124,7 @@ async def _resume(
         f"; checking the real state of {', '.join(left.unsure)}" if left.unsure else ""
     )
     if left.told:
-        message += f"; UPS {', '.join(left.told)} told already (not told again)"
+        message += f"; UPS {', '.join(sorted(left.told))} told already (not told again)"
     log.warning(message)
     events(Notice(clock.now(), message, level="warning"))
     return await controller.resume(left.spec, left.done, left.told)
