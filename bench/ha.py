@@ -247,7 +247,7 @@ def kill_the_leader(lab: PairLab) -> Kill:
     lab.start()
     leader = lab.leader()
     standby = lab.other(leader)
-    lab.outage()
+    lab.outage(held=True)
     lab.wait(lambda: bool(lab.asked("VmGuestShutdownEvent")), "the leader's first guest shutdown")
     run = str(lab.status(leader)["run"]["id"])
     killed = time.monotonic()
@@ -255,6 +255,7 @@ def kill_the_leader(lab: PairLab) -> Kill:
     took, answers = resumed_after(lab.controllers[standby], run, killed, TTL_S + 30)
     if took is None:
         return Kill(None, tuple(answers), f"the standby did not resume {run} within {TTL_S + 30} s")
+    lab.release_guests()
     failure = None
     try:
         lab.wait(lambda: lab.shutdown_done(standby), "the resumed shutdown to end done", 120)

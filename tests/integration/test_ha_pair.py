@@ -24,12 +24,23 @@ def some_guest_asked(lab: PairLab) -> bool:
 
 def shutdown_under_way(lab: PairLab) -> str:
     """Both controllers up, then the mains fail; once the leader's first guest shutdown
-    reaches vcsim, the leader's name."""
+    reaches vcsim, the leader's name. The web VMs' guests are held: the run waits there
+    until the test lets them go (``lab.release_guests``)."""
     lab.start()
     leader = lab.leader()
-    lab.outage()
+    lab.outage(held=True)
     lab.wait(lambda: some_guest_asked(lab), "the leader's first guest shutdown at vcsim")
     return leader
+
+
+def both_web_vms_claimed(lab: PairLab, name: str) -> None:
+    """``name``'s web step claimed both VMs (journaled), one of them waiting for its slot."""
+    run = str(lab.status(name)["run"]["id"])
+
+    def claimed() -> bool:
+        return {s.step for s in lab.steps(name, run)} >= {"stop:web/web-01", "stop:web/web-02"}
+
+    lab.wait(claimed, f"{name} to claim both web VMs")
 
 
 def test_kill_9_the_leader_mid_shutdown_the_standby_resumes_and_nothing_is_asked_twice(
@@ -63,6 +74,7 @@ def test_kill_9_the_leader_mid_shutdown_the_standby_resumes_and_nothing_is_asked
         return status["ha"]["role"] == "leader" and bool(status["service"]["resumed"])
 
     lab.wait(resumed, "the standby to take over and resume the run", TTL_S + 30)
+    lab.release_guests()
     after = lab.status(standby)
     assert after["service"]["resumed"] == run  # the leader's run, not a new one
     assert after["ha"]["token"] > term  # a new term, fenced by a newer revision
@@ -95,6 +107,7 @@ def test_a_leader_paused_past_its_lease_starts_nothing_when_it_wakes(pair_lab: P
     assert lab.status(new)["run"] is not None  # what is left of the run is still to do
     lab.wake(old)
     lab.wait(lambda: lab.role(old) == "standby", "the old leader to see its term is over")
+    lab.release_guests()
     lab.wait(lambda: lab.shutdown_done(new), "the resumed shutdown to finish", 120)
     lab.assert_each_stopped_once_in_order(last=MACHINES[new])
     assert lab.command_step_runs() == [new]  # the step left when the old leader stopped
@@ -115,6 +128,7 @@ def test_a_leader_paused_between_a_claim_and_its_request_asks_nothing_when_it_wa
     lab = pair_lab
     lab.configure(vc={"max_parallel": 1})
     old = shutdown_under_way(lab)
+    both_web_vms_claimed(lab, old)
     lab.pause(old)
     new = lab.other(old)
     first = lab.asked("VmGuestShutdownEvent")
@@ -126,6 +140,7 @@ def test_a_leader_paused_between_a_claim_and_its_request_asks_nothing_when_it_wa
 
     lab.wait(resumed, "the standby to take over and resume the run", TTL_S + 30)
     run = lab.status(new)["service"]["resumed"]
+    lab.release_guests()
     lab.wake(old)
     lab.wait(lambda: lab.role(old) == "standby", "the old leader to see its term is over")
     lab.wait(lambda: lab.shutdown_done(new), "the resumed shutdown to finish", 120)
@@ -159,6 +174,7 @@ def test_the_leader_cut_off_from_etcd_mid_shutdown_lags_behind_the_winner_and_re
         lab.link_to_store(name)
     leader = shutdown_under_way(lab)
     other = lab.other(leader)
+    both_web_vms_claimed(lab, leader)
     lab.cut_from_store(leader)
     first = lab.asked("VmGuestShutdownEvent")
     assert len(first) == 1 and set(first) <= {"web-01", "web-02"}, first  # the other waits
@@ -169,6 +185,7 @@ def test_the_leader_cut_off_from_etcd_mid_shutdown_lags_behind_the_winner_and_re
 
     lab.wait(resumed, "the other controller to take over and resume the run", TTL_S + 30)
     run = lab.status(other)["service"]["resumed"]
+    lab.release_guests()
     lab.wait(lambda: lab.shutdown_done(other), "the resumed shutdown to finish", 120)
     lab.wait(lambda: lab.status(leader)["run"] is None, "the cut-off controller to stop acting")
     lab.restore_store(leader)
@@ -204,6 +221,7 @@ def test_both_controllers_restart_mid_shutdown_one_resumes_the_run_and_nothing_i
     lab.wait(
         lambda: lab.status(winner)["service"]["resumed"] == run, "the winner to resume the run"
     )
+    lab.release_guests()
     lab.wait(lambda: lab.shutdown_done(winner), "the resumed shutdown to finish", 120)
     lab.assert_each_stopped_once_in_order(last=MACHINES[winner])
     assert lab.ups_commands() == ["shutdown.return"]
@@ -313,6 +331,7 @@ def test_one_etcd_member_stopped_mid_shutdown_changes_nothing(pair_lab: PairLab)
     standby = lab.other(leader)
     term = lab.status(leader)["ha"]["token"]
     lab.etcd.cluster.stop(0)
+    lab.release_guests()
     lab.wait(lambda: "sql01" in lab.asked("VmGuestShutdownEvent"), "the run's next guest")
     assert (lab.role(leader), lab.status(leader)["ha"]["token"]) == ("leader", term)
     assert lab.role(standby) == "standby"
@@ -345,6 +364,7 @@ def test_etcd_loses_its_quorum_mid_shutdown_both_go_on_alone_and_both_runs_end_d
     standby = lab.other(leader)
     lab.etcd.cluster.stop(0)
     lab.etcd.cluster.stop(1)
+    lab.release_guests()
 
     def alone(name: str) -> bool:
         return lab.role(name) == "finishing_alone"
@@ -378,6 +398,7 @@ def test_after_both_finished_alone_the_site_comes_back_on_mains_and_no_shutdown_
     standby = lab.other(leader)
     lab.etcd.cluster.stop(0)
     lab.etcd.cluster.stop(1)
+    lab.release_guests()
 
     def ended(name: str) -> bool:
         status = lab.status(name)

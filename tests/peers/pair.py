@@ -2,10 +2,12 @@
 
 The pair shares three etcd members (``tests.peers.etcd``), one UPS on a real upsd whose
 stand-in driver logs the instant commands it is sent (``tests.peers.nut_driver``), and
-upsguard-vcsim (``tests.peers.vcsim``), whose guests take a while to shut down so that a
-shutdown is caught in the middle. Each controller runs on a VM of the lab (``mgmt-a``,
-``mgmt-b``): its own is ``runs_upsguard``, the other's is ``ha.peer_machine``; the
-controllers' machines are the last two steps of the plan.
+upsguard-vcsim (``tests.peers.vcsim``), whose guests take a while to shut down. The web VMs,
+the plan's first, are ``held``: a test that catches a shutdown in the middle starts the
+outage with them held (``outage(held=True)``), so that the run waits for them however slow
+the machine, and lets them go (``release_guests``) once it acted. Each controller runs on a
+VM of the lab (``mgmt-a``, ``mgmt-b``): its own is ``runs_upsguard``, the other's is
+``ha.peer_machine``; the controllers' machines are the last two steps of the plan.
 
 One step is a ``command`` resource, ``backups``, which ``dc01`` needs (so it runs once dc01
 is down, while the hosts go): its command appends the name of the controller that ran it
@@ -53,6 +55,8 @@ VMS = {
     "mgmt-b": "DC0_C0_H2",
 }
 GUEST_SHUTDOWN_MS = 1500
+HELD = ("web-01", "web-02")
+"""The VMs whose guests shut down only once the test lets them (``PairLab.release_guests``)."""
 ONLINE = (
     "ups.status: OL\nbattery.charge: 100\nbattery.runtime: 1800\nups.load: 30\ninput.voltage: 230\n"
 )
@@ -68,7 +72,7 @@ COMMAND_LOG = "command-step.log"
 def start_lab(vcsim_factory: Callable[..., Vcsim], guest_ms: int = GUEST_SHUTDOWN_MS) -> Vcsim:
     sim = vcsim_factory(*LAB_ARGS, "-guest-shutdown-ms", str(guest_ms))
     for vm, host in VMS.items():
-        create_vm(sim, VmSpec(vm, host))
+        create_vm(sim, VmSpec(vm, host, guest_shutdown="held" if vm in HELD else None))
     wait_for_tools(sim)
     return sim
 
@@ -249,10 +253,17 @@ class PairLab:
 
     # -- the outage and what the peers saw --------------------------------------------------
 
-    def outage(self) -> None:
-        """The mains go: the shutdown is due at once (runtime 2 min < plan + 10 min)."""
+    def outage(self, held: bool = False) -> None:
+        """The mains go: the shutdown is due at once (runtime 2 min < plan + 10 min).
+        ``held``: the web VMs' guests do not shut down until ``release_guests``."""
         self.recorder = EventRecorder(self.vc, *WATCHED)
+        if not held:
+            self.release_guests()
         self.nut.write("ups1", ON_BATTERY)
+
+    def release_guests(self) -> None:
+        """The web VMs' guests, held since ``outage(held=True)``, shut down."""
+        self.vc.release_guests()
 
     def mains_back(self) -> None:
         """The mains return: the UPS on line again, charged."""

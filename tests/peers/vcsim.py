@@ -153,7 +153,14 @@ class Vcsim:
 
     def power_on_host(self, name: str) -> None:
         """The BMC stand-in: what IPMI or Redfish would do after the outage."""
-        url = f"https://{self.host}:{self.port}/upsguard/host-power-on?name={name}"
+        self._post(f"host-power-on?name={name}")
+
+    def release_guests(self) -> None:
+        """The guests made ``held`` (``VmSpec.guest_shutdown``) shut down from now on."""
+        self._post("release-guests")
+
+    def _post(self, path: str) -> None:
+        url = f"https://{self.host}:{self.port}/upsguard/{path}"
         request = urllib.request.Request(url, method="POST")
         with urllib.request.urlopen(request, context=self.ssl_context(), timeout=10):
             pass
@@ -242,7 +249,8 @@ class VmSpec:
     host: str
     folder: str = ""
     tools: bool = True
-    guest_shutdown: str | None = None  # milliseconds, or "hang"
+    guest_shutdown: str | None = None
+    """Milliseconds, "hang" (never), or "held" (once ``Vcsim.release_guests``)."""
     attributes: dict[str, str] = field(default_factory=dict)
     power_on: bool = True
 

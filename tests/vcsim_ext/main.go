@@ -10,13 +10,16 @@
 //     -method-delay 'ShutdownHost:MS' makes it take MS before the host goes down.
 //   - ShutdownGuest: ToolsUnavailable unless guest.toolsRunningStatus is guestToolsRunning;
 //     the guest takes -guest-shutdown-ms (or the VM's extraConfig upsguard.guestShutdownMs,
-//     where "hang" means it never shuts down) before the VM is poweredOff; meanwhile
+//     where "hang" means it never shuts down, and "held" that it starts to once a test
+//     posted /upsguard/release-guests) before the VM is poweredOff; meanwhile
 //     guest.guestState reads shuttingDown, as Tools report it (running / notRunning else).
 //   - EnterMaintenanceMode_Task: completes only once no ordinary VM on the host runs (vCLS
 //     VMs are powered off, as vSphere does), or fails with Timedout after its timeout.
 //   - PowerOnVM_Task / PowerOffVM_Task: VMware Tools follow the power state (running
 //     -tools-boot-ms after power-on, unless extraConfig upsguard.tools is "none").
 //   - ExitMaintenanceMode_Task: as stock, plus the property update and event stock vcsim omits.
+//   - POST /upsguard/release-guests: the guests "held" shut down from now on (a test's step
+//     that catches a shutdown at a moment of its choosing, however slow the machine).
 //   - POST /upsguard/host-power-on?name=HOST: a BMC stand-in that powers a shut-down host
 //     back on after -host-boot-ms; it reconnects still in maintenance mode, as ESXi does.
 //   - Authorization: -user NAME:PASSWORD (repeatable) adds logins beside -username, and
@@ -69,6 +72,12 @@ var (
 	hostBoot       = flag.Int("host-boot-ms", 0, "time the BMC stand-in takes to boot a host")
 	toolsDefault   = flag.Bool("tools", true, "VMware Tools run in every powered-on VM at start")
 	vclsPerCluster = flag.Int("vcls", 0, "vCLS system VMs per cluster")
+)
+
+// guestsReleased is closed by POST /upsguard/release-guests: held guests wait for it.
+var (
+	guestsReleased = make(chan struct{})
+	releaseOnce    sync.Once
 )
 
 func init() {
@@ -375,7 +384,7 @@ func (e *ext) ShutdownGuest(ctx *simulator.Context, req *types.ShutdownGuest) so
 		return body
 	}
 	var fault types.BaseMethodFault
-	var hang bool
+	var hang, held bool
 	var delay time.Duration
 	ctx.WithLock(vm, func() {
 		if vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn {
@@ -394,6 +403,8 @@ func (e *ext) ShutdownGuest(ctx *simulator.Context, req *types.ShutdownGuest) so
 		case "":
 		case "hang":
 			hang = true
+		case "held":
+			held = true
 		default:
 			if ms, err := strconv.Atoi(v); err == nil {
 				delay = time.Duration(ms) * time.Millisecond
@@ -415,6 +426,9 @@ func (e *ext) ShutdownGuest(ctx *simulator.Context, req *types.ShutdownGuest) so
 	if !hang {
 		c := bg(ctx)
 		go func() {
+			if held {
+				<-guestsReleased
+			}
 			time.Sleep(delay)
 			powerOffNow(c, vm)
 		}()
@@ -616,6 +630,15 @@ func setHostPower(ctx *simulator.Context, h *simulator.HostSystem, on bool) {
 }
 
 // hostPowerOn is the BMC stand-in: after the outage something outside vSphere powers hosts on.
+func releaseGuests(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST only", http.StatusMethodNotAllowed)
+		return
+	}
+	releaseOnce.Do(func() { close(guestsReleased) })
+	fmt.Fprintln(w, "released")
+}
+
 func hostPowerOn(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)
@@ -785,6 +808,7 @@ func main() {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/upsguard/host-power-on", hostPowerOn)
+	mux.HandleFunc("/upsguard/release-guests", releaseGuests)
 	model.Service.ServeMux = mux
 	server := model.Service.NewServer()
 	fmt.Printf("export GOVC_URL=%s GOVC_SIM_PID=%d\n", server.URL, os.Getpid())
