@@ -191,7 +191,7 @@ class JournalQueries:
         )
         sent = (_event_row(r) for r in rows)
         return {
-            str(e.payload["ups"]): datetime.fromisoformat(e.at)
+            str(e.payload["ups"]): parse_iso(e.at)
             for e in sent
             if e.payload is not None and e.payload.get("ok")
         }
