@@ -155,11 +155,13 @@ class EndOfOutage:
         needed = {u for f in feeds for u in f.ups}
         told = await self._tell(spec, self._run_ups(spec) | needed, stopped)
         now = self._clock.now()
-        missing = sorted(u for u in needed if told.get(u) is None)
+        missing: list[UpsName] = []
         spent: dict[datetime, list[UpsName]] = {}
         for ups in sorted(needed):
             due = told.get(ups)
-            if due is not None and due <= now:
+            if due is None:
+                missing.append(ups)
+            elif due <= now:
                 spent.setdefault(due, []).append(ups)
         if not missing and not spent:
             self._say_unguarded(own, stopped)
@@ -174,7 +176,7 @@ class EndOfOutage:
             f"nothing would bring power back to {own.id} ({'; '.join(gone)}): upsguard stays "
             "up while the battery lasts"
         )
-        self._events(Notice(self._clock.now(), why, level="error"))
+        self._events(Notice(now, why, level="error"))
         return StayUp(why, mains_back=False)
 
     def mains_there(self, machine: ResourceId, view: PowerView | None) -> bool:
