@@ -5,7 +5,10 @@ process as a shell starts it, beside a bare ``python -c pass`` (the interpreter'
 
 A real service (a subprocess) on a small simulated site answers ``status`` and ``hold``.
 Each command runs once to write its bytecode, then ``--runs`` times; the median wall time is
-printed, and what it adds to the bare interpreter. The commands read bytecode as an installed
+printed, and what it adds to the bare interpreter. With ``--instructions``, each command also
+runs once under valgrind (callgrind) and the instructions it executed are printed: a figure
+that does not grow with the machine's load, as wall times here do by two or three times, so
+two commits can be compared on a busy machine. The commands read bytecode as an installed
 upsguard does (the package ships it), also where the shell that starts the bench says
 ``PYTHONDONTWRITEBYTECODE``: without it, every run compiled upsguard's own modules anew,
 a time no user waits. Target: each under 0.3 s on a quiet machine. The modules each command
@@ -19,6 +22,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -100,11 +105,31 @@ def median_s(argv: list[str], runs: int, env: dict[str, str]) -> float:
     return statistics.median(times[1:])
 
 
+def instructions(argv: list[str], env: dict[str, str]) -> int:
+    """The instructions ``argv`` executes, as valgrind's callgrind counts them."""
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    counted = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or counted is None:
+        raise SystemExit(f"valgrind {' '.join(argv)} exited {done.returncode}: {done.stderr}")
+    return int(counted.group(1))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="runs of each command (10)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to start serving")
+    parser.add_argument(
+        "--instructions", action="store_true", help="count each one's instructions (valgrind)"
+    )
     args = parser.parse_args()
+    if args.instructions and shutil.which("valgrind") is None:
+        parser.error("--instructions needs valgrind: apt-get install valgrind")
     with tempfile.TemporaryDirectory(prefix="upsguard-cli-") as name:
         tmp = Path(name)
         path = site(tmp)
@@ -124,6 +149,10 @@ def main() -> int:
                 ],
             }
             medians = {what: median_s(argv, args.runs, env) for what, argv in commands.items()}
+            counts = {
+                what: instructions(argv, env) if args.instructions else None
+                for what, argv in commands.items()
+            }
         finally:
             proc.terminate()
             proc.wait(20)
@@ -134,7 +163,9 @@ def main() -> int:
         verdict = (
             "" if what.startswith("python") else ("  met" if seconds < TARGET_S else "  NOT met")
         )
-        print(f"{what:32} {seconds:.3f} s{beyond}{verdict}")
+        counted = counts[what]
+        count = "" if counted is None else f"  {counted / 1e6:5.0f} M instructions"
+        print(f"{what:32} {seconds:.3f} s{count}{beyond}{verdict}")
     return 0
 
 
