@@ -303,14 +303,7 @@ def test_the_leader_hands_over_before_its_machine_and_the_other_stops_last(
     leader = lab.leader()
     other = lab.other(leader)
     lab.outage()
-
-    def finisher() -> str | None:
-        return next((n for n in (other, leader) if lab.shutdown_done(n)), None)
-
-    # the other wins the handover, unless its campaign goes out later than the leader's quiet
-    # after it, as on a busy machine: the leader then takes the run back a lease later and
-    # stops both machines itself (docs/ha.md); either way, the one that finishes stops last
-    last = lab.wait(finisher, "the handed-over run to be finished", 120)
+    last = lab.wait(lab.finisher, "the handed-over run to be finished", 120)
     first = lab.other(last)
     lab.assert_each_stopped_once_in_order(last=MACHINES[last])
     assert lab.ups_commands() == ["shutdown.return"]

@@ -302,6 +302,13 @@ class PairLab:
         last = status.get("last_run") or {}
         return status["run"] is None and last.get("kind") == "shutdown" and last["state"] == "done"
 
+    def finisher(self) -> str | None:
+        """The controller whose last run is the shutdown, done. A leader hands the run over
+        before its own machine; on a busy machine the other's campaign may go out after the
+        leader's quiet, and the leader then takes the run back and finishes it itself
+        (docs/ha.md). Either way the one that finishes stops its own machine last."""
+        return next((name for name in NAMES if self.shutdown_done(name)), None)
+
     def assert_each_stopped_once_in_order(self, last: str) -> None:
         """Every VM got one guest shutdown and every host one host shutdown; what needs a
         thing stopped before it; the controllers' machines last, ``last`` the very last."""
