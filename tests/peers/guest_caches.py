@@ -339,10 +339,11 @@ def site_config(guest: Guest, kind: Kind, state_dir: Path, poll_interval: float)
     )
 
 
-FLIP_ATTEMPTS = 3
-"""How many times the flip is asked before the test fails: beside two busy loops, the
-emulated guest once took more than the provider's 10 s to answer SSH (the service asks a
-cache that refused again, every ``engine.destage.RETRY_S``, while the outage lasts)."""
+SSH_ATTEMPTS = 3
+"""How many times a test asks a cache in the guest (a flip, a status) before it fails: beside
+two busy loops, the emulated guest took more than the provider's 10 s to answer SSH, twice
+(the service asks a cache that refused again, every ``engine.destage.RETRY_S``, while the
+outage lasts; a person runs ``cache status`` again)."""
 
 
 def destage_through_provider(
@@ -362,7 +363,7 @@ def destage_through_provider(
             providers = build_cache_providers(site, clock)
             destage = DestageWatch(site, providers, clock, lambda _: None)
             try:
-                for _ in range(FLIP_ATTEMPTS):  # as the service asks a cache that refused again
+                for _ in range(SSH_ATTEMPTS):  # as the service asks a cache that refused again
                     flipped = time.time()
                     results = await destage.set_mode(CacheMode.WRITE_THROUGH, [name])
                     if all(r.ok for r in results):
