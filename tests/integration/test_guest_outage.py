@@ -23,7 +23,15 @@ import pytest
 
 from tests.faults.lab import ONLINE, Lab
 from tests.peers.guest import MIB, SLOW_OFFSET, Guest, GuestVm
-from tests.peers.guest_caches import KINDS, Bcache, Kind, Lvmcache, Writecache, ssh_settings
+from tests.peers.guest_caches import (
+    BCACHE,
+    KINDS,
+    Bcache,
+    Kind,
+    Lvmcache,
+    Writecache,
+    ssh_settings,
+)
 from upsguard.events import DestageProgress
 from upsguard.journal import Journal
 
@@ -81,6 +89,10 @@ def build_caches(guest: Guest) -> dict[str, tuple[Kind, int, str]]:
             kind.create(guest, backing, linear(guest, f"{kind.id}-fast", fast, start, REGION_MB))
             offset = SLOW_OFFSET * 512 + start * MIB
             if isinstance(kind, Bcache):
+                # Writeback paused, as a user may leave it, until the provider's flip turns it
+                # on: else bcache destages on its own once the cache set is idle a while, and
+                # beside two busy loops building the other caches took that long (0 dirty).
+                guest.check(f"echo 0 > {BCACHE}/writeback_running")
                 shown = guest.check(f"bcache-super-show {backing}")
                 first = re.search(r"dev\.data\.first_sector\s+(\d+)", shown)
                 assert first, shown
