@@ -47,7 +47,11 @@ from tests.peers.guest_caches import (
 from tests.peers.service import CLI
 from upsguard.config.types import parse_bytes
 
-pytestmark = pytest.mark.guest
+#: pytest's net over a whole test is as long as its longest step's own (a guest command's
+#: 900 s; a CLI call's CLI_TIMEOUT): on an emulated guest beside two busy loops, building
+#: bcache, writing, destaging 102 MiB, flipping back and hashing took longer than the
+#: suite's 300 s, with no step late. test_guest_outage's is the same.
+pytestmark = [pytest.mark.guest, pytest.mark.timeout(900)]
 
 CLI_TIMEOUT = 600.0  # a safety net for one CLI call, never a measure
 WRITE_DELAY_MS = 500  # the slow backing disk's
