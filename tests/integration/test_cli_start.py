@@ -9,6 +9,7 @@ cache and UPS plugins, rich): ``upsguard --help`` took 1.5 s and ``status`` 2 s 
 machine. And then (``bench/cli_start.py``): every command still imported every command's
 module and asyncio, and ``status`` and ``hold`` loaded and checked the whole site file, its
 pydantic models and checks, only to learn the path of the service's socket (0.34 s each).
+And then ``--help`` imported asyncio, as ``cache`` and ``ups`` did at their top.
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ def test_help_loads_no_command_s_modules() -> None:
     assert done.returncode == 0 and "validate" in done.stdout
     assert heavy(modules) == []
     assert "upsguard.config.site" not in modules  # not even the site file's models
+    assert within(modules, ("asyncio", "pydantic")) == []  # nor what a command's run needs
 
 
 def test_status_of_a_running_service_loads_only_the_client(service: ServiceProcess) -> None:

@@ -10,7 +10,6 @@ non-zero when the caches are not clean within the timeout (each cache's
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -119,6 +118,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     names = chosen_caches(site, args.names)
 
     async def go(watch: DestageWatch) -> list[CacheStatus]:
+        import asyncio
+
         statuses = await watch.poll(names)
         if args.sample > 0:
             await asyncio.sleep(args.sample)
@@ -190,6 +191,8 @@ async def _with_watch(
 
 async def _wait(watch: DestageWatch, names: list[CacheName], timeout: float) -> None:
     """Wait until clean, drawing progress; StepTimeout (exit 1) when time runs out."""
+    import asyncio
+
     if not names:
         return
     bar = ProgressBar(sys.stderr)

@@ -10,7 +10,6 @@ command then ends non-zero. Refused credentials end it at once with one line.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import sys
@@ -77,6 +76,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 async def _status(
     site: SiteConfig, names: Sequence[str], fmt: str, watch: bool, interval: float, polls: int
 ) -> int:
+    import asyncio
+
     from upsguard.cli import output
 
     watches = _watches(site, names)
