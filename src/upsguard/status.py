@@ -8,28 +8,35 @@ can know (the countdown, the run in progress, the caches' drain) are then empty,
 missing.
 
 It lives with the core models, below every layer, because both sides of the socket read
-it: the controller writes it, the CLI and the web page parse it back
-(``SiteStatus.model_validate``). Its JSON Schema (``SiteStatus.model_json_schema()``) is
-what the API's tests validate answers against; adding a field is compatible, renaming
-one is not.
+it: the controller writes it, the CLI and the web page parse it back (``read_status``).
+Its JSON Schema (``status_schema``) is what the API's tests validate answers against;
+adding a field is compatible, renaming one is not.
+
+The models are msgspec structs, not pydantic models as the site file's are: ``upsguard
+status`` reads this and nothing else of the project's models, and importing pydantic and
+building its models took longer than the whole command may (``bench/cli_start.py``).
 """
 
 from __future__ import annotations
 
 import enum
 from datetime import datetime
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+import msgspec
+from msgspec import Meta
 
 from upsguard.models import Direction, LinkState, Phase
 from upsguard.runs import RunKind, RunOrigin
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Model(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Frozen, and an unknown field is an error. Each model says ``frozen`` and ``kw_only``
+    again: the type checker wants ``frozen`` said alike along the line, and msgspec takes
+    ``kw_only`` for the fields of the class that says it alone."""
 
 
-class ServiceState(_Model):
+class ServiceState(_Model, frozen=True, kw_only=True):
     """Who made the status: the running service, or the CLI reading the journal."""
 
     running: bool
@@ -37,11 +44,11 @@ class ServiceState(_Model):
     pid: int | None = None
     since: datetime | None = None
     poll_interval_s: float | None = None
-    polls: int | None = Field(None, description="UPS polls since the service started")
-    resumed: str | None = Field(None, description="the run this start resumed, if any")
+    polls: Annotated[int | None, Meta(description="UPS polls since the service started")] = None
+    resumed: Annotated[str | None, Meta(description="the run this start resumed, if any")] = None
 
 
-class Hold(_Model):
+class Hold(_Model, frozen=True, kw_only=True):
     """A manual hold: automatic runbooks wait (down to the critical floor)."""
 
     reason: str
@@ -49,18 +56,21 @@ class Hold(_Model):
     at: datetime | None = None
 
 
-class UpsStatus(_Model):
+class UpsStatus(_Model, frozen=True, kw_only=True):
     """One UPS as last read. ``link`` says whether the values are live (``ok``) or the last
     known ones (``stale``, ``lost``), and ``age_s`` how old they are then."""
 
     name: str
-    polled: bool = Field(description="a reading exists; without one only ``error`` says why")
-    status: str | None = Field(None, description="NUT status words, sorted: 'DISCHRG OB'")
+    polled: Annotated[
+        bool, Meta(description="a reading exists; without one only ``error`` says why")
+    ]
+    status: Annotated[str | None, Meta(description="NUT status words, sorted: 'DISCHRG OB'")] = None
     on_battery: bool = False
     charge_pct: float | None = None
-    runtime_s: float | None = Field(
-        None, description="runtime left: the smaller of the UPS's estimate and the observed drain"
-    )
+    runtime_s: Annotated[
+        float | None,
+        Meta(description="runtime left: the smaller of the UPS's estimate and the observed drain"),
+    ] = None
     reported_runtime_s: float | None = None
     depletion_pct_per_min: float | None = None
     load_pct: float | None = None
@@ -71,65 +81,79 @@ class UpsStatus(_Model):
     error: str | None = None
 
 
-class FeedStatus(_Model):
+class FeedStatus(_Model, frozen=True, kw_only=True):
     """A feed: at risk when fewer than ``needed`` of its UPSes supply from mains (its quorum)."""
 
     name: str
-    state: str = Field(description="online, degraded, unknown, at-risk or low-battery")
+    state: Annotated[str, Meta(description="online, degraded, unknown, at-risk or low-battery")]
     at_risk: bool
     online: int
     needed: int
-    members: dict[str, str] = Field(description="each UPS's word: online, on-battery, lost, ...")
+    members: Annotated[
+        dict[str, str], Meta(description="each UPS's word: online, on-battery, lost, ...")
+    ]
     runtime_s: float | None = None
     charge_pct: float | None = None
     depletion_pct_per_min: float | None = None
     low_battery: bool = False
     lost: bool = False
     at_risk_for_s: float = 0.0
-    plan_s: float | None = Field(
-        None, description="what this feed's shutdown would take from now, destage included"
-    )
-    unknown: int = Field(
-        0,
-        description="members that cannot be read (out of contact since last seen on mains, or "
-        "never read); with on_lost_contact_while_on_line: alert they count in ``online``",
-    )
-    why: str | None = Field(
-        None, description="when ``state`` is unknown: which members cannot be read, and why"
-    )
+    plan_s: Annotated[
+        float | None,
+        Meta(description="what this feed's shutdown would take from now, destage included"),
+    ] = None
+    unknown: Annotated[
+        int,
+        Meta(
+            description="members that cannot be read (out of contact since last seen on mains, or "
+            "never read); with on_lost_contact_while_on_line: alert they count in ``online``"
+        ),
+    ] = 0
+    why: Annotated[
+        str | None,
+        Meta(description="when ``state`` is unknown: which members cannot be read, and why"),
+    ] = None
 
 
-class Trigger(_Model):
+class Trigger(_Model, frozen=True, kw_only=True):
     """One ``policies.shutdown.when_any`` condition as it stands for one feed at risk."""
 
     condition: str
     feed: str
     holds: bool
-    fires_in_s: float | None = Field(
-        None,
-        description="when it will hold at the present drain; None when that cannot be told "
-        "(a flag, or no drain measured yet)",
-    )
-    figures: str = Field(
-        "",
-        description="the figures it stands on: 'runtime 13m >= plan 8m05s + destage 10m "
-        "(not measured yet) + margin 5m'",
-    )
+    fires_in_s: Annotated[
+        float | None,
+        Meta(
+            description="when it will hold at the present drain; None when that cannot be told "
+            "(a flag, or no drain measured yet)"
+        ),
+    ] = None
+    figures: Annotated[
+        str,
+        Meta(
+            description="the figures it stands on: 'runtime 13m >= plan 8m05s + destage 10m "
+            "(not measured yet) + margin 5m'"
+        ),
+    ] = ""
 
 
-class Countdown(_Model):
+class Countdown(_Model, frozen=True, kw_only=True):
     """The race an outage is: the runtime left against what the shutdown still needs."""
 
     on_battery: bool
-    runtime_left_s: float | None = Field(None, description="the lowest of the feeds at risk")
-    plan_left_s: float | None = Field(
-        None,
-        description="the run in progress: the critical path of its steps not yet finished; "
-        "otherwise the shutdown plan of the feeds at risk (or the site), destage included",
+    runtime_left_s: Annotated[float | None, Meta(description="the lowest of the feeds at risk")] = (
+        None
     )
-    margin_s: float = Field(description="policies.required_margin")
-    spare_s: float | None = Field(None, description="runtime left - plan left - margin")
-    triggers: list[Trigger] = Field(default_factory=list)
+    plan_left_s: Annotated[
+        float | None,
+        Meta(
+            description="the run in progress: the critical path of its steps not yet finished; "
+            "otherwise the shutdown plan of the feeds at risk (or the site), destage included"
+        ),
+    ] = None
+    margin_s: Annotated[float, Meta(description="policies.required_margin")]
+    spare_s: Annotated[float | None, Meta(description="runtime left - plan left - margin")] = None
+    triggers: list[Trigger] = msgspec.field(default_factory=list)
 
 
 class StepProgress(enum.StrEnum):
@@ -157,7 +181,7 @@ class StepProgress(enum.StrEnum):
     """A controller that died left it running; checked again like an interrupted one."""
 
 
-class StepStatus(_Model):
+class StepStatus(_Model, frozen=True, kw_only=True):
     id: str
     resource: str
     kind: str
@@ -165,19 +189,26 @@ class StepStatus(_Model):
     description: str
     waits_for: list[str]
     state: StepProgress
-    estimate_s: float = Field(description="what the plan expects it to take")
+    estimate_s: Annotated[float, Meta(description="what the plan expects it to take")]
     started: datetime | None = None
     ended: datetime | None = None
-    elapsed_s: float | None = Field(None, description="so far while it runs; in all once ended")
+    elapsed_s: Annotated[
+        float | None, Meta(description="so far while it runs; in all once ended")
+    ] = None
     detail: str = ""
-    critical: bool = Field(description="on the plan's critical path")
-    point_of_no_return: bool = Field(
-        description="a shutdown step of hardware: once it starts, power back no longer cancels"
+    critical: Annotated[bool, Meta(description="on the plan's critical path")]
+    point_of_no_return: Annotated[
+        bool,
+        Meta(
+            description="a shutdown step of hardware: once it starts, power back no longer cancels"
+        ),
+    ]
+    caches: Annotated[list[str], Meta(description="the caches that gate it")] = msgspec.field(
+        default_factory=list
     )
-    caches: list[str] = Field(default_factory=list, description="the caches that gate it")
 
 
-class PlanStatus(_Model):
+class PlanStatus(_Model, frozen=True, kw_only=True):
     """A plan with each step's state: the run's own, or the site's plan when none runs."""
 
     direction: Direction
@@ -187,7 +218,7 @@ class PlanStatus(_Model):
     steps: list[StepStatus]
 
 
-class RunningStep(_Model):
+class RunningStep(_Model, frozen=True, kw_only=True):
     step: str
     description: str
     under_way_since: datetime | None = None
@@ -196,7 +227,7 @@ class RunningStep(_Model):
     since ... (started before the restart)"."""
 
 
-class RunStatus(_Model):
+class RunStatus(_Model, frozen=True, kw_only=True):
     """The run in progress."""
 
     id: str
@@ -210,16 +241,17 @@ class RunStatus(_Model):
     finished: int
     failed: list[str]
     running: list[RunningStep]
-    point_of_no_return: str | None = Field(
-        None, description="the step at which the run passed its point of no return"
-    )
-    left_s: float | None = Field(
-        None, description="the critical path of the steps not yet finished, as estimated"
-    )
+    point_of_no_return: Annotated[
+        str | None, Meta(description="the step at which the run passed its point of no return")
+    ] = None
+    left_s: Annotated[
+        float | None,
+        Meta(description="the critical path of the steps not yet finished, as estimated"),
+    ] = None
     plan: PlanStatus
 
 
-class LastRun(_Model):
+class LastRun(_Model, frozen=True, kw_only=True):
     """The newest run in the journal, finished or not."""
 
     id: str
@@ -230,7 +262,7 @@ class LastRun(_Model):
     detail: str = ""
 
 
-class CacheStatus(_Model):
+class CacheStatus(_Model, frozen=True, kw_only=True):
     """One cache target: its mode and its dirty data on the way to the backing store."""
 
     cache: str
@@ -238,72 +270,79 @@ class CacheStatus(_Model):
     mode: str | None = None
     dirty_bytes: int | None = None
     clean: bool | None = None
-    rate_bps: float | None = Field(None, description="destage rate measured from its history")
+    rate_bps: Annotated[
+        float | None, Meta(description="destage rate measured from its history")
+    ] = None
     eta_s: float | None = None
     error: str | None = None
-    gates: list[str] = Field(
-        default_factory=list, description="the shutdown steps that wait for it to be clean"
-    )
+    gates: Annotated[
+        list[str], Meta(description="the shutdown steps that wait for it to be clean")
+    ] = msgspec.field(default_factory=list)
 
 
-class Alert(_Model):
+class Alert(_Model, frozen=True, kw_only=True):
     text: str
 
 
-class PeerUps(_Model):
+class PeerUps(_Model, frozen=True, kw_only=True):
     """One UPS as another controller of the pair reads it."""
 
     name: str
-    word: str = Field(
-        description="online, on-battery, self-test, held, stale, lost, unknown, unread"
-    )
+    word: Annotated[
+        str, Meta(description="online, on-battery, self-test, held, stale, lost, unknown, unread")
+    ]
     charge_pct: float | None = None
     runtime_s: float | None = None
-    why: str = Field("", description="why it could not be read")
+    why: Annotated[str, Meta(description="why it could not be read")] = ""
 
 
-class PeerView(_Model):
+class PeerView(_Model, frozen=True, kw_only=True):
     """What another controller of the pair published: its role and its readings."""
 
     name: str
     role: str
-    at: datetime = Field(description="when it read them, by its own clock")
-    ups: list[PeerUps] = Field(default_factory=list)
+    at: Annotated[datetime, Meta(description="when it read them, by its own clock")]
+    ups: list[PeerUps] = msgspec.field(default_factory=list)
 
 
-class PairStatus(_Model):
+class PairStatus(_Model, frozen=True, kw_only=True):
     """This controller's place in an active/standby pair (``ha:``), as it sees it now."""
 
     me: str
-    role: str = Field(description="leader, standby, fenced or finishing_alone")
-    leader: str | None = Field(None, description="who leads, as last seen (None: nobody)")
-    token: int | None = Field(
-        None, description="the fencing token: the leader key's revision for the term"
-    )
-    lease_age_s: float | None = Field(
-        None, description="since the leader's last renewal that worked was sent (leader only)"
-    )
+    role: Annotated[str, Meta(description="leader, standby, fenced or finishing_alone")]
+    leader: Annotated[str | None, Meta(description="who leads, as last seen (None: nobody)")] = None
+    token: Annotated[
+        int | None, Meta(description="the fencing token: the leader key's revision for the term")
+    ] = None
+    lease_age_s: Annotated[
+        float | None,
+        Meta(description="since the leader's last renewal that worked was sent (leader only)"),
+    ] = None
     lease_ttl_s: float
-    store_silent_s: float | None = Field(
-        None, description="since the store stopped answering; None while it answers"
-    )
+    store_silent_s: Annotated[
+        float | None, Meta(description="since the store stopped answering; None while it answers")
+    ] = None
     detail: str = ""
-    shared_run: str | None = Field(
-        None, description="the run in progress in the shared ledger, as last read"
-    )
+    shared_run: Annotated[
+        str | None, Meta(description="the run in progress in the shared ledger, as last read")
+    ] = None
     shared_steps_done: int | None = None
-    seen_age_s: float | None = Field(None, description="since the shared ledger was last read")
-    alone: str | None = Field(None, description="who finishes alone without the store, and why")
-    others: list[PeerView] = Field(
-        default_factory=list,
-        description="the other controllers' views, as last exchanged through the store",
-    )
-    others_age_s: float | None = Field(
-        None, description="since the views were last exchanged; None: not yet"
-    )
+    seen_age_s: Annotated[
+        float | None, Meta(description="since the shared ledger was last read")
+    ] = None
+    alone: Annotated[
+        str | None, Meta(description="who finishes alone without the store, and why")
+    ] = None
+    others: Annotated[
+        list[PeerView],
+        Meta(description="the other controllers' views, as last exchanged through the store"),
+    ] = msgspec.field(default_factory=list)
+    others_age_s: Annotated[
+        float | None, Meta(description="since the views were last exchanged; None: not yet")
+    ] = None
 
 
-class SiteStatus(_Model):
+class SiteStatus(_Model, frozen=True, kw_only=True):
     """Everything ``upsguard status`` and the web page show, at one moment (``at``)."""
 
     site: str
@@ -313,14 +352,16 @@ class SiteStatus(_Model):
     phase_since: datetime | None = None
     held: Hold | None = None
     at_floor: bool = False
-    ups: list[UpsStatus] = Field(default_factory=list)
-    feeds: list[FeedStatus] = Field(default_factory=list)
+    ups: list[UpsStatus] = msgspec.field(default_factory=list)
+    feeds: list[FeedStatus] = msgspec.field(default_factory=list)
     countdown: Countdown | None = None
     run: RunStatus | None = None
     last_run: LastRun | None = None
-    unfinished_runs: list[str] = Field(
-        default_factory=list, description="runs the next start resumes"
+    unfinished_runs: Annotated[list[str], Meta(description="runs the next start resumes")] = (
+        msgspec.field(default_factory=list)
     )
-    caches: list[CacheStatus] = Field(default_factory=list)
-    alerts: list[Alert] = Field(default_factory=list)
-    ha: PairStatus | None = Field(None, description="the controller pair, when ``ha:`` is set")
+    caches: list[CacheStatus] = msgspec.field(default_factory=list)
+    alerts: list[Alert] = msgspec.field(default_factory=list)
+    ha: Annotated[
+        PairStatus | None, Meta(description="the controller pair, when ``ha:`` is set")
+    ] = None

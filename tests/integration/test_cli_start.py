@@ -9,7 +9,9 @@ cache and UPS plugins, rich): ``upsguard --help`` took 1.5 s and ``status`` 2 s 
 machine. And then (``bench/cli_start.py``): every command still imported every command's
 module and asyncio, and ``status`` and ``hold`` loaded and checked the whole site file, its
 pydantic models and checks, only to learn the path of the service's socket (0.34 s each).
-And then ``--help`` imported asyncio, as ``cache`` and ``ups`` did at their top.
+And then ``--help`` imported asyncio, as ``cache`` and ``ups`` did at their top. And then
+``status`` and ``hold`` imported pydantic, and built its models, to read the service's
+answers (916 and 915 million instructions, against 498 and 476 with msgspec).
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def loaded(*argv: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
 
 
 #: What the CLI shares with the service: the override commands' requests and answers
-#: (pydantic models, errors and core types only), and the package that holds them.
+#: (msgspec structs, errors and core types only), and the package that holds them.
 SHARED = ("upsguard.controller", "upsguard.controller.commands")
 
 
@@ -84,13 +86,15 @@ def heavy(modules: set[str]) -> list[str]:
 
 #: What ``status`` and ``hold`` to a running service need of the site file is the path of
 #: its socket (``config.api_socket``), not the site's models and checks, the plugins, or
-#: asyncio (the command enters the async core only when no service answers).
+#: asyncio (the command enters the async core only when no service answers); nor pydantic,
+#: as the status and the answers they read are msgspec structs.
 SITE = (
     "upsguard.config.site",
     "upsguard.config.loading",
     "upsguard.config.checks",
     "upsguard.plugins",
     "asyncio",
+    "pydantic",
 )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import msgspec
+
 from upsguard.cli.views import status_text
 from upsguard.models import Phase
 from upsguard.status import PairStatus, ServiceState, SiteStatus
@@ -20,7 +22,7 @@ def status(pair: PairStatus | None) -> str:
         phase=Phase.SHUTTING_DOWN,
         ha=pair,
     )
-    return status_text(SiteStatus.model_validate_json(site.model_dump_json()))
+    return status_text(msgspec.json.decode(msgspec.json.encode(site), type=SiteStatus))
 
 
 def test_the_leader_shows_its_term_and_the_age_of_its_lease() -> None:

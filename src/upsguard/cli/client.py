@@ -9,13 +9,13 @@ import socket
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+import msgspec
 
 from upsguard.controller.commands import error_from
 from upsguard.errors import PermanentError, ServiceNotRunning, TemporaryError, UpsguardError
 from upsguard.status import SiteStatus
 
-Model = TypeVar("Model", bound=BaseModel)
+Model = TypeVar("Model", bound=msgspec.Struct)
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -58,11 +58,11 @@ class ApiClient:
         """``raw``, an answer of the service, as ``model``: a service of another version may
         answer what this CLI cannot read, and that is one line, not a traceback."""
         try:
-            return model.model_validate(raw)
-        except ValidationError as exc:
+            return msgspec.convert(raw, model)
+        except msgspec.ValidationError as exc:
             raise UpsguardError(
                 f"the service on {self.path} answered {what} this upsguard cannot read "
-                f"({exc.error_count()} fields differ): are the service and the CLI one version?"
+                f"({exc}): are the service and the CLI one version?"
             ) from None
 
     def running(self) -> bool:

@@ -177,7 +177,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
         st = run_async(offline.status(site_of(args)))
     if args.format == "json":
-        print_json(st.model_dump(mode="json"))
+        import msgspec
+
+        print_json(msgspec.to_builtins(st))
     else:
         print(views.status_text(st))
     return 1 if views.unread(st) else 0
@@ -269,7 +271,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     except ServiceNotRunning:
         hist = _journal_history(site, args.limit)
     if args.format == "json":
-        print_json(hist.model_dump(mode="json"))
+        import msgspec
+
+        print_json(msgspec.to_builtins(hist))
     else:
         print(views.history_text(hist))
     return 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from upsguard.config.types import format_bytes, format_duration
 from upsguard.models import LinkState
 from upsguard.status import (
     CacheStatus,
@@ -18,6 +17,7 @@ from upsguard.status import (
     SiteStatus,
     UpsStatus,
 )
+from upsguard.units import format_bytes, format_duration
 
 if TYPE_CHECKING:
     from upsguard.controller.commands import History

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from upsguard.config.source import load_yaml
-from upsguard.config.types import check_local_path
+from upsguard.config.values import check_local_path
 
 #: ``ServiceConfig.socket``'s default.
 DEFAULT_SOCKET = Path("/run/upsguard/upsguard.sock")

@@ -14,8 +14,9 @@ from upsguard.config.own_machine import weaker_feeds, without_a_way_back
 from upsguard.config.platforms import SshSettings, WolSettings
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import Suggestions, suggest
-from upsguard.config.types import format_duration, shorten
+from upsguard.config.types import format_duration
 from upsguard.config.ups import SnmpSettings
+from upsguard.config.values import shorten
 from upsguard.models import ResourceId, ResourceKind
 
 Loc = tuple[str | int, ...]

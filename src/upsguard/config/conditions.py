@@ -17,7 +17,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 
-from upsguard.config.types import parse_duration, shorten
+from upsguard.config.types import parse_duration
+from upsguard.config.values import shorten
 
 Metric = Literal["runtime", "charge", "depletion", "on_battery_for"]
 FLAGS = ("low_battery", "fsd", "on_battery", "ups_lost")

@@ -14,7 +14,8 @@ from collections.abc import Collection, Iterator
 from upsguard.config.ha import HaConfig, endpoint_address
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import suggest
-from upsguard.config.types import format_duration, shorten
+from upsguard.config.types import format_duration
+from upsguard.config.values import shorten
 from upsguard.models import ResourceKind
 
 Problem = tuple[tuple[str | int, ...], str]

@@ -17,7 +17,7 @@ from upsguard.config.files import named_files
 from upsguard.config.partial import partial_site
 from upsguard.config.site import SiteConfig
 from upsguard.config.source import SourceText, is_secret, load_yaml, suggest
-from upsguard.config.types import shorten
+from upsguard.config.values import shorten
 from upsguard.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)

@@ -62,7 +62,7 @@ from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.resolver import BaseResolver, VersionedResolver
 from ruamel.yaml.tag import Tag
 
-from upsguard.config.types import shorten
+from upsguard.config.values import shorten
 from upsguard.errors import ConfigError
 
 #: The deepest nesting of lists and mappings a file may have (a site file needs about six).

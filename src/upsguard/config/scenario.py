@@ -30,8 +30,8 @@ from upsguard.config.types import (
     Duration,
     Interval,
     duration_phrase,
-    shorten,
 )
+from upsguard.config.values import shorten
 from upsguard.errors import ConfigError
 from upsguard.models import CacheName, ResourceId, UpsName
 

@@ -21,7 +21,7 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from upsguard.config.parsing import NodeProblem, parse, tree
 from upsguard.config.reading import read_text
-from upsguard.config.types import shorten
+from upsguard.config.values import shorten
 from upsguard.errors import ConfigError
 
 PathKey = tuple[str | int, ...]

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer, WithJsonSchema
 
 from upsguard.config.reading import read_text
+from upsguard.config.values import check_local_path, shorten
 from upsguard.units import format_bytes, format_duration
 
 __all__ = ["format_bytes", "format_duration"]  # where the rest of config/ finds them
@@ -35,16 +36,6 @@ MIN_INTERVAL = timedelta(milliseconds=10)
 MAX_INTERVAL = timedelta(hours=1)
 #: Sizes and rates: a pebibyte (per second) is beyond any cache upsguard drives.
 MAX_BYTES = 1024**5
-
-
-def shorten(value: object, limit: int = 60) -> str:
-    """``repr`` of a value echoed in an error, cut to ``limit`` characters with an ellipsis:
-    a pasted log or a megabyte of junk must not become the error line."""
-    try:
-        text = value if isinstance(value, str) else repr(value)
-    except ValueError:  # an int of more than 4,300 digits has no repr
-        text = "a number too long to show"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def parse_duration(
@@ -137,29 +128,6 @@ def parse_rate(value: Any) -> float:
     if isinstance(value, str) and value.strip().endswith("/s"):
         return float(parse_bytes(value.strip()[:-2]))
     return float(parse_bytes(value))
-
-
-#: Linux's limits (``NAME_MAX``, ``PATH_MAX`` less its NUL): a longer path fails only when
-#: first used, as ``File name too long`` from whichever command touched it first.
-NAME_MAX = 255
-PATH_MAX = 4095
-
-
-def check_local_path(value: Path) -> Path:
-    """A path Linux can open: refused here, with the field's line, rather than at 3 a.m."""
-    text = str(value)
-    if "\0" in text:
-        raise ValueError("a path cannot hold a NUL character")
-    size = len(os.fsencode(text))
-    if size > PATH_MAX:
-        raise ValueError(f"a path of {size} bytes is longer than {PATH_MAX}, the most Linux takes")
-    for name in value.parts:
-        if len(os.fsencode(name)) > NAME_MAX:
-            raise ValueError(
-                f"{shorten(repr(name))} is longer than {NAME_MAX} bytes, the most a file name "
-                "may have on Linux"
-            )
-    return value
 
 
 LocalPath = Annotated[Path, AfterValidator(check_local_path)]

@@ -13,7 +13,8 @@ from pydantic_core import PydanticCustomError
 
 from upsguard.config.base import Credentials, Model
 from upsguard.config.checks_schedule import BatteryTestConfig
-from upsguard.config.types import Duration, LocalPath, shorten
+from upsguard.config.types import Duration, LocalPath
+from upsguard.config.values import shorten
 from upsguard.errors import ConfigError
 from upsguard.models import UpsName
 

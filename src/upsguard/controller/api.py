@@ -45,6 +45,7 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Protocol
 
+import msgspec
 from aiohttp import web
 
 from upsguard.controller import commands
@@ -232,11 +233,11 @@ class ApiServer:
     # -- routes ------------------------------------------------------------------------------
 
     async def _status(self, call: Call) -> Any:
-        return self.svc.status().model_dump(mode="json")
+        return msgspec.to_builtins(self.svc.status())
 
     async def _history(self, call: Call) -> Any:
         limit = call.integer("limit", 10, 0, MAX_ROWS)
-        return commands.history(self.svc.journal, limit).model_dump(mode="json")
+        return msgspec.to_builtins(commands.history(self.svc.journal, limit))
 
     async def _events(self, call: Call) -> Any:
         after = call.integer("after", -20, -MAX_ROWS, LAST_ID)
@@ -283,7 +284,7 @@ class ApiServer:
         """hold, release, trigger or abort, as ``commands`` reads and answers them."""
         request = commands.parse(call.name, call.body, call.who)
         answer = await self.svc.overrides.apply(request)
-        return answer.model_dump(mode="json")
+        return msgspec.to_builtins(answer)
 
     async def _poll(self, call: Call) -> Any:
         """Poll at once instead of at the next interval: a NOTIFYCMD hook calls this on ONBATT."""

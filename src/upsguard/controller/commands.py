@@ -8,7 +8,7 @@ module, so a request is checked by one set of rules and answered by one set of t
   by its ``of`` (who and why cleaned, the rules checked) or read from a JSON body by
   ``parse``; a hold needs a reason, the others say who asked when none is given
   (``controller.overrides``);
-- an answer is a pydantic model (``HoldAnswer``, ``ReleaseAnswer``, ``TriggerAnswer``,
+- an answer is a msgspec struct (``HoldAnswer``, ``ReleaseAnswer``, ``TriggerAnswer``,
   ``AbortAnswer``): the service sends it as JSON and the CLI reads it back into the model;
 - an error has one HTTP status (``http_status``), and the CLI turns a status back into the
   error (``error_from``);
@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+import msgspec
 
 from upsguard.errors import ApiBusy, BadRequest, PermanentError, TemporaryError, UpsguardError
 from upsguard.models import Direction, ResourceId, RunId
@@ -178,30 +178,31 @@ def json_object(raw: bytes) -> dict[str, Any]:
 # -- answers ----------------------------------------------------------------------------------
 
 
-class _Answer(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class _Answer(msgspec.Struct, frozen=True):
+    """An answer the CLI reads back: a msgspec struct, for the reason ``upsguard.status``
+    gives; frozen and keyword-only, said by each as ``upsguard.status``'s models say why."""
 
 
-class HoldAnswer(_Answer):
+class HoldAnswer(_Answer, frozen=True, kw_only=True):
     held: bool = True
     reason: str
     """As journaled (cleaned)."""
 
 
-class ReleaseAnswer(_Answer):
+class ReleaseAnswer(_Answer, frozen=True, kw_only=True):
     held: bool = False
     was: str | None
     """The reason of the hold released, or None when nothing was held."""
 
 
-class TriggerAnswer(_Answer):
+class TriggerAnswer(_Answer, frozen=True, kw_only=True):
     run: RunId
     direction: Direction
     only: list[ResourceId]
     """Empty for the whole site."""
 
 
-class AbortAnswer(_Answer):
+class AbortAnswer(_Answer, frozen=True, kw_only=True):
     aborted: RunId | None
     """The run cancelled, or None when none was in progress."""
     held: str
@@ -243,7 +244,7 @@ def error_from(status: int, message: str) -> UpsguardError:
 # -- history ----------------------------------------------------------------------------------
 
 
-class History(_Answer):
+class History(_Answer, frozen=True, kw_only=True):
     """The last runs (with their steps), and the phases, overrides and cache operations
     around them: ``upsguard history``, from the service or from the journal."""
 

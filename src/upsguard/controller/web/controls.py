@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from upsguard.controller import commands
@@ -46,7 +47,7 @@ class Controls:
         except UpsguardError as exc:
             status, refusal = commands.refusal(exc)
             return web.json_response(refusal, status=status)
-        return web.json_response(answer.model_dump(mode="json"))
+        return web.json_response(msgspec.to_builtins(answer))
 
 
 def _confirmed(raw: bytes, remote: str | None) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import logging
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
 from aiohttp import web
 
 from upsguard.config.site import SiteConfig
@@ -50,9 +51,8 @@ class Data:
         self._charts = ChartCache(ctx.svc.site.journal)
 
     async def status(self, request: web.Request) -> web.Response:
-        return web.Response(
-            text=self._ctx.svc.status().model_dump_json(), content_type="application/json"
-        )
+        status = msgspec.json.encode(self._ctx.svc.status())
+        return web.Response(body=status, content_type="application/json")
 
     async def plans(self, request: web.Request) -> web.Response:
         """The site's plans with every step waiting: what the plan page shows between runs."""
@@ -60,8 +60,8 @@ class Data:
         shutdown = plan_status(controller.shutdown_plan)
         startup = plan_status(controller.planner.plan(Direction.STARTUP))
         body = {
-            "shutdown": shutdown.model_dump(mode="json"),
-            "startup": startup.model_dump(mode="json"),
+            "shutdown": msgspec.to_builtins(shutdown),
+            "startup": msgspec.to_builtins(startup),
         }
         return web.json_response(body)
 
@@ -73,7 +73,7 @@ class Data:
             raise web.HTTPNotFound(text=f"run {run} is not the service's last run")
         rows = {row.step: row for row in self._ctx.svc.journal.read.steps(run)}
         plan = plan_status(executor.plan, rows, set(executor.running))
-        return web.Response(text=plan.model_dump_json(), content_type="application/json")
+        return web.Response(body=msgspec.json.encode(plan), content_type="application/json")
 
     async def events(self, request: web.Request) -> web.Response:
         """The newest events, filtered by level, kind, run and words in the text."""

@@ -29,6 +29,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
 from aiohttp import web
 
 from upsguard.controller.web.auth import User
@@ -128,7 +129,7 @@ class LiveFeed:
         self.builds += 1
         self._built_at = asyncio.get_running_loop().time()
         self.version += 1
-        self._status_chunk = message("status", status.model_dump_json())
+        self._status_chunk = message("status", msgspec.json.encode(status).decode())
         self._collect_events()
         self._published.set()
         self._published = asyncio.Event()
