@@ -1,7 +1,7 @@
 """Checks of the site file's values that need no model: plain functions, without pydantic,
 so that what reads the site file without building it (``api_socket``, for ``status`` and
-``hold``) and the YAML reader (``source``) load quickly (``bench/cli_start.py``). The
-models use them through ``config.types``."""
+``hold``) and the YAML reader (``source``) load quickly (``bench/cli_start.py``).
+``config.types`` builds ``LocalPath`` on ``check_local_path``."""
 
 from __future__ import annotations
 
