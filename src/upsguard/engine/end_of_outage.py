@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 
 from upsguard.clock import Clock
@@ -48,15 +47,6 @@ from upsguard.policies.power import feed_name
 from upsguard.runs import RunSpec
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class StayUp:
-    """Why upsguard does not stop its own machine (its step ends skipped with this)."""
-
-    reason: str
-    mains_back: bool
-    """The mains are there: upsguard starts the site again itself."""
 
 
 class EndOfOutage:
@@ -143,15 +133,15 @@ class EndOfOutage:
         own: ResourceConfig,
         stopped: Collection[ResourceId],
         view: PowerView | None,
-    ) -> StayUp | None:
+    ) -> str | None:
         """Just before the step that stops upsguard's own machine: None when it may stop
         (every UPS powering it took a load cycle, its cut still ahead), else why it stays
-        up."""
+        up (its step ends skipped with this)."""
         feeds = self._site.feeds_powering(own.id)
         if self.mains_there(own.id, view):
             why = f"the mains are there: upsguard stays up on {own.id} to start the site again"
             self._events(Notice(self._clock.now(), why))
-            return StayUp(why, mains_back=True)
+            return why
         needed = {u for f in feeds for u in f.ups}
         told = await self._tell(spec, self._run_ups(spec) | needed, stopped)
         now = self._clock.now()
@@ -177,7 +167,7 @@ class EndOfOutage:
             "up while the battery lasts"
         )
         self._events(Notice(now, why, level="error"))
-        return StayUp(why, mains_back=False)
+        return why
 
     def mains_there(self, machine: ResourceId, view: PowerView | None) -> bool:
         """Every feed powering ``machine`` is read on mains now (``mains_seen``): a

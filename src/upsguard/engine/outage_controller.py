@@ -526,10 +526,9 @@ class OutageController:
             return None
         while self.view is None:  # resumed before the first poll: the power is not known yet
             await self._viewed.wait()
-        stay = await self._end.own_machine(
+        return await self._end.own_machine(
             executor.spec, step.settings.resource, executor.known_down(), self.view
         )
-        return stay.reason if stay is not None else None
 
     def _stays_off(self, resource: ResourceConfig) -> str | None:
         """Why a startup leaves ``resource`` off: a VM the outage found already off."""
