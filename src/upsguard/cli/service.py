@@ -177,12 +177,18 @@ def cmd_status(args: argparse.Namespace) -> int:
 
         st = run_async(offline.status(site_of(args)))
     if args.format == "json":
-        import msgspec
-
-        print_json(msgspec.to_builtins(st))
+        _print_answer(st)
     else:
         print(views.status_text(st))
     return 1 if views.unread(st) else 0
+
+
+def _print_answer(answer: object) -> None:
+    """The service's answers are msgspec structs; msgspec is imported here because
+    ``--help`` loads this module and needs none of it (``test_cli_start``)."""
+    import msgspec
+
+    print_json(msgspec.to_builtins(answer))
 
 
 def cmd_hold(args: argparse.Namespace) -> int:
@@ -271,9 +277,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     except ServiceNotRunning:
         hist = _journal_history(site, args.limit)
     if args.format == "json":
-        import msgspec
-
-        print_json(msgspec.to_builtins(hist))
+        _print_answer(hist)
     else:
         print(views.history_text(hist))
     return 0

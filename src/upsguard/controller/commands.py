@@ -179,8 +179,9 @@ def json_object(raw: bytes) -> dict[str, Any]:
 
 
 class _Answer(msgspec.Struct, frozen=True):
-    """An answer the CLI reads back: a msgspec struct, for the reason ``upsguard.status``
-    gives; frozen and keyword-only, said by each as ``upsguard.status``'s models say why."""
+    """An answer the CLI reads back. It is a msgspec struct, not a pydantic model, so that
+    ``upsguard hold`` starts as fast as ``status`` (``upsguard.status`` says why). Each
+    answer says ``frozen`` and ``kw_only`` again, for the reason ``status._Model`` gives."""
 
 
 class HoldAnswer(_Answer, frozen=True, kw_only=True):
